@@ -1,0 +1,1 @@
+"""Problem 1: data parallelism (dataset partitioning, gradient averaging)."""

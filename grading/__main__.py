@@ -1,0 +1,121 @@
+"""Command line: ``python -m grading grade|release|list``.
+
+    python -m grading grade [SUBMISSION] [--problem ID] [--json FILE] [--timeout S]
+    python -m grading release OUT_DIR
+    python -m grading list
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from grading import report
+from grading.regions import PROTECTED_RECORD, RegionError, release
+from grading.rubric import PROBLEMS, all_cases
+from grading.runner import run_cases
+from grading.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _self_check_notes(kit_root: Path) -> list[str]:
+    """In a released starter, warn when the provided files differ from the release record."""
+    record_file = kit_root / PROTECTED_RECORD
+    if not record_file.exists():
+        return []
+    import hashlib
+    record = json.loads(record_file.read_text())
+    changed = [rel for rel, digest in record.get("provided_files", {}).items()
+               if not (kit_root / rel).is_file()
+               or hashlib.sha256((kit_root / rel).read_bytes()).hexdigest() != digest]
+    grading_changed = [rel for rel in changed if rel.startswith("grading/")]
+    return [f"this kit's grader differs from its release ({rel}): local scores may not match the course's"
+            for rel in grading_changed]
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    problem = args.problem
+    if problem is not None and problem not in PROBLEMS and problem not in {p.split(".")[0] for p in PROBLEMS}:
+        print(f"error: unknown problem {problem!r}; choose from {', '.join(PROBLEMS)}", file=sys.stderr)
+        return report.EXIT_USAGE
+    scratch = scratch_dir()
+    notes = _self_check_notes(KIT_ROOT)
+    try:
+        if args.submission is None:
+            code_root = KIT_ROOT
+        else:
+            try:
+                submission_root = open_submission(Path(args.submission), KIT_ROOT, scratch)
+            except SubmissionError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                if args.json:
+                    report.write_json(Path(args.json), [], [f"submission rejected: {exc}"])
+                return report.EXIT_USAGE
+            code_root = scratch / "kit"
+            splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
+            notes += splice.notes()
+        cases = all_cases()
+        progress = None if args.quiet else (lambda case: print(f"... running {case.name} "
+                                                               f"({case.world_size} rank(s))", file=sys.stderr))
+        if args.timeout is not None:
+            cases = [replace(case, timeout_s=args.timeout) for case in cases]
+        results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress)
+        print(report.table(results, notes, verbose=args.verbose))
+        if args.json:
+            report.write_json(Path(args.json), results, notes)
+        return report.exit_code(results)
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print(f"(kept the grading folder {scratch})", file=sys.stderr)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    try:
+        record = release(KIT_ROOT, Path(args.out_dir))
+    except (RegionError, FileExistsError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_USAGE
+    regions = sum(len(v["regions"]) for v in record["student_files"].values())
+    print(f"wrote the student starter to {args.out_dir}: {len(record['student_files'])} student files, "
+          f"{regions} regions emptied, {len(record['provided_files'])} provided files")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for case in all_cases():
+        print(f"{case.name}  ({case.world_size} rank(s), limit {case.timeout_s:g} s)")
+        for c in case.criteria:
+            print(f"    {c.id:<34} {c.points:>4g}  {c.title}{'  [hidden]' if c.hidden else ''}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; returns the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    grade = sub.add_parser("grade", help="grade a submission (a folder or zip; default: this kit)")
+    grade.add_argument("submission", nargs="?", help="submission folder or zip (default: this kit itself)")
+    grade.add_argument("--problem", help="only this problem, e.g. 1.2 or 1")
+    grade.add_argument("--json", help="write Gradescope results.json here")
+    grade.add_argument("--timeout", type=float, help="wall-clock limit per case in seconds (default: each case's)")
+    grade.add_argument("--verbose", "-v", action="store_true", help="show full failure messages")
+    grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")
+    grade.set_defaults(func=cmd_grade)
+    rel = sub.add_parser("release", help="write the student starter")
+    rel.add_argument("out_dir")
+    rel.set_defaults(func=cmd_release)
+    sub.add_parser("list", help="list cases and criteria").set_defaults(func=cmd_list)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Tensor comparisons that fail with a message naming the quantity, rank and max abs diff."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from grading.rubric import CheckFailed
+
+
+def describe(value: Any) -> str:
+    """A short description of ``value`` for messages (type, shape, dtype, device)."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)} {str(value.dtype).replace('torch.', '')} on {value.device}"
+    return type(value).__name__
+
+
+def assert_tensor_close(what: str, actual: Any, expected: torch.Tensor, *, atol: float = 1e-6,
+                        rtol: float = 1e-5) -> None:
+    """Raise CheckFailed unless ``actual`` is a tensor like ``expected`` (shape, dtype) and close to it.
+
+    ``what`` names the quantity, e.g. "rank 1 grad of 'fc1.weight'". NaN or Inf in
+    ``actual`` fails. The comparison runs on CPU in float64.
+    """
+    if not isinstance(actual, torch.Tensor):
+        raise CheckFailed(f"{what}: expected a tensor, got {describe(actual)}")
+    if actual.shape != expected.shape:
+        raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        raise CheckFailed(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
+    a, e = actual.detach().cpu().double(), expected.detach().cpu().double()
+    if not torch.isfinite(a).all():
+        raise CheckFailed(f"{what}: contains NaN or Inf")
+    diff = (a - e).abs()
+    limit = atol + rtol * e.abs()
+    if (diff > limit).any():
+        raise CheckFailed(f"{what}: differs from the reference by {diff.max().item():.3g} "
+                          f"(tolerance {atol:g} + {rtol:g}·|ref|)")
+
+
+def assert_state_close(what: str, actual: Any, expected: dict[str, torch.Tensor | None], **tol) -> None:
+    """Compare dicts of name -> tensor (or None) key by key with ``assert_tensor_close``."""
+    if not isinstance(actual, dict):
+        raise CheckFailed(f"{what}: expected a dict of tensors, got {describe(actual)}")
+    missing = sorted(set(expected) - set(actual))
+    if missing:
+        raise CheckFailed(f"{what}: missing entries {missing}")
+    for name, ref in expected.items():
+        if ref is None:
+            continue
+        assert_tensor_close(f"{what} '{name}'", actual[name], ref, **tol)

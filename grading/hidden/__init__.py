@@ -1,0 +1,1 @@
+"""Hidden checks: graded by staff, left out of the student release."""

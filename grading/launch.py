@@ -1,0 +1,190 @@
+"""Start N rank processes for one check, bounded in time, and collect what happened.
+
+Each rank is a fresh ``python -m grading.worker`` in its own session (process
+group), with stdout/stderr going to files (a chatty submission cannot block a
+pipe). Ranks rendezvous over a private file store inside the run folder, so
+no port is ever fixed. At the wall-clock limit every live rank is asked for a
+Python stack dump (faulthandler on SIGUSR1), then killed with its whole
+process group.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STDERR_TAIL_CHARS = 2000
+STACK_DUMP_WAIT_S = 1.0
+
+
+@dataclass
+class RankOutcome:
+    """How one rank ended: exit code, the exception it reported, its stack if it was stuck."""
+
+    rank: int
+    returncode: int | None          # None: killed at the limit
+    finished: bool                  # the worker reached its end and wrote its 'done' marker
+    error: str = ""                 # traceback of an exception outside ctx.record (from the worker)
+    stack: str = ""                 # faulthandler dump (stuck or crashed ranks)
+    stderr_tail: str = ""
+
+
+@dataclass
+class LaunchResult:
+    """Everything the parent needs to judge a run: per-rank outcomes and where results lie."""
+
+    out_dir: Path
+    world_size: int
+    ranks: list[RankOutcome] = field(default_factory=list)
+    timed_out: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(r.finished and r.returncode == 0 for r in self.ranks)
+
+    def failure(self) -> str:
+        """One human-readable reason why the run did not finish cleanly ("" when it did)."""
+        if self.ok:
+            return ""
+        reasons = []
+        if self.timed_out:
+            stuck = [r for r in self.ranks if r.returncode is None]
+            reasons.append(f"timed out after {self.wall_s:.0f} s with rank(s) "
+                           f"{', '.join(str(r.rank) for r in stuck) or '?'} still running")
+            for r in stuck:
+                if r.stack:
+                    reasons.append(f"rank {r.rank} was stuck at:\n{_last_frames(r.stack)}")
+        for r in self.ranks:
+            if r.returncode is None:
+                continue
+            if r.error:
+                reasons.append(f"rank {r.rank} failed: {_last_line(r.error)}")
+            elif not r.finished or r.returncode != 0:
+                how = _describe_exit(r.returncode)
+                detail = _last_frames(r.stack) if r.stack else r.stderr_tail.strip()[-600:]
+                reasons.append(f"rank {r.rank} {how} before finishing" + (f":\n{detail}" if detail else ""))
+        return "\n".join(reasons)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "was killed"
+    if code < 0:
+        try:
+            return f"died from signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died from signal {-code}"
+    return f"exited with code {code}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def _last_frames(stack: str, keep: int = 6) -> str:
+    """The innermost frames of the first thread in a faulthandler dump (most recent call first)."""
+    lines = stack.strip().splitlines()
+    frames = [line for line in lines if line.strip().startswith("File ")]
+    return "\n".join(frames[:keep]) if frames else stack.strip()[-600:]
+
+
+def pick_backend(world_size: int, requested: str = "auto") -> str:
+    """``nccl`` when asked, or when ``auto`` and every rank can have its own GPU; else ``gloo``."""
+    if requested != "auto":
+        return requested
+    try:
+        import torch
+        if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+            return "nccl"
+    except ImportError:
+        pass
+    return "gloo"
+
+
+def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
+           timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
+           pg_timeout_s: float | None = None, env: dict | None = None) -> LaunchResult:
+    """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
+
+    Each rank calls ``function(ctx)`` with a ``grading.worker.RankContext``;
+    with ``init_group`` the default process group is set up first (``backend``,
+    file-store rendezvous in ``out_dir``, collective timeout ``pg_timeout_s``,
+    default: half the wall limit). ``cwd`` is the kit copy whose code is
+    imported. ``out_dir`` must not exist yet. Never raises for anything a rank
+    does: crashes, hangs and exceptions are reported in the LaunchResult.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True)
+    spec = {"target": target, "world_size": world_size, "args": args or {}, "init_group": init_group,
+            "backend": backend, "store": str(out_dir / "store"),
+            "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(5.0, timeout_s / 2)}
+    (out_dir / "spec.json").write_text(json.dumps(spec))
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = str(Path(cwd).resolve())
+    child_env.setdefault("OMP_NUM_THREADS", "1")
+    child_env["PYTHONFAULTHANDLER"] = "1"
+    procs = []
+    start = time.monotonic()
+    for rank in range(world_size):
+        stdout = open(out_dir / f"rank{rank}.stdout", "wb")
+        stderr = open(out_dir / f"rank{rank}.stderr", "wb")
+        try:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "grading.worker", str(out_dir / "spec.json"), str(rank)],
+                cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                start_new_session=True))
+        finally:
+            stdout.close()
+            stderr.close()
+    deadline = start + timeout_s
+    timed_out = False
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(0.05)
+    if timed_out:
+        for p in procs:
+            if p.poll() is None:
+                _signal_group(p, signal.SIGUSR1)
+        time.sleep(STACK_DUMP_WAIT_S)
+    codes = [p.poll() if not timed_out or p.poll() is not None else None for p in procs]
+    for p in procs:                    # kill stragglers and anything they spawned
+        _signal_group(p, signal.SIGKILL)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start)
+    for rank, code in enumerate(codes):
+        rank_dir = out_dir / f"rank{rank}"
+        result.ranks.append(RankOutcome(
+            rank=rank, returncode=code, finished=(rank_dir / "done").exists(),
+            error=_read(rank_dir / "error.txt"), stack=_read(out_dir / f"rank{rank}.stack"),
+            stderr_tail=_read(out_dir / f"rank{rank}.stderr", tail=STDERR_TAIL_CHARS)))
+    return result
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read(path: Path, tail: int | None = None) -> str:
+    try:
+        with open(path, "rb") as handle:
+            if tail is not None:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - tail))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,80 @@
+"""Run cases against a kit tree and turn their results into scored criteria."""
+from __future__ import annotations
+
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading.launch import launch, pick_backend
+from grading.rubric import Case, CaseRun, CheckFailed
+
+
+@dataclass
+class CriterionResult:
+    """The verdict on one criterion: points earned and why."""
+
+    id: str
+    problem: str
+    title: str
+    max_score: float
+    score: float
+    status: str        # "passed" | "failed" | "not_implemented" | "grader_error"
+    message: str
+    seconds: float
+    hidden: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
+             backend: str = "auto") -> list[CriterionResult]:
+    """Spawn ``case`` with ``kit_root`` as the code under test and judge each criterion.
+
+    ``work_dir`` receives the run folder (a fresh temporary one when None).
+    Never raises for anything the submission does; an exception inside a
+    criterion's own code is reported as status ``grader_error``.
+    """
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="grading-"))
+    result = launch(case.probe, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
+                    args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
+                    backend=pick_backend(case.world_size, backend))
+    run = CaseRun(case, result)
+    verdicts = []
+    for criterion in case.criteria:
+        try:
+            criterion.evaluate(run)
+            status, message = "passed", ""
+        except CheckFailed as failure:
+            message = str(failure)
+            status = "not_implemented" if "NotImplementedError" in message else "failed"
+        except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
+            status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
+        verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
+                                        criterion.points if status == "passed" else 0.0, status, message,
+                                        result.wall_s, criterion.hidden))
+    return verdicts
+
+
+def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
+              timeout_scale: float = 1.0, progress=None) -> list[CriterionResult]:
+    """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in order."""
+    verdicts = []
+    for case in cases:
+        if problem is not None and not any(c.problem == problem or c.problem.startswith(problem + ".")
+                                           for c in case.criteria):
+            continue
+        if progress:
+            progress(case)
+        for verdict in run_case(case, kit_root, work_dir, timeout_scale):
+            if problem is None or verdict.problem == problem or verdict.problem.startswith(problem + "."):
+                verdicts.append(verdict)
+    return verdicts
+
+
+def expect(condition: bool, message: str) -> None:
+    """Raise CheckFailed(message) unless ``condition``."""
+    if not condition:
+        raise CheckFailed(message)
