@@ -1,0 +1,94 @@
+"""Problem 2.2: GPipe forward over worker threads.
+
+The batch is cut into micro-batches; in clock cycle ``k`` every task
+``(i, j)`` with ``i + j == k`` runs micro-batch ``i`` through stage ``j``
+(see ``pipeline.schedule``). Each stage has its own worker thread
+(``pipeline.runtime.StageWorkers``), so the tasks of one cycle run at the
+same time::
+
+    stage 0 | F0 F1 F2 F3
+    stage 1 |    F0 F1 F2 F3
+    stage 2 |       F0 F1 F2 F3      (Fi = micro-batch i, one column per cycle)
+
+Backward needs nothing special: autograd follows the graph that the stages
+built across threads and devices, because nothing is detached.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from pipeline import runtime, schedule
+
+
+class Pipe(nn.Module):
+    """Run ``stages`` as a GPipe pipeline: stage ``j`` on ``devices[j]`` in its own thread.
+
+    ``stages`` (modules, registered in ``self.stages``, an ``nn.ModuleList``)
+    should already be on their devices; ``split_size`` is the micro-batch
+    size. The workers (``self.workers``, a ``runtime.StageWorkers``) start
+    here and stop with ``close()`` or at the end of a ``with Pipe(...) as
+    pipe:`` block (or when the Pipe is garbage collected). Raises ValueError for no stages, a length mismatch or
+    ``split_size < 1``.
+    """
+
+    def __init__(self, stages: Sequence[nn.Module], devices: Sequence[torch.device | str], split_size: int):
+        super().__init__()
+        if len(stages) < 1:
+            raise ValueError("Pipe needs at least one stage")
+        if len(stages) != len(devices):
+            raise ValueError(f"Pipe got {len(stages)} stages but {len(devices)} devices")
+        if split_size < 1:
+            raise ValueError(f"split_size must be >= 1, got {split_size}")
+        self.stages = nn.ModuleList(stages)
+        self.devices = [torch.device(d) for d in devices]
+        self.split_size = int(split_size)
+        self.workers = runtime.StageWorkers(self.devices)
+        weakref.finalize(self, self.workers.close)   # a forgotten close() still stops the threads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``stages[-1](...(stages[0](x)))``, computed micro-batch by micro-batch.
+
+        Contract:
+        - split ``x`` along dim 0 with ``torch.split(x, self.split_size)`` (the
+          last micro-batch may be smaller; ``split_size > len(x)`` gives one);
+        - for each clock cycle of ``schedule.clock_cycles(m, n)`` (call it
+          through the module, ``schedule.clock_cycles``, so it can be
+          swapped), first ``self.workers.submit(j, fn)`` every task of the
+          cycle, in the cycle's order, and only then ``self.workers.receive(j)``
+          each of them, in the same order: the stages of one cycle must run
+          at the same time;
+        - each ``fn`` takes no arguments and binds what it uses *when it is
+          created* (default arguments: ``lambda i=i, j=j, x=...: ...``);
+          a plain closure reads the loop variables when the worker runs it,
+          which is too late;
+        - ``fn`` moves its input to ``self.devices[j]`` itself (inside the
+          worker) and never detaches it, so gradients reach the input and
+          every stage;
+        - return the outputs of the last stage, concatenated in micro-batch
+          order with ``torch.cat``, on the last stage's device.
+        Errors raised by a stage propagate to the caller (``receive`` re-raises
+        them).
+        """
+        # BEGIN_STUDENT 2.2
+        batches = list(torch.split(x, self.split_size))
+        for wave in schedule.clock_cycles(len(batches), len(self.stages)):
+            for i, j in wave:
+                self.workers.submit(j, lambda i=i, j=j, xb=batches[i]: self.stages[j](xb.to(self.devices[j])))
+            for i, j in wave:
+                batches[i] = self.workers.receive(j)
+        return torch.cat(batches).to(self.devices[-1])
+        # END_STUDENT 2.2
+
+    def close(self) -> None:
+        """Stop the stage workers (idempotent)."""
+        self.workers.close()
+
+    def __enter__(self) -> Pipe:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
