@@ -99,8 +99,8 @@ def _enclosing_function(lines: list[str], begin_line: int, indent: str) -> str:
         return _enclosing_function_by_indent(lines, begin_line, indent)
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
-                and node.body[0].lineno <= begin_line <= node.end_lineno:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.lineno < begin_line <= node.end_lineno:
             if best is None or node.lineno > best.lineno:
                 best = node
     return best.name if best is not None else ""
@@ -160,7 +160,7 @@ def student_files(root: Path) -> list[str]:
                 continue
             if parse_regions(file.read_text(), rel):
                 found.append(rel)
-    return found
+    return sorted(found)
 
 
 def sha256(text: str) -> str:

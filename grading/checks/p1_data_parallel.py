@@ -41,11 +41,15 @@ def probe_partition(ctx) -> None:
             except ValueError:
                 outcomes.append("ValueError")
             except Exception as exc:  # noqa: BLE001
-                outcomes.append(type(exc).__name__)
+                outcomes.append(f"{type(exc).__name__}: {exc}")
         return outcomes
     ctx.record("bad_args", bad_args)
     ctx.record("partition_class", lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
         Partition(list("abcdefg"), [3, 1, 4])))
+
+    from data_parallel import dataset as student_dataset
+    from grading.references.p1 import reference_partition_indices
+    student_dataset.partition_indices = reference_partition_indices   # isolate partition_dataset from 1.1 split
 
     def loader_batches(rank, world_size):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=list)
@@ -240,9 +244,10 @@ def check_train_step_loss(run: CaseRun) -> None:
         for step, value in enumerate(got):
             expect(type(value) is float, f"train_step: rank {rank} step {step} returned {describe(value)}, "
                    "expected a Python float")
-            expect(abs(value - losses[step][rank]) <= 1e-5 * max(1.0, abs(losses[step][rank])),
-                   f"train_step: rank {rank} step {step} returned loss {value:.6g}, expected this rank's "
-                   f"local loss {losses[step][rank]:.6g}")
+        # Only the first step's value: later ones depend on the updates, judged by train_step_updates.
+        want = losses[0][rank]
+        expect(abs(got[0] - want) <= 1e-5 * max(1.0, abs(want)), f"train_step: rank {rank} returned loss "
+               f"{got[0]:.6g} on its first step, expected this rank's local loss {want:.6g}")
 
 
 def _criterion(id_, title, points, fn, **kw) -> Criterion:

@@ -6,6 +6,8 @@ expected value itself.
 """
 from __future__ import annotations
 
+import random
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -91,3 +93,18 @@ def reference_average_gradients(model: nn.Module) -> None:
         if param.grad is not None:
             dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
             param.grad /= world_size
+
+
+def reference_partition_indices(size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
+    """The grader's own partition (private RNG, contiguous split), used to isolate partition_dataset."""
+    if size < 0 or world_size < 1:
+        raise ValueError(f"bad size {size} or world_size {world_size}")
+    order = list(range(size))
+    random.Random(seed).shuffle(order)
+    base, extra = divmod(size, world_size)
+    parts, start = [], 0
+    for rank in range(world_size):
+        length = base + (1 if rank < extra else 0)
+        parts.append(order[start:start + length])
+        start += length
+    return parts

@@ -1,0 +1,114 @@
+"""Problem 1 buggy variants: each bug loses exactly its intended criteria."""
+import pytest
+
+from tests.kit.variants import Variant, failed_ids, grade_variant
+
+DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
+
+VARIANTS = [
+    Variant("global_random_seeded", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.seed(seed)
+        random.shuffle(order)
+        base, extra = divmod(size, world_size)
+        parts, start = [], 0
+        for rank in range(world_size):
+            length = base + (1 if rank < extra else 0)
+            parts.append(order[start:start + length])
+            start += length
+        return parts
+    """, frozenset({"1.1.rng_untouched"})),
+    Variant("global_random_unseeded", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.shuffle(order)
+        base, extra = divmod(size, world_size)
+        parts, start = [], 0
+        for rank in range(world_size):
+            length = base + (1 if rank < extra else 0)
+            parts.append(order[start:start + length])
+            start += length
+        return parts
+    """, frozenset({"1.1.deterministic", "1.1.rng_untouched"})),
+    Variant("overlapping_slices", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.Random(seed).shuffle(order)
+        base, extra = divmod(size, world_size)
+        return [order[rank * base:rank * base + base + (1 if rank < extra else 0)] for rank in range(world_size)]
+    """, frozenset({"1.1.coverage"})),
+    Variant("no_value_error", DATASET, "partition_indices", """
+        order = list(range(max(size, 0)))
+        random.Random(seed).shuffle(order)
+        world_size = max(world_size, 1)
+        base, extra = divmod(len(order), world_size)
+        parts, start = [], 0
+        for rank in range(world_size):
+            length = base + (1 if rank < extra else 0)
+            parts.append(order[start:start + length])
+            start += length
+        return parts
+    """, frozenset({"1.1.value_errors"})),
+    Variant("full_batch_per_rank", DATASET, "partition_dataset", """
+        part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
+        return DataLoader(part, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+    """, frozenset({"1.1.partition_dataset"})),
+    Variant("sum_without_dividing", COMM, "average_gradients", """
+        for param in model.parameters():
+            if param.grad is not None:
+                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_3rank"})),
+    Variant("only_weights_averaged", COMM, "average_gradients", """
+        for name, param in model.named_parameters():
+            if param.grad is not None and name.endswith("weight"):
+                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+                param.grad /= dist.get_world_size()
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_3rank"})),
+    Variant("zero_fill_none_grads", COMM, "average_gradients", """
+        for param in model.parameters():
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+            param.grad /= dist.get_world_size()
+    """, frozenset({"1.2.unused_grads_none"})),
+    Variant("all_gather_instead_of_all_reduce", COMM, "average_gradients", """
+        world_size = dist.get_world_size()
+        for param in model.parameters():
+            if param.grad is not None:
+                pieces = [torch.empty_like(param.grad) for _ in range(world_size)]
+                dist.all_gather(pieces, param.grad)
+                param.grad.copy_(torch.stack(pieces).mean(0))
+    """, frozenset({"1.2.uses_all_reduce"})),
+    Variant("nccl_hard_coded", COMM, "setup_process_group", """
+        dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size)
+    """, frozenset({"1.2.setup"})),
+    Variant("no_zero_grad", COMM, "train_step", """
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        average_gradients(model)
+        optimizer.step()
+        return loss.item()
+    """, frozenset({"1.2.train_step_updates"})),
+    Variant("returns_tensor", COMM, "train_step", """
+        optimizer.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        average_gradients(model)
+        optimizer.step()
+        return loss.detach()
+    """, frozenset({"1.2.train_step_loss"})),
+]
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_variant_loses_only_its_criteria(variant, tmp_path):
+    problem = "1.1" if variant.path == DATASET else "1.2"
+    verdicts = grade_variant(variant, problem, tmp_path)
+    assert verdicts, "no criteria graded"
+    assert failed_ids(verdicts) == set(variant.fails), {
+        cid: v.message[:200] for cid, v in verdicts.items() if not v.passed}
