@@ -19,7 +19,7 @@ Two ways to run the stages (``build_pipeline_gpt2``):
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -16,7 +16,7 @@ built across threads and devices, because nothing is detached.
 from __future__ import annotations
 
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -21,7 +21,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

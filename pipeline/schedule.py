@@ -15,7 +15,7 @@ same time on different workers.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def clock_cycles(microbatches: int, stages: int) -> Iterator[list[tuple[int, int]]]:

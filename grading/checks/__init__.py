@@ -9,6 +9,7 @@ import importlib
 
 CHECK_MODULES = [
     "grading.checks.p1_data_parallel",
+    "grading.checks.p2_pipeline",
 ]
 HIDDEN_MODULES = [
     "grading.hidden.p1_hidden",

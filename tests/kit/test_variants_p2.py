@@ -1,0 +1,113 @@
+"""Problem 2 buggy variants: each bug loses exactly its intended criteria.
+
+The 2.2 probe runs the grader's own schedule, so schedule bugs cost 2.1 only.
+A late-binding lambda computes wrong numbers, which necessarily shows in the
+outputs and in the gradients: it costs both value criteria of 2.2. A GPT-2
+without the causal mask is still causal with ``sdpa`` attention (the training
+step uses it) but not with ``eager``, which both logits criteria also run.
+"""
+import pytest
+
+from tests.kit.variants import Variant, failed_ids, grade_variant
+
+SCHEDULE, PARTITION, PIPE, GPT2 = "pipeline/schedule.py", "pipeline/partition.py", "pipeline/pipe.py", "pipeline/gpt2.py"
+
+
+def _pipe_forward(submit: str, receive: str = "batches[i] = self.workers.receive(j)",
+                  result: str = "torch.cat(batches).to(self.devices[-1])") -> str:
+    """A Pipe.forward body with one line changed."""
+    return f"""
+        batches = list(torch.split(x, self.split_size))
+        for wave in schedule.clock_cycles(len(batches), len(self.stages)):
+            for i, j in wave:
+                self.workers.submit(j, {submit})
+            for i, j in wave:
+                {receive}
+        return {result}
+    """
+
+
+GOOD_TASK = "lambda i=i, j=j, xb=batches[i]: self.stages[j](xb.to(self.devices[j]))"
+
+VARIANTS = [
+    Variant("reversed_wave_order", SCHEDULE, "clock_cycles", """
+        if microbatches < 0 or stages < 1:
+            raise ValueError("bad schedule size")
+        for k in range(microbatches + stages - 1 if microbatches else 0):
+            yield [(k - j, j) for j in reversed(range(stages)) if 0 <= k - j < microbatches]
+    """, frozenset({"2.1.clock_cycles"})),
+    Variant("extra_empty_wave", SCHEDULE, "clock_cycles", """
+        if microbatches < 0 or stages < 1:
+            raise ValueError("bad schedule size")
+        for k in range(microbatches + stages if microbatches else 0):
+            yield [(k - j, j) for j in range(stages) if 0 <= k - j < microbatches]
+    """, frozenset({"2.1.clock_cycles"})),
+    Variant("with_device_ignored", PARTITION, "split_module", """
+        groups, devices, pending = [], [], []
+        for layer in module.children():
+            device = layer_device(layer)
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                pending.append(layer)
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append(pending + [layer])
+                devices.append(device)
+                pending = []
+        if pending:
+            groups.append(pending)
+            devices.append(_CPU)
+        return [nn.Sequential(*group) for group in groups], devices
+    """, frozenset({"2.1.with_device"})),
+    Variant("late_binding_lambda", PIPE, "forward",
+            _pipe_forward("lambda: self.stages[j](batches[i].to(self.devices[j]))"),
+            frozenset({"2.2.forward", "2.2.backward"})),
+    Variant("receive_right_after_submit", PIPE, "forward", """
+        batches = list(torch.split(x, self.split_size))
+        for wave in schedule.clock_cycles(len(batches), len(self.stages)):
+            for i, j in wave:
+                self.workers.submit(j, lambda i=i, j=j, xb=batches[i]: self.stages[j](xb.to(self.devices[j])))
+                batches[i] = self.workers.receive(j)
+        return torch.cat(batches).to(self.devices[-1])
+    """, frozenset({"2.2.wave_dispatch"})),
+    Variant("detach_between_stages", PIPE, "forward",
+            _pipe_forward("lambda i=i, j=j, xb=batches[i]: self.stages[j]((xb if j == 0 else xb.detach())"
+                          ".to(self.devices[j]))"),
+            frozenset({"2.2.backward"})),
+    Variant("result_on_input_device", PIPE, "forward",
+            _pipe_forward(GOOD_TASK, result="torch.cat(batches).to(x.device)"),
+            frozenset({"2.2.output_on_last_device"})),
+    Variant("blocks_without_causal_mask", GPT2, "forward", """
+        for block in self.blocks:
+            out = block(hidden_states)
+            hidden_states = out[0] if isinstance(out, tuple) else out
+        return hidden_states
+    """, frozenset({"2.3.model_parallel", "2.3.pipeline_parallel"})),   # sdpa is causal anyway; eager is not
+    Variant("extra_blocks_on_last_stage", GPT2, "gpt2_stages", """
+        blocks = list(model.transformer.h)
+        base, extra = divmod(len(blocks), len(devices))
+        stages, start = [], 0
+        for k, device in enumerate(devices):
+            count = base + (1 if k >= len(devices) - extra else 0)
+            layers = [Blocks(blocks[start:start + count], model.config)]
+            start += count
+            if k == 0:
+                layers.insert(0, Embeddings(model))
+            if k == len(devices) - 1:
+                layers.append(LMHead(model))
+            stages.append(nn.Sequential(*layers).to(device))
+        return stages
+    """, frozenset({"2.3.stages"})),
+]
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_variant_loses_only_its_criteria(variant, tmp_path):
+    problem = {SCHEDULE: "2.1", PARTITION: "2.1", PIPE: "2.2", GPT2: "2.3"}[variant.path]
+    verdicts = grade_variant(variant, problem, tmp_path)
+    assert verdicts, "no criteria graded"
+    assert failed_ids(verdicts) == set(variant.fails), {
+        cid: v.message[:200] for cid, v in verdicts.items() if not v.passed}
