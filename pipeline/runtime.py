@@ -33,10 +33,10 @@ _STOP = object()           # sentinel that ends a worker loop
 class StageWorkers:
     """One daemon worker thread per stage, with a task queue and a result queue each.
 
-    ``devices[j]`` is stage ``j``'s device; a worker for a CUDA device binds it
-    (``torch.cuda.set_device``) before running tasks. ``timeout`` bounds every
-    ``receive`` (default ``DEFAULT_TIMEOUT``). Use as a context manager or call
-    ``close()``.
+    ``devices[j]`` is stage ``j``'s device; a worker for an indexed CUDA
+    device (``cuda:1``) binds it (``torch.cuda.set_device``) before running
+    tasks. ``timeout`` bounds every ``receive`` (default ``DEFAULT_TIMEOUT``).
+    Use as a context manager or call ``close()``.
     """
 
     def __init__(self, devices: Sequence[torch.device | str], timeout: float | None = None):
@@ -142,7 +142,7 @@ class StageWorkers:
 
     def _work(self, stage: int) -> None:
         device = self.devices[stage]
-        if device.type == "cuda":
+        if device.type == "cuda" and device.index is not None:
             torch.cuda.set_device(device)
         tasks, results = self._tasks[stage], self._results[stage]
         while True:

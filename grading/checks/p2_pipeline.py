@@ -22,7 +22,7 @@ from grading.references import p2 as ref
 from grading.rubric import Case, CaseRun, CheckFailed, Criterion
 from grading.runner import expect
 
-STAGE_TIMEOUT_S = 15.0   # receive timeout inside the probes: a lost result becomes a TimeoutError, not a hang
+STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probes: a lost result becomes a TimeoutError, not a hang
 FORWARD_CONFIGS = [(1, 8, 3), (2, 8, 3), (3, 8, 3), (3, 7, 2), (2, 5, 8), (3, 6, 1)]   # (stages, rows, split)
 EVENT_CONFIGS = [(3, 7, 2), (2, 6, 2)]                                                 # 4 and 3 micro-batches
 BACKWARD_CONFIG = (3, 7, 2)
@@ -274,15 +274,16 @@ def probe_pipe(ctx) -> None:
     def stage_exception():
         before = set(threading.enumerate())
         stages = _stages(3)
-        stages[1] = ref.FailingStage()
+        stages[1] = failing = ref.FailingStage()
         outcome = ["no exception", ""]
         with Pipe(stages, _devices(3), 2) as pipe:
+            workers = [t.name for t in pipe.workers.threads]
             try:
                 pipe(ref.batch(7)[0])
             except Exception as exc:  # noqa: BLE001
                 outcome = [type(exc).__name__, str(exc)]
         alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
-        return {"outcome": outcome, "alive": alive}
+        return {"outcome": outcome, "alive": alive, "called_in": failing.called_in, "workers": workers}
     ctx.record("stage_exception", stage_exception)
 
     def backward():
@@ -362,6 +363,9 @@ def check_pipe_exception(run: CaseRun) -> None:
     expect(kind == "ValueError" and ref.FailingStage.MESSAGE in message,
            f"a stage raising ValueError('{ref.FailingStage.MESSAGE}') must surface in the caller of Pipe.forward; "
            f"the caller got {kind}{': ' + message if message else ''}")
+    expect(got["called_in"] and set(got["called_in"]) <= set(got["workers"]),
+           f"the failing stage ran in thread(s) {got['called_in']}, expected the Pipe's worker threads "
+           f"{got['workers']} (run every stage call through self.workers.submit)")
     expect(not got["alive"], f"threads still alive after the failing Pipe was closed: {got['alive']}")
 
 
@@ -518,7 +522,7 @@ CASES = [
              Criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", 1,
                        check_split_spanning),
          )),
-    Case("p2_pipe", "grading.checks.p2_pipeline:probe_pipe", init_group=False, timeout_s=120, criteria=(
+    Case("p2_pipe", "grading.checks.p2_pipeline:probe_pipe", init_group=False, timeout_s=180, criteria=(
         Criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, uneven, split > batch, "
                   "repeated, no_grad)", 4, check_pipe_forward),
         Criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", 2, check_pipe_device),

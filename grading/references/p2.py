@@ -103,11 +103,20 @@ def expected_events(microbatches: int, stages: int) -> list[list]:
 
 
 class FailingStage(nn.Module):
-    """A stage that raises ValueError(MESSAGE) when called: its error must reach the caller."""
+    """A stage that raises ValueError(MESSAGE) when called: its error must reach the caller.
+
+    ``called_in`` collects the names of the threads that called it (a stage must run on its worker).
+    """
 
     MESSAGE = "deliberate failure in the grader's stage"
 
+    def __init__(self):
+        super().__init__()
+        self.called_in: list[str] = []
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import threading
+        self.called_in.append(threading.current_thread().name)
         raise ValueError(self.MESSAGE)
 
 
