@@ -10,6 +10,7 @@ import importlib
 CHECK_MODULES = [
     "grading.checks.p1_data_parallel",
     "grading.checks.p2_pipeline",
+    "grading.checks.p3_finetune",
 ]
 HIDDEN_MODULES = [
     "grading.hidden.p1_hidden",

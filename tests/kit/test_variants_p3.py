@@ -1,0 +1,172 @@
+"""Problem 3 buggy variants: each bug loses exactly its intended criteria."""
+from pathlib import Path
+
+import pytest
+
+from grading.rubric import all_cases
+from grading.runner import run_cases
+from tests.kit.variants import Variant, failed_ids, grade_variant, make_variant_kit
+
+LORA, ZERO = "finetune/lora.py", "finetune/zero.py"
+
+_CHECKS = """
+    names = list(target_names)
+    if rank < 1:
+        raise ValueError("rank must be >= 1")
+    if not names:
+        raise ValueError("no targets")
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate targets")
+"""
+
+_VALIDATE_LOAD = """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not state:
+        raise ValueError("empty adapter file")
+    params = {n: p for n, p in model.named_parameters() if n.rpartition(".")[2] in ("lora_A", "lora_B")}
+    if set(state) != set(params):
+        raise ValueError("keys differ")
+    for name, param in params.items():
+        if state[name].shape != param.shape:
+            raise ValueError(f"{name}: wrong shape")
+"""
+
+_CONFIG_CHECKS = """
+    for value in (world_size, micro_batch, grad_accum):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("bad size")
+    if precision not in ("fp32", "fp16", "bf16"):
+        raise ValueError("bad precision")
+"""
+
+VARIANTS = [
+    # ---- 3.1 apply_lora
+    Variant("mutate_before_validate", LORA, "apply_lora", _CHECKS + """
+    for param in model.parameters():
+        param.requires_grad_(False)
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
+    return model
+    """, frozenset({"3.1.validation"})),
+    Variant("base_not_frozen", LORA, "apply_lora", _CHECKS + """
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
+    return model
+    """, frozenset({"3.1.only_adapters_trainable"})),
+    Variant("top_level_names_only", LORA, "apply_lora", _CHECKS + """
+    for name in names:
+        if not isinstance(getattr(model, name, None), nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for name in names:
+        setattr(model, name, LoRALinear(getattr(model, name), rank, alpha))
+    return model
+    """, frozenset({"3.1.replaces_targets"})),
+    Variant("casts_target_to_float32", LORA, "apply_lora", _CHECKS + """
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name].float(), rank, alpha))
+    return model
+    """, frozenset({"3.1.outputs_dtype_device"})),
+    # ---- 3.2 save_adapter / load_adapter
+    Variant("saves_base_weights", LORA, "save_adapter", """
+    torch.save({name: p.detach().cpu().clone() for name, p in model.named_parameters()}, path)
+    """, frozenset({"3.2.save_contents"})),
+    Variant("lenient_load", LORA, "load_adapter", """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            if name in params and params[name].shape == value.shape:
+                params[name].copy_(value)
+    """, frozenset({"3.2.load_rejects"})),
+    Variant("replaces_parameter_objects", LORA, "load_adapter", _VALIDATE_LOAD + """
+    for name, value in state.items():
+        module_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module_name), attr, nn.Parameter(value.clone()))
+    """, frozenset({"3.2.load_in_place"})),
+    Variant("loads_lora_A_only", LORA, "load_adapter", _VALIDATE_LOAD + """
+    with torch.no_grad():
+        for name, param in params.items():
+            if name.endswith("lora_A"):
+                param.copy_(state[name])
+    """, frozenset({"3.2.load_restores"})),
+    # ---- 3.3 build_config / train_microbatch
+    Variant("batch_size_without_world_size", ZERO, "build_config", _CONFIG_CHECKS + """
+    return {"train_batch_size": micro_batch * grad_accum, "train_micro_batch_size_per_gpu": micro_batch,
+            "gradient_accumulation_steps": grad_accum, "zero_optimization": {"stage": 2},
+            "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
+    """, frozenset({"3.3.config"})),
+    Variant("clipping_left_at_default", ZERO, "build_config", _CONFIG_CHECKS + """
+    return {"train_batch_size": world_size * micro_batch * grad_accum,
+            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+            "zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": True,
+            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
+    """, frozenset({"3.3.config"})),
+    Variant("no_config_validation", ZERO, "build_config", """
+    return {"train_batch_size": world_size * micro_batch * grad_accum,
+            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+            "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
+    """, frozenset({"3.3.config_errors"})),
+    Variant("loss_divided_by_accumulation_again", ZERO, "train_microbatch", """
+    loss = loss_fn(engine(inputs), targets)
+    engine.backward(loss / engine.gradient_accumulation_steps())
+    engine.step()
+    return float(loss.detach())
+    """, frozenset({"3.3.update"})),
+    Variant("steps_raw_optimizer", ZERO, "train_microbatch", """
+    loss = loss_fn(engine(inputs), targets)
+    engine.backward(loss)
+    engine.optimizer.step()
+    return float(loss.detach())
+    """, frozenset({"3.3.update"})),
+]
+
+
+# A build_config bug and a train_microbatch bug touch disjoint criteria (the update check trains with the
+# grader's config), so such pairs share one 2-rank DeepSpeed spawn; every other variant runs alone.
+PAIRED = [("batch_size_without_world_size", "loss_divided_by_accumulation_again"),
+          ("clipping_left_at_default", "steps_raw_optimizer")]
+_BY_NAME = {v.name: v for v in VARIANTS}
+GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
+GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]
+
+
+def _problem(variant: Variant) -> str:
+    return {"apply_lora": "3.1", "save_adapter": "3.2", "load_adapter": "3.2"}.get(variant.function, "3.3")
+
+
+def _grade_group(group: tuple, work: Path) -> dict:
+    problems = {_problem(v) for v in group}
+    assert len(problems) == 1 and len({(v.path, v.function) for v in group}) == len(group)
+    if len(group) == 1:
+        return grade_variant(group[0], problems.pop(), work)
+    kit = make_variant_kit(work / "kit", [(v.path, v.function, v.body) for v in group])
+    return {r.id: r for r in run_cases(all_cases(), kit, work / "runs", problem=problems.pop())}
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("group", GROUPS, ids=["+".join(v.name for v in g) for g in GROUPS])
+def test_variant_loses_only_its_criteria(group, tmp_path):
+    verdicts = _grade_group(group, tmp_path)
+    assert verdicts, "no criteria graded"
+    expected = set().union(*(v.fails for v in group))
+    assert failed_ids(verdicts) == expected, {cid: v.message[:300] for cid, v in verdicts.items() if not v.passed}
