@@ -37,7 +37,10 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
     Never raises for anything the submission does; an exception inside a
     criterion's own code is reported as status ``grader_error``.
     """
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="grading-"))
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
+            return run_case(case, kit_root, Path(scratch), timeout_scale, backend)
+    work_dir = Path(work_dir)
     result = launch(case.probe, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
                     args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                     backend=pick_backend(case.world_size, backend))
