@@ -170,3 +170,8 @@ def test_variant_loses_only_its_criteria(group, tmp_path):
     assert verdicts, "no criteria graded"
     expected = set().union(*(v.fails for v in group))
     assert failed_ids(verdicts) == expected, {cid: v.message[:300] for cid, v in verdicts.items() if not v.passed}
+    # init_engine keeps DeepSpeed from JIT-building its CPU shm op (DeepSpeed prints this line after any load).
+    logs = list(tmp_path.glob("**/p3_zero_2rank/rank*.stdout"))
+    assert logs or _problem(group[0]) != "3.3", "no rank logs of the 3.3 case"
+    for log in logs:
+        assert "shm_comm_op built successfully" not in log.read_text(errors="replace"), log
