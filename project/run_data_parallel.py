@@ -9,7 +9,7 @@ your ``average_gradients``. Backend ``auto`` picks NCCL (one GPU per rank)
 when there are enough GPUs, else gloo on the CPU. Per rank it writes
 ``metrics_rank<r>.json`` (per epoch: training time, real tokens per second,
 mean training loss; validation loss before and after training), and rank 0
-writes ``summary.json``, to ``<workdir>/out/data_parallel/``.
+writes ``summary.json``, to ``<workdir>/out/data_parallel/world<N>/``.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
         log(f"rank {rank} epoch {epoch}: train loss {metrics['epochs'][-1]['train_loss']:.4f}, "
             f"{tokens / seconds:,.0f} tokens/s, {seconds:.1f} s", args.quiet)
     metrics["val_loss_after"] = validation_loss()
-    folder = out_dir(args, NAME)
+    folder = out_dir(args, f"{NAME}/world{world_size}")
     write_json(folder / f"metrics_rank{rank}.json", metrics)
     if args.save_state and rank == 0:
         Path(args.save_state).parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     train, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
                                args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     check_args(args, world_size, len(train))
-    folder = out_dir(args, NAME)
+    folder = out_dir(args, f"{NAME}/world{world_size}")
     if env is None or env[0] == 0:
         for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
             old.unlink(missing_ok=True)

@@ -92,3 +92,29 @@ def test_tokenizer_cache_and_collate(tmp_path):
     cut = make_collate(tok, max_len=8)([{"src": list(range(10, 30)), "tgt": list(range(40, 60))}])
     assert cut["input_ids"].shape == (1, 8)
     assert cut["input_ids"][0].tolist() == [10, 11, 12, tok.sep_token_id, 40, 41, 42, tok.eos_token_id]
+
+
+def test_pretrained_tokenizer_and_model_paths_from_local_folders(tmp_path):
+    """--tokenizer NAME / --pretrained NAME (hub names in real use) through local folders, no network."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from project.model import build_model
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["Der Hund sieht die Katze .", "The dog sees the cat ."] * 5, vocab_size=300,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    plain = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")  # like gpt2
+    plain.save_pretrained(tmp_path / "tok")
+    tok = load_tokenizer(str(tmp_path / "tok"), [], tmp_path)
+    assert tok.pad_token_id is not None and tok.sep_token_id is not None and tok.eos_token_id is not None
+    assert len({tok.pad_token_id, tok.sep_token_id, tok.eos_token_id}) == 3 and len(tok) == len(plain) + 2
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(plain), n_layer=1, n_head=2, n_embd=16,
+                               n_positions=32)).save_pretrained(tmp_path / "model")
+    model = build_model("tiny", tok, pretrained=str(tmp_path / "model"))
+    assert model.config.n_layer == 1 and model.get_input_embeddings().num_embeddings == len(tok)
+    with pytest.raises(ConfigError, match="could not load pretrained model"):
+        build_model("tiny", tok, pretrained=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="unknown preset"):
+        build_model("huge", tok)

@@ -41,9 +41,10 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("project_runs")
 
 
-def _common(work: Path, out: str, dataset: str = "embedded") -> list[str]:
-    return ["--workdir", str(work), "--out_dir", str(work / out), "--dataset", dataset, "--n_train", str(N_TRAIN),
-            "--n_valid", "16", "--n_epochs", "2", "--lr", "3e-3", "--quiet"]
+def _common(work: Path, out: str | None, dataset: str = "embedded") -> list[str]:
+    """Tiny-run arguments; ``out=None`` keeps the default metrics folder ``<workdir>/out/...``."""
+    return ["--workdir", str(work), *(["--out_dir", str(work / out)] if out else []), "--dataset", dataset,
+            "--n_train", str(N_TRAIN), "--n_valid", "16", "--n_epochs", "2", "--lr", "3e-3", "--quiet"]
 
 
 def test_data_parallel_two_ranks_equal_one_rank_on_the_same_global_batches(work):
@@ -104,13 +105,13 @@ def test_pipeline_both_modes_train_and_agree(work):
 
     results = {}
     for mode in ("model_parallel", "pipeline_parallel"):
-        results[mode] = run_pipeline.main([*_common(work, "pipe"), "--model_parallel_mode", mode,
+        results[mode] = run_pipeline.main([*_common(work, None), "--model_parallel_mode", mode,
                                            "--batch_size", str(GLOBAL_BATCH), "--n_chunk", "4",
                                            "--timeline_steps", "2"])
     for mode, m in results.items():
         assert m["val_loss_after"] < m["val_loss_before"] - 0.5, (mode, m)
         assert all(e["tokens_per_s"] > 0 and e["steps"] == N_TRAIN // GLOBAL_BATCH for e in m["epochs"])
-        assert json.loads((work / "pipe" / f"metrics_{mode}.json").read_text())["epochs"] == m["epochs"]
+        assert json.loads((work / "out" / "pipeline" / f"metrics_{mode}.json").read_text())["epochs"] == m["epochs"]
         tasks_per_step = 2 * (4 if mode == "pipeline_parallel" else 1)
         first = [t for t in m["timeline"] if t["epoch"] == 0 and t["step"] == 0]
         assert len(first) == tasks_per_step and {t["stage"] for t in first} == {0, 1}
@@ -120,6 +121,11 @@ def test_pipeline_both_modes_train_and_agree(work):
     mp, pp = results["model_parallel"], results["pipeline_parallel"]
     assert abs(mp["val_loss_after"] - pp["val_loss_after"]) < 1e-3
     assert abs(mp["epochs"][0]["train_loss"] - pp["epochs"][0]["train_loss"]) < 1e-4
+
+    from project import plot
+    figures = plot.main(["--workdir", str(work)])
+    assert [f.name for f in figures] == ["throughput.png", "pipeline_timeline.png"]
+    assert all(f.stat().st_size > 1000 for f in figures)
 
 
 def test_finetune_lora_zero2_two_ranks(work):

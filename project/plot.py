@@ -1,0 +1,94 @@
+"""Plot what the entry points wrote: throughput per configuration and the pipeline timeline.
+
+    python project/plot.py                 # reads <workdir>/out, writes <workdir>/out/plots/*.png
+
+- ``throughput.png``: real tokens per second (median over epochs) of every
+  data-parallel world size and both pipeline modes that have metrics;
+- ``pipeline_timeline.png``: one recorded training step per mode, a bar per
+  stage task (forward passes only: backward runs in autograd's own threads).
+For the graded figures and ``performance_summary.json`` use
+``scripts/run_benchmarks.py``; this script only draws your own runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python project/plot.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from project.data import ConfigError
+from project.train_lib import run_cli
+
+
+def collect(out: Path) -> dict[str, dict]:
+    """``{label: metrics}`` for every run found under ``out`` (data-parallel summaries, pipeline metrics)."""
+    runs = {}
+    for path in sorted(out.glob("data_parallel/world*/summary.json")):
+        summary = json.loads(path.read_text())
+        runs[f"DP {summary['world_size']} rank(s)"] = summary
+    for mode in ("model_parallel", "pipeline_parallel"):
+        path = out / "pipeline" / f"metrics_{mode}.json"
+        if path.exists():
+            runs[mode.replace("_", " ")] = json.loads(path.read_text())
+    return runs
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Draw the figures; return their paths. Raises ConfigError when there is nothing to plot."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="workdir")
+    parser.add_argument("--out_dir", default=None, help="default: <workdir>/out/plots")
+    args = parser.parse_args(argv)
+    runs = collect(Path(args.workdir) / "out")
+    if not runs:
+        raise ConfigError(f"no metrics under {Path(args.workdir) / 'out'}: run project/run_data_parallel.py or "
+                          f"project/run_pipeline.py first")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = list(runs)
+    speeds = [statistics.median(e["tokens_per_s"] for e in runs[k]["epochs"]) for k in labels]
+    ax.bar(labels, speeds, color="tab:blue")
+    ax.set_ylabel("real tokens / s (median over epochs)")
+    ax.tick_params(axis="x", rotation=15)
+    for x, s in enumerate(speeds):
+        ax.annotate(f"{s:,.0f}", (x, s), ha="center", va="bottom", fontsize=8)
+        print(f"{labels[x]:>20}: {s:,.0f} tokens/s")
+    fig.tight_layout()
+    written.append(folder / "throughput.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    modes = [k for k in ("model parallel", "pipeline parallel") if k in runs and runs[k].get("timeline")]
+    if modes:
+        fig, axes = plt.subplots(len(modes), 1, figsize=(7, 1.6 + 1.2 * len(modes)), squeeze=False)
+        for ax, mode in zip(axes[:, 0], modes):
+            timeline = runs[mode]["timeline"]
+            last = max((t["epoch"], t["step"]) for t in timeline)
+            for t in (t for t in timeline if (t["epoch"], t["step"]) == last):
+                ax.barh(t["stage"], t["end"] - t["start"], left=t["start"], color=f"C{t['task_index'] % 10}",
+                        edgecolor="black")
+            ax.set_yticks(sorted({t["stage"] for t in timeline}))
+            ax.set_ylabel("stage")
+            ax.set_title(f"{mode}: forward tasks of epoch {last[0]} step {last[1]}", fontsize=9)
+        axes[-1, 0].set_xlabel("seconds since the step started")
+        fig.tight_layout()
+        written.append(folder / "pipeline_timeline.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return written
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
