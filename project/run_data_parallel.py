@@ -85,7 +85,7 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
 
     def validation_loss() -> float:
         model.eval()
-        loss = evaluate(model, valid, collate, 64, device)
+        loss = evaluate(model, valid, collate, 64, device, quiet)
         model.train()
         return loss
 

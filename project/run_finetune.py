@@ -81,10 +81,13 @@ def lora_model(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
 
     model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
     if args.base_state:
-        state = torch.load(args.base_state, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(args.base_state, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(f"--base_state {args.base_state}: not a torch.save'd state_dict ({exc})") from None
         try:
             model.load_state_dict(state)
-        except RuntimeError as exc:
+        except (RuntimeError, TypeError, AttributeError) as exc:
             raise ConfigError(f"--base_state {args.base_state} does not fit --preset {args.preset} "
                               f"with this tokenizer: {str(exc).splitlines()[0]}") from None
     conv1d_to_linear(model)
@@ -134,7 +137,7 @@ def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int,
 
     def validation_loss(net: torch.nn.Module) -> float:
         net.eval()
-        loss = evaluate(net, valid, collate, 64, next(net.parameters()).device)
+        loss = evaluate(net, valid, collate, 64, next(net.parameters()).device, quiet)
         net.train()
         return loss
 
@@ -212,9 +215,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     check_common_args(args)
     resolve_backend(args.backend, local_ranks)
     quiet_libraries()
-    train, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
-                               args.seed)
+    train, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                       args.n_valid, args.seed)
     check_args(args, world_size, len(train))
+    if args.base_state:
+        lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME)
     if env is None or env[0] == 0:
         for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:

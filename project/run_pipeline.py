@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def validation_loss() -> float:
         model.eval()
-        loss = evaluate(net, valid, collate, args.batch_size, devices[0])
+        loss = evaluate(net, valid, collate, args.batch_size, devices[0], args.quiet)
         model.train()
         return loss
 

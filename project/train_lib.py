@@ -87,14 +87,15 @@ def lm_loss(output, labels: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(forward: Callable[[torch.Tensor], object], examples: list, collate: Callable, batch_size: int,
-             device: torch.device | str = "cpu") -> float:
+             device: torch.device | str = "cpu", quiet: bool = True) -> float:
     """Token-level mean cross entropy of the targets of ``examples`` (a validation loss).
 
     ``forward(input_ids)`` returns logits or a model output; runs under
     ``no_grad``. Callers put the model in eval mode if it has dropout.
+    A progress bar shows unless ``quiet``.
     """
     total, count = 0.0, 0
-    for start in range(0, len(examples), batch_size):
+    for start in progress(range(0, len(examples), batch_size), quiet, desc="validation", unit="batch"):
         batch = collate(examples[start:start + batch_size])
         logits = logits_of(forward(batch["input_ids"].to(device)))
         labels = batch["labels"].to(logits.device)

@@ -162,6 +162,9 @@ def test_bad_arguments_are_config_errors(work):
         run_pipeline.main([*common, "--dataset", str(work / "no_such_folder")])
     with pytest.raises(ConfigError, match="--micro_batch"):
         run_finetune.main([*common, "--micro_batch", "0"])
+    torch.save({"transformer.wte.weight": torch.zeros(3, 3)}, work / "unrelated.pt")
+    with pytest.raises(ConfigError, match="does not fit --preset tiny"):
+        run_finetune.main([*common, "--base_state", str(work / "unrelated.pt")])
     if (torch.cuda.device_count() if torch.cuda.is_available() else 0) < 2:
         with pytest.raises(ConfigError, match="nccl needs one GPU per rank"):
             run_data_parallel.main([*common, "--world_size", "2", "--backend", "nccl"])
