@@ -35,6 +35,7 @@ NAME = "data_parallel"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world_size", type=int, default=2, help="ranks to start (under torchrun: its own)")

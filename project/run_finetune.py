@@ -46,6 +46,7 @@ ADAM_STATE_BYTES = 8                           # exp_avg + exp_avg_sq, fp32, per
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world_size", type=int, default=2, help="ranks to start (under torchrun: its own)")
@@ -240,6 +241,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(f"  optimizer state per rank: {measured} bytes; ZeRO-2 formula 8 * P / N = "
           f"{s['formula_state_bytes_per_rank']:,.0f} (unsharded: {s['unsharded_state_bytes']:,})")
     print(f"  metrics and adapter: {folder}")
+    if not args.base_state and not args.pretrained:
+        print("  note: the base model was randomly initialised, so LoRA alone can only lower the loss a little; "
+              "start from trained weights with --base_state (run_data_parallel.py --save_state) or --pretrained")
     return s
 
 

@@ -35,6 +35,7 @@ MODES = ("model_parallel", "pipeline_parallel")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_parallel_mode", choices=MODES, default="pipeline_parallel")
