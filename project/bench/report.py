@@ -1,0 +1,113 @@
+"""From raw run records to the summary's numbers, thresholds and the console table (no torch, no I/O).
+
+A record is one run as the suite logs it (one JSON line in ``runs.jsonl``)::
+
+    {"group": "data_parallel", "variant": "world_size_2", "repeat": 0, "position": 1, "warmup": false,
+     "role": "pair", "ranks": [[[start, end], ...], ...], "tokens": 4711, "timeline": [...] | null}
+"""
+from __future__ import annotations
+
+from project.bench import stats
+
+
+def variant_summary(records: list[dict]) -> dict:
+    """Per-repeat run times (repeat order), medians and real-token throughput of one variant's timed runs."""
+    runs = sorted((r for r in records if not r["warmup"]), key=lambda r: r["repeat"])
+    times = [stats.run_time(r["ranks"]) for r in runs]
+    steps = [t for r in runs for t in stats.step_times(r["ranks"])]
+    tokens = runs[0]["tokens"]
+    out = {"role": runs[0]["role"], "ranks": len(runs[0]["ranks"]), "steps_per_run": len(runs[0]["ranks"][0]),
+           "run_times_s": times, "median_s": stats.median(times), "step_time_median_s": stats.median(steps),
+           "tokens_per_run": tokens, "tokens_per_s": [tokens / t for t in times],
+           "median_tokens_per_s": stats.median([tokens / t for t in times])}
+    timelines = [r["timeline"] for r in runs if r.get("timeline")]
+    if timelines:
+        forward = [[t for t in tl if t["stage"] != "backward"] for tl in timelines]
+        backward = [next(t for t in tl if t["stage"] == "backward") for tl in timelines]
+        stages = 1 + max(t["stage"] for t in forward[0])
+        out["forward_s_median"] = stats.median([b["start"] for b in backward])
+        out["backward_and_step_s_median"] = stats.median([b["end"] - b["start"] for b in backward])
+        out["measured_bubble_median"] = stats.median([stats.measured_bubble(f, stages) for f in forward])
+        out["stages"] = stages
+    return out
+
+
+def ratio(variants: dict, numerator: str, denominator: str, meaning: str) -> dict:
+    """Paired per-repeat ratios ``time(numerator) / time(denominator)`` and their median."""
+    paired = stats.paired_ratios(variants[numerator]["run_times_s"], variants[denominator]["run_times_s"])
+    return {"numerator": numerator, "denominator": denominator, "paired": paired, "median": stats.median(paired),
+            "meaning": meaning}
+
+
+def group_summary(records: list[dict], ratios: list[tuple[str, str, str, str]]) -> dict:
+    """``{"variants": {...}, "ratios": {...}}`` of one group; ``ratios`` are ``(key, num, den, meaning)``."""
+    names = list(dict.fromkeys(r["variant"] for r in records))
+    variants = {name: variant_summary([r for r in records if r["variant"] == name]) for name in names}
+    return {"variants": variants,
+            "ratios": {key: ratio(variants, num, den, meaning) for key, num, den, meaning in ratios
+                       if num in variants and den in variants}}
+
+
+def judge(summary: dict, dp_threshold: float, pp_threshold: float, gpus: int) -> dict:
+    """The threshold verdicts: pass/fail on a machine with 2 GPUs, ``not_applicable`` elsewhere.
+
+    DP: median paired speedup of world size 2 over 1. PP: the best median
+    paired speedup of pipeline_parallel over model_parallel among the
+    ``n_chunk`` values tried. A section that failed to run counts as a miss.
+    """
+    applicable = gpus >= 2
+    reason = ("2 GPUs present: thresholds apply" if applicable else
+              f"the thresholds are defined for 2 GPUs and this machine has {gpus}; they do not apply here "
+              "(numbers are reported, not judged)")
+    dp = summary.get("data_parallel", {}).get("ratios", {}).get("speedup", {}).get("median")
+    pp_ratios = {k: v["median"] for k, v in summary.get("pipeline", {}).get("ratios", {}).items()
+                 if k.startswith("speedup_m")}
+    best = max(pp_ratios, key=pp_ratios.get) if pp_ratios else None
+    verdicts = {}
+    for key, measured, threshold, what in (
+            ("dp_speedup", dp, dp_threshold, "time(world size 1) / time(world size 2), median of paired repeats"),
+            ("pp_speedup", pp_ratios.get(best), pp_threshold,
+             f"time(model_parallel) / time(pipeline_parallel), best n_chunk ({best})")):
+        status = "not_applicable" if not applicable else (
+            "fail" if measured is None or measured < threshold else "pass")
+        verdicts[key] = {"threshold": threshold, "measured": measured, "status": status, "definition": what}
+    return {"applicable": applicable, "reason": reason, "gpus": gpus, **verdicts}
+
+
+def exit_code(summary: dict) -> int:
+    """2 when a part could not run, 1 when grader mode missed an applicable threshold, else 0."""
+    if summary.get("errors"):
+        return 2
+    th = summary.get("thresholds", {})
+    missed = summary.get("mode") == "grader" and th.get("applicable") and any(
+        th[k]["status"] == "fail" for k in ("dp_speedup", "pp_speedup"))
+    return 1 if missed else 0
+
+
+def table(summary: dict) -> str:
+    """The console report: one line per ratio, the thresholds, the checks and any errors."""
+    lines = []
+    for group in ("data_parallel", "pipeline", "finetune"):
+        if group not in summary:
+            continue
+        lines.append(f"{group}:")
+        for name, v in summary[group]["variants"].items():
+            extra = f"  bubble {v['measured_bubble_median']:.2f}" if "measured_bubble_median" in v else ""
+            lines.append(f"  {name:<28} {1000 * v['step_time_median_s']:9.1f} ms/step  "
+                         f"{v['median_tokens_per_s']:>10,.0f} tokens/s{extra}")
+        for key, r in summary[group]["ratios"].items():
+            lines.append(f"  {key:<28} {r['median']:6.2f}x  ({r['numerator']} / {r['denominator']}; "
+                         f"paired {', '.join(f'{x:.2f}' for x in r['paired'])})")
+    for name, check in summary.get("checks", {}).items():
+        lines.append(f"check {name}: max abs diff {check['max_abs_diff']:.2e} (ok: {check['ok']})")
+    th = summary.get("thresholds", {})
+    for key in ("dp_speedup", "pp_speedup"):
+        if key in th:
+            m = th[key]["measured"]
+            lines.append(f"threshold {key}: {'-' if m is None else f'{m:.2f}x'} vs {th[key]['threshold']}x -> "
+                         f"{th[key]['status']}")
+    if th and not th["applicable"]:
+        lines.append(f"  ({th['reason']})")
+    for section, error in summary.get("errors", {}).items():
+        lines.append(f"ERROR in {section}: {error.strip().splitlines()[-1] if error.strip() else error}")
+    return "\n".join(lines)

@@ -1,0 +1,315 @@
+"""The measurement plan: build the workload, start the workers, run each group, write the summary.
+
+For every group of variants (data parallel, pipeline, fine-tuning)::
+
+    warm-up:   each variant once, ``warmup`` steps, not timed
+    repeat r:  every variant once, in ``rotation(variants, r)`` order, ``steps`` timed steps each
+    ratio:     per repeat, time(a) / time(b); reported: the paired ratios and their median
+
+Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
+before anything is derived from it; ``performance_summary.json`` holds the
+derived numbers and the path of that log.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from project.bench import SUMMARY_NAME, report
+from project.bench.pool import BenchError, Pool
+from project.bench.stats import rotation
+from project.bench.workload import WorkloadSpec
+
+GRAD_TOLERANCE = 1e-5   # max abs gradient difference accepted as "the same" (fp32, other summation orders)
+
+
+@dataclass
+class Options:
+    """Everything a benchmark run needs; ``quick`` picks the small defaults of the ``None`` fields."""
+
+    mode: str = "student"
+    quick: bool = False
+    peers: bool = False
+    preset: str = "tiny"
+    batch_size: int | None = None
+    max_len: int = 64
+    steps: int | None = None
+    warmup: int | None = None
+    repeats: int | None = None
+    n_chunks: tuple[int, ...] | None = None
+    gpipe_chunks: int = 4
+    dp_threshold: float = 1.4
+    pp_threshold: float = 1.1
+    threads: int | None = None
+    workdir: str = "workdir"
+    figures_dir: str = "submit_figures"
+    timeout_s: float = 300.0
+    seed: int = 0
+    argv: list[str] = field(default_factory=list)
+
+    def resolved(self) -> Options:
+        """A copy with every ``None`` replaced by its default (smaller ones under ``quick``)."""
+        import torch
+
+        q = self.quick
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return Options(**{**asdict(self),
+                          "batch_size": self.batch_size or (16 if q else 32), "steps": self.steps or (2 if q else 4),
+                          "warmup": self.warmup if self.warmup is not None else (1 if q else 2),
+                          "repeats": self.repeats or (3 if q else 5),
+                          "n_chunks": tuple(self.n_chunks or ((2, 4) if q else (2, 4, 8))),
+                          "threads": self.threads if self.threads is not None else (0 if gpus else 1)}).validated()
+
+    def validated(self) -> Options:
+        """``self`` after checking the sizes; raises ValueError naming the bad option."""
+        if self.mode not in ("student", "grader"):
+            raise ValueError(f"mode must be student or grader, got {self.mode!r}")
+        if self.batch_size < 2 or self.batch_size % 2:
+            raise ValueError(f"--batch_size must be even and >= 2 (it is split over 2 ranks), got {self.batch_size}")
+        for name in ("steps", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
+        for m in (*self.n_chunks, self.gpipe_chunks):
+            if not 1 <= m <= self.batch_size:
+                raise ValueError(f"micro-batch counts must lie in [1, batch_size={self.batch_size}], got {m}")
+        if self.peers and self.batch_size % self.gpipe_chunks:
+            raise ValueError(f"--gpipe_chunks {self.gpipe_chunks} must divide --batch_size {self.batch_size}")
+        return self
+
+
+# (variant name, worker role, stepper kind, stepper options)
+DP_OURS = [("world_size_1", "solo", "dp_ours", {}), ("world_size_2", "pair", "dp_ours", {})]
+DP_PEERS = [("ddp", "pair", "dp_ddp", {}), ("flat_allreduce", "pair", "dp_flat", {}),
+            ("comm_ours", "pair", "comm_ours", {}), ("comm_floor", "pair", "comm_floor", {}),
+            ("capacity_sequential", "solo", "no_comm_sequential", {}), ("capacity_concurrent", "pair", "no_comm", {})]
+DP_RATIOS = [
+    ("speedup", "world_size_1", "world_size_2", "speedup of world size 2 over 1 (same global batches)"),
+    ("ours_over_ddp", "world_size_2", "ddp", "our step time / DistributedDataParallel's (>1: ours slower)"),
+    ("ours_over_flat", "world_size_2", "flat_allreduce", "our step time / one-flat-all-reduce step's"),
+    ("comm_ours_over_floor", "comm_ours", "comm_floor",
+     "average_gradients time / one bare all-reduce of all gradients (communication floor)"),
+    ("comm_share_of_step", "comm_ours", "world_size_2", "average_gradients time / whole world-size-2 step"),
+    ("parallel_capacity", "capacity_sequential", "capacity_concurrent",
+     "two copies of one rank's work one after the other / both at once (2.0 = two free devices)"),
+    ("speedup_bound", "world_size_1", "capacity_concurrent",
+     "world size 1 / two ranks' work at once without communication: the best DP speedup here"),
+]
+
+
+def _pp_variants(opts: Options) -> tuple[list, list]:
+    variants = [("model_parallel", "solo", "pipeline_ours", {"mode": "model_parallel", "n_chunk": 1})]
+    ratios = []
+    for m in opts.n_chunks:
+        variants.append((f"pipeline_parallel_m{m}", "solo", "pipeline_ours", {"mode": "pipeline_parallel",
+                                                                              "n_chunk": m}))
+        ratios.append((f"speedup_m{m}", "model_parallel", f"pipeline_parallel_m{m}",
+                       f"speedup of pipeline_parallel with {m} micro-batches over model_parallel"))
+    if opts.peers:
+        g = opts.gpipe_chunks
+        variants.append((f"gpipe_m{g}", "pair", "gpipe", {"n_chunk": g}))
+        if g in opts.n_chunks:
+            ratios.append((f"ours_over_gpipe_m{g}", f"pipeline_parallel_m{g}", f"gpipe_m{g}",
+                           f"our Pipe step time / torch ScheduleGPipe's on 2 ranks, {g} micro-batches"))
+    return variants, ratios
+
+
+FT_VARIANTS = [("lora_ours", "solo", "lora_ours", {}), ("lora_peft", "solo", "lora_peft", {})]
+FT_RATIOS = [("ours_over_peft", "lora_ours", "lora_peft", "our LoRA step time / PEFT's (>1: ours slower)")]
+
+
+class _Runner:
+    """Runs groups of variants on a pool and appends every run to the raw log."""
+
+    def __init__(self, pool: Pool, opts: Options, tokens_per_run: int, log_path: Path, echo: Callable):
+        self.pool, self.opts, self.tokens, self.log_path, self.echo = pool, opts, tokens_per_run, log_path, echo
+
+    def group(self, name: str, variants: list) -> list[dict]:
+        opts, records = self.opts, []
+        indices = list(range(opts.steps))
+        warm = [i % opts.steps for i in range(opts.warmup)]
+        by_name = {v[0]: v for v in variants}
+        plan = [(-1, [v[0] for v in variants])] if warm else []
+        plan += [(r, rotation([v[0] for v in variants], r)) for r in range(opts.repeats)]
+        for repeat, order in plan:
+            for position, variant in enumerate(order):
+                _, role, kind, options = by_name[variant]
+                results = self.pool.call(role, "run", key=variant, kind=kind,
+                                         indices=warm if repeat < 0 else indices, options=options)
+                record = {"group": name, "variant": variant, "repeat": max(repeat, 0), "position": position,
+                          "warmup": repeat < 0, "role": role, "batch_indices": warm if repeat < 0 else indices,
+                          "tokens": self.tokens if repeat >= 0 else None,
+                          "ranks": [res["stamps"] for res in results], "timeline": results[0]["timeline"]}
+                with self.log_path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                records.append(record)
+            if repeat >= 0:
+                self.echo(f"  {name}: repeat {repeat + 1}/{opts.repeats} done")
+        for role in ("solo", "pair"):
+            self.pool.call(role, "clear")
+        return records
+
+
+def _grad_checks(pool: Pool, opts: Options) -> dict:
+    """Gradients of ours and the peers on global batch 0, from the same weights, compared (max abs diff)."""
+    import torch
+
+    def load(paths: list[str]) -> dict:
+        out: dict = {}
+        for path in paths:   # the ranks of a pipeline hold different parameters; a tied one gets both parts
+            for name, grad in torch.load(path, weights_only=True).items():
+                out[name] = out[name] + grad if name in out else grad
+        return out
+
+    def diff(a: dict, b: dict) -> float:
+        if set(a) != set(b):
+            raise BenchError(f"gradient sets differ: {sorted(set(a) ^ set(b))[:5]}")
+        return max((a[n] - b[n]).abs().max().item() for n in a)
+
+    g = opts.gpipe_chunks
+    # untimed, so the solo and the pair workers run at the same time
+    first = pool.call_both({"solo": ("grads", {"variant": "serial"}), "pair": ("grads", {"variant": "dp_ours"})})
+    second = pool.call_both({"solo": ("grads", {"variant": "pipe_ours", "n_chunk": g}),
+                             "pair": ("grads", {"variant": "dp_ddp"})})
+    third = pool.call_both({"solo": ("lora_check", {}), "pair": ("grads", {"variant": "dp_flat"})})
+    gpipe_paths = pool.call("pair", "grads", variant="gpipe", n_chunk=g)
+    serial, ours = load(first["solo"]), load(second["solo"])
+    scale = max(g.abs().max().item() for g in serial.values())
+    checks = {}
+    for variant, paths in (("dp_ours", first["pair"]), ("dp_ddp", second["pair"]), ("dp_flat", third["pair"])):
+        worst = max(diff(load([p]), serial) for p in paths)
+        checks[f"{variant}_vs_serial"] = {"max_abs_diff": worst, "reference_max_abs": scale}
+    checks[f"pipe_ours_m{g}_vs_serial"] = {"max_abs_diff": diff(ours, serial), "reference_max_abs": scale}
+    checks[f"gpipe_m{g}_vs_pipe_ours"] = {"max_abs_diff": diff(load(gpipe_paths), ours), "reference_max_abs": scale}
+    lora = third["solo"][0]
+    checks["lora_peft_vs_ours_grads"] = {"max_abs_diff": lora["grad_max_abs_diff"],
+                                         "reference_max_abs": lora["grad_max_abs"]}
+    checks["lora_peft_vs_ours_logits"] = {"max_abs_diff": lora["logits_max_abs_diff"], "reference_max_abs": None}
+    for check in checks.values():
+        check["ok"] = check["max_abs_diff"] <= GRAD_TOLERANCE
+        check["tolerance"] = GRAD_TOLERANCE
+    checks["lora_peft_vs_ours_grads"]["trainable_parameters"] = lora["trainable_parameters"]
+    return checks
+
+
+def _hardware(pool: Pool) -> dict:
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {"cpu": model, "cpu_count": os.cpu_count(),
+            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "gpus": [torch.cuda.get_device_name(k) for k in range(gpus)], "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "workers": {role: info for role, info in pool.info.items()}}
+
+
+def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
+    """Run the whole benchmark; write the raw log, the summary and the figures; return ``(summary, exit code)``.
+
+    Exit code: 0 fine (or thresholds not applicable), 1 a threshold missed
+    in grader mode on 2 GPUs, 2 a group could not run (its error is in the
+    summary; the other groups are still measured).
+    """
+    import torch
+
+    from project.bench import figures
+
+    opts = opts.resolved()
+    t_start, plain = time.perf_counter(), echo
+    echo = lambda text: plain(f"[{time.perf_counter() - t_start:6.1f} s] {text}")  # noqa: E731
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(opts.workdir) / "perf" / stamp
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / "runs.jsonl"
+    spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir)
+    echo(f"benchmark ({opts.mode}{', quick' if opts.quick else ''}{', peers' if opts.peers else ''}): "
+         f"raw logs in {folder}")
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    echo("starting the worker processes (solo + pair) ...")
+    with Pool(folder, opts.threads, opts.timeout_s) as pool:
+        echo("building the workload (data, tokenizer, model) ...")
+        workload = pool.call("solo", "build", spec=asdict(spec), path=str(folder / "workload.pt"))[0]
+
+        def restart() -> None:
+            pool.restart()
+            pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
+        pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
+        summary = _measure(pool, restart, opts, workload, log_path, echo)
+    summary["raw_log"] = str(log_path)
+    summary["hardware"]["load_average_before_after"] = [load_before, os.getloadavg() if load_before else None]
+    summary["wall_time_s"] = time.perf_counter() - t_start
+    if "pipeline" in summary:
+        summary["pipeline"]["timeline"] = _timeline(log_path, opts)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    summary["thresholds"] = report.judge(summary, opts.dp_threshold, opts.pp_threshold, gpus)
+    out = Path(opts.figures_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary["figures"] = figures.draw_all(summary, out)
+    (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=1) + "\n")
+    (folder / SUMMARY_NAME).write_text(json.dumps(summary, indent=1) + "\n")
+    return summary, report.exit_code(summary)
+
+
+def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: dict, log_path: Path,
+             echo: Callable[[str], None]) -> dict:
+    """The checks (with peers) and every group, on a started pool; returns the summary so far."""
+    tokens = sum(workload["real_tokens_per_batch"])
+    summary: dict = {"schema": "assignment5-benchmark/1", "mode": opts.mode, "quick": opts.quick,
+                     "peers": opts.peers, "created": datetime.datetime.now().isoformat(timespec="seconds"),
+                     "command": opts.argv, "options": asdict(opts), "errors": {}}
+    summary["workload"] = {**workload, "tokens_per_run": tokens, "warmup_steps": opts.warmup,
+                           "repeats": opts.repeats, "threads_per_worker": opts.threads or "torch default",
+                           "token_count": "real tokens (attention_mask == 1), padding excluded",
+                           "step_time": "max over ranks of each rank's step time; run time = sum over steps"}
+    groups = [("data_parallel", DP_OURS + (DP_PEERS if opts.peers else []), DP_RATIOS),
+              ("pipeline", *_pp_variants(opts))]
+    if opts.peers:
+        groups.append(("finetune", FT_VARIANTS, FT_RATIOS))
+    summary["hardware"] = _hardware(pool)
+    if opts.peers:
+        echo("checking that ours and the peers compute the same gradients ...")
+        try:
+            summary["checks"] = _grad_checks(pool, opts)
+        except BenchError as exc:
+            summary["errors"]["checks"] = str(exc)
+            restart()
+    for name, variants, ratios in groups:
+        echo(f"measuring {name}: {', '.join(v[0] for v in variants)}")
+        try:
+            summary[name] = report.group_summary(_Runner(pool, opts, tokens, log_path, echo).group(name, variants),
+                                                 ratios)
+        except BenchError as exc:
+            summary["errors"][name] = str(exc)
+            echo(f"  {name} FAILED: {str(exc).strip().splitlines()[-1]}")
+            restart()
+    return summary
+
+
+def _timeline(log_path: Path, opts: Options) -> dict:
+    """The Gantt data: the last step of the median-time run of model_parallel and of the largest n_chunk."""
+    from project.bench import stats
+
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    m = max(opts.n_chunks)
+    out = {"stages": 2, "microbatches": m, "theoretical_bubble": stats.theoretical_bubble(m, 2)}
+    for variant in ("model_parallel", f"pipeline_parallel_m{m}"):
+        runs = sorted((r for r in records if r["variant"] == variant and not r["warmup"] and r["timeline"]),
+                      key=lambda r: stats.run_time(r["ranks"]))
+        if not runs:
+            continue
+        chosen = runs[(len(runs) - 1) // 2]
+        tasks = chosen["timeline"]
+        forward = [t for t in tasks if t["stage"] != "backward"]
+        out[variant] = {"repeat": chosen["repeat"], "tasks": tasks,
+                        "measured_bubble": stats.measured_bubble(forward, 2)}
+    return out

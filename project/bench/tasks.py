@@ -1,0 +1,302 @@
+"""What a worker process runs: steppers over the student API ("ours"), the timed loop, the command loop.
+
+A *stepper* is built once per variant and cached, so its set-up (model copy,
+optimizer, worker threads, DDP buckets) is outside the timing and the
+warm-up run warms it. ``timed`` then stamps every step::
+
+    [barrier]  sync  t0 = perf_counter()  step(i)  sync  t1 = perf_counter()
+
+(barrier on multi-rank workers, so the ranks start each step together;
+``sync`` waits for a GPU). Peers (DDP, torch pipelining, PEFT) live in
+``project.bench.peers`` and plug into the same loop.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from project.bench.workload import fresh_model, load_workload
+
+
+@dataclass
+class Stepper:
+    """``step(batch_index)`` runs one training step; ``prepare()`` (untimed) runs before every run."""
+
+    step: Callable[[int], Any]
+    prepare: Callable[[], None] = lambda: None
+    close: Callable[[], None] = lambda: None
+    timeline: Callable[[], list] | None = None   # per-step tasks of the last step, when recorded
+
+
+@dataclass
+class Context:
+    """One worker's world: its role (``solo`` or ``pair``), rank, device, workload and cached steppers."""
+
+    role: str
+    rank: int
+    world_size: int
+    device: torch.device
+    folder: Path
+    workload: dict
+    steppers: dict[str, Stepper] = field(default_factory=dict)
+
+    def batch(self, index: int, rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids, labels)`` of global batch ``index`` on this device: this rank's rows when ``rows``."""
+        b = self.workload["batches"][index]
+        x, y = b["input_ids"], b["labels"]
+        if rows and self.world_size > 1:
+            share = x.shape[0] // self.world_size
+            x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
+        return x.to(self.device), y.to(self.device)
+
+    def half(self, index: int, part: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of global batch ``index`` that rank ``part`` of world size 2 trains on."""
+        b = self.workload["batches"][index]
+        share = b["input_ids"].shape[0] // 2
+        sl = slice(part * share, (part + 1) * share)
+        return b["input_ids"][sl].to(self.device), b["labels"][sl].to(self.device)
+
+    def sync(self) -> None:
+        """Wait for every GPU this process may have used (a pipeline's stages sit on several)."""
+        if self.device.type == "cuda":
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(index)
+
+    def model(self) -> torch.nn.Module:
+        return fresh_model(self.workload, self.device)
+
+
+def pipeline_devices(ctx: Context, stages: int = 2) -> list[torch.device]:
+    """Stage devices as ``project/run_pipeline.py`` picks them: one GPU each, else all on one GPU, else CPU."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= stages:
+        return [torch.device(f"cuda:{k}") for k in range(stages)]
+    return [torch.device("cuda:0" if gpus else "cpu")] * stages
+
+
+# -- ours: steppers on the student API --------------------------------------------------------------------
+
+def dp_ours(ctx: Context) -> Stepper:
+    """Data parallel with the student's ``train_step`` (which calls ``average_gradients``), AdamW."""
+    from data_parallel.comm import train_step
+    from project.train_lib import lm_loss
+
+    model = ctx.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return Stepper(lambda i: train_step(model, optimizer, *ctx.batch(i), lm_loss))
+
+
+def local_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               between: Callable[[], None] = lambda: None) -> None:
+    """zero_grad, forward, ``lm_loss``, backward, ``between()`` (e.g. a gradient all-reduce), optimizer step."""
+    from project.train_lib import lm_loss
+
+    optimizer.zero_grad()
+    lm_loss(model(x), y).backward()
+    between()
+    optimizer.step()
+
+
+def no_comm(ctx: Context) -> Stepper:
+    """This rank's share of the data-parallel work without any communication (parallel-capacity probe)."""
+    model = ctx.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return Stepper(lambda i: local_step(model, optimizer, *ctx.batch(i)))
+
+
+def no_comm_sequential(ctx: Context) -> Stepper:
+    """Both ranks' shares, one after the other, in one process (what two devices would do at once)."""
+    model = ctx.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        for part in range(2):
+            local_step(model, optimizer, *ctx.half(i, part))
+    return Stepper(step)
+
+
+def comm_ours(ctx: Context) -> Stepper:
+    """Only the student's ``average_gradients`` on a model holding real gradients (reset before each run)."""
+    from data_parallel.comm import average_gradients
+    from project.train_lib import lm_loss
+
+    model = ctx.model()
+    lm_loss(model(ctx.batch(0)[0]), ctx.batch(0)[1]).backward()
+    saved = [p.grad.clone() for p in model.parameters()]
+
+    def prepare() -> None:   # repeated averaging would halve the values towards denormals
+        for p, g in zip(model.parameters(), saved):
+            p.grad.copy_(g)
+    return Stepper(lambda i: average_gradients(model), prepare)
+
+
+def _hook_timeline(stages: list[torch.nn.Module], record: list) -> None:
+    """Stamp each stage call (model parallel has no stage workers that keep a timeline)."""
+    for j, stage in enumerate(stages):
+        stage.register_forward_pre_hook(lambda m, a, j=j: record.append({"stage": j, "start": time.perf_counter()}))
+        stage.register_forward_hook(lambda m, a, o, j=j: [t for t in record if t["stage"] == j][-1].update(
+            end=time.perf_counter()))
+
+
+def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
+    """``build_pipeline_gpt2`` (the student's stages and ``Pipe``) in ``mode``; AdamW; records a timeline.
+
+    The timeline of the last step holds the forward task of every (stage,
+    micro-batch) with start/end relative to the step's start, plus one
+    ``backward`` entry (loss, backward and optimizer step, run by this thread).
+    """
+    import math
+
+    from pipeline.gpt2 import build_pipeline_gpt2
+    from project.train_lib import lm_loss
+
+    model = ctx.model()
+    devices = pipeline_devices(ctx)
+    batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
+    net = build_pipeline_gpt2(model, devices, mode, split_size=math.ceil(batch_size / n_chunk))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    record: list = []
+    if mode == "model_parallel":
+        _hook_timeline(list(net.stages), record)
+    last: list = []
+
+    def step(i: int) -> None:
+        x, y = ctx.batch(i, rows=False)
+        source = net.workers.timeline if mode == "pipeline_parallel" else record
+        del source[:]
+        t0 = time.perf_counter()
+        optimizer.zero_grad()
+        logits = net(x)
+        t1 = time.perf_counter()
+        lm_loss(logits, y).backward()
+        optimizer.step()
+        ctx.sync()
+        t2 = time.perf_counter()
+        tasks = sorted(source, key=lambda t: (t["stage"], t["start"]))
+        per_stage: dict[int, int] = {}
+        last[:] = []
+        for t in tasks:
+            index = per_stage.get(t["stage"], 0)
+            per_stage[t["stage"]] = index + 1
+            last.append({"stage": t["stage"], "microbatch": index, "start": t["start"] - t0, "end": t["end"] - t0})
+        last.append({"stage": "backward", "microbatch": None, "start": t1 - t0, "end": t2 - t0})
+    return Stepper(step, close=net.close, timeline=lambda: list(last))
+
+
+def lora_ours(ctx: Context) -> Stepper:
+    """The student's ``apply_lora`` on GPT-2 (after ``conv1d_to_linear``); AdamW on the adapters."""
+    from finetune.lora import adapter_parameters
+    from project.bench.peers import our_lora_model
+
+    ours = our_lora_model(ctx)
+    optimizer = torch.optim.AdamW(list(adapter_parameters(ours).values()), lr=3e-3)
+    return Stepper(lambda i: local_step(ours, optimizer, *ctx.batch(i, rows=False)))
+
+
+# -- the command loop ---------------------------------------------------------------------------------------
+
+def _stepper_factories() -> dict[str, Callable[..., Stepper]]:
+    from project.bench import peers
+
+    return {"dp_ours": dp_ours, "no_comm": no_comm, "no_comm_sequential": no_comm_sequential,
+            "comm_ours": comm_ours, "pipeline_ours": pipeline_ours, "lora_ours": lora_ours,
+            "dp_ddp": peers.dp_ddp, "dp_flat": peers.dp_flat, "comm_floor": peers.comm_floor,
+            "gpipe": peers.gpipe, "lora_peft": peers.lora_peft}
+
+
+def run(ctx: Context, key: str, kind: str, indices: list[int], options: dict | None = None) -> dict:
+    """Run stepper ``kind`` (built once under ``key``) over batch ``indices``; return its stamps.
+
+    Returns ``{"stamps": [[start, end], ...], "timeline": [...] or None}``.
+    """
+    if key not in ctx.steppers:
+        ctx.steppers[key] = _stepper_factories()[kind](ctx, **(options or {}))
+    stepper = ctx.steppers[key]
+    stepper.prepare()
+    stamps = []
+    for i in indices:
+        if ctx.world_size > 1:
+            dist.barrier()
+        ctx.sync()
+        t0 = time.perf_counter()
+        stepper.step(i)
+        ctx.sync()
+        stamps.append([t0, time.perf_counter()])
+    return {"stamps": stamps, "timeline": stepper.timeline() if stepper.timeline else None}
+
+
+def clear(ctx: Context) -> None:
+    """Close and drop every cached stepper (frees models and worker threads)."""
+    for stepper in ctx.steppers.values():
+        stepper.close()
+    ctx.steppers.clear()
+
+
+def build(ctx: Context, spec: dict, path: str) -> dict:
+    """Build the workload file (``project.bench.workload.build_workload``) and return its description."""
+    from project.bench.workload import WorkloadSpec, build_workload
+    from project.train_lib import quiet_libraries
+
+    quiet_libraries()   # no dataset-building progress bars in the benchmark's output
+    return build_workload(WorkloadSpec(**spec), Path(path))
+
+
+def load(ctx: Context, path: str) -> None:
+    """Load the workload file every stepper trains on."""
+    ctx.workload = load_workload(Path(path))
+
+
+def serve(role: str, rank: int, world_size: int, init_method: str, folder: str, threads: int, conn) -> None:
+    """A worker's life: join a process group with the student's ``setup_process_group``, then obey ``conn``.
+
+    Each message is ``(command, kwargs)``; ``None`` ends the loop. Replies
+    are ``("ok", result)`` or ``("error", traceback text)``. Commands:
+    ``build`` and ``load`` (the workload), ``run`` (see ``run``), ``clear``,
+    and the one-off checks of ``project.bench.peers`` (``grads``, ``lora_check``).
+    """
+    import datetime
+    import warnings
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = "nccl" if gpus >= world_size else "gloo"
+    try:
+        from data_parallel.comm import setup_process_group
+
+        setup_process_group(rank, world_size, backend, init_method=init_method,
+                            timeout=datetime.timedelta(minutes=10))
+        device = torch.device(f"cuda:{rank}") if gpus >= world_size else (
+            torch.device("cuda:0") if gpus else torch.device("cpu"))
+        ctx = Context(role, rank, world_size, device, Path(folder), {})
+        conn.send(("ok", {"role": role, "rank": rank, "backend": backend, "device": str(device),
+                          "threads": torch.get_num_threads()}))
+    except BaseException:   # noqa: BLE001 - reported to the parent
+        conn.send(("error", traceback.format_exc()))
+        return
+    from project.bench import peers
+
+    commands = {"build": build, "load": load, "run": run, "clear": clear, "grads": peers.grads,
+                "lora_check": peers.lora_check}
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        command, kwargs = message
+        try:
+            conn.send(("ok", commands[command](ctx, **kwargs)))
+        except BaseException:   # noqa: BLE001 - reported to the parent, which decides
+            conn.send(("error", traceback.format_exc()))
+    clear(ctx)
+    if dist.is_initialized():
+        dist.destroy_process_group()

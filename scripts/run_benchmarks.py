@@ -1,0 +1,80 @@
+"""Benchmark data-parallel and pipeline training (and, with --peers, the reference implementations).
+
+    python scripts/run_benchmarks.py                     # student mode: figures + summary in submit_figures/
+    python scripts/run_benchmarks.py --quick             # small and fast (seconds of measuring), same outputs
+    python scripts/run_benchmarks.py --peers             # also DDP, flat all-reduce, torch GPipe, PEFT
+    python scripts/run_benchmarks.py --mode grader       # exit 1 when a threshold is missed (on 2 GPUs)
+
+Every variant trains on the same model weights and global batches; runs
+alternate between variants, each repeat gives one paired ratio, and the
+median of those is reported. Raw logs go to ``<workdir>/perf/<time>/``,
+plots and ``performance_summary.json`` to ``submit_figures/``. On a machine
+without 2 GPUs the thresholds do not apply and are reported as such.
+Exit codes: 0 done, 1 threshold missed (grader mode, 2 GPUs), 2 a part
+could not run (e.g. an unfinished problem; see the message).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from project.bench.suite import Options  # noqa: E402
+
+
+def _chunks(text: str) -> tuple[int, ...]:
+    values = tuple(int(v) for v in text.split(",") if v.strip())
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["student", "grader"], default="student")
+    p.add_argument("--quick", action="store_true", help="small workload and few repeats (a smoke run)")
+    p.add_argument("--peers", action="store_true", help="also measure DDP, flat all-reduce, torch GPipe and PEFT")
+    p.add_argument("--preset", default="tiny", help="model preset of project/model.py (tiny, small, gpt2)")
+    p.add_argument("--batch_size", type=int, help="global batch (sequences, even); default 32, quick 16")
+    p.add_argument("--max_len", type=int, default=64, help="tokens per sequence at most")
+    p.add_argument("--steps", type=int, help="timed steps per run; default 4, quick 2")
+    p.add_argument("--warmup", type=int, help="untimed warm-up steps per variant; default 2, quick 1")
+    p.add_argument("--repeats", type=int, help="alternating repeats (paired ratios); default 5, quick 3")
+    p.add_argument("--n_chunks", type=_chunks, help="pipeline micro-batch counts; default 2,4,8, quick 2,4")
+    p.add_argument("--gpipe_chunks", type=int, default=4, help="micro-batches of the torch GPipe peer")
+    p.add_argument("--dp_threshold", type=float, default=1.4, help="grader: least DP time speedup (2 GPUs)")
+    p.add_argument("--pp_threshold", type=float, default=1.1, help="grader: least PP time speedup (2 GPUs)")
+    p.add_argument("--threads", type=int, help="torch threads per worker process; default 1 on CPU "
+                                               "(one core = one device), torch's own on GPU")
+    p.add_argument("--workdir", default="workdir", help="data cache and raw logs (<workdir>/perf/)")
+    p.add_argument("--figures_dir", default="submit_figures", help="where the PNGs and the summary go")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds any one command of a worker may take")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from project.bench import report, suite
+
+    opts = Options(mode=args.mode, quick=args.quick, peers=args.peers, preset=args.preset,
+                   batch_size=args.batch_size, max_len=args.max_len, steps=args.steps, warmup=args.warmup,
+                   repeats=args.repeats, n_chunks=args.n_chunks, gpipe_chunks=args.gpipe_chunks,
+                   dp_threshold=args.dp_threshold, pp_threshold=args.pp_threshold, threads=args.threads,
+                   workdir=args.workdir, figures_dir=args.figures_dir, timeout_s=args.timeout,
+                   argv=sys.argv[1:] if argv is None else list(argv))
+    try:
+        summary, code = suite.run(opts)
+    except (ValueError, suite.BenchError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.table(summary))
+    print(f"summary and figures: {args.figures_dir}/ ({', '.join(summary['figures'])}); raw log: "
+          f"{summary['raw_log']}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""scripts/run_benchmarks.py: one real ``--quick --peers`` run on CPU, its summary recomputed from its raw log.
+
+No test asserts a time: the numbers on a shared 2-core machine are noise.
+What must hold whatever the machine does: every ratio is a ratio of times of
+the same work, recomputable from the raw stamps; tokens are the real tokens
+of the global batches, counted once; runs alternate; ours and the peers
+compute the same gradients; without 2 GPUs the thresholds do not apply.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, report, stats
+
+pytestmark = pytest.mark.kit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- the arithmetic, on hand-made numbers ---------------------------------------------------------------
+
+def test_run_time_is_the_sum_over_steps_of_the_slowest_rank():
+    ranks = [[[0.0, 1.0], [1.0, 1.5]], [[0.0, 0.5], [1.0, 2.0]]]   # rank 0 slow first, rank 1 slow second
+    assert stats.run_time(ranks) == pytest.approx(1.0 + 1.0)
+    assert stats.step_times(ranks) == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        stats.run_time([[[0, 1]], [[0, 1], [1, 2]]])
+
+
+def test_paired_ratios_rotation_and_bubbles():
+    assert stats.paired_ratios([2.0, 3.0], [1.0, 2.0]) == [2.0, 1.5]
+    with pytest.raises(ValueError):
+        stats.paired_ratios([1.0], [1.0, 2.0])
+    assert stats.rotation(["a", "b"], 0) == ["a", "b"] and stats.rotation(["a", "b"], 1) == ["b", "a"]
+    assert stats.theoretical_bubble(4, 2) == pytest.approx(1 / 5)
+    # two stages, two micro-batches, perfectly staggered: 4 busy units in a 2 x 3 rectangle
+    tasks = [{"stage": 0, "start": 0, "end": 1}, {"stage": 0, "start": 1, "end": 2},
+             {"stage": 1, "start": 1, "end": 2}, {"stage": 1, "start": 2, "end": 3}]
+    assert stats.measured_bubble(tasks, 2) == pytest.approx(1 - 4 / 6)
+
+
+def _summary(dp: float, pp: float) -> dict:
+    return {"data_parallel": {"ratios": {"speedup": {"median": dp}}},
+            "pipeline": {"ratios": {"speedup_m2": {"median": pp - 0.1}, "speedup_m4": {"median": pp}}}}
+
+
+def test_thresholds_judge_on_two_gpus_and_do_not_apply_elsewhere():
+    verdict = report.judge(_summary(1.5, 1.0), 1.4, 1.1, gpus=2)
+    assert (verdict["dp_speedup"]["status"], verdict["pp_speedup"]["status"]) == ("pass", "fail")
+    assert verdict["pp_speedup"]["measured"] == 1.0            # the best n_chunk is judged
+    assert report.exit_code({"mode": "grader", "thresholds": verdict}) == 1
+    assert report.exit_code({"mode": "student", "thresholds": verdict}) == 0
+    elsewhere = report.judge(_summary(0.5, 0.5), 1.4, 1.1, gpus=0)
+    assert not elsewhere["applicable"] and "do not apply" in elsewhere["reason"]
+    assert {elsewhere[k]["status"] for k in ("dp_speedup", "pp_speedup")} == {"not_applicable"}
+    assert report.exit_code({"mode": "grader", "thresholds": elsewhere}) == 0
+    assert report.exit_code({"mode": "grader", "thresholds": elsewhere, "errors": {"pipeline": "x"}}) == 2
+
+
+def test_bad_options_are_refused_before_anything_starts(tmp_path):
+    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--batch_size", "15",
+                           "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "even" in done.stderr, done.stderr
+    assert not (tmp_path / "perf").exists()
+
+
+# -- one real run -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``(summary, raw records, workload file)`` of one ``--quick --peers`` run in a private workdir."""
+    work = tmp_path_factory.mktemp("bench")
+    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--peers",
+                           "--workdir", str(work / "work"), "--figures_dir", str(work / "figures")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    summary = json.loads((work / "figures" / SUMMARY_NAME).read_text())
+    log = Path(summary["raw_log"])
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return summary, records, log.parent / "workload.pt", work / "figures"
+
+
+def test_quick_run_writes_readable_figures_and_the_summary(run):
+    import matplotlib.image
+
+    summary, _, _, figures = run
+    assert set(summary["figures"]) == {*REQUIRED_FIGURES, "peers.png"}
+    for name in summary["figures"]:
+        height, width = matplotlib.image.imread(figures / name).shape[:2]
+        assert height >= 300 and width >= 600, (name, height, width)
+    assert not summary["errors"]
+    assert {"data_parallel", "pipeline", "finetune", "checks", "hardware", "workload", "thresholds"} <= set(summary)
+
+
+def test_summary_numbers_recompute_from_the_raw_log(run):
+    summary, records, _, _ = run
+    for group in ("data_parallel", "pipeline", "finetune"):
+        variants = summary[group]["variants"]
+        for name, v in variants.items():
+            timed = sorted((r for r in records if r["group"] == group and r["variant"] == name and not r["warmup"]),
+                           key=lambda r: r["repeat"])
+            assert len(timed) == summary["workload"]["repeats"]
+            times = [sum(max(rank[s][1] - rank[s][0] for rank in r["ranks"]) for s in range(len(r["ranks"][0])))
+                     for r in timed]
+            assert v["run_times_s"] == pytest.approx(times, rel=1e-12)
+            assert v["median_s"] == pytest.approx(statistics.median(times), rel=1e-12)
+            assert v["tokens_per_s"] == pytest.approx([v["tokens_per_run"] / t for t in times], rel=1e-12)
+            assert v["ranks"] == (2 if v["role"] == "pair" else 1) == len(timed[0]["ranks"])
+        for key, r in summary[group]["ratios"].items():
+            paired = [a / b for a, b in zip(variants[r["numerator"]]["run_times_s"],
+                                            variants[r["denominator"]]["run_times_s"])]
+            assert r["paired"] == pytest.approx(paired, rel=1e-12), key
+            assert r["median"] == pytest.approx(statistics.median(paired), rel=1e-12), key
+    dp = summary["data_parallel"]["ratios"]
+    assert (dp["speedup"]["numerator"], dp["speedup"]["denominator"]) == ("world_size_1", "world_size_2")
+
+
+def test_tokens_are_the_real_tokens_of_the_same_global_batches_counted_once(run):
+    summary, records, workload_file, _ = run
+    batches = torch.load(workload_file, weights_only=True)["batches"]
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    padded = sum(b["input_ids"].numel() for b in batches)
+    assert real < padded          # the corpus has sequences of different lengths: padding exists, and is excluded
+    for group in ("data_parallel", "pipeline", "finetune"):
+        for name, v in summary[group]["variants"].items():
+            assert v["tokens_per_run"] == real, (group, name)   # 2 ranks: one global batch, not 2x the tokens
+    for r in records:
+        if not r["warmup"]:
+            assert r["batch_indices"] == list(range(len(batches)))
+
+
+def test_runs_alternate_and_warm_up_is_not_timed(run):
+    summary, records, _, _ = run
+    for group in ("data_parallel", "pipeline"):
+        names = list(summary[group]["variants"])
+        orders = {}
+        for r in records:
+            if r["group"] == group and not r["warmup"]:
+                orders.setdefault(r["repeat"], []).append((r["position"], r["variant"]))
+        orders = [[v for _, v in sorted(o)] for _, o in sorted(orders.items())]
+        assert all(sorted(o) == sorted(names) for o in orders)
+        assert orders[0] != orders[1] and orders[0][0] == names[0] != orders[1][0]
+        assert {r["variant"] for r in records if r["group"] == group and r["warmup"]} == set(names)
+
+
+def test_ours_and_the_peers_compute_the_same_gradients(run):
+    checks = run[0]["checks"]
+    assert {"dp_ours_vs_serial", "dp_ddp_vs_serial", "dp_flat_vs_serial", "gpipe_m4_vs_pipe_ours",
+            "lora_peft_vs_ours_grads", "lora_peft_vs_ours_logits"} <= set(checks)
+    for name, check in checks.items():
+        assert check["ok"] and check["max_abs_diff"] <= 1e-5, (name, check)
+    assert checks["lora_peft_vs_ours_grads"]["reference_max_abs"] > 0   # non-zero gradients were compared
+
+
+def test_timeline_bubble_and_thresholds(run):
+    summary = run[0]
+    tl = summary["pipeline"]["timeline"]
+    m, k = tl["microbatches"], tl["stages"]
+    assert tl["theoretical_bubble"] == pytest.approx((k - 1) / (m + k - 1))
+    tasks = [t for t in tl[f"pipeline_parallel_m{m}"]["tasks"] if t["stage"] != "backward"]
+    assert sorted((t["stage"], t["microbatch"]) for t in tasks) == [(j, i) for j in range(k) for i in range(m)]
+    assert tl[f"pipeline_parallel_m{m}"]["measured_bubble"] == pytest.approx(stats.measured_bubble(tasks, k))
+    th = summary["thresholds"]
+    if torch.cuda.device_count() < 2:
+        assert not th["applicable"]
+        assert th["dp_speedup"]["status"] == th["pp_speedup"]["status"] == "not_applicable"
