@@ -1,22 +1,27 @@
-"""Command line: ``python -m grading grade|release|list``.
+"""Command line: ``python -m grading grade|release|list|gradescope|batch``.
 
     python -m grading grade [SUBMISSION] [--problem ID] [--json FILE] [--timeout S]
     python -m grading release OUT_DIR
     python -m grading list
+    python -m grading gradescope OUT_DIR
+    python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shutil
+import signal
 import sys
+import threading
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
 from grading import report
 from grading.regions import PROTECTED_RECORD, RegionError, release
 from grading.rubric import PROBLEMS, all_cases
-from grading.runner import run_cases
+from grading.runner import CriterionResult, run_cases
 from grading.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
@@ -37,11 +42,37 @@ def _self_check_notes(kit_root: Path) -> list[str]:
             for rel in grading_changed]
 
 
+def _all_failed(status: str, message: str, problem: str | None) -> list[CriterionResult]:
+    """Every criterion (of ``problem``) at zero with ``message``: the report when nothing could be graded."""
+    try:
+        cases = all_cases()
+    except Exception:  # noqa: BLE001 - the rubric itself is broken: nothing to list
+        return []
+    return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, status, message, 0.0, c.hidden)
+            for case in cases for c in case.criteria
+            if problem is None or c.problem == problem or c.problem.startswith(problem + ".")]
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
+    """``grade``: a report (and --json file) always comes out, even when the grader itself fails."""
     problem = args.problem
     if problem is not None and problem not in PROBLEMS and problem not in {p.split(".")[0] for p in PROBLEMS}:
         print(f"error: unknown problem {problem!r}; choose from {', '.join(PROBLEMS)}", file=sys.stderr)
         return report.EXIT_USAGE
+    if args.json:           # a placeholder until the real report replaces it: a killed grader still leaves one
+        report.write_json(Path(args.json), [], ["grading started but did not finish (the grader was killed "
+                                                "or ran out of time)"])
+    try:
+        return _grade(args, problem)
+    except Exception:  # noqa: BLE001 - a bug of the grader: still write a report that says so
+        message = "grader error (not your fault; please tell the course staff):\n" + traceback.format_exc()[-3000:]
+        print(message, file=sys.stderr)
+        if args.json:
+            report.write_json(Path(args.json), _all_failed("grader_error", message, problem), [message])
+        return report.EXIT_GRADER_ERROR
+
+
+def _grade(args: argparse.Namespace, problem: str | None) -> int:
     scratch = scratch_dir()
     notes = _self_check_notes(KIT_ROOT)
     try:
@@ -53,7 +84,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
             except SubmissionError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 if args.json:
-                    report.write_json(Path(args.json), [], [f"submission rejected: {exc}"])
+                    reason = f"submission rejected: {exc}"
+                    report.write_json(Path(args.json), _all_failed("failed", reason, problem), [reason])
                 return report.EXIT_USAGE
             code_root = scratch / "kit"
             splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
@@ -95,6 +127,32 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    from grading.gradescope import build_bundle
+    try:
+        archive = build_bundle(KIT_ROOT, Path(args.out_dir))
+    except (RegionError, FileExistsError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_USAGE
+    print(f"wrote the Gradescope autograder {archive} (unpacked in {Path(args.out_dir) / 'source'}); "
+          "upload the zip as the assignment's autograder")
+    return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from grading.batch import run_batch
+    if not Path(args.submissions_dir).is_dir():
+        print(f"error: {args.submissions_dir}: not a folder", file=sys.stderr)
+        return report.EXIT_USAGE
+    extra = [*(["--problem", args.problem] if args.problem else []),
+             *(["--timeout", str(args.timeout)] if args.timeout is not None else [])]
+    rows = run_batch(Path(args.submissions_dir), Path(args.out), jobs=args.jobs, grade_args=extra,
+                     results_dir=Path(args.results) if args.results else None,
+                     progress=None if args.quiet else lambda line: print(line, file=sys.stderr))
+    print(f"graded {len(rows)} submission(s) into {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
@@ -113,8 +171,28 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("out_dir")
     rel.set_defaults(func=cmd_release)
     sub.add_parser("list", help="list cases and criteria").set_defaults(func=cmd_list)
+    bundle = sub.add_parser("gradescope", help="write the Gradescope autograder (setup.sh, run_autograder, zip)")
+    bundle.add_argument("out_dir")
+    bundle.set_defaults(func=cmd_gradescope)
+    batch = sub.add_parser("batch", help="grade every submission (folder or zip) in a folder into a CSV")
+    batch.add_argument("submissions_dir")
+    batch.add_argument("--out", required=True, help="the CSV file to write")
+    batch.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (default 1)")
+    batch.add_argument("--results", help="folder for each submission's results.json and report "
+                       "(default: next to the CSV, <name>_results/)")
+    batch.add_argument("--problem", help="only this problem, e.g. 1.2 or 1")
+    batch.add_argument("--timeout", type=float, help="wall-clock limit per case in seconds")
+    batch.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    batch.set_defaults(func=cmd_batch)
     args = parser.parse_args(argv)
-    return args.func(args)
+    if threading.current_thread() is not threading.main_thread():
+        return args.func(args)
+    # SIGTERM (e.g. from `timeout`) unwinds like an exception, so every launch kills its ranks on the way out
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return args.func(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def assert_tensor_close(what: str, actual: Any, expected: torch.Tensor, *, atol:
         raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     if actual.dtype != expected.dtype:
         raise CheckFailed(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
+    if actual.device.type == "meta":
+        raise CheckFailed(f"{what}: a tensor on the meta device (no data), expected values on {expected.device}")
     a, e = actual.detach().cpu().double(), expected.detach().cpu().double()
     if not torch.isfinite(a).all():
         raise CheckFailed(f"{what}: contains NaN or Inf")

@@ -6,17 +6,27 @@ pipe). Ranks rendezvous over a private file store inside the run folder, so
 no port is ever fixed. At the wall-clock limit every live rank is asked for a
 Python stack dump (faulthandler on SIGUSR1), then killed with its whole
 process group.
+
+Each run also gets (see ``grading.sandbox``) per-rank resource limits, a
+private network and PID namespace shared by its ranks where the platform
+allows, a marker variable in every rank's environment so leftovers can be
+found and killed, and a random key, sent over stdin, with which the worker
+signs the result files it writes.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grading import sandbox
 
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
@@ -43,6 +53,9 @@ class LaunchResult:
     ranks: list[RankOutcome] = field(default_factory=list)
     timed_out: bool = False
     wall_s: float = 0.0
+    key: bytes = b""                # the run's signing key (parts.log HMACs); b"": accept unsigned files
+    sandbox_note: str = ""          # why namespaces were not used ("" when they were)
+    leftovers: list[int] = field(default_factory=list)   # pids found by the run marker and killed
 
     @property
     def ok(self) -> bool:
@@ -72,12 +85,17 @@ class LaunchResult:
         return "\n".join(reasons)
 
 
+_SIGNAL_HINTS = {"SIGXCPU": " (CPU time limit reached)", "SIGKILL": " (killed; out of memory?)",
+                 "SIGXFSZ": " (file size limit reached)"}
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "was killed"
     if code < 0:
         try:
-            return f"died from signal {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
+            return f"died from signal {name}{_SIGNAL_HINTS.get(name, '')}"
         except ValueError:
             return f"died from signal {-code}"
     return f"exited with code {code}"
@@ -110,66 +128,95 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
-           pg_timeout_s: float | None = None, env: dict | None = None) -> LaunchResult:
+           pg_timeout_s: float | None = None, env: dict | None = None,
+           limits: sandbox.Limits | None = None) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
 
     Each rank calls ``function(ctx)`` with a ``grading.worker.RankContext``;
     with ``init_group`` the default process group is set up first (``backend``,
     file-store rendezvous in ``out_dir``, collective timeout ``pg_timeout_s``,
     default: half the wall limit). ``cwd`` is the kit copy whose code is
-    imported. ``out_dir`` must not exist yet. Never raises for anything a rank
-    does: crashes, hangs and exceptions are reported in the LaunchResult.
+    imported. ``limits`` bounds each rank (default:
+    ``sandbox.default_limits(timeout_s)``). ``out_dir`` must not exist yet.
+    Never raises for anything a rank does: crashes, hangs and exceptions are
+    reported in the LaunchResult; no process of the run survives it.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True)
+    limits = limits if limits is not None else sandbox.default_limits(timeout_s)
+    key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
+    namespaces = sandbox.Namespaces(network=limits.network)
     spec = {"target": target, "world_size": world_size, "args": args or {}, "init_group": init_group,
             "backend": backend, "store": str(out_dir / "store"),
-            "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(5.0, timeout_s / 2)}
+            "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(5.0, timeout_s / 2),
+            "run_id": run_id, "limits": sandbox.limits_to_spec(limits), "namespaces": namespaces.paths}
     (out_dir / "spec.json").write_text(json.dumps(spec))
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONPATH"] = str(Path(cwd).resolve())
     child_env.setdefault("OMP_NUM_THREADS", "1")
     child_env["PYTHONFAULTHANDLER"] = "1"
-    procs = []
+    child_env[sandbox.RUN_MARKER] = run_id
+    procs: list[subprocess.Popen] = []
     start = time.monotonic()
-    for rank in range(world_size):
-        stdout = open(out_dir / f"rank{rank}.stdout", "wb")
-        stderr = open(out_dir / f"rank{rank}.stderr", "wb")
-        try:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "grading.worker", str(out_dir / "spec.json"), str(rank)],
-                cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                start_new_session=True))
-        finally:
-            stdout.close()
-            stderr.close()
-    deadline = start + timeout_s
-    timed_out = False
-    while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(0.05)
-    if timed_out:
-        for p in procs:
-            if p.poll() is None:
-                _signal_group(p, signal.SIGUSR1)
-        time.sleep(STACK_DUMP_WAIT_S)
-    codes = [p.poll() if not timed_out or p.poll() is not None else None for p in procs]
-    for p in procs:                    # kill stragglers and anything they spawned
-        _signal_group(p, signal.SIGKILL)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start)
+    timed_out, codes = False, []
+    try:
+        for rank in range(world_size):
+            stdout = open(out_dir / f"rank{rank}.stdout", "wb")
+            stderr = open(out_dir / f"rank{rank}.stderr", "wb")
+            try:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "grading.worker", str(out_dir / "spec.json"), str(rank)],
+                    cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+                    start_new_session=True))
+                _send_key(procs[-1], key)
+            finally:
+                stdout.close()
+                stderr.close()
+        deadline = start + timeout_s
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.05)
+        if timed_out:
+            for p in procs:
+                if p.poll() is None:
+                    _signal_group(p, signal.SIGUSR1)
+            time.sleep(STACK_DUMP_WAIT_S)
+        codes = [p.poll() if not timed_out or p.poll() is not None else None for p in procs]
+    finally:
+        for p in procs:                # kill stragglers and anything they spawned
+            _signal_group(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        namespaces.close()
+        leftovers = sandbox.kill_marked(run_id)   # what left the process groups (setsid, double fork)
+    result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start, key=key,
+                          sandbox_note=namespaces.reason, leftovers=leftovers)
+    from grading.worker import done_mac
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(
-            rank=rank, returncode=code, finished=(rank_dir / "done").exists(),
-            error=_read(rank_dir / "error.txt"), stack=_read(out_dir / f"rank{rank}.stack"),
+            rank=rank, returncode=code,
+            finished=hmac.compare_digest(_read(rank_dir / "done", tail=200), done_mac(key, rank)),
+            error=_read(rank_dir / "error.txt", tail=8000), stack=_read(out_dir / f"rank{rank}.stack", tail=20000),
             stderr_tail=_read(out_dir / f"rank{rank}.stderr", tail=STDERR_TAIL_CHARS)))
     return result
+
+
+def _send_key(proc: subprocess.Popen, key: bytes) -> None:
+    """Hand the run key to a fresh rank over its stdin, then close the pipe."""
+    try:
+        proc.stdin.write(key + b"\n")
+    except OSError:
+        pass
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -8,6 +8,9 @@ criterion.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -70,32 +73,76 @@ class CaseRun:
     def __init__(self, case: Case, launch: LaunchResult):
         self.case = case
         self.launch = launch
+        self._logs: dict[int, dict[str, tuple[str, str]]] = {}
 
     @property
     def world_size(self) -> int:
         return self.case.world_size
 
+    def _recorded(self, rank: int) -> dict[str, tuple[str, str]]:
+        """name -> (kind, sha256) of the files the probe itself wrote on ``rank`` (lines with a valid HMAC)."""
+        if rank not in self._logs:
+            from grading.worker import part_mac
+            found: dict[str, tuple[str, str]] = {}
+            try:
+                lines = (self.launch.out_dir / f"rank{rank}" / "parts.log").read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                    name, kind, digest, mac = entry["name"], entry["kind"], entry["sha256"], entry["mac"]
+                    genuine = hmac.compare_digest(str(mac), part_mac(self.launch.key, rank, name, kind, digest))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+                if genuine and kind in ("pt", "error.json"):
+                    found[name] = (kind, digest)
+            self._logs[rank] = found
+        return self._logs[rank]
+
     def part(self, name: str, rank: int = 0) -> Any:
         """The value rank ``rank`` recorded as ``name`` (loaded with weights_only=True).
 
         Raises CheckFailed with the recorded exception, or with the case's
-        crash/timeout reason when the part was never written.
+        crash/timeout reason when the part was never written. Only files that
+        the probe's ``ctx.record`` wrote count (their hash is in the rank's
+        signed ``parts.log``): a file planted by student code, or changed
+        after it was recorded, is rejected with a message that says so.
         """
         rank_dir = self.launch.out_dir / f"rank{rank}"
         error_file = rank_dir / f"{name}.error.json"
         value_file = rank_dir / f"{name}.pt"
-        if error_file.exists():
-            info = json.loads(error_file.read_text())
-            where = f"rank {rank}: " if self.world_size > 1 else ""
-            raise CheckFailed(f"{where}{info['type']}: {info['message']}")
-        if value_file.exists():
-            try:
-                return torch.load(value_file, weights_only=True)
-            except Exception as exc:  # noqa: BLE001
-                raise CheckFailed(f"rank {rank}: result '{name}' is not plain data "
-                                  f"(tensors, numbers, lists, dicts): {exc}") from None
-        reason = self.launch.failure() or "the probe ended without recording it"
-        raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}")
+        where = f"rank {rank}: " if self.world_size > 1 else ""
+        if not self.launch.key:                       # a hand-made LaunchResult: unsigned files
+            entry = ("error.json", None) if error_file.exists() else ("pt", None) if value_file.exists() else None
+        else:
+            entry = self._recorded(rank).get(name)
+        if entry is None:
+            if error_file.exists() or value_file.exists():
+                raise CheckFailed(f"{where}the result file for '{name}' was not written by the grader's probe "
+                                  "(planted by the submission?); it was ignored. "
+                                  + (self.launch.failure() or ""))
+            reason = self.launch.failure() or "the probe ended without recording it"
+            raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}")
+        kind, digest = entry
+        try:
+            data = (rank_dir / f"{name}.{kind}").read_bytes()
+        except OSError:
+            data = None
+        if data is None or (digest is not None and hashlib.sha256(data).hexdigest() != digest):
+            raise CheckFailed(f"{where}the result file for '{name}' was changed or removed after the probe "
+                              "recorded it (by the submission?); it was ignored")
+        if kind == "error.json":
+            info = json.loads(data)
+            context = ""
+            if self.world_size > 1 and not self.launch.ok:     # e.g. a peer that crashed explains this error
+                context = "\nmeanwhile: " + self.launch.failure()[:1500]
+            raise CheckFailed(f"{where}{info['type']}: {info['message']}{context}")
+        try:
+            return torch.load(io.BytesIO(data), weights_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise CheckFailed(f"rank {rank}: result '{name}' is not plain data "
+                              f"(tensors, numbers, lists, dicts): {exc}") from None
 
     def parts(self, name: str) -> list[Any]:
         """``part(name, r)`` for every rank r."""

@@ -7,18 +7,31 @@ there is reported as tampering and ignored.
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.regions import (RegionError, parse_regions, protected_text, replace_bodies, stub_body,
-                             student_files)
+from grading.regions import (STUDENT_PACKAGES, RegionError, parse_regions, protected_text, replace_bodies,
+                             stub_body, student_files)
 
 MAX_ZIP_BYTES = 50 * 1024 * 1024          # uncompressed total
 MAX_ZIP_MEMBERS = 5000
+MAX_TREE_ENTRIES = 20000                  # files and folders looked at in a folder submission
+MAX_STUDENT_FILE_BYTES = 1024 * 1024      # one student .py file
+SKIPPED_DIRS = {".git", "__MACOSX", "__pycache__", ".venv", "venv", "node_modules", ".ipynb_checkpoints",
+                "site-packages", ".pytest_cache"}
+# Region code that reaches for the grader or the process itself: flagged for staff review, never penalised.
+SUSPICIOUS = re.compile(
+    r"\b(?:import|from)\s+grading\b|\bgrading\.\w|RankContext|parts\.log|sys\.modules|gc\.get_objects|"
+    r"\bctypes\b|\bos\.(?:fork|setsid|kill|_exit)\b|\bsubprocess\b|/proc/|\b__builtins__\b|\bbuiltins\b|"
+    r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|"
+    r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 
 
@@ -35,27 +48,39 @@ class SpliceReport:
     missing_regions: list[str] = field(default_factory=list)  # "path: region 1.2 (average_gradients)"
     tampered: list[str] = field(default_factory=list)         # files whose protected text differs
     malformed: list[str] = field(default_factory=list)        # RegionError messages
+    provided_changed: list[str] = field(default_factory=list) # provided files that differ from the kit's
+    extra_files: list[str] = field(default_factory=list)      # .py files in student packages the kit lacks
+    syntax_errors: list[str] = field(default_factory=list)    # "path:line: message" of the spliced files
+    suspicious: list[str] = field(default_factory=list)       # "path: region 1.2 (fn) mentions 'ctypes'"
 
     def notes(self) -> list[str]:
         """Human-readable lines for the report (empty when the submission is clean)."""
         lines = [f"missing file (graded as not implemented): {f}" for f in self.missing_files]
         lines += [f"missing region (graded as not implemented): {r}" for r in self.missing_regions]
         lines += [f"malformed markers (file graded as not implemented): {m}" for m in self.malformed]
+        lines += [f"does not compile (the checks that import it fail): {e}" for e in self.syntax_errors]
         lines += [f"changed outside the student regions (ignored; the kit's text was used): {f}"
                   for f in self.tampered]
+        lines += [f"changed provided file (ignored; the kit's copy was used): {f}" for f in self.provided_changed]
+        lines += [f"file not in the kit (ignored; only region bodies are graded): {f}" for f in self.extra_files]
+        lines += [f"flagged for staff review (no points deducted): {f}" for f in self.suspicious]
         return lines
 
 
 def extract_zip(zip_path: Path, dest: Path) -> Path:
     """Extract ``zip_path`` into ``dest`` safely and return ``dest``.
 
-    Raises SubmissionError for a corrupt zip, absolute or ``..`` paths,
-    symlinks, more than MAX_ZIP_MEMBERS members, or more than MAX_ZIP_BYTES
-    uncompressed; nothing is extracted in those cases.
+    Raises SubmissionError for a corrupt, encrypted or oversized zip file,
+    absolute or ``..`` paths, symlinks, more than MAX_ZIP_MEMBERS members, or
+    more than MAX_ZIP_BYTES uncompressed; nothing is extracted in the
+    up-front cases (a member that turns out corrupt while extracting may
+    leave earlier members in ``dest``).
     """
+    if Path(zip_path).stat().st_size > MAX_ZIP_BYTES:
+        raise SubmissionError(f"{zip_path}: the zip file is larger than {MAX_ZIP_BYTES} bytes")
     try:
         archive = zipfile.ZipFile(zip_path)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise SubmissionError(f"{zip_path}: not a readable zip file ({exc})") from None
     with archive:
         members = archive.infolist()
@@ -71,23 +96,63 @@ def extract_zip(zip_path: Path, dest: Path) -> Path:
                 raise SubmissionError(f"{zip_path}: unsafe path {name!r} in the zip")
             if stat.S_ISLNK(member.external_attr >> 16):
                 raise SubmissionError(f"{zip_path}: symlink {name!r} in the zip")
-        archive.extractall(dest)
+            if member.flag_bits & 0x1:
+                raise SubmissionError(f"{zip_path}: {name!r} is encrypted; submit a zip without a password")
+        try:
+            archive.extractall(dest)
+        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError, zlib.error) as exc:
+            raise SubmissionError(f"{zip_path}: the zip cannot be extracted ({exc})") from None
     return dest
+
+
+def _walk(folder: Path, guarded_names: set[str]):
+    """Yield every file under ``folder`` without following symlinks or entering SKIPPED_DIRS.
+
+    Raises SubmissionError for more than MAX_TREE_ENTRIES entries, or for a
+    symlink named like a student package or file (``guarded_names``).
+    """
+    seen = 0
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        seen += len(dirs) + len(files)
+        if seen > MAX_TREE_ENTRIES:
+            raise SubmissionError(f"{folder}: more than {MAX_TREE_ENTRIES} files and folders; submit only "
+                                  "your code")
+        for name in dirs + files:
+            path = Path(top) / name
+            if name in guarded_names and path.is_symlink():
+                target = os.readlink(path)
+                where = "outside the submission" if not _inside(folder, path) else "inside the submission"
+                raise SubmissionError(f"{path.relative_to(folder)} is a symlink (to {target}, {where}); "
+                                      "submit the files themselves")
+        for name in files:
+            yield Path(top) / name
+
+
+def _inside(root: Path, path: Path) -> bool:
+    """True when ``path`` resolves to a location under ``root`` (symlinks followed)."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(root).resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def find_root(folder: Path, kit_student_files: list[str]) -> Path:
     """The folder inside ``folder`` that holds the student files (it may be wrapped in one directory).
 
-    Raises SubmissionError when no student file is found, or when several
-    folders each hold student files (ambiguous).
+    Raises SubmissionError when no student file is found, when several
+    folders each hold student files (ambiguous), when a student file or
+    package is a symlink, or when the tree is absurdly large. Symlinks are
+    never followed; ``__MACOSX``, ``.git`` and virtual environments are skipped.
     """
+    folder = Path(folder)
+    guarded = {Path(rel).name for rel in kit_student_files} | {Path(rel).parts[0] for rel in kit_student_files}
+    wanted = {Path(rel).name: rel for rel in kit_student_files}
     candidates = set()
-    for rel in kit_student_files:
-        for hit in folder.rglob(Path(rel).name):
-            if hit.is_symlink():
-                raise SubmissionError(f"symlink {hit.relative_to(folder)} in the submission")
-            if hit.as_posix().endswith("/" + rel):
-                candidates.add(Path(hit.as_posix()[: -len(rel) - 1]))
+    for hit in _walk(folder, guarded):
+        rel = wanted.get(hit.name)
+        if rel and hit.as_posix().endswith("/" + rel):
+            candidates.add(Path(hit.as_posix()[: -len(rel) - 1]))
     if not candidates:
         raise SubmissionError(f"{folder}: no student file found (expected e.g. {kit_student_files[0]})")
     if len(candidates) > 1:
@@ -116,17 +181,22 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
     kit_root, submission_root = Path(kit_root), Path(submission_root)
     shutil.copytree(kit_root, dest, ignore=COPY_IGNORE, symlinks=False)
     report = SpliceReport()
-    for rel in student_files(kit_root):
+    students = student_files(kit_root)
+    if submission_root.resolve() != kit_root.resolve():
+        _compare_provided(kit_root, submission_root, students, report)
+    for rel in students:
         kit_text = (kit_root / rel).read_text()
         kit_regions = parse_regions(kit_text, rel)
         starter = {k: stub_body(r) for k, r in enumerate(kit_regions)}
         submitted = submission_root / rel
-        if not submitted.is_file() or submitted.is_symlink():
-            report.missing_files.append(rel)
+        if not submitted.is_file() or _through_symlink(submission_root, rel):
+            report.missing_files.append(rel + (" (a symlink: ignored)" if submitted.exists() else ""))
             (dest / rel).write_text(replace_bodies(kit_text, rel, starter))
             continue
         report.files.append(rel)
         try:
+            if submitted.stat().st_size > MAX_STUDENT_FILE_BYTES:
+                raise RegionError(f"{rel}: larger than {MAX_STUDENT_FILE_BYTES} bytes")
             sub_text = submitted.read_text(errors="replace")
             sub_regions = parse_regions(sub_text, rel)
         except RegionError as exc:
@@ -151,8 +221,44 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
                 report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
                 body = starter[k]
             bodies[k] = body
-        (dest / rel).write_text(replace_bodies(kit_text, rel, bodies))
+            found = SUSPICIOUS.search(body) if body is not starter[k] else None
+            if found:
+                report.suspicious.append(f"{rel}: region {region.id} ({region.function}) mentions "
+                                         f"'{found.group(0)}'")
+        spliced = replace_bodies(kit_text, rel, bodies)
+        (dest / rel).write_text(spliced)
+        try:
+            compile(spliced, rel, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            report.syntax_errors.append(f"{rel}:{getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}")
     return report
+
+
+def _through_symlink(root: Path, rel: str) -> bool:
+    """True when ``root/rel`` or any folder between ``root`` and it is a symlink."""
+    path = Path(root)
+    for part in Path(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _compare_provided(kit_root: Path, submission_root: Path, students: list[str], report: SpliceReport) -> None:
+    """Note provided .py files of the student packages that the submission changed, and files the kit lacks."""
+    for package in STUDENT_PACKAGES:
+        folder = submission_root / package
+        if not folder.is_dir() or _through_symlink(submission_root, package):
+            continue
+        for file in sorted(folder.rglob("*.py")):
+            rel = file.relative_to(submission_root).as_posix()
+            if "__pycache__" in rel or rel in students or file.is_symlink():
+                continue
+            kit_file = kit_root / rel
+            if not kit_file.is_file():
+                report.extra_files.append(rel)
+            elif file.stat().st_size > MAX_STUDENT_FILE_BYTES or file.read_bytes() != kit_file.read_bytes():
+                report.provided_changed.append(rel)
 
 
 def scratch_dir() -> Path:

@@ -1,0 +1,159 @@
+"""Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
+
+Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
+skipped) is graded by its own ``python -m grading grade`` process, in its own
+session, with a wall-clock limit, so one submission that crashes, hangs or
+kills its grader costs only its own row. Each gets
+``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
+the grader left none), ``report.txt`` (the table) and ``stderr.txt``. The CSV
+is rewritten after every submission, so an interrupted batch keeps what it
+graded.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from grading.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
+from grading.rubric import PROBLEMS
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
+          EXIT_GRADER_ERROR: "grader_error"}
+COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
+           *[f"problem_{p}" for p in PROBLEMS], "notes"]
+
+
+def submissions_in(folder: Path) -> list[Path]:
+    """The gradable entries of ``folder`` (folders and .zip files, not hidden), sorted by name."""
+    return sorted(p for p in Path(folder).iterdir()
+                  if not p.name.startswith(".") and (p.is_dir() or p.suffix.lower() == ".zip"))
+
+
+def default_limit_s(grade_args: list[str]) -> float:
+    """A wall-clock limit for one whole ``grade`` run: every case's limit, plus start-up slack."""
+    from grading.rubric import all_cases
+    timeout = None
+    if "--timeout" in grade_args:
+        timeout = float(grade_args[grade_args.index("--timeout") + 1])
+    cases = all_cases()
+    return sum(timeout if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
+
+
+def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> dict:
+    """Grade ``entry`` in a child ``python -m grading grade`` into folder ``out``; return its CSV row.
+
+    Never raises for anything the submission or its grader does.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    results.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "grading", "grade", str(entry.resolve()), "--json", str(results), "--quiet",
+               *grade_args]
+    start = time.monotonic()
+    code: int | None = None
+    with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
+        try:
+            proc = subprocess.Popen(command, cwd=KIT_ROOT, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                    start_new_session=True)
+            try:
+                code = proc.wait(timeout=limit_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
+        except OSError as exc:
+            stderr.write(f"cannot start the grader: {exc}\n".encode())
+    seconds = time.monotonic() - start
+    data = _load(results)
+    if code is None:
+        status, note = "timeout", f"the grader did not finish within {limit_s:.0f} s"
+    else:
+        status = STATUS.get(code, "grader_error")
+        note = "" if data is not None else f"the grader exited with code {code} without a report"
+    if data is None or code is None:
+        data = {"score": 0.0, "max_score": 0.0, "output": note, "tests": [], **({} if data is None else data)}
+        data["output"] = (str(data.get("output", "")) + "\n" + note).strip()
+        results.write_text(json.dumps(data, indent=1) + "\n")
+    by_problem: dict[str, float] = {}
+    for test in data.get("tests", []):
+        number = str(test.get("number", ""))
+        if number in PROBLEMS:
+            by_problem[number] = by_problem.get(number, 0.0) + float(test.get("score", 0.0))
+    notes = note or _first_line(str(data.get("output", "")))
+    return {"submission": entry.name, "score": f"{float(data.get('score', 0.0)):g}",
+            "max_score": f"{float(data.get('max_score', 0.0)):g}", "status": status,
+            "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
+            **{f"problem_{p}": f"{by_problem[p]:g}" if p in by_problem else "" for p in PROBLEMS},
+            "notes": notes}
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    with open(scratch, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(sorted(rows, key=lambda row: row["submission"]))
+    os.replace(scratch, path)
+
+
+def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: list[str] | None = None,
+              results_dir: Path | None = None, limit_s: float | None = None,
+              progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Grade every entry of ``submissions_dir``, ``jobs`` at a time; write ``out_csv``; return the rows.
+
+    ``grade_args`` are passed to each ``grade`` (e.g. ``["--problem", "1"]``);
+    ``results_dir`` defaults to ``<out_csv stem>_results`` next to the CSV;
+    ``limit_s`` bounds each submission (default: ``default_limit_s``).
+    """
+    grade_args = list(grade_args or [])
+    out_csv = Path(out_csv)
+    results_dir = Path(results_dir) if results_dir else out_csv.with_name(out_csv.stem + "_results")
+    limit_s = limit_s if limit_s is not None else default_limit_s(grade_args)
+    entries = submissions_in(submissions_dir)
+    rows: list[dict] = []
+    lock = threading.Lock()
+
+    def one(entry: Path) -> None:
+        try:
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s)
+        except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
+            row = {column: "" for column in COLUMNS}
+            row.update(submission=entry.name, score="0", max_score="0", status="grader_error",
+                       notes=f"batch error: {type(exc).__name__}: {exc}")
+        with lock:
+            rows.append(row)
+            _write_csv(out_csv, rows)
+            if progress:
+                progress(f"[{len(rows)}/{len(entries)}] {row['submission']}: {row['score']}/{row['max_score']} "
+                         f"({row['status']}) in {row['seconds'] or '?'} s")
+
+    _write_csv(out_csv, rows)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, entries))
+    return sorted(rows, key=lambda row: row["submission"])

@@ -1,0 +1,348 @@
+"""Resource limits and isolation for the rank processes that run student code.
+
+Two halves:
+
+* **child side** (``apply_limits``, called by ``grading.worker`` before any
+  student module is imported): the rank dies with the grader
+  (``PR_SET_PDEATHSIG``), gets ``setrlimit`` limits on memory
+  (``RLIMIT_DATA``), CPU seconds, open files and the size of any file it
+  writes (its stdout/stderr logs included; ``SIGXFSZ`` is ignored so an
+  over-long write raises ``OSError`` instead of killing the rank), and, when
+  the launcher made one, joins the case's private network namespace
+  (loopback only), then drops every capability so it cannot leave it again.
+* **parent side** (``Namespaces``, ``kill_marked``): one network namespace
+  per case, held by a small process and shared by all its ranks (gloo talks
+  over the shared loopback); and a scan of ``/proc`` for processes carrying
+  the run's marker variable, which finds what student code left running even
+  after ``setsid`` or a double fork.
+
+A PID namespace would catch more, but a process cannot join one itself (only
+its children do) and then cannot start threads, and ranks *inside* one see
+pids that do not match ``/proc`` (psutil in DeepSpeed), so none is used.
+
+What this is **not**: a security boundary. Student code runs as the grader's
+own user, in the same process as the probe that records its results, and can
+read every file the grader can (hidden checks included). See
+``SANDBOX_NOTES`` for the full list.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its children) inherits
+
+CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+SANDBOX_NOTES = """\
+What the grader's sandbox does:
+- Every check runs student code in separate rank processes, never in the grader.
+  The verdict is computed in the grader process from the values the probe
+  recorded (loaded with torch.load(weights_only=True), so no pickle code runs);
+  patching torch.allclose, torch.testing or grading modules inside a rank
+  changes nothing.
+- Each case has a wall-clock limit; at the limit the stuck ranks' Python stacks
+  are dumped and every rank is killed with its process group.
+- Per rank (setrlimit): memory RLIMIT_DATA (GRADING_MEMORY_MB, default 8192),
+  CPU seconds (4 x the case limit + 30), open files (GRADING_OPEN_FILES,
+  default 4096), largest file written (GRADING_FILE_MB, default 256; output
+  beyond it raises OSError "File too large" in the student code).
+- Ranks die with the grader (PR_SET_PDEATHSIG). When a case ends, every rank
+  is killed with its process group, and every process whose environment
+  carries the case's marker (GRADING_RUN_ID=<random>, inherited by anything
+  the student code starts, even after setsid or a double fork) is frozen and
+  killed.
+- As root on Linux: each case gets a private network namespace with only
+  loopback: no network, and since the case's ranks share it gloo works and no
+  port can collide with another case (hard-coded MASTER_PORT included). The
+  ranks then drop all capabilities (and set no_new_privs), so they cannot
+  leave it. Set GRADING_NETWORK=1 to keep the host network (e.g. NCCL across
+  machines). Without root (a student laptop) there is no network isolation.
+- Results are accepted only from files the probe itself wrote: each part's
+  SHA-256 is logged with an HMAC under a per-run key handed to the rank over
+  stdin; files planted by student code, or changed after recording, are
+  rejected with a message that says so.
+- Text outside the student regions, and every provided file (e.g.
+  pipeline/runtime.py), always comes from the grader's kit; differences are
+  reported and ignored.
+
+What it does NOT do:
+- It is not a security boundary against a determined attacker. Student code
+  runs as the grader's user, in the same process as the probe: it can read
+  the per-run key from memory and forge results, call the grader's own
+  reference code, read every file the grader can read (hidden checks and
+  references included), signal or ptrace the grader process, or write files
+  the grader's user may write. Use a container per submission (Gradescope
+  does) and review flagged submissions; the report notes region code that
+  touches grading internals.
+- A process started by student code that leaves its process group (setsid,
+  double fork) AND execs with a cleaned environment is not found, and keeps
+  running until the machine (container) goes away. A cgroup or PID namespace
+  per case would close this; neither is used (see grading/sandbox.py).
+- No limit on the number of processes or threads (RLIMIT_NPROC counts the
+  whole user; use a cgroup pids limit), no disk quota beyond the per-file
+  size, no GPU memory limit, and no seccomp filter.
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-rank limits (None: not set). ``network`` False asks for a loopback-only namespace."""
+
+    memory_mb: int | None = 8192
+    cpu_s: int | None = None
+    open_files: int | None = 4096
+    file_mb: int | None = 256
+    network: bool = False
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    number = int(value)
+    return None if number <= 0 else number
+
+
+def default_limits(timeout_s: float) -> Limits:
+    """The limits for a case with wall-clock limit ``timeout_s``, with environment overrides.
+
+    ``GRADING_SANDBOX=0`` disables every limit and namespace;
+    ``GRADING_MEMORY_MB``, ``GRADING_OPEN_FILES``, ``GRADING_FILE_MB`` (0 for
+    none) override the defaults; ``GRADING_NETWORK=1`` keeps the host network.
+    """
+    if os.environ.get("GRADING_SANDBOX", "1") == "0":
+        return Limits(memory_mb=None, cpu_s=None, open_files=None, file_mb=None, network=True)
+    return Limits(memory_mb=_env_int("GRADING_MEMORY_MB", 8192),
+                  cpu_s=int(4 * timeout_s + 30),
+                  open_files=_env_int("GRADING_OPEN_FILES", 4096),
+                  file_mb=_env_int("GRADING_FILE_MB", 256),
+                  network=os.environ.get("GRADING_NETWORK", "0") == "1")
+
+
+def limits_to_spec(limits: Limits) -> dict:
+    """``limits`` as plain JSON data for the worker's spec file."""
+    return asdict(limits)
+
+
+# ------------------------------------------------------------------------------------------ child side
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _set_limit(which: int, value: int) -> None:
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY and value > hard:
+        value = hard
+    resource.setrlimit(which, (value, value))
+
+
+def _drop_capabilities(libc) -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets; set no_new_privs."""
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()          # two __user_cap_data_struct, all zero
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _join_namespace(libc, path: str, kind: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, kind) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns({path}): {os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+def apply_limits(spec: dict) -> dict:
+    """Apply the limits and namespaces of a worker ``spec`` to this process; return what was done.
+
+    Call before importing student code, while the process has one thread.
+    ``spec["limits"]`` is ``limits_to_spec`` output; ``spec["namespaces"]``
+    maps "net" to a ``/proc/<pid>/ns/net`` path (absent: none). Never raises:
+    a step that fails is listed under "skipped" with its reason.
+    """
+    done: dict = {"applied": [], "skipped": []}
+    limits = spec.get("limits") or {}
+    libc = None
+    try:
+        libc = _libc()
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        done["applied"].append("pdeathsig")
+    except (OSError, AttributeError) as exc:
+        done["skipped"].append(f"pdeathsig: {exc}")
+    steps = [("memory_mb", resource.RLIMIT_DATA, 1024 * 1024), ("cpu_s", resource.RLIMIT_CPU, 1),
+             ("open_files", resource.RLIMIT_NOFILE, 1), ("file_mb", resource.RLIMIT_FSIZE, 1024 * 1024)]
+    for key, which, unit in steps:
+        if limits.get(key):
+            try:
+                _set_limit(which, int(limits[key]) * unit)
+                done["applied"].append(f"{key}={limits[key]}")
+            except (OSError, ValueError) as exc:
+                done["skipped"].append(f"{key}: {exc}")
+    if limits.get("file_mb"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # an over-long write raises OSError(EFBIG)
+    namespaces = spec.get("namespaces") or {}
+    if namespaces and libc is not None:
+        try:
+            _join_namespace(libc, namespaces["net"], CLONE_NEWNET)
+            done["applied"].append("private network (loopback only)")
+            _drop_capabilities(libc)
+            done["applied"].append("capabilities dropped")
+        except OSError as exc:
+            done["skipped"].append(f"namespaces: {exc}")
+    return done
+
+
+# ------------------------------------------------------------------------------------------ parent side
+_HOLDER = r"""
+import ctypes, fcntl, os, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+flags = int(sys.argv[1])
+if libc.unshare(flags) != 0:
+    print("error unshare: " + os.strerror(ctypes.get_errno()), flush=True)
+    sys.exit(1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)   # bring loopback up in the new namespace
+got = fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0))                              # SIOCGIFFLAGS
+fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", struct.unpack("16sh", got)[1] | 1))   # SIOCSIFFLAGS IFF_UP
+s.close()
+print(f"pid {os.getpid()}", flush=True)
+print("ready", flush=True)
+sys.stdin.read()                # until the launcher closes the pipe (or dies)
+os._exit(0)
+"""
+
+
+class Namespaces:
+    """A private, loopback-only network namespace for one case, held by a small holder process.
+
+    ``paths`` maps "net" to ``/proc/<holder>/ns/net`` for the ranks to join;
+    it is empty (and ``reason`` says why) when no namespace is made (not
+    root, not Linux, ``network`` requested, or unshare refused). ``close()``
+    kills the holder; the namespace goes when its last member exits.
+    """
+
+    def __init__(self, network: bool = False, start_timeout_s: float = 10.0):
+        self.paths: dict[str, str] = {}
+        self.reason = ""
+        self._proc: subprocess.Popen | None = None
+        if network:
+            self.reason = "host network kept (GRADING_NETWORK=1 or sandbox off)"
+            return
+        if not sys.platform.startswith("linux") or os.geteuid() != 0:
+            self.reason = "a private network needs root on Linux"
+            return
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(CLONE_NEWNET)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          start_new_session=True)
+        except OSError as exc:
+            self.reason = f"cannot start the namespace holder: {exc}"
+            return
+        lines = self._read_lines(2, start_timeout_s)
+        if len(lines) < 2 or not lines[0].startswith("pid ") or lines[1] != "ready":
+            self.reason = "namespace holder failed: " + (" / ".join(lines) or "no answer")
+            self.close()
+            return
+        self.paths = {"net": f"/proc/{int(lines[0].split()[1])}/ns/net"}
+
+    def _read_lines(self, count: int, timeout_s: float) -> list[str]:
+        lines, buffer = [], b""
+        deadline = time.monotonic() + timeout_s
+        fd = self._proc.stdout.fileno()
+        while len(lines) < count and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buffer += chunk
+            *complete, buffer = buffer.split(b"\n")
+            lines += [line.decode(errors="replace").strip() for line in complete]
+        return lines
+
+    def close(self) -> None:
+        """Kill the holder (idempotent)."""
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._proc = None
+
+
+def _marked(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return marker in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def find_marked(run_id: str) -> list[int]:
+    """Pids (other than this process) whose environment holds ``GRADING_RUN_ID=<run_id>``."""
+    marker = f"{RUN_MARKER}={run_id}".encode()
+    me = os.getpid()
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    return [pid for pid in pids if pid != me and _marked(pid, marker)]
+
+
+def kill_marked(run_id: str, rounds: int = 20) -> list[int]:
+    """Stop, then kill, every process carrying the run's marker; return their pids.
+
+    Processes are frozen (SIGSTOP) scan after scan until a scan finds no new
+    one, so a process that keeps forking cannot outrun the sweep; then all
+    get SIGKILL. Best effort: a process that dropped the marker from its
+    environment is not found.
+    """
+    stopped: list[int] = []
+    for _ in range(rounds):
+        fresh = [pid for pid in find_marked(run_id) if pid not in stopped]
+        if not fresh:
+            break
+        for pid in fresh:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                continue
+            stopped.append(pid)
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return stopped

@@ -1,0 +1,439 @@
+"""Adversarial submissions: the grader cuts each off, blames only the affected criteria, and cleans up.
+
+Each submission is a copy of the kit with region bodies replaced (the way
+``tests/kit/variants.py`` builds buggy variants). For every one: the run ends
+within its (short) limits, only the criteria whose results the misbehaviour
+touched lose points, the reason names what happened, and no process that the
+grading started survives it (checked through a marker variable that every
+rank and its children inherit). Cases run with short limits to keep the suite
+lean.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grading.__main__ import main as grading_main
+from grading.rubric import all_cases
+from grading.runner import run_cases
+from grading.submission import SubmissionError, build_grading_copy, open_submission
+from tests.kit.variants import KIT_ROOT, make_variant_kit
+
+pytestmark = pytest.mark.kit
+
+DATASET, COMM, PIPE = "data_parallel/dataset.py", "data_parallel/comm.py", "pipeline/pipe.py"
+TAG = "ADVERSARIAL_TEST_TAG"
+
+PARTITION = """\
+if size < 0 or world_size < 1:
+    raise ValueError("bad arguments")
+order = list(range(size))
+random.Random(seed).shuffle(order)
+base, extra = divmod(size, world_size)
+parts, start = [], 0
+for rank in range(world_size):
+    length = base + (1 if rank < extra else 0)
+    parts.append(order[start:start + length])
+    start += length
+return parts
+"""
+AVERAGE = """\
+for param in model.parameters():
+    if param.grad is not None:
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+        param.grad /= dist.get_world_size()
+"""
+ONCE = "if not getattr(partition_indices, 'done_once', False):\n    partition_indices.done_once = True\n"
+
+
+def once(code: str) -> str:
+    """``code`` run on the first call of partition_indices only (the probe calls it many times)."""
+    return ONCE + "".join("    " + line + "\n" for line in code.strip("\n").splitlines())
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _tagged(value: str) -> list[int]:
+    """Live (non-zombie) processes whose environment carries this test's tag."""
+    marker, found = f"{TAG}={value}".encode(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if marker not in handle.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_survivors(monkeypatch):
+    """Every process the test's grading starts inherits a tag; none may be alive when the test ends."""
+    value = uuid.uuid4().hex
+    monkeypatch.setenv(TAG, value)
+    yield value
+    survivors = _tagged(value)
+    for pid in survivors:                 # never leak, even when failing
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not survivors, f"processes started by the grading survived it: {survivors}"
+
+
+def grade(tmp_path: Path, edits: list[tuple[str, str, str]], case_names: set[str], **changes) -> dict:
+    """Verdicts by criterion id for the named cases (with ``changes``) on a kit carrying ``edits``."""
+    kit = make_variant_kit(tmp_path / "kit", edits)
+    cases = [dataclasses.replace(c, **changes) for c in all_cases() if c.name in case_names]
+    assert {c.name for c in cases} == case_names
+    return {v.id: v for v in run_cases(cases, kit, tmp_path / "runs")}
+
+
+def grade_cli(tmp_path: Path, submission: Path, *args: str) -> tuple[int, dict]:
+    """``python -m grading grade SUBMISSION --json ...`` in this process: (exit code, results.json)."""
+    results = tmp_path / "results.json"
+    code = grading_main(["grade", str(submission), "--quiet", "--json", str(results), *args])
+    return code, json.loads(results.read_text())
+
+
+def failed(verdicts: dict) -> set[str]:
+    return {cid for cid, v in verdicts.items() if not v.passed}
+
+
+# ------------------------------------------------------------------------------------------ (a) hang
+def test_rank_hanging_in_a_collective_is_cut_off_with_its_stack(tmp_path):
+    body = "if dist.get_rank() == 1:\n    dist.recv(torch.zeros(1), src=0, tag=777)   # rank 0 never sends\n" + AVERAGE
+    verdicts = grade(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=8)
+    assert verdicts["1.2.setup"].passed, verdicts["1.2.setup"].message       # recorded before the hang
+    assert failed(verdicts) == set(verdicts) - {"1.2.setup"}
+    message = verdicts["1.2.grads_2rank"].message
+    assert "timed out after" in message and "rank 1 was stuck at:" in message, message
+    stuck = message.split("rank 1 was stuck at:")[1]
+    assert "in recv" in stuck and "comm.py" in stuck and "in average_gradients" in stuck, message
+
+
+# ------------------------------------------------------------------------------------------ (b) crash
+@pytest.mark.parametrize("how, reason", [
+    ("import os\nos._exit(0)", "rank 1 exited with code 0 before finishing"),
+    ("import ctypes\nctypes.string_at(0)", "rank 1 died from signal SIGSEGV"),
+])
+def test_rank_that_exits_or_segfaults_is_reported(tmp_path, how, reason):
+    body = f"if dist.get_rank() == 1:\n" + "".join(f"    {line}\n" for line in how.splitlines()) + AVERAGE
+    verdicts = grade(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=20)
+    assert verdicts["1.2.setup"].passed
+    assert "1.2.grads_2rank" in failed(verdicts)
+    messages = " ".join(v.message for v in verdicts.values())
+    assert reason in messages, messages
+
+
+# ------------------------------------------------------------------------------------------ (c) Pipe stage loops
+def test_endless_pipe_stage_costs_problem_2_2_only(tmp_path):
+    body = """
+        batches = list(torch.split(x, self.split_size))
+        for wave in schedule.clock_cycles(len(batches), len(self.stages)):
+            for i, j in wave:   # stage 1 never returns
+                self.workers.submit(j, lambda j=j, xb=batches[i]: self.stages[j](xb) if j == 0 else any(iter(int, 1)))
+            for i, j in wave:
+                batches[i] = self.workers.receive(j)
+        return torch.cat(batches).to(self.devices[-1])
+    """
+    verdicts = grade(tmp_path, [(PIPE, "forward", body)], {"p2_schedule_split", "p2_pipe"}, timeout_s=6)
+    assert {cid for cid in failed(verdicts)} == {c for c in verdicts if c.startswith("2.2.")}
+    message = verdicts["2.2.forward"].message
+    assert "timed out after" in message and "pipe.py" in message, message
+
+
+# ------------------------------------------------------------------------------------------ (d) leftovers
+def test_processes_left_running_are_killed_even_after_setsid(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("ADVERSARIAL_PID_DIR", str(pids))
+    spawn = once("""
+import os, subprocess, sys, time
+path = os.path.join(os.environ["ADVERSARIAL_PID_DIR"], str(os.getpid()))
+daemon = ("import os, sys, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
+          "    open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\\n"
+          "    os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n    time.sleep(300)")
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+subprocess.Popen([sys.executable, "-c", daemon, path], start_new_session=True)
+for _ in range(200):                      # until the daemon is up
+    if os.path.exists(path):
+        break
+    time.sleep(0.05)
+""")
+    verdicts = grade(tmp_path, [(DATASET, "partition_indices", spawn + PARTITION)], {"p1_partition"}, timeout_s=30)
+    assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
+    escaped = [int(f.read_text()) for f in pids.iterdir() if f.suffix != ".tmp"]
+    assert len(escaped) == 2, "the setsid daemons never started"
+    for pid in escaped:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        assert state in ("gone", "Z"), f"daemon {pid} escaped with setsid and survived"
+    # the autouse fixture checks that nothing else the grading started is alive
+
+
+# ------------------------------------------------------------------------------------------ (e) output
+def test_megabytes_of_output_do_not_change_the_verdict(tmp_path):
+    noise = once('import sys\nsys.stdout.write("x" * 4_000_000 + "\\n")\nsys.stderr.write("y" * 4_000_000 + "\\n")')
+    verdicts = grade(tmp_path, [(DATASET, "partition_indices", noise + PARTITION)], {"p1_partition"}, timeout_s=30)
+    assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
+    logs = list((tmp_path / "runs" / "p1_partition").glob("rank*.stdout"))
+    assert logs and all(log.stat().st_size >= 4_000_000 for log in logs)
+
+
+def test_endless_output_hits_the_file_size_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADING_FILE_MB", "8")
+    flood = 'import sys\nwhile True:\n    sys.stdout.write("x" * 1_000_000)\n'
+    verdicts = grade(tmp_path, [(DATASET, "partition_indices", flood)], {"p1_partition"}, timeout_s=30)
+    assert "File too large" in verdicts["1.1.coverage"].message, verdicts["1.1.coverage"].message
+    assert verdicts["1.1.partition_class"].passed and verdicts["1.1.partition_dataset"].passed
+    for log in (tmp_path / "runs" / "p1_partition").glob("rank*.std*"):
+        assert log.stat().st_size <= 8 * 1024 * 1024
+
+
+def test_stderr_noise_never_fails_correct_work(tmp_path):
+    noise = """
+import sys, warnings
+warnings.warn("this looks alarming but is only a warning")
+sys.stderr.write("[W socket.cpp:663] [c10d] The client socket has failed to connect\\n"
+                 "Traceback (most recent call last):\\nRuntimeError: NCCL error (this line is only printed)\\n" * 20)
+print("ERROR FAILED assert", flush=True)
+"""
+    verdicts = grade(tmp_path, [(COMM, "average_gradients", noise + AVERAGE)], {"p1_comm_2rank"})
+    assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
+    assert "Traceback" in (tmp_path / "runs" / "p1_comm_2rank" / "rank0.stderr").read_text()
+
+
+# ------------------------------------------------------------------------------------------ (f) monkeypatching
+def test_patched_comparisons_and_grader_modules_change_nothing(tmp_path):
+    cheat = """
+import torch.testing
+torch.allclose = lambda *args, **kwargs: True
+torch.equal = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+import grading.compare, grading.runner, grading.rubric
+grading.compare.assert_tensor_close = lambda *args, **kwargs: None
+grading.compare.assert_state_close = lambda *args, **kwargs: None
+grading.runner.expect = lambda *args, **kwargs: None
+grading.rubric.CheckFailed = Warning
+for param in model.parameters():        # wrong: summed, never divided
+    if param.grad is not None:
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+"""
+    verdicts = grade(tmp_path, [(COMM, "average_gradients", cheat)], {"p1_comm_2rank"}, timeout_s=30)
+    assert failed(verdicts) == {"1.2.grads_2rank"}
+    assert "differs from the reference" in verdicts["1.2.grads_2rank"].message
+    report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
+    assert any("average_gradients" in note and "torch.allclose =" in note for note in report.suspicious)
+    assert any(note.startswith("flagged for staff review") for note in report.notes())
+
+
+# ------------------------------------------------------------------------------------------ (g) fake results
+def test_planted_and_altered_result_files_are_rejected(tmp_path):
+    plant = """
+import sys
+from pathlib import Path
+import torch
+from grading.references import p1
+rank_dir = Path(sys.argv[1]).parent / f"rank{sys.argv[2]}"
+torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / "grads.pt")     # the right answer, recorded already
+torch.save({"losses": [0.0], "params": p1.params_of(p1.GradProbeNet(seed=0))}, rank_dir / "train_step.pt")
+with open(rank_dir / "parts.log", "a") as log:
+    log.write('{"name": "train_step", "kind": "pt", "sha256": "00", "mac": "00"}\\n')
+(rank_dir / "done").write_text("ok")
+import os
+os._exit(0)
+"""
+    edits = [(COMM, "average_gradients", "for param in model.parameters():\n    if param.grad is not None:\n"
+                                         "        dist.all_reduce(param.grad)\n"),        # wrong: not divided
+             (COMM, "train_step", plant)]
+    verdicts = grade(tmp_path, edits, {"p1_comm_2rank"}, timeout_s=30)
+    assert verdicts["1.2.setup"].passed
+    assert "changed or removed after the probe recorded it" in verdicts["1.2.grads_2rank"].message
+    assert "not written by the grader's probe" in verdicts["1.2.train_step_updates"].message
+    assert "exited with code 0 before finishing" in verdicts["1.2.train_step_updates"].message   # fake 'done'
+
+
+# ------------------------------------------------------------------------------------------ (h) outside the regions
+def test_edits_outside_regions_and_to_the_provided_runtime_are_ignored(tmp_path):
+    submission = make_variant_kit(tmp_path / "sub", [])
+    runtime = submission / "pipeline" / "runtime.py"
+    runtime.write_text('raise SystemExit("the submission replaced the provided runtime")\n' + runtime.read_text())
+    comm = submission / COMM
+    comm.write_text(comm.read_text().replace("def average_gradients(", "def average_gradients_hacked("))
+    (submission / "pipeline" / "helper.py").write_text("X = 1\n")
+    report = build_grading_copy(KIT_ROOT, submission, tmp_path / "copy")
+    assert (tmp_path / "copy" / "pipeline" / "runtime.py").read_text() == (KIT_ROOT / "pipeline/runtime.py").read_text()
+    assert "def average_gradients(" in (tmp_path / "copy" / COMM).read_text()
+    assert report.provided_changed == ["pipeline/runtime.py"] and report.tampered == [COMM]
+    assert report.extra_files == ["pipeline/helper.py"]
+    code, results = grade_cli(tmp_path, submission, "--problem", "2.1", "--timeout", "30")
+    assert code == 0 and results["score"] == results["max_score"] > 0        # the kit's runtime was imported
+    for note in ("changed provided file (ignored; the kit's copy was used): pipeline/runtime.py",
+                 f"changed outside the student regions (ignored; the kit's text was used): {COMM}",
+                 "file not in the kit (ignored; only region bodies are graded): pipeline/helper.py"):
+        assert note in results["output"]
+
+
+# ------------------------------------------------------------------------------------------ (i) import failures
+def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path):
+    kit = make_variant_kit(tmp_path / "kit", [(DATASET, "partition_indices", "return [[0] +\n")])
+    (kit / COMM).unlink()
+    report = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
+    assert report.missing_files == [COMM]
+    assert len(report.syntax_errors) == 1 and report.syntax_errors[0].startswith(DATASET + ":")
+    cases = [dataclasses.replace(c, timeout_s=30, world_size=1) for c in all_cases()
+             if c.name in {"p1_partition", "p1_comm_2rank"}]
+    verdicts = {v.id: v for v in run_cases(cases, tmp_path / "copy", tmp_path / "runs")}
+    for cid, verdict in verdicts.items():
+        assert not verdict.passed
+        if cid.startswith("1.1."):
+            assert verdict.status == "failed" and "SyntaxError" in verdict.message, verdict.message
+        else:
+            assert verdict.status == "not_implemented" and "Problem 1.2" in verdict.message, verdict.message
+
+
+# ------------------------------------------------------------------------------------------ (j) wrong values
+@pytest.mark.parametrize("extra, reason", [
+    ("param.grad.fill_(float('nan'))", "contains NaN or Inf"),
+    ("param.grad.data = param.grad.data.flatten()", "shape (48,), expected (8, 6)"),
+    ("param.grad.data = param.grad.data.double()", "dtype torch.float64, expected torch.float32"),
+], ids=["nan", "shape", "dtype"])
+def test_wrong_shape_dtype_or_nan_is_named(tmp_path, extra, reason):
+    edits = [(COMM, "average_gradients", AVERAGE + "        " + extra + "\n")]
+    verdicts = grade(tmp_path, edits, {"p1_comm_2rank"}, world_size=1, args={"train_step": False}, timeout_s=30)
+    assert reason in verdicts["1.2.grads_2rank"].message, verdicts["1.2.grads_2rank"].message
+    assert all(verdicts[c].passed for c in ("1.2.setup", "1.2.unused_grads_none", "1.2.uses_all_reduce"))
+
+
+def test_result_on_the_wrong_device_is_named(tmp_path):
+    body = ("optimizer.zero_grad()\nloss = loss_fn(model(inputs), targets)\nloss.backward()\n"
+            "average_gradients(model)\noptimizer.step()\nreturn loss.detach().to('meta')\n")
+    verdicts = grade(tmp_path, [(COMM, "train_step", body)], {"p1_comm_2rank"}, world_size=1, timeout_s=30)
+    assert "on meta, expected a Python float" in verdicts["1.2.train_step_loss"].message
+    assert verdicts["1.2.train_step_updates"].passed
+
+
+# ------------------------------------------------------------------------------------------ reports always written
+def test_a_crashing_grader_still_writes_results_json(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the grader")
+    monkeypatch.setattr("grading.__main__.run_cases", broken)
+    code, results = grade_cli(tmp_path, make_variant_kit(tmp_path / "sub", []), "--problem", "1.1")
+    assert code == 4
+    assert results["score"] == 0 and results["max_score"] > 0
+    assert all("a bug in the grader" in t["output"] for t in results["tests"])
+
+
+def test_a_rejected_submission_still_gets_a_full_report(tmp_path):
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("../../escape.py", "x = 1")
+    code, results = grade_cli(tmp_path, archive)
+    assert code == 2 and results["score"] == 0 and results["max_score"] > 0
+    assert all("unsafe path" in t["output"] for t in results["tests"])
+
+
+# ------------------------------------------------------------------------------------------ intake
+def _student_tree(root: Path) -> Path:
+    for rel in (DATASET, COMM):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text((KIT_ROOT / rel).read_text())
+    return root
+
+
+def _zip(path: Path, members: dict[str, str], symlink: str | None = None, encrypted: str | None = None) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in members.items():
+            info = zipfile.ZipInfo(name)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            if name == symlink:
+                info.external_attr = (0o120777 << 16)
+            z.writestr(info, text)
+    if encrypted:             # zipfile cannot encrypt: set the "encrypted" bit in both headers by hand
+        data = bytearray(path.read_bytes())
+        for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+            at = data.index(signature)
+            data[at + offset] |= 0x1
+        path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("members, kwargs, message", [
+    ({"../../escape.py": "x"}, {}, "unsafe path"),
+    ({"/etc/escape.py": "x"}, {}, "unsafe path"),
+    ({"a5/data_parallel/comm.py": "/etc/passwd"}, {"symlink": "a5/data_parallel/comm.py"}, "symlink"),
+    ({"a5/data_parallel/comm.py": "x"}, {"encrypted": "a5/data_parallel/comm.py"}, "encrypted"),
+    ({"a/data_parallel/comm.py": "x", "b/data_parallel/comm.py": "x"}, {}, "ambiguous layout"),
+    ({"notes.txt": "x"}, {}, "no student file found"),
+], ids=["zip_slip", "absolute", "symlink", "encrypted", "ambiguous", "empty"])
+def test_bad_zips_are_rejected_with_a_clear_message(tmp_path, members, kwargs, message):
+    archive = _zip(tmp_path / "s.zip", members, **kwargs)
+    with pytest.raises(SubmissionError, match=message):
+        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+
+
+def test_absurd_sizes_are_rejected(tmp_path, monkeypatch):
+    (tmp_path / "junk.zip").write_bytes(os.urandom(2000))
+    with pytest.raises(SubmissionError, match="not a readable zip"):
+        open_submission(tmp_path / "junk.zip", KIT_ROOT, tmp_path / "scratch")
+    monkeypatch.setattr("grading.submission.MAX_ZIP_BYTES", 1000)
+    archive = _zip(tmp_path / "big.zip", {"a5/data_parallel/comm.py": "#" * 5000})
+    with pytest.raises(SubmissionError, match="uncompressed"):
+        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+    monkeypatch.setattr("grading.submission.MAX_ZIP_MEMBERS", 3)
+    archive = _zip(tmp_path / "many.zip", {f"a5/f{k}.txt": "x" for k in range(4)})
+    with pytest.raises(SubmissionError, match="members"):
+        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+    folder = _student_tree(tmp_path / "tree")
+    for k in range(30):
+        (folder / f"f{k}.txt").write_text("x")
+    monkeypatch.setattr("grading.submission.MAX_TREE_ENTRIES", 20)
+    with pytest.raises(SubmissionError, match="more than 20 files"):
+        open_submission(folder, KIT_ROOT, tmp_path / "scratch")
+
+
+def test_oversized_student_file_is_graded_as_not_implemented(tmp_path, monkeypatch):
+    folder = _student_tree(tmp_path / "tree")
+    (folder / COMM).write_text((folder / COMM).read_text() + "#" * 2000)
+    monkeypatch.setattr("grading.submission.MAX_STUDENT_FILE_BYTES", 1000)
+    report = build_grading_copy(KIT_ROOT, open_submission(folder, KIT_ROOT, tmp_path), tmp_path / "copy")
+    assert any(COMM in m and "larger than 1000 bytes" in m for m in report.malformed), report.malformed
+
+
+@pytest.mark.parametrize("link", ["data_parallel", "data_parallel/comm.py"])
+def test_symlinks_out_of_a_folder_submission_are_rejected(tmp_path, link):
+    folder = _student_tree(tmp_path / "sub")
+    if (folder / link).is_file():
+        (folder / link).unlink()
+    else:
+        shutil.rmtree(folder / link)
+    os.symlink(KIT_ROOT / link, folder / link)           # e.g. at the reference solution
+    (folder / "pipeline").mkdir()
+    (folder / "pipeline" / "pipe.py").write_text((KIT_ROOT / PIPE).read_text())
+    with pytest.raises(SubmissionError, match="is a symlink .*outside the submission"):
+        open_submission(folder, KIT_ROOT, tmp_path / "scratch")
+
+
+def test_macos_metadata_and_virtualenvs_are_not_ambiguous(tmp_path):
+    folder = _student_tree(tmp_path / "sub" / "a5")
+    _student_tree(tmp_path / "sub" / "__MACOSX" / "a5")
+    (folder / ".venv" / "bin").mkdir(parents=True)
+    os.symlink("/usr/bin/python3", folder / ".venv" / "bin" / "python")
+    _student_tree(folder / ".venv" / "lib" / "site-packages" / "old")
+    assert open_submission(tmp_path / "sub", KIT_ROOT, tmp_path / "scratch") == folder

@@ -1,0 +1,56 @@
+"""``python -m grading batch``: many submissions, good and bad, one CSV row each; none stops the batch."""
+import csv
+import json
+import zipfile
+
+import pytest
+
+from grading.__main__ import main as grading_main
+from grading.regions import parse_regions, replace_bodies, stub_body
+from tests.kit.variants import KIT_ROOT, make_variant_kit
+
+pytestmark = pytest.mark.kit
+DATASET = "data_parallel/dataset.py"
+
+
+def _starter_text(rel: str) -> str:
+    text = (KIT_ROOT / rel).read_text()
+    return replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(parse_regions(text, rel))})
+
+
+def _folder(root, text: str):
+    (root / "data_parallel").mkdir(parents=True)
+    (root / DATASET).write_text(text)
+
+
+def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
+    subs = tmp_path / "submissions"
+    _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())                 # reference: full marks
+    with zipfile.ZipFile(subs / "bob.zip", "w") as z:                         # starter, wrapped in a folder
+        z.writestr(f"a5/{DATASET}", _starter_text(DATASET))
+    with zipfile.ZipFile(subs / "carol.zip", "w") as z:                       # zip slip: rejected
+        z.writestr("../../escape.py", "x = 1")
+    hang = make_variant_kit(tmp_path / "k1", [(DATASET, "partition_indices",
+                                               "import time\nwhile True:\n    time.sleep(0.1)\n")])
+    _folder(subs / "dave", (hang / DATASET).read_text())                      # hangs: cut off per case
+    killer = make_variant_kit(tmp_path / "k2", [(DATASET, "partition_indices",
+                                                 "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")])
+    _folder(subs / "eve", (killer / DATASET).read_text())                     # kills its own grader
+    (subs / ".DS_Store").write_text("ignored")
+    out = tmp_path / "grades.csv"
+    code = grading_main(["batch", str(subs), "--out", str(out), "--jobs", "2", "--problem", "1.1", "--timeout", "6",
+                         "--quiet"])
+    assert code == 0
+    rows = {row["submission"]: row for row in csv.DictReader(out.open())}
+    assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve"]
+    expected = {"alice": ("passed", "10"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),
+                "dave": ("failed", "0"), "eve": ("grader_error", "0")}
+    assert {name: (row["status"], row["score"]) for name, row in rows.items()} == expected, rows
+    assert rows["alice"]["problem_1.1"] == "10" and rows["alice"]["max_score"] == "10"
+    assert "unsafe path" in rows["carol.zip"]["notes"]
+    assert "did not finish" in rows["eve"]["notes"]
+    for name in rows:
+        results = json.loads((tmp_path / "grades_results" / name / "results.json").read_text())
+        assert "tests" in results and "score" in results
+    dave = json.loads((tmp_path / "grades_results" / "dave" / "results.json").read_text())
+    assert all("timed out after" in t["output"] for t in dave["tests"]), dave
