@@ -43,7 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="timed steps per run; default 4, quick 2")
     p.add_argument("--warmup", type=int, help="untimed warm-up steps per variant; default 2, quick 1")
     p.add_argument("--repeats", type=int, help="alternating repeats (paired ratios); default 5, quick 3")
-    p.add_argument("--n_chunks", type=_chunks, help="pipeline micro-batch counts; default 2,4,8, quick 2,4")
+    p.add_argument("--n_chunks", type=_chunks, help="pipeline micro-batch counts; default 2,4,8, quick 2,4 "
+                                                      "(--peers adds --gpipe_chunks)")
     p.add_argument("--gpipe_chunks", type=int, default=4, help="micro-batches of the torch GPipe peer")
     p.add_argument("--dp_threshold", type=float, default=1.4, help="grader: least DP time speedup (2 GPUs)")
     p.add_argument("--pp_threshold", type=float, default=1.1, help="grader: least PP time speedup (2 GPUs)")

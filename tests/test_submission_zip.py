@@ -87,5 +87,6 @@ def test_zip_holds_exactly_the_student_files_and_figures_and_grades_like_the_kit
     from_kit = _grade(None, tmp_path / "kit.json")
     assert from_zip["max_score"] == from_kit["max_score"] > 0
     assert from_zip["score"] == from_kit["score"]
+    assert not from_zip.get("output"), from_zip["output"]     # a clean intake: no tamper/missing-file notes
     assert sorted((t["name"], t["status"]) for t in from_zip["tests"]) == \
         sorted((t["name"], t["status"]) for t in from_kit["tests"])

@@ -142,11 +142,11 @@ def draw_peers(summary: dict, path: Path) -> None:
     ax.set_xlabel("our time / reference time, log scale (1 = same; > 1: ours slower); dots: paired repeats")
     ratios = summary.get("data_parallel", {}).get("ratios", {})
     title = "Ours vs reference implementations on the same workload (medians of paired repeats)"
-    if "parallel_capacity" in ratios and "speedup_bound" in ratios:
+    if {"parallel_capacity", "speedup_bound", "efficiency_vs_bound"} <= set(ratios):
         title += (f"\nmachine's parallel capacity: {ratios['parallel_capacity']['median']:.2f} of 2.0 "
                   f"(two copies of one rank's work: sequential time / concurrent time)\nbest DP speedup "
                   f"without communication {ratios['speedup_bound']['median']:.2f}x; ours "
-                  f"{ratios['speedup']['median']:.2f}x")
+                  f"{ratios['speedup']['median']:.2f}x = {ratios['efficiency_vs_bound']['median']:.2f} of that bound")
     fig.suptitle(title, fontsize=9)
     ax.margins(x=0.25)
     fig.tight_layout()

@@ -156,7 +156,7 @@ def lora_check(ctx: Context, index: int = 0) -> dict:
     ours, theirs = lora_pair(ctx)
     x, y = ctx.batch(index, rows=False)
     logits = [ours(x).logits, theirs(x).logits]
-    for model, out in zip((ours, theirs), logits):
+    for out in logits:
         lm_loss(out, y).backward()
     mine = {n: p.grad for n, p in ours.named_parameters() if p.requires_grad}
     peft = {_peft_name(n): p.grad for n, p in theirs.named_parameters() if p.requires_grad}

@@ -63,7 +63,8 @@ class Options:
                           "batch_size": self.batch_size or (16 if q else 32), "steps": self.steps or (2 if q else 4),
                           "warmup": self.warmup if self.warmup is not None else (1 if q else 2),
                           "repeats": self.repeats or (3 if q else 5),
-                          "n_chunks": tuple(self.n_chunks or ((2, 4) if q else (2, 4, 8))),
+                          "n_chunks": tuple(sorted(set(self.n_chunks or ((2, 4) if q else (2, 4, 8)))
+                                                   | ({self.gpipe_chunks} if self.peers else set()))),
                           "threads": self.threads if self.threads is not None else (0 if gpus else 1)}).validated()
 
     def validated(self) -> Options:
@@ -101,6 +102,8 @@ DP_RATIOS = [
      "two copies of one rank's work one after the other / both at once (2.0 = two free devices)"),
     ("speedup_bound", "world_size_1", "capacity_concurrent",
      "world size 1 / two ranks' work at once without communication: the best DP speedup here"),
+    ("efficiency_vs_bound", "capacity_concurrent", "world_size_2",
+     "our DP speedup as a fraction of that bound (= bound time / our time; 1.0: communication is free)"),
 ]
 
 
@@ -115,9 +118,8 @@ def _pp_variants(opts: Options) -> tuple[list, list]:
     if opts.peers:
         g = opts.gpipe_chunks
         variants.append((f"gpipe_m{g}", "pair", "gpipe", {"n_chunk": g}))
-        if g in opts.n_chunks:
-            ratios.append((f"ours_over_gpipe_m{g}", f"pipeline_parallel_m{g}", f"gpipe_m{g}",
-                           f"our Pipe step time / torch ScheduleGPipe's on 2 ranks, {g} micro-batches"))
+        ratios.append((f"ours_over_gpipe_m{g}", f"pipeline_parallel_m{g}", f"gpipe_m{g}",
+                       f"our Pipe step time / torch ScheduleGPipe's on 2 ranks, {g} micro-batches"))
     return variants, ratios
 
 
@@ -202,9 +204,9 @@ def _grad_checks(pool: Pool, opts: Options) -> dict:
 def _hardware(pool: Pool) -> dict:
     import torch
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+                 platform.processor())
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return {"cpu": model, "cpu_count": os.cpu_count(),
             "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
