@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         summary, code = suite.run(opts)
     except (ValueError, suite.BenchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if "NotImplementedError" in str(exc):
+            print("the benchmarks run your code: finish Problems 1 and 2 (and 3 for --peers) first",
+                  file=sys.stderr)
         return 2
     print(report.table(summary))
     print(f"summary and figures: {args.figures_dir}/ ({', '.join(summary['figures'])}); raw log: "
