@@ -30,7 +30,7 @@ SKIPPED_DIRS = {".git", "__MACOSX", "__pycache__", ".venv", "venv", "node_module
 SUSPICIOUS = re.compile(
     r"\b(?:import|from)\s+grading\b|\bgrading\.\w|RankContext|parts\.log|sys\.modules|gc\.get_objects|"
     r"\bctypes\b|\bos\.(?:fork|setsid|kill|_exit)\b|\bsubprocess\b|/proc/|\b__builtins__\b|\bbuiltins\b|"
-    r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|"
+    r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|\bsys\.argv\b|\b(?:site|user)customize\b|"
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 

@@ -157,7 +157,7 @@ def test_endless_pipe_stage_costs_problem_2_2_only(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ (d) leftovers
-def test_processes_left_running_are_killed_even_after_setsid(tmp_path, monkeypatch):
+def test_leftover_processes_are_killed_even_after_setsid_and_there_is_no_network(tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv("ADVERSARIAL_PID_DIR", str(pids))
@@ -173,10 +173,18 @@ for _ in range(200):                      # until the daemon is up
     if os.path.exists(path):
         break
     time.sleep(0.05)
+import socket
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2).close()
+    reached = "connected"
+except OSError as exc:
+    reached = type(exc).__name__
+import json
+open(path + ".net", "w").write(json.dumps([sorted(n for _, n in socket.if_nameindex()), reached]))
 """)
     verdicts = grade(tmp_path, [(DATASET, "partition_indices", spawn + PARTITION)], {"p1_partition"}, timeout_s=30)
     assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
-    escaped = [int(f.read_text()) for f in pids.iterdir() if f.suffix != ".tmp"]
+    escaped = [int(f.read_text()) for f in pids.iterdir() if f.suffix == ""]
     assert len(escaped) == 2, "the setsid daemons never started"
     for pid in escaped:
         try:
@@ -185,6 +193,12 @@ for _ in range(200):                      # until the daemon is up
             state = "gone"
         assert state in ("gone", "Z"), f"daemon {pid} escaped with setsid and survived"
     # the autouse fixture checks that nothing else the grading started is alive
+    applied = json.loads((tmp_path / "runs" / "p1_partition" / "rank0" / "sandbox.json").read_text())["applied"]
+    assert {"pdeathsig", "memory_mb=8192", "open_files=4096", "file_mb=256"} <= set(applied), applied
+    if os.geteuid() == 0 and "private network (loopback only)" in applied:      # root: no network at all
+        for net in pids.glob("*.net"):
+            interfaces, reached = json.loads(net.read_text())
+            assert interfaces == ["lo"] and reached != "connected", (interfaces, reached)
 
 
 # ------------------------------------------------------------------------------------------ (e) output
@@ -267,6 +281,8 @@ os._exit(0)
     assert "changed or removed after the probe recorded it" in verdicts["1.2.grads_2rank"].message
     assert "not written by the grader's probe" in verdicts["1.2.train_step_updates"].message
     assert "exited with code 0 before finishing" in verdicts["1.2.train_step_updates"].message   # fake 'done'
+    report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
+    assert any("train_step" in note and "sys.argv" in note for note in report.suspicious), report.suspicious
 
 
 # ------------------------------------------------------------------------------------------ (h) outside the regions
