@@ -221,10 +221,10 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
                 report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
                 body = starter[k]
             bodies[k] = body
-            found = SUSPICIOUS.search(body) if body is not starter[k] else None
+            found = sorted({m.group(0) for m in SUSPICIOUS.finditer(body)}) if body is not starter[k] else []
             if found:
                 report.suspicious.append(f"{rel}: region {region.id} ({region.function}) mentions "
-                                         f"'{found.group(0)}'")
+                                         + ", ".join(f"'{text}'" for text in found[:5]))
         spliced = replace_bodies(kit_text, rel, bodies)
         (dest / rel).write_text(spliced)
         try:
