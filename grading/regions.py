@@ -28,6 +28,7 @@ DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune")
 # Never copied into a release (solution-only or local state).
 RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "__pycache__", ".pytest_cache",
+                   ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip")
 PROTECTED_RECORD = "grading/protected.json"
 

@@ -1,6 +1,7 @@
 """Run cases against a kit tree and turn their results into scored criteria."""
 from __future__ import annotations
 
+import re
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -8,6 +9,10 @@ from pathlib import Path
 
 from grading.launch import launch, pick_backend
 from grading.rubric import Case, CaseRun, CheckFailed
+
+# The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
+# by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
+NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
 
 
 @dataclass
@@ -52,7 +57,7 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
             status, message = "passed", ""
         except CheckFailed as failure:
             message = str(failure)
-            status = "not_implemented" if "NotImplementedError" in message else "failed"
+            status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
         except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
             status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,

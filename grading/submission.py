@@ -145,7 +145,7 @@ def find_root(folder: Path, kit_student_files: list[str]) -> Path:
     package is a symlink, or when the tree is absurdly large. Symlinks are
     never followed; ``__MACOSX``, ``.git`` and virtual environments are skipped.
     """
-    folder = Path(folder)
+    folder = Path(folder).resolve()
     guarded = {Path(rel).name for rel in kit_student_files} | {Path(rel).parts[0] for rel in kit_student_files}
     wanted = {Path(rel).name: rel for rel in kit_student_files}
     candidates = set()

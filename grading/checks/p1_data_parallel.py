@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import random
+from collections import Counter
 
 from grading.references import p1 as ref
 from grading.rubric import Case, CaseRun, CheckFailed, Criterion
@@ -70,7 +71,7 @@ def check_coverage(run: CaseRun) -> None:
         expect(isinstance(parts, list) and len(parts) == ws, f"{label}: expected a list of {ws} parts, "
                f"got {describe(parts)} of length {len(parts) if hasattr(parts, '__len__') else '?'}")
         flat = [i for part in parts for i in part]
-        dup = sorted({i for i in flat if flat.count(i) > 1}) if len(flat) != len(set(flat)) else []
+        dup = sorted(i for i, n in Counter(flat).items() if n > 1)
         expect(not dup, f"{label}: indices {dup[:5]} appear in more than one part")
         missing = sorted(set(range(size)) - set(flat))
         expect(not missing, f"{label}: indices {missing[:5]} are in no part")

@@ -38,11 +38,13 @@ def _devices(count: int) -> list[str]:
 
 
 def _outcome(fn) -> str:
-    """'no exception', or the name of the exception ``fn()`` raised."""
+    """'no exception', 'ValueError', or 'Type: message' of another exception ``fn()`` raised."""
     try:
         fn()
+    except ValueError:
+        return "ValueError"
     except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__
+        return f"{type(exc).__name__}: {exc}"
     return "no exception"
 
 

@@ -131,7 +131,7 @@ def test_rank_hanging_in_a_collective_is_cut_off_with_its_stack(tmp_path):
     ("import ctypes\nctypes.string_at(0)", "rank 1 died from signal SIGSEGV"),
 ])
 def test_rank_that_exits_or_segfaults_is_reported(tmp_path, how, reason):
-    body = f"if dist.get_rank() == 1:\n" + "".join(f"    {line}\n" for line in how.splitlines()) + AVERAGE
+    body = "if dist.get_rank() == 1:\n" + "".join(f"    {line}\n" for line in how.splitlines()) + AVERAGE
     verdicts = grade(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=20)
     assert verdicts["1.2.setup"].passed
     assert "1.2.grads_2rank" in failed(verdicts)

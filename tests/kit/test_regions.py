@@ -30,7 +30,8 @@ def test_parse_finds_region_and_function():
 @pytest.mark.parametrize("text, message", [
     ("def f():\n    # BEGIN_STUDENT 1.1\n    pass\n", "m.py:2: BEGIN_STUDENT 1.1 is never closed"),
     ("def f():\n    # BEGIN_STUDENT 1.1\n    # BEGIN_STUDENT 1.2\n    pass\n", "m.py:3: BEGIN_STUDENT 1.2 nested"),
-    ("def f():\n    # BEGIN_STUDENT 1.1\n    pass\n    # END_STUDENT 1.2\n", "m.py:4: END_STUDENT '1.2' does not match"),
+    ("def f():\n    # BEGIN_STUDENT 1.1\n    pass\n    # END_STUDENT 1.2\n",
+     "m.py:4: END_STUDENT '1.2' does not match"),
     ("def f():\n    pass\n    # END_STUDENT 1.1\n", "m.py:3: END_STUDENT 1.1 without a matching"),
     ("# BEGIN_STUDENT 1.1\nx = 1\n# END_STUDENT 1.1\n", "m.py:1: region 1.1 is not inside a function"),
     ("def f():\n    # BEGIN_STUDENT\n    pass\n", "m.py:2: BEGIN_STUDENT without a problem id"),

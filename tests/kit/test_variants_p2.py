@@ -10,7 +10,8 @@ import pytest
 
 from tests.kit.variants import Variant, failed_ids, grade_variant
 
-SCHEDULE, PARTITION, PIPE, GPT2 = "pipeline/schedule.py", "pipeline/partition.py", "pipeline/pipe.py", "pipeline/gpt2.py"
+SCHEDULE, PARTITION = "pipeline/schedule.py", "pipeline/partition.py"
+PIPE, GPT2 = "pipeline/pipe.py", "pipeline/gpt2.py"
 
 
 def _pipe_forward(submit: str, receive: str = "batches[i] = self.workers.receive(j)",
