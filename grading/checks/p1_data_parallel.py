@@ -9,6 +9,7 @@ import datetime
 import random
 from collections import Counter
 
+from grading.checks.common import call_outcome
 from grading.references import p1 as ref
 from grading.rubric import Case, CaseRun, CheckFailed, Criterion
 from grading.compare import assert_state_close, describe
@@ -34,16 +35,8 @@ def probe_partition(ctx) -> None:
     ctx.record("rng_state", lambda: [before, random.getstate()])
 
     def bad_args():
-        outcomes = []
-        for size, ws in BAD_PARTITION_ARGS:
-            try:
-                partition_indices(size, ws, 0)
-                outcomes.append("no exception")
-            except ValueError:
-                outcomes.append("ValueError")
-            except Exception as exc:  # noqa: BLE001
-                outcomes.append(f"{type(exc).__name__}: {exc}")
-        return outcomes
+        return [call_outcome(lambda size=size, ws=ws: partition_indices(size, ws, 0))
+                for size, ws in BAD_PARTITION_ARGS]
     ctx.record("bad_args", bad_args)
     ctx.record("partition_class", lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
         Partition(list("abcdefg"), [3, 1, 4])))

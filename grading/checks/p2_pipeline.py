@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from grading.checks.common import call_outcome
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.references import p2 as ref
 from grading.rubric import Case, CaseRun, CheckFailed, Criterion
@@ -35,17 +36,6 @@ def _devices(count: int) -> list[str]:
     import torch
     gpus = torch.cuda.device_count()
     return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
-
-
-def _outcome(fn) -> str:
-    """'no exception', 'ValueError', or 'Type: message' of another exception ``fn()`` raised."""
-    try:
-        fn()
-    except ValueError:
-        return "ValueError"
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"
-    return "no exception"
 
 
 def _forward_label(stages: int, rows: int, split: int) -> str:
@@ -128,7 +118,7 @@ def probe_schedule_split(ctx) -> None:
         return results
     ctx.record("schedules", schedules)
     ctx.record("schedule_errors", lambda: [
-        _outcome(lambda m=m, n=n: list(itertools.islice(schedule.clock_cycles(m, n), 50)))
+        call_outcome(lambda m=m, n=n: list(itertools.islice(schedule.clock_cycles(m, n), 50)))
         for m, n in ref.BAD_SCHEDULE_ARGS])
 
     for part, cases in (("split_plain", SPLIT_PLAIN), ("split_with_device", SPLIT_WITH_DEVICE)):
@@ -146,7 +136,7 @@ def probe_schedule_split(ctx) -> None:
         torch.manual_seed(0)
         straddling = nn.Linear(3, 3)
         straddling.bias = nn.Parameter(torch.zeros(3, device="meta"))
-        return _outcome(lambda: partition.split_module(nn.Sequential(nn.Linear(3, 3), straddling)))
+        return call_outcome(lambda: partition.split_module(nn.Sequential(nn.Linear(3, 3), straddling)))
     ctx.record("split_spanning", spanning)
 
 

@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from grading.checks.common import call_outcome
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.references import p3 as ref
 from grading.rubric import Case, CaseRun, Criterion
@@ -40,16 +41,6 @@ def _labelled(label: str, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise RuntimeError(f"{label} raised {type(exc).__name__}: {exc}") from exc
-
-
-def _outcome(fn) -> str:
-    try:
-        fn()
-    except ValueError:
-        return "ValueError"
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"[:300]
-    return "no exception"
 
 
 # ---------------------------------------------------------------- 3.1 probe
@@ -111,7 +102,7 @@ def probe_apply(ctx) -> None:
             next(iter(model.blocks[1].parameters())).requires_grad_(False)   # a mix of frozen and trainable
             modules = dict(model.named_modules())
             grads = {n: p.requires_grad for n, p in model.named_parameters()}
-            outcome = _outcome(lambda: apply_lora(model, list(names), rank=rank))
+            outcome = call_outcome(lambda: apply_lora(model, list(names), rank=rank))
             swapped = sorted(n for n, m in model.named_modules() if modules.get(n) is not m)
             swapped += sorted(set(modules) - {n for n, _ in model.named_modules()})
             regraded = sorted(n for n, p in model.named_parameters() if grads.get(n) != p.requires_grad)
@@ -259,7 +250,7 @@ def probe_adapter_io(ctx) -> None:
             torch.save(state, path)
             model = _grader_lora_model(device, other)
             before = _snapshot(model)
-            outcome = _outcome(lambda: load_adapter(model, path))
+            outcome = call_outcome(lambda: load_adapter(model, path))
             results.append({"label": label, "outcome": outcome, "changed": _changed(model, before)})
         return results
     ctx.record("rejects", rejects)
@@ -337,7 +328,7 @@ def probe_zero(ctx) -> None:
 
     if ctx.rank == 0:
         ctx.record("config_values", lambda: [build_config(w, m, a, p) for w, m, a, p in CONFIGS])
-        ctx.record("config_errors", lambda: [_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
+        ctx.record("config_errors", lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
     def train():
         engine, model = _engine(ref.grader_config())

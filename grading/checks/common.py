@@ -1,0 +1,21 @@
+"""Small helpers shared by the probes of every problem."""
+from __future__ import annotations
+
+from typing import Callable
+
+MESSAGE_CHARS = 300
+
+
+def call_outcome(fn: Callable[[], object]) -> str:
+    """Call ``fn()`` and name what happened: 'no exception', 'ValueError', or 'Type: message' of another error.
+
+    Probes record this for calls that must raise ValueError, so a starter's
+    NotImplementedError keeps its "Problem <id>: ..." message in the report.
+    """
+    try:
+        fn()
+    except ValueError:
+        return "ValueError"
+    except Exception as exc:  # noqa: BLE001 - a submission may raise anything
+        return f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+    return "no exception"
