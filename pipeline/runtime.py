@@ -14,19 +14,23 @@ submission order.
 Everything is recorded for inspection: ``events`` lists ("submit", stage) and
 ("receive", stage) in call order, ``threads`` holds the worker threads and
 ``timeline`` one dict per finished task with ``time.perf_counter`` start and
-end stamps (``plot_timeline``-ready).
+end stamps (``plot_timeline``-ready). ``events`` and ``timeline`` keep the
+most recent ``RECORD_LIMIT`` entries (``.clear()`` them between steps to
+look at one step).
 """
 from __future__ import annotations
 
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 DEFAULT_TIMEOUT = 300.0   # seconds a receive waits for its result before raising TimeoutError
+RECORD_LIMIT = 100_000     # entries kept in ``events`` and ``timeline``
 _STOP = object()           # sentinel that ends a worker loop
 
 
@@ -44,8 +48,9 @@ class StageWorkers:
             raise ValueError("StageWorkers needs at least one device")
         self.devices = [torch.device(d) for d in devices]
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-        self.events: list[tuple[str, int]] = []
-        self.timeline: list[dict[str, Any]] = []
+        # Bounded, so a long training run does not grow them forever: the most recent RECORD_LIMIT entries.
+        self.events: deque[tuple[str, int]] = deque(maxlen=RECORD_LIMIT)
+        self.timeline: deque[dict[str, Any]] = deque(maxlen=RECORD_LIMIT)
         self._tasks: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.devices]
         self._results: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.devices]
         self._submitted = [0] * len(self.devices)

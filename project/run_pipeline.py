@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         for epoch in range(args.n_epochs):
             start, tokens, losses = time.perf_counter(), 0, []
             for step, batch in enumerate(progress(loader, args.quiet, desc=f"epoch {epoch}", unit="batch")):
-                del timeline[:]
+                timeline.clear()
                 step_start = time.perf_counter()
                 optimizer.zero_grad()
                 loss = lm_loss(net(batch["input_ids"].to(devices[0])), batch["labels"])

@@ -26,7 +26,7 @@ def test_stage_workers_carry_grad_mode_and_record_events():
             workers.submit(0, torch.is_grad_enabled)
         workers.submit(1, torch.is_grad_enabled)
         assert workers.receive(0) is False and workers.receive(1) is True
-        assert workers.events == [("submit", 0), ("submit", 1), ("receive", 0), ("receive", 1)]
+        assert list(workers.events) == [("submit", 0), ("submit", 1), ("receive", 0), ("receive", 1)]
         assert sorted((t["stage"], t["task_index"]) for t in workers.timeline) == [(0, 0), (1, 0)]
         assert all(t["start"] <= t["end"] for t in workers.timeline)
     assert not any(t.is_alive() for t in workers.threads)

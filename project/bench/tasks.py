@@ -169,7 +169,7 @@ def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     def step(i: int) -> None:
         x, y = ctx.batch(i, rows=False)
         source = net.workers.timeline if mode == "pipeline_parallel" else record
-        del source[:]
+        source.clear()
         t0 = time.perf_counter()
         optimizer.zero_grad()
         logits = net(x)
