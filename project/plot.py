@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python project/plot.py`
@@ -29,12 +30,17 @@ def collect(out: Path) -> dict[str, dict]:
     runs = {}
     for path in sorted(out.glob("data_parallel/world*/summary.json")):
         summary = json.loads(path.read_text())
+        summary["_written"] = _written_at(path)
         runs[f"DP {summary['world_size']} rank(s)"] = summary
     for mode in ("model_parallel", "pipeline_parallel"):
         path = out / "pipeline" / f"metrics_{mode}.json"
         if path.exists():
-            runs[mode.replace("_", " ")] = json.loads(path.read_text())
+            runs[mode.replace("_", " ")] = json.loads(path.read_text()) | {"_written": _written_at(path)}
     return runs
+
+
+def _written_at(path: Path) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -63,7 +69,9 @@ def main(argv: list[str] | None = None) -> list[Path]:
     ax.tick_params(axis="x", rotation=15)
     for x, s in enumerate(speeds):
         ax.annotate(f"{s:,.0f}", (x, s), ha="center", va="bottom", fontsize=8)
-        print(f"{labels[x]:>20}: {s:,.0f} tokens/s")
+        print(f"{labels[x]:>20}: {s:,.0f} tokens/s   (run written {runs[labels[x]]['_written']})")
+    print("These runs were measured at different times, so their ratios mix in whatever else the machine was "
+          "doing; for speedups use scripts/run_benchmarks.py (paired, alternating runs).")
     fig.tight_layout()
     written.append(folder / "throughput.png")
     fig.savefig(written[-1], dpi=120)
