@@ -27,9 +27,9 @@ import torch
 
 from project.data import ConfigError, make_collate, prepare_data
 from project.model import build_model, count_parameters
-from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate, launch,
-                               lm_loss, log, out_dir, progress, quiet_libraries, resolve_backend, run_cli,
-                               torchrun_env, write_json)
+from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate,
+                               launch_and_summarise, lm_loss, log, out_dir, print_epochs, progress, quiet_libraries,
+                               resolve_backend, run_cli, torchrun_env, write_json)
 
 NAME = "data_parallel"
 
@@ -150,17 +150,11 @@ def main(argv: list[str] | None = None) -> dict | None:
                                args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     check_args(args, world_size, len(train))
     folder = out_dir(args, f"{NAME}/world{world_size}")
-    if env is None or env[0] == 0:
-        for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
-            old.unlink(missing_ok=True)
-    launch(train_rank, world_size, args, folder)
-    if env is not None and env[0] != 0:
+    summary = launch_and_summarise(train_rank, world_size, args, folder)
+    if summary is None:
         return None
-    summary = json.loads((folder / "summary.json").read_text())
     print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}")
-    for e in summary["epochs"]:
-        print(f"  epoch {e['epoch']}: train loss {e['train_loss']:.4f}  {e['tokens_per_s']:,.0f} tokens/s "
-              f"({e['train_time_s']:.1f} s)")
+    print_epochs(summary)
     print(f"  validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f}")
     print(f"  metrics: {folder}")
     return summary

@@ -36,9 +36,9 @@ import torch
 
 from project.data import ConfigError, make_collate, prepare_data
 from project.model import build_model, count_parameters
-from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate, launch,
-                               lm_loss, log, out_dir, progress, quiet_libraries, resolve_backend, run_cli,
-                               torchrun_env, write_json)
+from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate,
+                               launch_and_summarise, lm_loss, log, out_dir, print_epochs, progress, quiet_libraries,
+                               resolve_backend, run_cli, torchrun_env, write_json)
 
 NAME = "finetune"
 LORA_SUFFIXES = ("c_attn", "c_proj", "c_fc")   # attention qkv + output, MLP in + out
@@ -222,19 +222,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME)
-    if env is None or env[0] == 0:
-        for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
-            old.unlink(missing_ok=True)
-    launch(finetune_rank, world_size, args, folder)
-    if env is not None and env[0] != 0:
+    s = launch_and_summarise(finetune_rank, world_size, args, folder)
+    if s is None:
         return None
-    s = json.loads((folder / "summary.json").read_text())
     print(f"LoRA + ZeRO-2 fine-tuning: {s['world_size']} rank(s), backend {s['backend']}, preset {s['preset']}")
     print(f"  trainable parameters {s['trainable_parameters']:,} of {s['parameters']:,} "
           f"({100 * s['trainable_parameters'] / s['parameters']:.2f}%)")
-    for e in s["epochs"]:
-        print(f"  epoch {e['epoch']}: train loss {e['train_loss']:.4f}  {e['tokens_per_s']:,.0f} tokens/s "
-              f"({e['train_time_s']:.1f} s)")
+    print_epochs(s)
     print(f"  validation loss {s['val_loss_before']:.4f} -> {s['val_loss_after']:.4f}; "
           f"adapter ({s['adapter_bytes']:,} bytes) reloaded into a fresh model: {s['val_loss_reloaded']:.4f}")
     measured = ", ".join(f"{b:,}" for b in s["optimizer_state_bytes_per_rank"])

@@ -28,7 +28,7 @@ import torch
 from project.data import ConfigError, make_collate, prepare_data
 from project.model import build_model, count_parameters
 from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate, lm_loss, log,
-                               out_dir, progress, quiet_libraries, run_cli, write_json)
+                               out_dir, print_epochs, progress, quiet_libraries, run_cli, write_json)
 
 NAME = "pipeline"
 MODES = ("model_parallel", "pipeline_parallel")
@@ -153,9 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(folder / f"metrics_{args.model_parallel_mode}.json", metrics)
     print(f"{args.model_parallel_mode}: stages on {', '.join(metrics['devices'])}, preset {args.preset}, "
           f"{args.n_chunk if args.model_parallel_mode == 'pipeline_parallel' else 1} micro-batch(es) per batch")
-    for e in metrics["epochs"]:
-        print(f"  epoch {e['epoch']}: train loss {e['train_loss']:.4f}  {e['tokens_per_s']:,.0f} tokens/s "
-              f"({e['train_time_s']:.1f} s)")
+    print_epochs(metrics)
     print(f"  validation loss {metrics['val_loss_before']:.4f} -> {metrics['val_loss_after']:.4f}")
     print(f"  metrics: {folder / f'metrics_{args.model_parallel_mode}.json'}")
     return metrics

@@ -195,6 +195,29 @@ def launch(target: Callable, world_size: int, args: argparse.Namespace, folder: 
         store.unlink(missing_ok=True)
 
 
+def launch_and_summarise(target: Callable, world_size: int, args: argparse.Namespace,
+                         folder: Path) -> dict | None:
+    """Clear old metrics in ``folder``, ``launch`` the ranks, and return rank 0's ``summary.json``.
+
+    Returns None in torchrun processes other than rank 0 (they have no summary to report).
+    """
+    env = torchrun_env()
+    if env is None or env[0] == 0:
+        for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
+            old.unlink(missing_ok=True)
+    launch(target, world_size, args, folder)
+    if env is not None and env[0] != 0:
+        return None
+    return json.loads((folder / "summary.json").read_text())
+
+
+def print_epochs(metrics: dict) -> None:
+    """One line per epoch (train loss, real tokens/s, time) of an entry point's metrics."""
+    for e in metrics["epochs"]:
+        print(f"  epoch {e['epoch']}: train loss {e['train_loss']:.4f}  {e['tokens_per_s']:,.0f} tokens/s "
+              f"({e['train_time_s']:.1f} s)")
+
+
 def quiet_libraries() -> None:
     """Silence library chatter that is not ours (dataset-building bars, transformers' padding advice)."""
     import datasets

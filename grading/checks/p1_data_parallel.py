@@ -42,8 +42,9 @@ def probe_partition(ctx) -> None:
         Partition(list("abcdefg"), [3, 1, 4])))
 
     from data_parallel import dataset as student_dataset
-    from grading.references.p1 import reference_partition_indices
-    student_dataset.partition_indices = reference_partition_indices   # isolate partition_dataset from 1.1 split
+    # isolate partition_dataset from the student's split and Partition (judged by their own criteria)
+    student_dataset.partition_indices = ref.reference_partition_indices
+    student_dataset.Partition = ref.ReferencePartition
 
     def loader_batches(rank, world_size):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=list)
@@ -244,40 +245,36 @@ def check_train_step_loss(run: CaseRun) -> None:
                f"{got[0]:.6g} on its first step, expected this rank's local loss {want:.6g}")
 
 
-def _criterion(id_, title, points, fn, **kw) -> Criterion:
-    return Criterion(id_, title, points, fn, **kw)
-
-
 CASES = [
     Case("p1_partition", "grading.checks.p1_data_parallel:probe_partition", world_size=2, init_group=False,
          timeout_s=60, criteria=(
-             _criterion("1.1.coverage", "every index in exactly one part", 2, check_coverage),
-             _criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", 1, check_sizes),
-             _criterion("1.1.deterministic", "same parts in processes with different global RNG", 2,
+             Criterion("1.1.coverage", "every index in exactly one part", 2, check_coverage),
+             Criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", 1, check_sizes),
+             Criterion("1.1.deterministic", "same parts in processes with different global RNG", 2,
                         check_deterministic),
-             _criterion("1.1.rng_untouched", "global random state unchanged", 1, check_rng_untouched),
-             _criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", 1,
+             Criterion("1.1.rng_untouched", "global random state unchanged", 1, check_rng_untouched),
+             Criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", 1,
                         check_seed_sensitivity),
-             _criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", 1,
+             Criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", 1,
                         check_value_errors),
-             _criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", 1,
+             Criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", 1,
                         check_partition_class),
-             _criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, cover the data", 1,
+             Criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, cover the data", 1,
                         check_partition_dataset),
          )),
     Case("p1_comm_2rank", "grading.checks.p1_data_parallel:probe_comm", world_size=2, init_group=False,
          timeout_s=90, criteria=(
-             _criterion("1.2.setup", "setup_process_group joins the group (rank, world, backend)", 2,
+             Criterion("1.2.setup", "setup_process_group joins the group (rank, world, backend)", 2,
                         check_setup),
-             _criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", 4,
+             Criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", 4,
                         check_grads),
-             _criterion("1.2.unused_grads_none", "parameters without grad keep grad None", 2,
+             Criterion("1.2.unused_grads_none", "parameters without grad keep grad None", 2,
                         check_unused_grads_none),
-             _criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", 1,
+             Criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", 1,
                         check_uses_all_reduce),
-             _criterion("1.2.train_step_updates", "3 train_step updates equal serial SGD on the global batch",
+             Criterion("1.2.train_step_updates", "3 train_step updates equal serial SGD on the global batch",
                         4, check_train_step_updates),
-             _criterion("1.2.train_step_loss", "train_step returns the local loss as a float", 2,
+             Criterion("1.2.train_step_loss", "train_step returns the local loss as a float", 2,
                         check_train_step_loss),
          )),
 ]

@@ -434,39 +434,35 @@ def check_update(run: CaseRun) -> None:
                        f"for step {step} micro-batch {micro}, expected {want:.6g}")
 
 
-def _criterion(id_, title, points, fn, **kw) -> Criterion:
-    return Criterion(id_, title, points, fn, **kw)
-
-
 CASES = [
     Case("p3_apply_lora", "grading.checks.p3_finetune:probe_apply", world_size=1, init_group=False,
          timeout_s=60, criteria=(
-             _criterion("3.1.replaces_targets", "dotted targets become LoRALinear around the original layer; "
+             Criterion("3.1.replaces_targets", "dotted targets become LoRALinear around the original layer; "
                         "nothing else moves; same model returned", 3, check_replace),
-             _criterion("3.1.outputs_dtype_device", "outputs unchanged right after apply; adapters keep "
+             Criterion("3.1.outputs_dtype_device", "outputs unchanged right after apply; adapters keep "
                         "dtype/device", 2, check_outputs),
-             _criterion("3.1.only_adapters_trainable", "only lora_A/lora_B require grad", 2, check_trainable),
-             _criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
+             Criterion("3.1.only_adapters_trainable", "only lora_A/lora_B require grad", 2, check_trainable),
+             Criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
                         3, check_invalid),
          )),
     Case("p3_adapter_io", "grading.checks.p3_finetune:probe_adapter_io", world_size=1, init_group=False,
          timeout_s=60, criteria=(
-             _criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable",
+             Criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable",
                         3, check_save),
-             _criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", 2,
+             Criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", 2,
                         check_restore),
-             _criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", 2,
+             Criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", 2,
                         check_in_place),
-             _criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
+             Criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
                         3, check_rejects),
          )),
     Case("p3_zero_2rank", "grading.checks.p3_finetune:probe_zero", world_size=2, init_group=True,
          timeout_s=150, criteria=(
-             _criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine "
+             Criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine "
                         "from it", 7, check_config),
-             _criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", 3,
+             Criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", 3,
                         check_config_errors),
-             _criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial "
+             Criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial "
                         "SGD; base frozen; global_steps == 3", 10, check_update),
          )),
 ]

@@ -53,6 +53,30 @@ VARIANTS = [
             start += length
         return parts
     """, frozenset({"1.1.value_errors"})),
+    Variant("ceil_sized_chunks", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.Random(seed).shuffle(order)
+        chunk = -(-size // world_size)
+        return [order[rank * chunk:(rank + 1) * chunk] for rank in range(world_size)]
+    """, frozenset({"1.1.sizes"})),
+    Variant("seed_ignored", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.Random(DEFAULT_SEED).shuffle(order)
+        base, extra = divmod(size, world_size)
+        parts, start = [], 0
+        for rank in range(world_size):
+            length = base + (1 if rank < extra else 0)
+            parts.append(order[start:start + length])
+            start += length
+        return parts
+    """, frozenset({"1.1.seed_sensitivity"})),
+    Variant("partition_getitem_ignores_index", DATASET, "__getitem__", """
+        return self.data[i]
+    """, frozenset({"1.1.partition_class"})),
     Variant("full_batch_per_rank", DATASET, "partition_dataset", """
         part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
         return DataLoader(part, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)

@@ -101,6 +101,61 @@ VARIANTS = [
             stages.append(nn.Sequential(*layers).to(device))
         return stages
     """, frozenset({"2.3.stages"})),
+    Variant("schedule_without_validation", SCHEDULE, "clock_cycles", """
+        for k in range(microbatches + stages - 1 if microbatches > 0 else 0):
+            yield [(k - j, j) for j in range(stages) if 0 <= k - j < microbatches]
+    """, frozenset({"2.1.clock_cycles_errors"})),
+    Variant("leading_parameterless_layers_dropped", PARTITION, "split_module", """
+        groups, devices = [], []
+        for layer in module.children():
+            if isinstance(layer, WithDevice):
+                device, layer = layer.device, layer.module.to(layer.device)
+            else:
+                device = layer_device(layer)
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                continue
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append([layer])
+                devices.append(device)
+        return [nn.Sequential(*group) for group in groups], devices
+    """, frozenset({"2.1.split_module"})),
+    Variant("first_parameter_decides_device", PARTITION, "split_module", """
+        groups, devices, pending = [], [], []
+        for layer in module.children():
+            if isinstance(layer, WithDevice):
+                device, layer = layer.device, layer.module.to(layer.device)
+            else:
+                device = next((p.device for p in layer.parameters()), None)
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                pending.append(layer)
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append(pending + [layer])
+                devices.append(device)
+                pending = []
+        if pending:
+            groups.append(pending)
+            devices.append(torch.device("cpu"))
+        return [nn.Sequential(*group) for group in groups], devices
+    """, frozenset({"2.1.split_spanning"})),
+    Variant("stage_computed_in_the_caller", PIPE, "forward",
+            _pipe_forward("lambda out=self.stages[j](batches[i].to(self.devices[j])): out"),
+            frozenset({"2.2.stage_exception"})),
+    Variant("blocks_detach_their_input", GPT2, "forward", """
+        hidden_states = hidden_states.detach()
+        mask = causal_mask(self.config, hidden_states)
+        for block in self.blocks:
+            out = block(hidden_states, attention_mask=mask)
+            hidden_states = out[0] if isinstance(out, tuple) else out
+        return hidden_states
+    """, frozenset({"2.3.training_step"})),
 ]
 
 
