@@ -25,8 +25,11 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
     ``init_method`` is a rendezvous URL (``file:///path``, ``tcp://host:port``
     or ``env://``); ``None`` means ``env://`` with ``MASTER_ADDR`` /
     ``MASTER_PORT`` defaulting to ``127.0.0.1`` / ``29500`` when unset.
-    ``timeout`` bounds every collective (default 60 s). With ``backend="nccl"``
-    the rank also selects ``cuda:<rank % device_count>``.
+    ``timeout`` bounds every collective (default 60 s). Setting those two
+    environment variables with ``os.environ.setdefault`` is fine (never
+    overwrite values the caller set). With ``backend="nccl"`` the rank first
+    selects its GPU, ``torch.cuda.set_device(rank % torch.cuda.device_count())``,
+    and only then initialises the group.
 
     Afterwards ``dist.get_rank() == rank`` and ``dist.get_world_size() ==
     world_size``. Returns None; errors from ``torch.distributed`` propagate.
@@ -49,7 +52,7 @@ def average_gradients(model: nn.Module) -> None:
 
     For each parameter whose ``.grad`` is not None: all-reduce (sum) it across
     the default process group with ``torch.distributed.all_reduce``, then
-    divide by the world size, in place. Parameters whose ``.grad`` is None
+    divide by the world size. Parameters whose ``.grad`` is None
     (unused or frozen) stay None. Returns None.
     """
     # BEGIN_STUDENT 1.2

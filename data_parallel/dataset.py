@@ -1,13 +1,13 @@
 """Problem 1.1: split a dataset across data-parallel ranks.
 
 Every rank must compute the *same* partition without talking to the others, so
-the shuffle is driven by a private, seeded random generator. The picture for
-``size=10, world_size=3``::
+the shuffle is driven by a private, seeded random generator. The exact result
+for ``size=10, world_size=3`` and the default seed (1234)::
 
-    shuffled:  [7, 2, 9, 0, 4, 1, 8, 3, 6, 5]
-    rank 0:    [7, 2, 9, 0]        (10 // 3 + 1, because 0 < 10 % 3)
-    rank 1:    [4, 1, 8]
-    rank 2:    [3, 6, 5]
+    shuffled:  [2, 8, 3, 5, 6, 4, 9, 0, 1, 7]     (random.Random(1234).shuffle of list(range(10)))
+    rank 0:    [2, 8, 3, 5]        (10 // 3 + 1, because 0 < 10 % 3)
+    rank 1:    [6, 4, 9]
+    rank 2:    [0, 1, 7]
 """
 from __future__ import annotations
 
@@ -46,10 +46,14 @@ def partition_indices(size: int, world_size: int, seed: int = DEFAULT_SEED) -> l
     """Shuffle ``range(size)`` deterministically and split it into ``world_size`` parts.
 
     Contract:
-    - shuffle ``list(range(size))`` with its own ``random.Random(seed)``; never use
-      the global ``random`` module (its state must be unchanged afterwards);
+    - shuffle ``list(range(size))`` in place with ``random.Random(seed).shuffle``
+      (one call, nothing else drawn); never use the global ``random`` module
+      (its state must be unchanged afterwards);
+    - cut the shuffled list into contiguous slices in rank order: part 0 is
+      its first slice, part 1 the next one, and so on (see the picture);
     - part ``r`` gets ``size // world_size`` indices, plus one more when
-      ``r < size % world_size``; parts may be empty (``size < world_size``);
+      ``r < size % world_size``; parts may be empty (``size < world_size``),
+      and ``size == 0`` gives ``world_size`` empty parts;
     - every index appears in exactly one part;
     - the same arguments give the same parts in every process.
 
@@ -79,7 +83,9 @@ def partition_dataset(rank: int, world_size: int, dataset: Sequence[Any], batch_
 
     ``batch_size`` is the *global* batch size: each rank loads
     ``batch_size // world_size`` examples per step, so one step over all ranks
-    sees the global batch. The part is ``Partition(dataset,
+    sees the global batch (when ``batch_size`` is not divisible by
+    ``world_size`` the remainder is dropped: 10 over 3 ranks loads 3 per rank;
+    the entry points refuse such sizes up front). The part is ``Partition(dataset,
     partition_indices(len(dataset), world_size, seed)[rank])``, iterated in
     order (``shuffle=False``) with ``collate_fn``.
 

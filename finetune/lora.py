@@ -100,7 +100,9 @@ def apply_lora(
     or when ``rank < 1``.
 
     Then set ``requires_grad=False`` on every parameter of ``model`` and
-    replace each target in its parent module with
+    replace each target (in any order: each ``LoRALinear`` draws ``lora_A``
+    from the global torch generator, and no check depends on those random
+    values) in its parent module with
     ``LoRALinear(original_linear, rank, alpha)`` (the original layer object
     becomes its ``base``). The adapters keep the layer's device and dtype;
     afterwards only ``lora_A``/``lora_B`` are trainable and the model's
@@ -159,8 +161,8 @@ def load_adapter(model: nn.Module, path: str | os.PathLike) -> None:
 
     Open the file with ``torch.load(path, map_location="cpu",
     weights_only=True)``. Check it fully before changing anything; raise
-    ``ValueError`` (model untouched) when it holds no tensors (an empty
-    dict), when one of the model's ``lora_A``/``lora_B`` parameters has no
+    ``ValueError`` (model untouched) when it is not a ``dict`` of name ->
+    tensor, when it holds no tensors (an empty dict), when one of the model's ``lora_A``/``lora_B`` parameters has no
     entry (missing key), when it has an entry that is not one of them (extra
     key), or when an entry's shape differs from its parameter's.
 

@@ -62,8 +62,11 @@ def build_config(
     - ``"fp16": {"enabled": ...}`` and ``"bf16": {"enabled": ...}``: true
       exactly for the chosen precision (both false for ``"fp32"``).
 
+    Other keys may be added (e.g. ``steps_per_print``); these must be exact.
+
     Raises:
-        ValueError: a size that is not an int >= 1, or an unknown precision.
+        ValueError: a size that is not an ``int`` >= 1 (``True`` and ``2.0``
+        are not ints here), or an unknown precision.
     """
     # BEGIN_STUDENT 3.3
     sizes = {"world_size": world_size, "micro_batch": micro_batch, "grad_accum": grad_accum}

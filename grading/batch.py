@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 from grading.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
+from grading import KIT_ROOT
+from grading.course import all_cases
 from grading.rubric import PROBLEMS
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
 STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
           EXIT_GRADER_ERROR: "grader_error"}
 COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
@@ -41,7 +42,6 @@ def submissions_in(folder: Path) -> list[Path]:
 
 def default_limit_s(grade_args: list[str]) -> float:
     """A wall-clock limit for one whole ``grade`` run: every case's limit, plus start-up slack."""
-    from grading.rubric import all_cases
     timeout = None
     if "--timeout" in grade_args:
         timeout = float(grade_args[grade_args.index("--timeout") + 1])

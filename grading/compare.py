@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from grading.rubric import CheckFailed
+from grading.expect import CheckFailed
 
 
 def describe(value: Any) -> str:

@@ -6,7 +6,7 @@ same tree unpacked (Gradescope unpacks the zip into ``/autograder/source``)::
     source/setup.sh          installs requirements.txt (pinned; CPU build of torch)
     source/run_autograder    grades /autograder/submission into /autograder/results/results.json
     source/requirements.txt
-    source/grading/ ...      the grader, hidden checks included
+    source/grading/ ...      the grader, its staff package grading/hidden included (answers, hidden inputs)
     source/data_parallel/ ... the student files with every region emptied (no reference solution)
 
 The bundle holds no reference solution: the grader splices the submission's
@@ -27,7 +27,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grading.regions import release
+from grading.data import SECRET_FILE
+from grading.release import release
+from grading.rubric import DEFAULT_PROBLEMS
 
 LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 
@@ -70,25 +72,30 @@ exit 0
 """
 
 
-def build_bundle(kit_root: Path, out_dir: Path) -> Path:
+def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS,
+                 course_secret: str = "") -> Path:
     """Write ``out_dir/source/`` and ``out_dir/autograder.zip``; return the zip's path.
 
-    The tree is the student release of ``kit_root`` (regions emptied) plus
-    the hidden checks, ``setup.sh`` and ``run_autograder``. Raises
-    FileExistsError when ``out_dir`` exists and is not empty, RegionError for
-    malformed markers.
+    The tree is the student release of ``kit_root`` for ``problems`` (regions
+    emptied) plus the staff package ``grading/hidden`` (answers and hidden
+    inputs; with ``course_secret`` written to its ``course_secret.txt``, so
+    hidden inputs follow this term's secret), ``setup.sh`` and
+    ``run_autograder``. Raises FileExistsError when ``out_dir`` exists and is
+    not empty, RegionError for malformed markers.
     """
     kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"bundle target {out_dir} is not empty")
     source = out_dir / "source"
-    release(kit_root, source)
+    release(kit_root, source, problems)
     for cache in [p for p in source.rglob("*") if p.is_dir() and p.name in LOCAL_CACHES]:
         shutil.rmtree(cache, ignore_errors=True)
     hidden = kit_root / "grading" / "hidden"
     if hidden.is_dir():
         shutil.copytree(hidden, source / "grading" / "hidden",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", SECRET_FILE.name))
+    if course_secret:
+        (source / "grading" / "hidden" / SECRET_FILE.name).write_text(course_secret + "\n")
     for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
         (source / name).write_text(text)
         (source / name).chmod(0o755)

@@ -15,7 +15,6 @@ signs the result files it writes.
 """
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import secrets
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading import sandbox
+from grading.results import is_finished
 
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
@@ -132,7 +132,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
            limits: sandbox.Limits | None = None) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
 
-    Each rank calls ``function(ctx)`` with a ``grading.worker.RankContext``;
+    Each rank calls ``function(ctx)`` with a ``grading.results.RankContext``;
     with ``init_group`` the default process group is set up first (``backend``,
     file-store rendezvous in ``out_dir``, collective timeout ``pg_timeout_s``,
     default: half the wall limit). ``cwd`` is the kit copy whose code is
@@ -195,12 +195,11 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         leftovers = sandbox.kill_marked(run_id)   # what left the process groups (setsid, double fork)
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers)
-    from grading.worker import done_mac
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(
             rank=rank, returncode=code,
-            finished=hmac.compare_digest(_read(rank_dir / "done", tail=200), done_mac(key, rank)),
+            finished=is_finished(rank_dir, key, rank),
             error=_read(rank_dir / "error.txt", tail=8000), stack=_read(out_dir / f"rank{rank}.stack", tail=20000),
             stderr_tail=_read(out_dir / f"rank{rank}.stderr", tail=STDERR_TAIL_CHARS)))
     return result

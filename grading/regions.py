@@ -1,4 +1,4 @@
-"""Student regions: parsing, splicing, release and the tamper record.
+"""Student regions: parsing, splicing, the pristine student files and the tamper record.
 
 A region is a block of lines inside a function body::
 
@@ -7,15 +7,16 @@ A region is a block of lines inside a function body::
         # END_STUDENT 1.2
 
 Everything outside regions is *protected*: the grader always uses the kit's
-own text there and only takes region bodies from a submission.
+own text there and only takes region bodies from a submission. In a student
+starter the kit's own text is the *pristine* copy that ``grading release``
+keeps in ``grading/pristine/`` (the student edits the files themselves), so a
+local grade splices exactly like the course's grader.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +26,9 @@ MARKER_RE = re.compile(r"#\s*(BEGIN|END)_STUDENT\b")
 DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 
 # Directories whose .py files may hold student regions.
-STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune")
-# Never copied into a release (solution-only or local state).
-RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "__pycache__", ".pytest_cache",
-                   ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
-                   "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip")
+STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune", "tensor_parallel")
 PROTECTED_RECORD = "grading/protected.json"
+PRISTINE_DIR = "grading/pristine"         # in a starter: the released text of every student file
 
 
 class RegionError(ValueError):
@@ -60,6 +58,7 @@ def parse_regions(text: str, path: str = "<string>") -> list[Region]:
     lines = text.splitlines(keepends=True)
     regions: list[Region] = []
     open_at: tuple[int, re.Match] | None = None
+    functions: list[tuple[int, int, str]] | None = None       # parsed once, at the first region
     for number, line in enumerate(lines, start=1):
         begin, end = BEGIN_RE.match(line), END_RE.match(line)
         if not begin and not end and MARKER_RE.search(line):
@@ -81,7 +80,9 @@ def parse_regions(text: str, path: str = "<string>") -> list[Region]:
             if end["indent"] != begin_match["indent"]:
                 raise RegionError(f"{path}:{number}: END_STUDENT {end['id']} indentation differs from its "
                                   f"BEGIN_STUDENT at line {start}")
-            function = _enclosing_function(lines, start, begin_match["indent"])
+            if functions is None:
+                functions = _function_spans(lines)
+            function = _enclosing_function(functions, lines, start, begin_match["indent"])
             if not function:
                 raise RegionError(f"{path}:{start}: region {begin_match['id']} is not inside a function body")
             regions.append(Region(begin_match["id"], path, start, number, begin_match["indent"], function,
@@ -92,19 +93,26 @@ def parse_regions(text: str, path: str = "<string>") -> list[Region]:
     return regions
 
 
-def _enclosing_function(lines: list[str], begin_line: int, indent: str) -> str:
-    """Name of the innermost function around line ``begin_line`` ("" when the region is not in one)."""
+def _function_spans(lines: list[str]) -> list[tuple[int, int, str]] | None:
+    """(first line, last line, name) of every function in the text; None when it does not parse."""
     try:
         tree = ast.parse("".join(lines))
     except SyntaxError:
+        return None
+    return [(node.lineno, node.end_lineno, node.name) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _enclosing_function(functions: list[tuple[int, int, str]] | None, lines: list[str], begin_line: int,
+                        indent: str) -> str:
+    """Name of the innermost function around line ``begin_line`` ("" when the region is not in one)."""
+    if functions is None:
         return _enclosing_function_by_indent(lines, begin_line, indent)
     best = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and node.lineno < begin_line <= node.end_lineno:
-            if best is None or node.lineno > best.lineno:
-                best = node
-    return best.name if best is not None else ""
+    for first, last, name in functions:
+        if first < begin_line <= last and (best is None or first > best[0]):
+            best = (first, name)
+    return best[1] if best is not None else ""
 
 
 def _enclosing_function_by_indent(lines: list[str], begin_line: int, indent: str) -> str:
@@ -148,77 +156,33 @@ def protected_text(text: str, path: str) -> str:
     return replace_bodies(text, path, {k: "" for k in range(len(parse_regions(text, path)))})
 
 
-def student_files(root: Path) -> list[str]:
+def student_files(root: Path, problems: tuple[str, ...] | None = None) -> list[str]:
     """Relative paths of the kit's files that contain student regions, sorted.
 
+    With ``problems`` (e.g. ("1", "2", "3")), only files with a region of one
+    of those problems. In a starter (``grading/pristine/`` exists) these are
+    the pristine files, whatever the student did to the working copies.
     Raises RegionError when any candidate file has malformed markers.
     """
+    root = Path(root)
+    base = root / PRISTINE_DIR if (root / PRISTINE_DIR).is_dir() else root
     found = []
     for package in STUDENT_PACKAGES:
-        for file in sorted((root / package).rglob("*.py")):
-            rel = file.relative_to(root).as_posix()
+        for file in sorted((base / package).rglob("*.py")):
+            rel = file.relative_to(base).as_posix()
             if "__pycache__" in rel:
                 continue
-            if parse_regions(file.read_text(), rel):
+            ids = [r.id.split(".")[0] for r in parse_regions(file.read_text(), rel)]
+            if ids and (problems is None or any(i in problems for i in ids)):
                 found.append(rel)
     return sorted(found)
 
 
+def kit_text(root: Path, rel: str) -> str:
+    """The kit's own text of student file ``rel``: the pristine copy in a starter, the file itself in the kit."""
+    pristine = Path(root) / PRISTINE_DIR / rel
+    return pristine.read_text() if pristine.is_file() else (Path(root) / rel).read_text()
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _excluded(rel: str) -> bool:
-    parts = rel.split("/")
-    for pattern in RELEASE_EXCLUDE:
-        if "*" in pattern:
-            if Path(rel).match(pattern):
-                return True
-        elif rel == pattern or rel.startswith(pattern + "/") or pattern in parts:
-            return True
-    return False
-
-
-def release(kit_root: Path, out_dir: Path) -> dict:
-    """Write the student starter of ``kit_root`` into ``out_dir`` (which must be absent or empty).
-
-    Region bodies become ``raise NotImplementedError("Problem <id>: ...")``;
-    files and folders in RELEASE_EXCLUDE are left out; ``grading/protected.json``
-    records a SHA-256 of the protected text of every student file and of every
-    other released file. Raises RegionError for malformed markers (before
-    anything is written) and FileExistsError for a non-empty ``out_dir``.
-    Returns the record.
-    """
-    kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
-    if out_dir == kit_root or kit_root in out_dir.parents:
-        raise ValueError(f"release target {out_dir} must be outside the kit {kit_root}")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"release target {out_dir} is not empty")
-    students = set(student_files(kit_root))   # validates every marker first
-    files = [p for p in sorted(kit_root.rglob("*")) if p.is_file()
-             and not _excluded(p.relative_to(kit_root).as_posix())]
-    record: dict = {"student_files": {}, "provided_files": {}}
-    staged: dict[str, bytes] = {}
-    for file in files:
-        rel = file.relative_to(kit_root).as_posix()
-        if rel == PROTECTED_RECORD:
-            continue
-        if rel in students:
-            text = file.read_text()
-            regions = parse_regions(text, rel)
-            starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
-            staged[rel] = starter.encode()
-            record["student_files"][rel] = {"protected_sha256": sha256(protected_text(text, rel)),
-                                            "regions": [r.id for r in regions]}
-        else:
-            data = file.read_bytes()
-            staged[rel] = data
-            record["provided_files"][rel] = hashlib.sha256(data).hexdigest()
-    for rel, data in staged.items():
-        target = out_dir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        shutil.copymode(kit_root / rel, target)
-    (out_dir / PROTECTED_RECORD).parent.mkdir(parents=True, exist_ok=True)
-    (out_dir / PROTECTED_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return record

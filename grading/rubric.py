@@ -1,24 +1,30 @@
-"""The rubric: problems, their criteria and points, and the cases that feed them.
+"""The rubric as plain data: problems, cases and criteria.
 
 A *Case* is one spawn of N rank processes running a probe (child side); a
 *Criterion* judges the probe's raw results in the parent process and is worth
 points. Several criteria share one case, so one spawn serves many of them,
 while each criterion reads only the parts it needs, so one bug costs one
-criterion.
+criterion. Check modules declare criteria where they are written::
+
+    CASE = Case("p1_partition", probe_partition, world_size=2)
+
+    @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
+    def check_coverage(run): ...
+
+A criterion that also has hidden inputs (staff side only) is declared with
+``hidden_points``: the same function then runs twice, on the public data and
+on the hidden data, as two criteria (``<id>`` and ``<id>_hidden``).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
-import io
-import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-import torch
+from grading.data import staff_side
+from grading.expect import CheckFailed  # noqa: F401  (re-exported while optional-problem modules migrate)
+from grading.results import CaseRun  # noqa: F401
 
-from grading.launch import LaunchResult
-
+# Every sub-problem of the kit. Problems 1-3 are the default assignment (100 points); 4 and 5 are optional.
 PROBLEMS = {
     "1.1": "Data parallel: dataset partitioning",
     "1.2": "Data parallel: gradient averaging",
@@ -28,11 +34,25 @@ PROBLEMS = {
     "3.1": "Fine-tuning: apply LoRA",
     "3.2": "Fine-tuning: save and load adapters",
     "3.3": "Fine-tuning: DeepSpeed ZeRO config and micro-batch step",
+    "4.1": "DDP: overlapped bucketed all-reduce",
+    "4.2": "ZeRO-1: sharded optimizer",
+    "4.3": "Sharded checkpoints with exact resume",
+    "5.1": "Tensor parallel: column and row parallel layers",
+    "5.2": "Tensor parallel: a GPT-2 block split across ranks",
 }
+DEFAULT_PROBLEMS = ("1", "2", "3")
+OPTIONAL_PROBLEMS = ("4", "5")
+PUBLIC, HIDDEN = "public", "hidden"
 
 
-class CheckFailed(Exception):
-    """Raised by a criterion's ``evaluate`` with a message that names what is wrong."""
+def problem_of(criterion_id: str) -> str:
+    """``"1.2"`` for ``"1.2.grads_2rank"``."""
+    return ".".join(criterion_id.split(".")[:2])
+
+
+def selects(selector: str | None, problem: str) -> bool:
+    """True when ``selector`` (None: all, ``"1"``: Problem 1, ``"1.2"``: that sub-problem) covers ``problem``."""
+    return selector is None or problem == selector or problem.startswith(selector + ".")
 
 
 @dataclass(frozen=True)
@@ -42,127 +62,56 @@ class Criterion:
     id: str                                   # "1.2.grads_2rank"
     title: str                                # shown in the table
     points: float
-    evaluate: Callable[["CaseRun"], None]     # raises CheckFailed; returns None on success
-    hidden: bool = False                      # Gradescope visibility "after_published"
+    evaluate: Callable[[CaseRun], None]       # raises CheckFailed; returns None on success
+    hidden: bool = False                      # staff only; Gradescope visibility "after_published"
 
     @property
     def problem(self) -> str:
-        return ".".join(self.id.split(".")[:2])
+        return problem_of(self.id)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Case:
-    """One spawn: ``probe`` ("module:function") runs on ``world_size`` ranks."""
+    """One spawn: ``probe`` (a module-level function of a check module) runs on ``world_size`` ranks."""
 
     name: str
-    probe: str
-    criteria: tuple[Criterion, ...]
+    probe: Callable | str
     world_size: int = 1
     init_group: bool = True
     args: dict = field(default_factory=dict)
     timeout_s: float = 90.0
+    criteria: list[Criterion] = field(default_factory=list)
 
     @property
-    def problems(self) -> set[str]:
-        return {c.problem for c in self.criteria}
+    def target(self) -> str:
+        """``"module:function"`` of the probe, as the worker imports it."""
+        if isinstance(self.probe, str):
+            return self.probe
+        return f"{self.probe.__module__}:{self.probe.__name__}"
 
+    def criterion(self, id: str, title: str, points: float, hidden_points: float = 0.0) -> Callable:
+        """Decorator: register ``fn(run)`` (or ``fn(run, split)`` with ``hidden_points``) as criteria of this case.
 
-class CaseRun:
-    """The parent's view of a finished case: load parts, explain missing ones."""
-
-    def __init__(self, case: Case, launch: LaunchResult):
-        self.case = case
-        self.launch = launch
-        self._logs: dict[int, dict[str, tuple[str, str]]] = {}
-
-    @property
-    def world_size(self) -> int:
-        return self.case.world_size
-
-    def _recorded(self, rank: int) -> dict[str, tuple[str, str]]:
-        """name -> (kind, sha256) of the files the probe itself wrote on ``rank`` (lines with a valid HMAC)."""
-        if rank not in self._logs:
-            from grading.worker import part_mac
-            found: dict[str, tuple[str, str]] = {}
-            try:
-                lines = (self.launch.out_dir / f"rank{rank}" / "parts.log").read_text(errors="replace").splitlines()
-            except OSError:
-                lines = []
-            for line in lines:
-                try:
-                    entry = json.loads(line)
-                    name, kind, digest, mac = entry["name"], entry["kind"], entry["sha256"], entry["mac"]
-                    genuine = hmac.compare_digest(str(mac), part_mac(self.launch.key, rank, name, kind, digest))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue
-                if genuine and kind in ("pt", "error.json"):
-                    found[name] = (kind, digest)
-            self._logs[rank] = found
-        return self._logs[rank]
-
-    def part(self, name: str, rank: int = 0) -> Any:
-        """The value rank ``rank`` recorded as ``name`` (loaded with weights_only=True).
-
-        Raises CheckFailed with the recorded exception, or with the case's
-        crash/timeout reason when the part was never written. Only files that
-        the probe's ``ctx.record`` wrote count (their hash is in the rank's
-        signed ``parts.log``): a file planted by student code, or changed
-        after it was recorded, is rejected with a message that says so.
+        With ``hidden_points`` the function takes the data split (PUBLIC or
+        HIDDEN) as second argument and is registered twice: ``id`` on the
+        public data and ``id + "_hidden"`` on the hidden data, the latter only
+        on the staff side (where ``grading.hidden`` and so hidden inputs exist).
         """
-        rank_dir = self.launch.out_dir / f"rank{rank}"
-        error_file = rank_dir / f"{name}.error.json"
-        value_file = rank_dir / f"{name}.pt"
-        where = f"rank {rank}: " if self.world_size > 1 else ""
-        if not self.launch.key:                       # a hand-made LaunchResult: unsigned files
-            entry = ("error.json", None) if error_file.exists() else ("pt", None) if value_file.exists() else None
-        else:
-            entry = self._recorded(rank).get(name)
-        if entry is None:
-            if error_file.exists() or value_file.exists():
-                raise CheckFailed(f"{where}the result file for '{name}' was not written by the grader's probe "
-                                  "(planted by the submission?); it was ignored. "
-                                  + (self.launch.failure() or ""))
-            reason = self.launch.failure() or "the probe ended without recording it"
-            raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}")
-        kind, digest = entry
-        try:
-            data = (rank_dir / f"{name}.{kind}").read_bytes()
-        except OSError:
-            data = None
-        if data is None or (digest is not None and hashlib.sha256(data).hexdigest() != digest):
-            raise CheckFailed(f"{where}the result file for '{name}' was changed or removed after the probe "
-                              "recorded it (by the submission?); it was ignored")
-        if kind == "error.json":
-            info = json.loads(data)
-            context = ""
-            if self.world_size > 1 and not self.launch.ok:     # e.g. a peer that crashed explains this error
-                context = "\nmeanwhile: " + self.launch.failure()[:1500]
-            raise CheckFailed(f"{where}{info['type']}: {info['message']}{context}")
-        try:
-            return torch.load(io.BytesIO(data), weights_only=True)
-        except Exception as exc:  # noqa: BLE001
-            raise CheckFailed(f"rank {rank}: result '{name}' is not plain data "
-                              f"(tensors, numbers, lists, dicts): {exc}") from None
-
-    def parts(self, name: str) -> list[Any]:
-        """``part(name, r)`` for every rank r."""
-        return [self.part(name, rank) for rank in range(self.world_size)]
+        def register(fn: Callable) -> Callable:
+            if hidden_points:
+                self.criteria.append(Criterion(id, title, points, lambda run: fn(run, PUBLIC)))
+                if staff_side():
+                    self.criteria.append(Criterion(id + "_hidden", title + " (hidden inputs)", hidden_points,
+                                                   lambda run: fn(run, HIDDEN), hidden=True))
+            else:
+                self.criteria.append(Criterion(id, title, points, fn))
+            return fn
+        return register
 
 
-def all_cases() -> list[Case]:
-    """Every case of the rubric, in problem order (hidden cases only when present in this kit)."""
-    from grading.checks import load_cases
-    return load_cases()
-
-
-def criteria_for(cases: list[Case], problem: str | None = None) -> list[Criterion]:
-    """The criteria of ``cases`` (only those of ``problem`` when given)."""
-    return [c for case in cases for c in case.criteria if problem is None or c.problem == problem]
-
-
-def max_points(problem: str) -> float:
-    """Total points of ``problem`` in this kit's rubric."""
-    return sum(c.points for c in criteria_for(all_cases(), problem))
+def criteria_of(cases: list[Case], selector: str | None = None) -> list[Criterion]:
+    """The criteria of ``cases`` whose problem ``selector`` covers (all when None), in rubric order."""
+    return [c for case in cases for c in case.criteria if selects(selector, c.problem)]
 
 
 def check_rubric(cases: list[Case]) -> None:

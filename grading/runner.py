@@ -7,8 +7,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading.expect import CheckFailed, expect  # noqa: F401  (expect re-exported while modules migrate)
 from grading.launch import launch, pick_backend
-from grading.rubric import Case, CaseRun, CheckFailed
+from grading.results import CaseRun
+from grading.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
@@ -35,29 +37,44 @@ class CriterionResult:
 
 
 def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
-             backend: str = "auto") -> list[CriterionResult]:
+             backend: str = "auto", barred: dict[str, str] | None = None,
+             hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
     """Spawn ``case`` with ``kit_root`` as the code under test and judge each criterion.
 
     ``work_dir`` receives the run folder (a fresh temporary one when None).
-    Never raises for anything the submission does; an exception inside a
-    criterion's own code is reported as status ``grader_error``.
+    ``barred`` maps a problem ("1.2") to the reason it scores zero (its region
+    code reaches into the grader): its criteria fail with that reason, and a
+    case whose criteria are all barred is not run. ``hints`` maps a problem to
+    likely causes read from its code; they are added to its failed criteria. Never raises for anything
+    the submission does; an exception inside a criterion's own code is
+    reported as status ``grader_error``.
     """
+    barred = barred or {}
+    if all(c.problem in barred for c in case.criteria):
+        return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, "failed", barred[c.problem], 0.0, c.hidden)
+                for c in case.criteria]
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_case(case, kit_root, Path(scratch), timeout_scale, backend)
+            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints)
     work_dir = Path(work_dir)
-    result = launch(case.probe, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
+    result = launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
                     args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                     backend=pick_backend(case.world_size, backend))
-    run = CaseRun(case, result)
+    run = CaseRun(case.world_size, result)
     verdicts = []
     for criterion in case.criteria:
+        if criterion.problem in barred:
+            verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points, 0.0,
+                                            "failed", barred[criterion.problem], 0.0, criterion.hidden))
+            continue
         try:
             criterion.evaluate(run)
             status, message = "passed", ""
         except CheckFailed as failure:
             message = str(failure)
             status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
+            extra = [h for h in (hints or {}).get(criterion.problem, []) if h not in message]
+            message = "\n".join([message, *extra])
         except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
             status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
@@ -67,22 +84,16 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
 
 
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
-              timeout_scale: float = 1.0, progress=None) -> list[CriterionResult]:
+              timeout_scale: float = 1.0, progress=None, barred: dict[str, str] | None = None,
+              hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
     """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in order."""
     verdicts = []
     for case in cases:
-        if problem is not None and not any(c.problem == problem or c.problem.startswith(problem + ".")
-                                           for c in case.criteria):
+        if not any(selects(problem, c.problem) for c in case.criteria):
             continue
         if progress:
             progress(case)
-        for verdict in run_case(case, kit_root, work_dir, timeout_scale):
-            if problem is None or verdict.problem == problem or verdict.problem.startswith(problem + "."):
+        for verdict in run_case(case, kit_root, work_dir, timeout_scale, barred=barred, hints=hints):
+            if selects(problem, verdict.problem):
                 verdicts.append(verdict)
     return verdicts
-
-
-def expect(condition: bool, message: str) -> None:
-    """Raise CheckFailed(message) unless ``condition``."""
-    if not condition:
-        raise CheckFailed(message)

@@ -22,8 +22,8 @@ pids that do not match ``/proc`` (psutil in DeepSpeed), so none is used.
 
 What this is **not**: a security boundary. Student code runs as the grader's
 own user, in the same process as the probe that records its results, and can
-read every file the grader can (hidden checks included). See
-``SANDBOX_NOTES`` for the full list.
+read every file the grader can (hidden checks included). The README's
+sandbox section lists what it does and does not do.
 """
 from __future__ import annotations
 
@@ -47,55 +47,6 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
 
-SANDBOX_NOTES = """\
-What the grader's sandbox does:
-- Every check runs student code in separate rank processes, never in the grader.
-  The verdict is computed in the grader process from the values the probe
-  recorded (loaded with torch.load(weights_only=True), so no pickle code runs);
-  patching torch.allclose, torch.testing or grading modules inside a rank
-  changes nothing.
-- Each case has a wall-clock limit; at the limit the stuck ranks' Python stacks
-  are dumped and every rank is killed with its process group.
-- Per rank (setrlimit): memory RLIMIT_DATA (GRADING_MEMORY_MB, default 8192),
-  CPU seconds (4 x the case limit + 30), open files (GRADING_OPEN_FILES,
-  default 4096), largest file written (GRADING_FILE_MB, default 256; output
-  beyond it raises OSError "File too large" in the student code).
-- Ranks die with the grader (PR_SET_PDEATHSIG). When a case ends, every rank
-  is killed with its process group, and every process whose environment
-  carries the case's marker (GRADING_RUN_ID=<random>, inherited by anything
-  the student code starts, even after setsid or a double fork) is frozen and
-  killed.
-- As root on Linux: each case gets a private network namespace with only
-  loopback: no network, and since the case's ranks share it gloo works and no
-  port can collide with another case (hard-coded MASTER_PORT included). The
-  ranks then drop all capabilities (and set no_new_privs), so they cannot
-  leave it. Set GRADING_NETWORK=1 to keep the host network (e.g. NCCL across
-  machines). Without root (a student laptop) there is no network isolation.
-- Results are accepted only from files the probe itself wrote: each part's
-  SHA-256 is logged with an HMAC under a per-run key handed to the rank over
-  stdin; files planted by student code, or changed after recording, are
-  rejected with a message that says so.
-- Text outside the student regions, and every provided file (e.g.
-  pipeline/runtime.py), always comes from the grader's kit; differences are
-  reported and ignored.
-
-What it does NOT do:
-- It is not a security boundary against a determined attacker. Student code
-  runs as the grader's user, in the same process as the probe: it can read
-  the per-run key from memory and forge results, call the grader's own
-  reference code, read every file the grader can read (hidden checks and
-  references included), signal or ptrace the grader process, or write files
-  the grader's user may write. Use a container per submission (Gradescope
-  does) and review flagged submissions; the report notes region code that
-  touches grading internals.
-- A process started by student code that leaves its process group (setsid,
-  double fork) AND execs with a cleaned environment is not found, and keeps
-  running until the machine (container) goes away. A cgroup or PID namespace
-  per case would close this; neither is used (see grading/sandbox.py).
-- No limit on the number of processes or threads (RLIMIT_NPROC counts the
-  whole user; use a cgroup pids limit), no disk quota beyond the per-file
-  size, no GPU memory limit, and no seccomp filter.
-"""
 
 
 @dataclass(frozen=True)

@@ -7,28 +7,37 @@ there is reported as tampering and ignored.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import stat
 import tempfile
+import textwrap
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.regions import (STUDENT_PACKAGES, RegionError, parse_regions, protected_text, replace_bodies,
-                             stub_body, student_files)
+from grading.course import chosen_problems
+from grading.hints import static_hints
+from grading.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
+                             replace_bodies, stub_body, student_files)
 
 MAX_ZIP_BYTES = 50 * 1024 * 1024          # uncompressed total
 MAX_ZIP_MEMBERS = 5000
 MAX_TREE_ENTRIES = 20000                  # files and folders looked at in a folder submission
 MAX_STUDENT_FILE_BYTES = 1024 * 1024      # one student .py file
-SKIPPED_DIRS = {".git", "__MACOSX", "__pycache__", ".venv", "venv", "node_modules", ".ipynb_checkpoints",
+SKIPPED_DIRS = {"grading", ".git", "__MACOSX", "__pycache__", ".venv", "venv", "node_modules", ".ipynb_checkpoints",
                 "site-packages", ".pytest_cache"}
-# Region code that reaches for the grader or the process itself: flagged for staff review, never penalised.
+# Region code that reaches into the grader (imports it, loads modules by name, or names its files): the
+# region's problem scores zero. Matched on the code without its comments.
+GRADER_ACCESS = re.compile(r"\bgrading|\b__import__\b|\bimportlib\b|\bsys\.modules\b|RankContext|parts\.log|"
+                           r"\bfixtures\b", re.IGNORECASE)
+# Region code that reaches for the process itself: flagged for staff review, never penalised.
 SUSPICIOUS = re.compile(
-    r"\b(?:import|from)\s+grading\b|\bgrading\.\w|RankContext|parts\.log|sys\.modules|gc\.get_objects|"
+    r"\bgc\.get_objects|"
     r"\bctypes\b|\bos\.(?:fork|setsid|kill|_exit)\b|\bsubprocess\b|/proc/|\b__builtins__\b|\bbuiltins\b|"
     r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|\bsys\.argv\b|\b(?:site|user)customize\b|"
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
@@ -52,6 +61,8 @@ class SpliceReport:
     extra_files: list[str] = field(default_factory=list)      # .py files in student packages the kit lacks
     syntax_errors: list[str] = field(default_factory=list)    # "path:line: message" of the spliced files
     suspicious: list[str] = field(default_factory=list)       # "path: region 1.2 (fn) mentions 'ctypes'"
+    barred: dict[str, str] = field(default_factory=dict)      # problem -> why it scores zero (grader access)
+    hints: dict[str, list[str]] = field(default_factory=dict) # problem -> likely causes read from its regions
 
     def notes(self) -> list[str]:
         """Human-readable lines for the report (empty when the submission is clean)."""
@@ -64,6 +75,7 @@ class SpliceReport:
         lines += [f"changed provided file (ignored; the kit's copy was used): {f}" for f in self.provided_changed]
         lines += [f"file not in the kit (ignored; only region bodies are graded): {f}" for f in self.extra_files]
         lines += [f"flagged for staff review (no points deducted): {f}" for f in self.suspicious]
+        lines += [f"Problem {problem} scores 0: {why}" for problem, why in sorted(self.barred.items())]
         return lines
 
 
@@ -168,7 +180,7 @@ def open_submission(path: Path, kit_root: Path, scratch: Path) -> Path:
         raise SubmissionError(f"{path}: no such file or folder")
     if path.is_file():
         path = extract_zip(path, scratch / "extracted")
-    return find_root(path, student_files(kit_root))
+    return find_root(path, student_files(kit_root, chosen_problems()))
 
 
 def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> SpliceReport:
@@ -180,18 +192,24 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
     """
     kit_root, submission_root = Path(kit_root), Path(submission_root)
     shutil.copytree(kit_root, dest, ignore=COPY_IGNORE, symlinks=False)
+    pristine_root = kit_root / PRISTINE_DIR
+    if pristine_root.is_dir():          # a starter: the student packages come back exactly as released
+        for package in STUDENT_PACKAGES:
+            shutil.rmtree(dest / package, ignore_errors=True)
+            if (pristine_root / package).is_dir():
+                shutil.copytree(pristine_root / package, dest / package, ignore=COPY_IGNORE)
     report = SpliceReport()
-    students = student_files(kit_root)
-    if submission_root.resolve() != kit_root.resolve():
-        _compare_provided(kit_root, submission_root, students, report)
+    students = student_files(kit_root, chosen_problems())
+    if pristine_root.is_dir() or submission_root.resolve() != kit_root.resolve():
+        _compare_provided(pristine_root if pristine_root.is_dir() else kit_root, submission_root, students, report)
     for rel in students:
-        kit_text = (kit_root / rel).read_text()
-        kit_regions = parse_regions(kit_text, rel)
+        pristine = kit_text(kit_root, rel)
+        kit_regions = parse_regions(pristine, rel)
         starter = {k: stub_body(r) for k, r in enumerate(kit_regions)}
         submitted = submission_root / rel
         if not submitted.is_file() or _through_symlink(submission_root, rel):
             report.missing_files.append(rel + (" (a symlink: ignored)" if submitted.exists() else ""))
-            (dest / rel).write_text(replace_bodies(kit_text, rel, starter))
+            (dest / rel).write_text(replace_bodies(pristine, rel, starter))
             continue
         report.files.append(rel)
         try:
@@ -201,9 +219,9 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
             sub_regions = parse_regions(sub_text, rel)
         except RegionError as exc:
             report.malformed.append(str(exc))
-            (dest / rel).write_text(replace_bodies(kit_text, rel, starter))
+            (dest / rel).write_text(replace_bodies(pristine, rel, starter))
             continue
-        if protected_text(sub_text, rel) != protected_text(kit_text, rel):
+        if protected_text(sub_text, rel) != protected_text(pristine, rel):
             report.tampered.append(rel)
         by_key: dict[tuple, str] = {}
         counts: dict[tuple, int] = {}
@@ -221,17 +239,55 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
                 report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
                 body = starter[k]
             bodies[k] = body
+            if body is not starter[k]:
+                access = grader_access(body)
+                if access and region.id not in report.barred:
+                    offset, text = access
+                    report.barred[region.id] = (f"{rel}:{region.begin_line + offset}: region {region.id} "
+                                                f"({region.function}) reaches into the grader ('{text}'); "
+                                                "region code may use only the student packages, torch and the "
+                                                "libraries the kit installs")
+                found_hints = static_hints(body, region.begin_line + 1, rel)
+                if found_hints:
+                    report.hints.setdefault(region.id, []).extend(found_hints)
             found = sorted({m.group(0) for m in SUSPICIOUS.finditer(body)}) if body is not starter[k] else []
             if found:
                 report.suspicious.append(f"{rel}: region {region.id} ({region.function}) mentions "
                                          + ", ".join(f"'{text}'" for text in found[:5]))
-        spliced = replace_bodies(kit_text, rel, bodies)
+        spliced = replace_bodies(pristine, rel, bodies)
         (dest / rel).write_text(spliced)
         try:
             compile(spliced, rel, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
             report.syntax_errors.append(f"{rel}:{getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}")
     return report
+
+
+def grader_access(body: str) -> tuple[int, str] | None:
+    """``(line offset in body, matched text)`` of the first place ``body`` reaches into the grader, or None.
+
+    Comments do not count; names, attributes and string literals do (``import
+    grading``, ``importlib.import_module("grad" + "ing")``, ``open("grading/...")``).
+    """
+    code = _without_comments(body)
+    match = GRADER_ACCESS.search(code)
+    if match is None:
+        return None
+    return code.count("\n", 0, match.start()) + 1, match.group(0)
+
+
+def _without_comments(body: str) -> str:
+    """``body`` with every comment blanked out (line numbers kept); the body itself when it does not tokenize."""
+    text = textwrap.dedent(body)
+    lines = text.splitlines(keepends=True)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                row, col = token.start
+                lines[row - 1] = lines[row - 1][:col] + " " * (token.end[1] - col) + lines[row - 1][token.end[1]:]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return body
+    return "".join(lines)
 
 
 def _through_symlink(root: Path, rel: str) -> bool:
@@ -245,7 +301,10 @@ def _through_symlink(root: Path, rel: str) -> bool:
 
 
 def _compare_provided(kit_root: Path, submission_root: Path, students: list[str], report: SpliceReport) -> None:
-    """Note provided .py files of the student packages that the submission changed, and files the kit lacks."""
+    """Note provided .py files of the student packages that the submission changed, and files the kit lacks.
+
+    ``kit_root`` holds the kit's own copies (the pristine folder in a starter).
+    """
     for package in STUDENT_PACKAGES:
         folder = submission_root / package
         if not folder.is_dir() or _through_symlink(submission_root, package):

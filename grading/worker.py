@@ -8,92 +8,22 @@ parent never trusts a verdict from here: it loads the raw values and judges
 them itself.
 
 Before any student code runs, the worker reads a per-run key from stdin and
-applies ``grading.sandbox`` limits. Every file ``record`` writes is logged in
-``parts.log`` with its SHA-256 and an HMAC under that key (the ``done``
-marker too), so the parent can reject result files planted or altered by
-student code (see ``grading.rubric.CaseRun.part``).
+applies ``grading.sandbox`` limits. Recording, signing and the ``done``
+marker are the results protocol of ``grading.results``.
 """
 from __future__ import annotations
 
 import datetime
 import faulthandler
-import hashlib
-import hmac
 import importlib
 import json
 import os
-import secrets
 import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
 
-
-class RankContext:
-    """What a probe gets: its rank, the case arguments, and ``record`` to save results."""
-
-    def __init__(self, rank: int, world_size: int, args: dict, out_dir: Path, backend: str, device: str,
-                 store: str, key: bytes = b""):
-        self.rank = rank
-        self.world_size = world_size
-        self.args = args
-        self.backend = backend
-        self.device = device
-        self.store = store                  # file-store path for probes that set up their own group
-        self.out_dir = out_dir              # this rank's result folder
-        self._key = key
-
-    def record(self, name: str, fn: Callable[[], Any]) -> Any:
-        """Run ``fn()``; save its return value as part ``name``, or the exception it raised.
-
-        Returns the value, or None when ``fn`` raised (the exception is recorded,
-        never propagated, so the next part still runs).
-        """
-        import torch
-        try:
-            value = fn()
-        except BaseException as exc:  # noqa: BLE001 - a submission may raise anything, even SystemExit
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self._save_error(name, exc)
-            return None
-        scratch = self.out_dir / f".{name}.{secrets.token_hex(4)}.tmp"
-        try:
-            torch.save(value, scratch)
-            self._commit(name, "pt", scratch)
-        except Exception as exc:  # noqa: BLE001
-            scratch.unlink(missing_ok=True)
-            self._save_error(name, TypeError(f"returned a value that cannot be saved: {exc}"))
-        return value
-
-    def _save_error(self, name: str, exc: BaseException) -> None:
-        info = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                "traceback": "".join(traceback.format_exception(exc))[-6000:]}
-        scratch = self.out_dir / f".{name}.{secrets.token_hex(4)}.tmp"
-        scratch.write_text(json.dumps(info))
-        self._commit(name, "error.json", scratch)
-
-    def _commit(self, name: str, kind: str, scratch: Path) -> None:
-        """Move ``scratch`` to ``<name>.<kind>`` (replacing anything planted there) and log its hash."""
-        digest = hashlib.sha256(scratch.read_bytes()).hexdigest()
-        os.replace(scratch, self.out_dir / f"{name}.{kind}")
-        other = "error.json" if kind == "pt" else "pt"
-        (self.out_dir / f"{name}.{other}").unlink(missing_ok=True)
-        line = {"name": name, "kind": kind, "sha256": digest, "mac": part_mac(self._key, self.rank, name, kind,
-                                                                                digest)}
-        with open(self.out_dir / "parts.log", "a") as log:
-            log.write(json.dumps(line) + "\n")
-
-
-def part_mac(key: bytes, rank: int, name: str, kind: str, digest: str) -> str:
-    """HMAC-SHA256 (hex) binding a recorded file's hash to its rank, part name and kind."""
-    return hmac.new(key, f"{rank}|{name}|{kind}|{digest}".encode(), hashlib.sha256).hexdigest()
-
-
-def done_mac(key: bytes, rank: int) -> str:
-    """The content of a genuine ``done`` marker for ``rank``."""
-    return hmac.new(key, f"{rank}|done".encode(), hashlib.sha256).hexdigest()
+from grading.results import RankContext
 
 
 def _init_group(spec: dict, rank: int) -> str:
@@ -161,7 +91,7 @@ def main(argv: list[str]) -> int:
         (rank_dir / "error.txt").write_text(traceback.format_exc()[-6000:])
         _flush()
         os._exit(1)
-    (rank_dir / "done").write_text(done_mac(ctx._key, rank))
+    ctx.finish()
     _flush()
     # Skip interpreter shutdown: a submission's stray non-daemon thread must not keep the rank alive,
     # and destroying a process group whose peer died can block.

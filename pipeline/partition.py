@@ -61,8 +61,8 @@ def split_module(module: nn.Sequential) -> tuple[list[nn.Sequential], list[torch
     When no child has a device at all, everything is one stage on CPU; an
     empty Sequential gives ``([], [])``.
 
-    Raises ValueError (naming the layer) when one child's parameters span
-    several devices. Returns ``(partitions, devices)``: a list of
+    Raises ValueError when one child's parameters span several devices (the
+    message names the layer's class, e.g. ``Linear``, and its devices). Returns ``(partitions, devices)``: a list of
     ``nn.Sequential`` (the original child modules, in order) and the
     ``torch.device`` of each, of equal length; two neighbouring stages never
     share a device.

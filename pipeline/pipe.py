@@ -55,9 +55,8 @@ class Pipe(nn.Module):
         Contract:
         - split ``x`` along dim 0 with ``torch.split(x, self.split_size)`` (the
           last micro-batch may be smaller; ``split_size > len(x)`` gives one);
-        - for each clock cycle of ``schedule.clock_cycles(m, n)`` (call it
-          through the module, ``schedule.clock_cycles``, so it can be
-          swapped), first ``self.workers.submit(j, fn)`` every task of the
+        - for each clock cycle of ``schedule.clock_cycles(m, n)`` (``m``
+          micro-batches, ``n`` stages), first ``self.workers.submit(j, fn)`` every task of the
           cycle, in the cycle's order, and only then ``self.workers.receive(j)``
           each of them, in the same order: the stages of one cycle must run
           at the same time;

@@ -2,7 +2,19 @@
 # Package the submission: every student-editable file (those with BEGIN_STUDENT regions) and
 # submit_figures/ (plots + performance_summary.json) into submission.zip at the repository root.
 # Refuses when a required figure or the summary is missing: run scripts/run_benchmarks.py first.
+# Afterwards it warns when the summary comes from a --quick run, and says the figures are not
+# scored by the autograder.
 #   bash scripts/create_submission_zip.sh [--figures_dir DIR] [--output FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec "${PYTHON:-python3}" -m project.bench.submission "$@"
+python="${PYTHON:-python3}"
+figures_dir=submit_figures
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+        --figures_dir) figures_dir="${args[i + 1]:-$figures_dir}" ;;
+        --figures_dir=*) figures_dir="${args[i]#*=}" ;;
+    esac
+done
+"$python" -m project.bench.submission "$@"
+"$python" -m grading.figures "$figures_dir"

@@ -1,7 +1,12 @@
-"""Shared pytest plumbing: run each grading case once per session and look up criteria.
+"""Shared pytest plumbing: grade exactly as the course does, once per session, and look up criteria.
 
 The tests are thin wrappers: every check lives in ``grading/checks``; a test
-only asks the cached runner for one criterion's verdict.
+only asks the cached runner for one criterion's verdict. Like ``python -m
+grading grade``, the session first splices the region bodies of this folder
+into a fresh copy of the kit (in a starter: into the pristine files), so a
+helper added outside a region, or a changed provided file, counts here
+exactly as it counts for the course; every such change is listed at the end.
+Markers (``p1_1`` ... ``p5_2``) come from the rubric's problem list.
 """
 from __future__ import annotations
 
@@ -9,21 +14,44 @@ from pathlib import Path
 
 import pytest
 
-from grading.rubric import all_cases, criteria_for
+from grading import KIT_ROOT
+from grading.course import all_cases
+from grading.rubric import PROBLEMS, criteria_of
 from grading.runner import CriterionResult, run_case
+from grading.submission import SpliceReport, build_grading_copy
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
+_NOTES: list[str] = []
+
+
+def pytest_configure(config) -> None:
+    for problem, title in PROBLEMS.items():
+        config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for note in _NOTES:
+        terminalreporter.write_line(f"NOTE (graded as the course grades it): {note}")
 
 
 def criterion_params(problem: str) -> list:
-    """pytest params (one per criterion of ``problem``), marked ``p<problem with _>``, e.g. p1_2."""
+    """pytest params (one per criterion of ``problem`` in this course), marked ``p<problem with _>``, e.g. p1_2."""
     marker = getattr(pytest.mark, "p" + problem.replace(".", "_"))
-    return [pytest.param(c.id, id=c.id, marks=marker) for c in criteria_for(all_cases(), problem)]
+    return [pytest.param(c.id, id=c.id, marks=marker) for c in criteria_of(all_cases(), problem)]
 
 
 @pytest.fixture(scope="session")
-def grade(tmp_path_factory):
+def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
+    """(kit copy with this folder's region bodies spliced in, what the splice found: notes, barred problems, hints)."""
+    dest = tmp_path_factory.mktemp("graded") / "kit"
+    splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
+    _NOTES.extend(splice.notes())
+    return dest, splice
+
+
+@pytest.fixture(scope="session")
+def grade(tmp_path_factory, graded_copy):
     """``grade(criterion_id) -> CriterionResult``, spawning each case at most once per session."""
+    code_root, splice = graded_copy
     cases = {c.id: case for case in all_cases() for c in case.criteria}
     results: dict[str, dict[str, CriterionResult]] = {}
     work = tmp_path_factory.mktemp("grading")
@@ -31,7 +59,8 @@ def grade(tmp_path_factory):
     def verdict(criterion_id: str) -> CriterionResult:
         case = cases[criterion_id]
         if case.name not in results:
-            results[case.name] = {v.id: v for v in run_case(case, KIT_ROOT, work)}
+            results[case.name] = {v.id: v for v in run_case(case, code_root, work, barred=splice.barred,
+                                                                  hints=splice.hints)}
         return results[case.name][criterion_id]
     return verdict
 

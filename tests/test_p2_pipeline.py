@@ -1,4 +1,4 @@
-"""Problem 2 (pipeline): ``pytest -m p2_1`` / ``p2_2`` / ``p2_3``. The checks live in grading/checks/p2_pipeline.py."""
+"""Problem 2 (pipeline): ``pytest -m p2_1`` / ``p2_2`` / ``p2_3``. The checks live in grading/checks/p2_*.py."""
 import pytest
 
 from tests.conftest import assert_passed, criterion_params

@@ -19,3 +19,11 @@ def call_outcome(fn: Callable[[], object]) -> str:
     except Exception as exc:  # noqa: BLE001 - a submission may raise anything
         return f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
     return "no exception"
+
+
+def labelled(label: str, fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)``; an exception comes back as RuntimeError naming the call and the original."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        raise RuntimeError(f"{label} raised {type(exc).__name__}: {exc}") from exc

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.rubric import all_cases
+from grading.course import all_cases
 from grading.runner import run_cases
 from grading.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit
@@ -255,20 +255,25 @@ for param in model.parameters():        # wrong: summed, never divided
     report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
     assert any("average_gradients" in note and "torch.allclose =" in note for note in report.suspicious)
     assert any(note.startswith("flagged for staff review") for note in report.notes())
+    assert "reaches into the grader ('grading')" in report.barred["1.2"]     # and the course scores 1.2 zero
 
 
 # ------------------------------------------------------------------------------------------ (g) fake results
 def test_planted_and_altered_result_files_are_rejected(tmp_path):
-    plant = """
+    # The grader-access rule (a region that names the grader scores zero) is static, so a determined cheater
+    # hides the import; the signed result files must still reject what it plants.
+    hidden = ("from grading.references import p1_2_comm as p1\n"
+              "torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / 'grads.pt')\n"
+              "torch.save({'losses': [0.0], 'params': p1.params_of(p1.GradProbeNet(seed=0))}, "
+              "rank_dir / 'train_step.pt')\n").encode().hex()
+    plant = f"""
 import sys
 from pathlib import Path
 import torch
-from grading.references import p1
-rank_dir = Path(sys.argv[1]).parent / f"rank{sys.argv[2]}"
-torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / "grads.pt")     # the right answer, recorded already
-torch.save({"losses": [0.0], "params": p1.params_of(p1.GradProbeNet(seed=0))}, rank_dir / "train_step.pt")
+rank_dir = Path(sys.argv[1]).parent / f"rank{{sys.argv[2]}}"
+exec(bytes.fromhex("{hidden}").decode())     # the right answers, recorded already
 with open(rank_dir / "parts.log", "a") as log:
-    log.write('{"name": "train_step", "kind": "pt", "sha256": "00", "mac": "00"}\\n')
+    log.write('{{"name": "train_step", "kind": "pt", "sha256": "00", "mac": "00"}}\\n')
 (rank_dir / "done").write_text("ok")
 import os
 os._exit(0)

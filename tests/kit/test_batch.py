@@ -43,10 +43,10 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     assert code == 0
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve"]
-    expected = {"alice": ("passed", "10"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),
+    expected = {"alice": ("passed", "13"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),
                 "dave": ("failed", "0"), "eve": ("grader_error", "0")}
     assert {name: (row["status"], row["score"]) for name, row in rows.items()} == expected, rows
-    assert rows["alice"]["problem_1.1"] == "10" and rows["alice"]["max_score"] == "10"
+    assert rows["alice"]["problem_1.1"] == "13" and rows["alice"]["max_score"] == "13"
     assert "unsafe path" in rows["carol.zip"]["notes"]
     assert "did not finish" in rows["eve"]["notes"]
     for name in rows:

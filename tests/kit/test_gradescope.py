@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from grading.rubric import DEFAULT_PROBLEMS
 from grading.regions import parse_regions, student_files
 from tests.kit.variants import KIT_ROOT
 
@@ -43,13 +44,14 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
         for script in ("setup.sh", "run_autograder"):
             assert script in names
             assert (archive.getinfo(script).external_attr >> 16) & 0o111, f"{script} is not executable"
-        assert "grading/hidden/p1_hidden.py" in names and "grading/__main__.py" in names
+        assert {"grading/hidden/answers.py", "grading/hidden/inputs.py", "grading/__main__.py"} <= names
+        assert "grading/hidden/course_secret.txt" not in names        # no --course-secret given
         assert not any("__pycache__" in n or n.startswith((".git/", "tests/kit/")) for n in names)
         requirements = archive.read("requirements.txt").decode()
     assert "torch==" in requirements
     for script in ("setup.sh", "run_autograder"):
         assert subprocess.run(["bash", "-n", str(bundle / "source" / script)]).returncode == 0
-    for rel in student_files(KIT_ROOT):
+    for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS):
         reference = {r.body for r in parse_regions((KIT_ROOT / rel).read_text(), rel)}
         shipped = parse_regions((bundle / "source" / rel).read_text(), rel)
         assert shipped and all("NotImplementedError" in r.body and r.body not in reference for r in shipped), rel
@@ -59,8 +61,16 @@ def test_run_autograder_grades_the_submission_into_results_json(tmp_path, bundle
     files = {rel: (KIT_ROOT / rel).read_text() for rel in ("data_parallel/dataset.py", "data_parallel/comm.py")}
     done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1.1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert results["score"] == results["max_score"] == 10, results
+    assert results["score"] == results["max_score"] == 13, results        # 12 public + 1 hidden
     assert {t["status"] for t in results["tests"]} == {"passed"}
+    assert {t["visibility"] for t in results["tests"] if "hidden" in t["name"]} == {"after_published"}
+
+
+def test_a_course_secret_goes_into_the_bundle_only(tmp_path):
+    from grading.gradescope import build_bundle
+    build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026")
+    assert (tmp_path / "b" / "source" / "grading" / "hidden" / "course_secret.txt").read_text().strip() == "fall-2026"
+    assert not (KIT_ROOT / "grading" / "hidden" / "course_secret.txt").exists()
 
 
 def test_run_autograder_reports_a_rejected_submission(tmp_path, bundle):

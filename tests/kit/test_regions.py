@@ -6,7 +6,9 @@ import textwrap
 
 import pytest
 
-from grading.regions import RegionError, parse_regions, protected_text, release, student_files
+from grading.rubric import DEFAULT_PROBLEMS
+from grading.regions import RegionError, parse_regions, protected_text, student_files
+from grading.release import release
 from grading.submission import build_grading_copy
 from tests.kit.variants import KIT_ROOT
 
@@ -51,7 +53,7 @@ def test_multiline_signature_counts_as_function():
 def test_release_writes_a_starter(tmp_path):
     out = tmp_path / "starter"
     record = release(KIT_ROOT, out)
-    kit_files = student_files(KIT_ROOT)
+    kit_files = student_files(KIT_ROOT, DEFAULT_PROBLEMS)
     assert sorted(record["student_files"]) == kit_files
     for rel in kit_files:
         released = (out / rel).read_text()

@@ -1,7 +1,7 @@
 """Problem 1 buggy variants: each bug loses exactly its intended criteria."""
 import pytest
 
-from tests.kit.variants import Variant, failed_ids, grade_variant
+from tests.kit.variants import Variant, assert_verdicts, grade_variant
 
 DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
 
@@ -32,7 +32,7 @@ VARIANTS = [
             parts.append(order[start:start + length])
             start += length
         return parts
-    """, frozenset({"1.1.deterministic", "1.1.rng_untouched"})),
+    """, frozenset({"1.1.deterministic", "1.1.rng_untouched", "1.1.exact", "1.1.exact_hidden"})),
     Variant("overlapping_slices", DATASET, "partition_indices", """
         if size < 0 or world_size < 1:
             raise ValueError("bad arguments")
@@ -40,7 +40,7 @@ VARIANTS = [
         random.Random(seed).shuffle(order)
         base, extra = divmod(size, world_size)
         return [order[rank * base:rank * base + base + (1 if rank < extra else 0)] for rank in range(world_size)]
-    """, frozenset({"1.1.coverage"})),
+    """, frozenset({"1.1.coverage", "1.1.exact", "1.1.exact_hidden", "1.1.edge_cases"})),
     Variant("no_value_error", DATASET, "partition_indices", """
         order = list(range(max(size, 0)))
         random.Random(seed).shuffle(order)
@@ -60,7 +60,7 @@ VARIANTS = [
         random.Random(seed).shuffle(order)
         chunk = -(-size // world_size)
         return [order[rank * chunk:(rank + 1) * chunk] for rank in range(world_size)]
-    """, frozenset({"1.1.sizes"})),
+    """, frozenset({"1.1.sizes", "1.1.exact", "1.1.exact_hidden"})),
     Variant("seed_ignored", DATASET, "partition_indices", """
         if size < 0 or world_size < 1:
             raise ValueError("bad arguments")
@@ -73,25 +73,61 @@ VARIANTS = [
             parts.append(order[start:start + length])
             start += length
         return parts
-    """, frozenset({"1.1.seed_sensitivity"})),
+    """, frozenset({"1.1.seed_sensitivity", "1.1.exact", "1.1.exact_hidden"})),
     Variant("partition_getitem_ignores_index", DATASET, "__getitem__", """
         return self.data[i]
     """, frozenset({"1.1.partition_class"})),
+    Variant("partition_getitem_off_by_one", DATASET, "__getitem__", """
+        return self.data[self.index[i + 1]]
+    """, frozenset({"1.1.partition_class"}), hint="IndexError: list index out of range (at data_parallel/dataset.py:"),
     Variant("full_batch_per_rank", DATASET, "partition_dataset", """
         part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
         return DataLoader(part, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+    """, frozenset({"1.1.partition_dataset", "1.1.partition_dataset_errors"})),
+    Variant("round_robin_split", DATASET, "partition_indices", """
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.Random(seed).shuffle(order)
+        return [order[rank::world_size] for rank in range(world_size)]
+    """, frozenset({"1.1.exact", "1.1.exact_hidden"})),
+    Variant("refuses_fewer_items_than_ranks", DATASET, "partition_indices", """
+        if size < world_size or world_size < 1:
+            raise ValueError("need at least one item per rank")
+        order = list(range(size))
+        random.Random(seed).shuffle(order)
+        base, extra = divmod(size, world_size)
+        parts, start = [], 0
+        for rank in range(world_size):
+            length = base + (1 if rank < extra else 0)
+            parts.append(order[start:start + length])
+            start += length
+        return parts
+    """, frozenset({"1.1.edge_cases", "1.1.exact_hidden"})),
+    Variant("partition_dataset_without_checks", DATASET, "partition_dataset", """
+        part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
+        return DataLoader(part, batch_size=max(batch_size // world_size, 1), shuffle=False, collate_fn=collate_fn)
+    """, frozenset({"1.1.partition_dataset_errors"})),
+    Variant("collate_fn_ignored", DATASET, "partition_dataset", """
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        local_batch = batch_size // world_size
+        if local_batch < 1:
+            raise ValueError("no examples per rank")
+        part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
+        return DataLoader(part, batch_size=local_batch, shuffle=False)
     """, frozenset({"1.1.partition_dataset"})),
     Variant("sum_without_dividing", COMM, "average_gradients", """
         for param in model.parameters():
             if param.grad is not None:
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-    """, frozenset({"1.2.grads_2rank", "1.2.grads_3rank"})),
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_hidden"}), hint="likely cause: a sum without the division"),
     Variant("only_weights_averaged", COMM, "average_gradients", """
         for name, param in model.named_parameters():
             if param.grad is not None and name.endswith("weight"):
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
                 param.grad /= dist.get_world_size()
-    """, frozenset({"1.2.grads_2rank", "1.2.grads_3rank"})),
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_hidden"})),
     Variant("zero_fill_none_grads", COMM, "average_gradients", """
         for param in model.parameters():
             if param.grad is None:
@@ -132,7 +168,4 @@ VARIANTS = [
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_variant_loses_only_its_criteria(variant, tmp_path):
     problem = "1.1" if variant.path == DATASET else "1.2"
-    verdicts = grade_variant(variant, problem, tmp_path)
-    assert verdicts, "no criteria graded"
-    assert failed_ids(verdicts) == set(variant.fails), {
-        cid: v.message[:200] for cid, v in verdicts.items() if not v.passed}
+    assert_verdicts(grade_variant(variant, problem, tmp_path), [variant])

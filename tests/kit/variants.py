@@ -10,12 +10,12 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading import KIT_ROOT
+from grading.course import all_cases
 from grading.regions import parse_regions, replace_bodies
-from grading.rubric import all_cases
 from grading.runner import CriterionResult, run_cases
 from grading.submission import build_grading_copy
 
-KIT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Variant:
     function: str
     body: str
     fails: frozenset[str]
+    hint: str = ""          # text a failed criterion's message must contain (a likely cause, a file:line)
 
 
 def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
@@ -47,9 +48,21 @@ def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
 def grade_variant(variant: Variant, problem: str, work: Path) -> dict[str, CriterionResult]:
     """Grade ``problem`` on a copy of the kit carrying ``variant``; verdicts by criterion id."""
     kit = make_variant_kit(work / "kit", [(variant.path, variant.function, variant.body)])
-    return {v.id: v for v in run_cases(all_cases(), kit, work / "runs", problem=problem)}
+    splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
+    return {v.id: v for v in run_cases(all_cases(), work / "graded", work / "runs", problem=problem,
+                                       barred=splice.barred, hints=splice.hints)}
 
 
 def failed_ids(verdicts: dict[str, CriterionResult]) -> set[str]:
     """Ids of the criteria that did not pass."""
     return {cid for cid, v in verdicts.items() if not v.passed}
+
+
+def assert_verdicts(verdicts: dict[str, CriterionResult], variants: list[Variant]) -> None:
+    """Exactly the criteria the ``variants`` name failed, and each variant's hint shows in a failure message."""
+    assert verdicts, "no criteria graded"
+    expected = set().union(*(v.fails for v in variants))
+    assert failed_ids(verdicts) == expected, {cid: v.message[:300] for cid, v in verdicts.items() if not v.passed}
+    messages = "\n".join(v.message for v in verdicts.values() if not v.passed)
+    for variant in variants:
+        assert variant.hint in messages, f"{variant.name}: no message says {variant.hint!r}:\n{messages[:2000]}"

@@ -1,15 +1,14 @@
-"""The grader's own Problem 1 references. Never imports student code.
+"""Problem 1.2 references: a small model, its batches, and serial (one-process) training.
 
-The probe (child) and the criteria (parent) build the same model and batches
-from these functions with the same seeds, so the parent can recompute every
-expected value itself.
+Never imports student code and computes nothing a student function returns:
+the probe (child) and the criteria (parent) build the same model and batches
+from these functions with the same seeds, and the parent recomputes the
+serial global-batch gradients and SGD steps that data-parallel training must
+reproduce.
 """
 from __future__ import annotations
 
-import random
-
 import torch
-import torch.distributed as dist
 from torch import nn
 
 IN_FEATURES, HIDDEN, OUT_FEATURES = 6, 8, 4
@@ -35,9 +34,9 @@ class GradProbeNet(nn.Module):
         return self.fc2(torch.tanh(self.fc1(x))) * self.frozen_scale
 
 
-def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, batch_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step``: inputs (GLOBAL_BATCH, 6), targets (GLOBAL_BATCH, 4)."""
-    g = torch.Generator().manual_seed(1000 + step)
+    g = torch.Generator().manual_seed(1000 + 7919 * batch_seed + step)
     return torch.randn(GLOBAL_BATCH, IN_FEATURES, generator=g), torch.randn(GLOBAL_BATCH, OUT_FEATURES, generator=g)
 
 
@@ -59,10 +58,10 @@ def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def serial_gradients(seed: int = 0, step: int = 0) -> dict[str, torch.Tensor | None]:
+def serial_gradients(seed: int = 0, step: int = 0, batch_seed: int = 0) -> dict[str, torch.Tensor | None]:
     """Gradients of the mean loss over the whole global batch of ``step`` (one process)."""
     model = GradProbeNet(seed)
-    inputs, targets = batch(step)
+    inputs, targets = batch(step, batch_seed)
     loss_fn(model(inputs), targets).backward()
     return grads_of(model)
 
@@ -84,40 +83,3 @@ def serial_sgd(seed: int = 0, steps: int = TRAIN_STEPS) -> tuple[dict[str, torch
         loss_fn(model(inputs), targets).backward()
         optimizer.step()
     return params_of(model), losses
-
-
-def reference_average_gradients(model: nn.Module) -> None:
-    """The grader's own gradient averaging (used to isolate ``train_step`` from ``average_gradients``)."""
-    world_size = dist.get_world_size()
-    for param in model.parameters():
-        if param.grad is not None:
-            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-            param.grad /= world_size
-
-
-def reference_partition_indices(size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
-    """The grader's own partition (private RNG, contiguous split), used to isolate partition_dataset."""
-    if size < 0 or world_size < 1:
-        raise ValueError(f"bad size {size} or world_size {world_size}")
-    order = list(range(size))
-    random.Random(seed).shuffle(order)
-    base, extra = divmod(size, world_size)
-    parts, start = [], 0
-    for rank in range(world_size):
-        length = base + (1 if rank < extra else 0)
-        parts.append(order[start:start + length])
-        start += length
-    return parts
-
-
-class ReferencePartition:
-    """The grader's own Partition (a view of ``data`` at ``index``), used to isolate partition_dataset."""
-
-    def __init__(self, data, index):
-        self.data, self.index = data, list(index)
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, i: int):
-        return self.data[self.index[i]]

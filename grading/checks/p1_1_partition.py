@@ -1,0 +1,269 @@
+"""Problem 1.1 checks: ``partition_indices``, ``Partition``, ``partition_dataset``.
+
+The probe runs on two ranks whose *global* random states differ and records
+what the student functions return; the criteria judge it in the grader
+against expected partitions stored as data (``grading/fixtures/p1_1.json``,
+made from the staff reference) and, on the staff side, against hidden
+inputs. ``partition_dataset`` runs on recorded partitions and torch's own
+``Subset`` instead of the student's ``partition_indices`` and ``Partition``
+(see ``SWAPS``), so it is judged on its own.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from grading import data
+from grading.checks.common import call_outcome
+from grading.compare import describe
+from grading.expect import CheckFailed, expect
+from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.seams import Swap
+
+# (size, world_size, seed): the main inputs, and the edge cases judged by their own criterion
+CONFIGS = [(10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234)]
+EDGE_CONFIGS = [(2, 5, 3), (0, 3, 3), (3, 3, 5)]
+DEFAULT_SEED_CALL = (30, 3)              # partition_indices(30, 3): the default seed
+BAD_ARGS = [(-1, 2), (10, 0), (10, -3)]
+DATASET = [f"example{k}" for k in range(22)]
+GLOBAL_BATCH = 8
+# (rank, world_size, batch_size): a rank out of range, a global batch smaller than the world
+BAD_LOADER_ARGS = [(2, 2, 8), (-1, 2, 8), (0, 4, 3)]
+
+# Parts recorded by the probe and read by the criteria.
+def partitions_part(split: str) -> str:
+    """The part holding the partitions of every config of ``split`` (PUBLIC or HIDDEN)."""
+    return f"partitions_{split}"
+
+
+
+P_EDGE = "edge_partitions"
+P_DEFAULT_SEED = "default_seed"
+P_SEED_PAIR = "seed_pair"
+P_RNG_STATE = "rng_state"
+P_BAD_ARGS = "bad_args"
+P_PARTITION_CLASS = "partition_class"
+P_LOADER_2 = "loader_2"
+P_LOADER_3 = "loader_3"
+P_LOADER_ERRORS = "loader_errors"
+
+
+def key(size: int, world_size: int, seed: int) -> str:
+    """The fixture key of one ``partition_indices`` call."""
+    return f"{size},{world_size},{seed}"
+
+
+class _RecordedPartitions:
+    """Stand-in for ``partition_indices``: a lookup in the recorded partitions (no shuffling, no splitting)."""
+
+    def __init__(self, table: dict[str, list[list[int]]]):
+        self.table = table
+
+    def __call__(self, size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
+        try:
+            return [list(part) for part in self.table[key(size, world_size, seed)]]
+        except KeyError:
+            raise KeyError(f"the grader recorded no partition for ({size}, {world_size}, seed={seed})") from None
+
+
+def _subset():
+    from torch.utils.data import Subset
+    return Subset
+
+
+SWAPS = [
+    Swap("data_parallel.dataset", "partition_indices", lambda: _RecordedPartitions(data.fixture("p1_1")["loader"]),
+         "1.1.partition_dataset is judged apart from the student's partition_indices"),
+    Swap("data_parallel.dataset", "Partition", _subset,
+         "1.1.partition_dataset is judged apart from the student's Partition (torch's Subset stands in)"),
+]
+
+
+def _tagged_batch(items: list) -> dict:
+    """The probe's ``collate_fn``: a batch it can recognise (the loader must use it)."""
+    return {"items": list(items)}
+
+
+def _hidden_configs() -> list:
+    hidden = data.hidden("p1_1")
+    return hidden["configs"] if hidden else []
+
+
+# ---------------------------------------------------------------- probe
+def probe_partition(ctx) -> None:
+    """Rank r seeds the *global* random differently, then records partitions and loaders."""
+    random.seed(100 + ctx.rank)
+    from grading import seams
+
+    from data_parallel.dataset import Partition, partition_dataset, partition_indices
+
+    before = random.getstate()
+    for split, configs in ctx.args["configs"].items():
+        ctx.record(partitions_part(split), lambda configs=configs: [partition_indices(*c) for c in configs])
+    ctx.record(P_EDGE, lambda: [partition_indices(*c) for c in EDGE_CONFIGS])
+    ctx.record(P_DEFAULT_SEED, lambda: partition_indices(*DEFAULT_SEED_CALL))
+    ctx.record(P_SEED_PAIR, lambda: [partition_indices(100, 2, seed=1), partition_indices(100, 2, seed=2)])
+    ctx.record(P_RNG_STATE, lambda: [before, random.getstate()])
+    ctx.record(P_BAD_ARGS, lambda: [call_outcome(lambda s=s, w=w: partition_indices(s, w, 0)) for s, w in BAD_ARGS])
+    ctx.record(P_PARTITION_CLASS, lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
+        Partition(list("abcdefg"), [3, 1, 4])))
+
+    seams.apply(SWAPS)
+
+    def loader_batches(rank, world_size):
+        loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch)
+        return [b["items"] if isinstance(b, dict) else f"a batch that collate_fn did not make: {b!r}"[:200]
+                for b in loader]
+    ctx.record(P_LOADER_2, lambda: loader_batches(ctx.rank, 2))
+    if ctx.rank == 0:
+        ctx.record(P_LOADER_3, lambda: [loader_batches(r, 3) for r in range(3)])
+        ctx.record(P_LOADER_ERRORS, lambda: [call_outcome(lambda a=a: partition_dataset(a[0], a[1], DATASET, a[2]))
+                                             for a in BAD_LOADER_ARGS])
+
+
+CASE = Case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60,
+            args={"configs": {PUBLIC: CONFIGS, **({HIDDEN: _hidden_configs()} if data.staff_side() else {})}})
+
+
+# ---------------------------------------------------------------- criteria
+def _label(size: int, world_size: int, seed: int) -> str:
+    return f"partition_indices({size}, {world_size}, seed={seed})"
+
+
+def _check_cover(label: str, parts, size: int, world_size: int) -> None:
+    expect(isinstance(parts, list) and len(parts) == world_size, f"{label}: expected a list of {world_size} "
+           f"parts, got {describe(parts)} of length {len(parts) if hasattr(parts, '__len__') else '?'}")
+    flat = [i for part in parts for i in part]
+    dup = sorted(i for i, n in Counter(flat).items() if n > 1)
+    expect(not dup, f"{label}: indices {dup[:5]} appear in more than one part")
+    missing = sorted(set(range(size)) - set(flat))
+    expect(not missing, f"{label}: indices {missing[:5]} are in no part")
+    extra = sorted(set(flat) - set(range(size)))
+    expect(not extra, f"{label}: indices {extra[:5]} are out of range")
+
+
+def _check_sizes(label: str, parts, expected: list[list[int]]) -> None:
+    want = [len(p) for p in expected]
+    got = [len(p) for p in parts]
+    expect(got == want, f"{label}: part sizes {got}, expected {want} (size // world_size each, one more for the "
+           "first size % world_size parts)")
+
+
+def _expected(config) -> list[list[int]]:
+    return data.fixture("p1_1")["partitions"][key(*config)]
+
+
+@CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
+def check_coverage(run) -> None:
+    for config, parts in zip(CONFIGS, run.part(partitions_part(PUBLIC))):
+        _check_cover(_label(*config), parts, config[0], config[1])
+
+
+@CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1)
+def check_sizes(run) -> None:
+    for config, parts in zip(CONFIGS, run.part(partitions_part(PUBLIC))):
+        _check_sizes(_label(*config), parts, _expected(config))
+
+
+@CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1,
+                hidden_points=1)
+def check_exact(run, split: str) -> None:
+    if split == PUBLIC:
+        configs, expected = CONFIGS, [_expected(c) for c in CONFIGS]
+    else:
+        hidden = data.hidden("p1_1")
+        configs, expected = hidden["configs"], hidden["expected"]
+    for config, parts, want in zip(configs, run.part(partitions_part(split)), expected):
+        label = _label(*config)
+        _check_cover(label, parts, config[0], config[1])
+        _check_sizes(label, parts, want)
+        for rank, (got, ref) in enumerate(zip(parts, want)):
+            expect(list(got) == ref, f"{label}: part {rank} is {list(got)[:8]}..., expected {ref[:8]}... "
+                   "(shuffle list(range(size)) with random.Random(seed), then rank r takes the next "
+                   "contiguous slice, rank 0 first)")
+    if split == PUBLIC:
+        got = run.part(P_DEFAULT_SEED)
+        want = _expected((*DEFAULT_SEED_CALL, 1234))
+        expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
+               "the default seed is DEFAULT_SEED")
+
+
+@CASE.criterion("1.1.edge_cases", "empty parts (size < world_size) and size 0", points=1)
+def check_edge_cases(run) -> None:
+    for config, parts in zip(EDGE_CONFIGS, run.part(P_EDGE)):
+        _check_cover(_label(*config), parts, config[0], config[1])
+        _check_sizes(_label(*config), parts, _expected(config))
+
+
+@CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
+def check_deterministic(run) -> None:
+    for name in (partitions_part(PUBLIC), P_DEFAULT_SEED, P_SEED_PAIR):
+        a, b = run.part(name, 0), run.part(name, 1)
+        expect(a == b, f"partition_indices gives different parts in two processes whose global random "
+               f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
+
+
+@CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1)
+def check_rng_untouched(run) -> None:
+    for rank in range(run.world_size):
+        run.part(partitions_part(PUBLIC), rank)          # only meaningful once partition_indices runs
+        before, after = run.part(P_RNG_STATE, rank)
+        expect(before == after, f"rank {rank}: the global random state changed during partition_indices: "
+               "use a private random.Random(seed)")
+
+
+@CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1)
+def check_seed_sensitivity(run) -> None:
+    first, second = run.part(P_SEED_PAIR, 0)
+    expect(first != second, "partition_indices(100, 2) gives the same parts for seed=1 and seed=2")
+    unshuffled = [list(range(50)), list(range(50, 100))]
+    expect(first != unshuffled and sorted(first[0]) != first[0],
+           "partition_indices(100, 2, seed=1) did not shuffle the indices")
+
+
+@CASE.criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", points=1)
+def check_value_errors(run) -> None:
+    for (size, ws), outcome in zip(BAD_ARGS, run.part(P_BAD_ARGS, 0)):
+        expect(outcome == "ValueError", f"partition_indices({size}, {ws}) must raise ValueError, got {outcome}")
+
+
+@CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1)
+def check_partition_class(run) -> None:
+    got = run.part(P_PARTITION_CLASS, 0)
+    expect(got == [3, ["d", "b", "e"]], f"Partition(list('abcdefg'), [3, 1, 4]): len and items {got}, "
+           "expected 3 and ['d', 'b', 'e']")
+
+
+def _check_loaders(label: str, per_rank: list, world_size: int) -> None:
+    local = GLOBAL_BATCH // world_size
+    parts = data.fixture("p1_1")["loader"][key(len(DATASET), world_size, 1234)]
+    for rank, batches in enumerate(per_rank):
+        odd = [b for b in batches if isinstance(b, str)]
+        expect(not odd, f"{label}: rank {rank} got {odd[0] if odd else ''} (pass collate_fn to the DataLoader)")
+        sizes = [len(b) for b in batches]
+        expect(all(s == local for s in sizes[:-1]) and (not sizes or 0 < sizes[-1] <= local),
+               f"{label}: rank {rank} batch sizes {sizes}, expected {local} per rank "
+               f"(global batch {GLOBAL_BATCH} // world size {world_size})")
+        want = [DATASET[i] for i in parts[rank]]
+        got = [x for b in batches for x in b]
+        expect(got == want, f"{label}: rank {rank} loads {got[:6]}..., expected its part "
+               f"partition_indices(len(dataset), world_size, seed)[rank] in order: {want[:6]}...")
+
+
+@CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part in order",
+                points=1)
+def check_partition_dataset(run) -> None:
+    _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2)
+    _check_loaders("partition_dataset(world_size=3)", run.part(P_LOADER_3, 0), 3)
+
+
+@CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world",
+                points=1)
+def check_partition_dataset_errors(run) -> None:
+    for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, run.part(P_LOADER_ERRORS, 0)):
+        expect(outcome == "ValueError", f"partition_dataset(rank={rank}, world_size={ws}, batch_size={batch}) "
+               f"must raise ValueError, got {outcome}")
+
+
+CASES = [CASE]
+__all__ = ["CASES", "CheckFailed"]

@@ -1,0 +1,223 @@
+"""Problem 1.2 checks: ``setup_process_group``, ``average_gradients``, ``train_step``.
+
+The probe joins a 2-rank gloo group through the student's
+``setup_process_group`` (the grader's own group stands in when that fails),
+records the averaged gradients of a small model on each rank's shard, then
+runs ``train_step`` with the averaging replaced by a serial recomputation
+(``SWAPS``), so ``train_step`` is judged apart from ``average_gradients``.
+The criteria compare with serial global-batch gradients and SGD computed in
+the grader (``grading.references.p1_2_comm``). On the staff side a hidden
+case averages on 3 or 4 ranks with other seeds.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+
+import torch
+
+from grading import data
+from grading.compare import assert_state_close, describe
+from grading.expect import CheckFailed, expect
+from grading.references import p1_2_comm as ref
+from grading.rubric import HIDDEN, PUBLIC, Case, Criterion
+from grading.seams import Swap
+
+P_SETUP = "setup"
+P_GRADS = "grads"
+P_ALL_REDUCE_CALLS = "all_reduce_calls"
+P_TRAIN_STEP = "train_step"
+
+
+class _SerialGradients:
+    """Stand-in for ``average_gradients``: swaps this rank's share of each grad for the global-batch one.
+
+    A copy of the model recomputes, at the current parameters, the gradient
+    of this rank's shard (``shard``) and of the whole global batch
+    (``batch``), both set by the probe before each ``train_step``; each
+    existing grad becomes ``grad - shard gradient + global gradient``. That
+    is what averaging gives when every rank's grad is the same history plus
+    its own shard's gradient (so a missing ``zero_grad`` still shows), with
+    no communication: a different computation, not a solution.
+    """
+
+    def __init__(self):
+        self.batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.shard: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _gradients(self, model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> list:
+        twin = copy.deepcopy(model)
+        twin.zero_grad(set_to_none=True)
+        ref.loss_fn(twin(inputs), targets).backward()
+        return [p.grad for p in twin.parameters()]
+
+    def __call__(self, model: torch.nn.Module) -> None:
+        local, serial = self._gradients(model, *self.shard), self._gradients(model, *self.batch)
+        with torch.no_grad():
+            for mine, own, full in zip(model.parameters(), local, serial):
+                if mine.grad is not None and own is not None:
+                    mine.grad.add_(full - own)
+
+
+SWAPS = [Swap("data_parallel.comm", "average_gradients", _SerialGradients,
+              "1.2.train_step_* are judged apart from the student's average_gradients")]
+
+
+# ---------------------------------------------------------------- probe
+def probe_comm(ctx) -> None:
+    """Student setup (grader fallback), then average_gradients and an isolated train_step."""
+    import torch.distributed as dist
+
+    from grading import seams
+    calls = {"all_reduce": 0}
+    real_all_reduce = dist.all_reduce
+
+    def counting_all_reduce(*args, **kwargs):
+        calls["all_reduce"] += 1
+        return real_all_reduce(*args, **kwargs)
+    dist.all_reduce = counting_all_reduce     # before the student module binds any name
+    from data_parallel import comm
+
+    timeout = datetime.timedelta(seconds=ctx.args.get("pg_timeout_s", 30))
+    model_seed, batch_seed = ctx.args.get("model_seed", 0), ctx.args.get("batch_seed", 0)
+
+    def setup():
+        comm.setup_process_group(ctx.rank, ctx.world_size, "gloo", init_method=f"file://{ctx.store}",
+                                 timeout=timeout)
+        value = torch.tensor([float(ctx.rank + 1)])
+        real_all_reduce(value)
+        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item()]
+    if ctx.args.get("student_setup", True):
+        ctx.record(P_SETUP, setup)
+    if not dist.is_initialized():            # the student's setup failed (or is not graded here)
+        dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
+                                world_size=ctx.world_size, timeout=timeout)
+
+    def grads():
+        model = ref.GradProbeNet(seed=model_seed)
+        inputs, targets = ref.batch(0, batch_seed)
+        rank_inputs, rank_targets = (ref.shard(t, ctx.rank, ctx.world_size) for t in (inputs, targets))
+        ref.loss_fn(model(rank_inputs), rank_targets).backward()
+        calls["all_reduce"] = 0
+        comm.average_gradients(model)
+        return ref.grads_of(model)
+    ctx.record(P_GRADS, grads)
+    ctx.record(P_ALL_REDUCE_CALLS, lambda: calls["all_reduce"])
+    if not ctx.args.get("train_step", True):
+        return
+
+    def train():
+        serial = seams.apply(SWAPS)["data_parallel.comm.average_gradients"]
+        model = ref.GradProbeNet(seed=0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
+        losses = []
+        for step in range(ref.TRAIN_STEPS):
+            inputs, targets = ref.batch(step)
+            shard = (ref.shard(inputs, ctx.rank, ctx.world_size), ref.shard(targets, ctx.rank, ctx.world_size))
+            serial.batch, serial.shard = (inputs, targets), shard
+            losses.append(comm.train_step(model, optimizer, *shard, ref.loss_fn))
+        return {"losses": losses, "params": ref.params_of(model)}
+    ctx.record(P_TRAIN_STEP, train)
+
+
+CASE = Case("p1_comm_2rank", probe_comm, world_size=2, init_group=False, timeout_s=90)
+
+
+# ---------------------------------------------------------------- criteria
+@CASE.criterion("1.2.setup", "setup_process_group joins the group (rank, world, backend)", points=2)
+def check_setup(run) -> None:
+    for rank in range(run.world_size):
+        got = run.part(P_SETUP, rank)
+        want = [rank, run.world_size, "gloo", float(sum(range(1, run.world_size + 1)))]
+        expect(got == want, f"setup_process_group: rank {rank} sees [rank, world size, backend, all_reduce of "
+               f"rank+1] = {got}, expected {want}")
+
+
+def _seeds(split: str) -> tuple[int, int]:
+    hidden = data.hidden("p1_2") if split == HIDDEN else None
+    return (hidden["model_seed"], hidden["batch_seed"]) if hidden else (0, 0)
+
+
+def check_grads(run, split: str = PUBLIC) -> None:
+    """Every rank's averaged gradients equal the serial gradients of the global batch."""
+    model_seed, batch_seed = _seeds(split)
+    expected = ref.serial_gradients(seed=model_seed, step=0, batch_seed=batch_seed)
+    for rank in range(run.world_size):
+        got = run.part(P_GRADS, rank)
+        try:
+            assert_state_close(f"average_gradients: rank {rank} grad of", got, expected, atol=1e-6, rtol=1e-5)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}{_averaging_hint(got, expected, run.world_size)}") from None
+
+
+def _averaging_hint(got, expected: dict, world_size: int) -> str:
+    """A likely cause when the gradients are off by a factor the world size explains."""
+    pairs = [(got.get(n), e) for n, e in expected.items() if e is not None] if isinstance(got, dict) else []
+    pairs = [(g, e) for g, e in pairs if isinstance(g, torch.Tensor) and g.shape == e.shape]
+    if not pairs:
+        return ""
+    for factor, cause in ((world_size, "a sum without the division by the world size"),
+                          (1 / world_size, "a division by the world size twice (or of a sum that was not taken)")):
+        if all(torch.allclose(g.double(), e.double() * factor, atol=1e-6, rtol=1e-4) for g, e in pairs):
+            return f"\nlikely cause: {cause} (every gradient is {factor:g} x the expected one)"
+    return ""
+
+
+CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)(check_grads)
+
+
+@CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=2)
+def check_unused_grads_none(run) -> None:
+    expected = ref.serial_gradients(seed=0, step=0)
+    for rank in range(run.world_size):
+        got = run.part(P_GRADS, rank)
+        expect(isinstance(got, dict), f"rank {rank}: gradients missing")
+        for name, ref_grad in expected.items():
+            if ref_grad is None:
+                expect(got.get(name) is None, f"average_gradients: rank {rank} gave parameter '{name}' a "
+                       f"gradient ({describe(got.get(name))}); parameters whose grad is None must stay None")
+
+
+@CASE.criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", points=1)
+def check_uses_all_reduce(run) -> None:
+    for rank in range(run.world_size):
+        run.part(P_GRADS, rank)               # only meaningful once average_gradients runs
+        calls = run.part(P_ALL_REDUCE_CALLS, rank)
+        expect(isinstance(calls, int) and calls >= 1,
+               f"average_gradients: rank {rank} never called torch.distributed.all_reduce")
+
+
+@CASE.criterion("1.2.train_step_updates", "3 train_step updates equal serial SGD on the global batch", points=3)
+def check_train_step_updates(run) -> None:
+    expected, _ = ref.serial_sgd(seed=0)
+    for rank in range(run.world_size):
+        got = run.part(P_TRAIN_STEP, rank)
+        expect(isinstance(got, dict), f"rank {rank}: train_step results missing")
+        assert_state_close(f"train_step: rank {rank} after {ref.TRAIN_STEPS} steps, parameter", got["params"],
+                           expected, atol=1e-6, rtol=1e-5)
+
+
+@CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1)
+def check_train_step_loss(run) -> None:
+    _, losses = ref.serial_sgd(seed=0)
+    for rank in range(run.world_size):
+        got = run.part(P_TRAIN_STEP, rank)["losses"]
+        for step, value in enumerate(got):
+            expect(type(value) is float, f"train_step: rank {rank} step {step} returned {describe(value)}, "
+                   "expected a Python float")
+        # Only the first step's value: later ones depend on the updates, judged by train_step_updates.
+        want = losses[0][rank]
+        expect(abs(got[0] - want) <= 1e-5 * max(1.0, abs(want)), f"train_step: rank {rank} returned loss "
+               f"{got[0]:.6g} on its first step, expected this rank's local loss {want:.6g}")
+
+
+CASES = [CASE]
+if data.staff_side():
+    _hidden = data.hidden("p1_2")
+    CASES.append(Case(
+        "p1_comm_hidden", probe_comm, world_size=_hidden["world_size"], init_group=True, timeout_s=90,
+        args={"student_setup": False, "train_step": False, "model_seed": _hidden["model_seed"],
+              "batch_seed": _hidden["batch_seed"]},
+        criteria=[Criterion("1.2.grads_hidden", f"{_hidden['world_size']}-rank averaged grads on hidden inputs "
+                            "equal the serial global-batch grads", 2, lambda run: check_grads(run, HIDDEN),
+                            hidden=True)]))

@@ -1,0 +1,346 @@
+"""Problem 2.2 checks: ``Pipe.forward`` on the provided ``StageWorkers`` threads.
+
+The probe runs the student's ``Pipe`` over the grader's layers with the
+schedule replaced by a lookup in recorded waves (``SWAPS``; the waves are
+data in ``grading/fixtures/p2_2.json``, and on the staff side the hidden
+configurations' waves come in the case arguments), so a broken 2.1 schedule
+costs nothing here. The criteria compare outputs and gradients with the
+plain sequential model (``grading.references.p2_2_pipe``) and the workers'
+recorded events with the expected dispatch order stored as data.
+
+Devices: with two or more GPUs the stages run on ``cuda:0``, ``cuda:1``, ...;
+otherwise every stage is on ``cpu`` (each still has its own worker thread).
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+
+from grading import data
+from grading.compare import assert_state_close, assert_tensor_close, describe
+from grading.expect import CheckFailed, expect
+from grading.references import p2_2_pipe as ref
+from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.seams import Swap
+
+STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probe: a lost result becomes a TimeoutError, not a hang
+FORWARD_CONFIGS = [(1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1)]           # (stages, rows, split): even splits
+EDGE_FORWARD_CONFIGS = [(3, 7, 2), (2, 5, 8), (2, 8, 3)]                 # a smaller last one; split > batch
+# Every other probe uses even splits, so a Pipe that mishandles a smaller last micro-batch loses only
+# 2.2.forward_uneven.
+EVENT_CONFIGS = [(3, 8, 2), (2, 6, 2)]                                   # 4 and 3 micro-batches
+BACKWARD_CONFIG = (3, 8, 2)
+SGD_CONFIG = (2, 8, 4)
+REPEATS = 3
+OTHER_CONFIGS = [(3, 8, 2), (3, 4, 4), (2, 4, 4), BACKWARD_CONFIG, SGD_CONFIG]   # repeated, no_grad, devices, ...
+
+P_DEVICES = "devices"
+def forward_part(split: str) -> str:
+    """The part holding ``{"output", "device"}`` of every forward config of ``split`` (PUBLIC or HIDDEN)."""
+    return f"forward_{split}"
+
+
+
+P_EDGE_FORWARD = "edge_forward"
+P_REPEATED = "repeated"
+P_NO_GRAD = "no_grad"
+P_OUTPUT_DEVICE = "output_device"
+P_MOVES = "device_moves"
+P_EVENTS = "events"
+P_STAGE_EXCEPTION = "stage_exception"
+P_BACKWARD = "backward"
+P_SGD = "sgd"
+
+
+def schedule_key(stages: int, rows: int, split: int) -> str:
+    """The fixture key ``"m,n"`` of the schedule a Pipe of ``stages`` runs for ``rows`` rows in ``split``."""
+    return f"{math.ceil(rows / split)},{stages}"
+
+
+def public_schedule_keys() -> list[str]:
+    """Every schedule the public probe's Pipes need (the fixture holds their waves)."""
+    configs = FORWARD_CONFIGS + EDGE_FORWARD_CONFIGS + EVENT_CONFIGS + OTHER_CONFIGS
+    return sorted({schedule_key(*c) for c in configs})
+
+
+class _RecordedSchedule:
+    """Stand-in for ``clock_cycles``: replays recorded waves (a table lookup, no schedule computed)."""
+
+    def __init__(self, table: dict[str, list]):
+        self.table = table
+
+    def __call__(self, microbatches: int, stages: int):
+        try:
+            waves = self.table[f"{microbatches},{stages}"]
+        except KeyError:
+            raise KeyError(f"the grader recorded no schedule for ({microbatches}, {stages})") from None
+        for wave in waves:
+            yield [(i, j) for i, j in wave]
+
+
+def _devices(count: int) -> list[str]:
+    """Stage devices for ``count`` stages: GPUs round robin when there are >= 2, else all CPU."""
+    gpus = torch.cuda.device_count()
+    return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
+
+
+def _stages(count: int, layers: list | None = None) -> list:
+    """The grader's layers cut into ``count`` stages, each moved to its device (``_devices``)."""
+    layers = ref.build_layers(0) if layers is None else layers
+    return [stage.to(device) for stage, device in zip(ref.stage_layers(layers, count), _devices(count))]
+
+
+def _pipe_run(Pipe, stages: int, rows: int, split: int, seed: int = 0) -> dict:
+    """One forward of a fresh Pipe over the grader's layers on ``batch(rows, seed)``; output (CPU) and its device."""
+    x = ref.batch(rows, seed)[0]
+    with Pipe(_stages(stages), _devices(stages), split) as pipe:
+        out = pipe(x)
+    return {"output": out.detach().cpu(), "device": str(out.device)}
+
+
+# ================================================================ probe
+def probe_pipe(ctx) -> None:
+    """Pipe forward/backward with recorded waves as the schedule; the runtime's events; errors; devices."""
+    from torch import nn
+
+    from grading import seams
+    from pipeline import runtime
+    seams.apply(swaps_for(ctx.args.get("hidden_waves", {})))
+    runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S
+    from pipeline.pipe import Pipe
+
+    ctx.record(P_DEVICES, lambda: {n: _devices(n) for n in (1, 2, 3)})
+    seed = ctx.args.get("data_seed", 0)
+    for split, configs in ctx.args["configs"].items():
+        ctx.record(forward_part(split), lambda configs=configs, split=split: [
+            _pipe_run(Pipe, *c, seed=seed if split == HIDDEN else 0) for c in configs])
+    ctx.record(P_EDGE_FORWARD, lambda: [_pipe_run(Pipe, *c) for c in EDGE_FORWARD_CONFIGS])
+
+    def repeated():
+        outputs = []
+        with Pipe(_stages(3), _devices(3), 2) as pipe:
+            for k in range(REPEATS):
+                outputs.append(pipe(ref.batch(8, k)[0]).detach().cpu())
+        return outputs
+    ctx.record(P_REPEATED, repeated)
+
+    def no_grad():
+        with Pipe(_stages(3), _devices(3), 2) as pipe, torch.no_grad():
+            out = pipe(ref.batch(8)[0])
+        return {"output": out.detach().cpu(), "requires_grad": out.requires_grad}
+    ctx.record(P_NO_GRAD, no_grad)
+
+    def output_device():
+        # one micro-batch (split_size == batch): one task per cycle, so only the result's device is at stake
+        found = _pipe_run(Pipe, 3, 4, 4)
+        torch.manual_seed(0)
+        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta")]
+        with Pipe(stages, ["cpu", "meta"], 4) as pipe:
+            try:
+                out = pipe(ref.batch(4)[0])
+            except NotImplementedError as exc:
+                if "meta" not in str(exc):
+                    raise
+                raise RuntimeError(f"the result was moved off the last stage's device (meta): {exc}") from None
+        return {"device": found["device"], "meta_device": str(out.device), "meta_shape": list(out.shape)}
+    ctx.record(P_OUTPUT_DEVICE, output_device)
+
+    def device_moves():
+        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs)
+        threads, real_to = [], torch.Tensor.to
+
+        def recording_to(tensor, *args, **kwargs):
+            if tensor.device.type != "meta" and any(str(a) == "meta" for a in (*args, *kwargs.values())):
+                threads.append(threading.current_thread().name)
+            return real_to(tensor, *args, **kwargs)
+        torch.manual_seed(0)
+        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta")]
+        with Pipe(stages, ["cpu", "meta"], 2) as pipe:
+            workers = [t.name for t in pipe.workers.threads]
+            torch.Tensor.to = recording_to
+            try:
+                pipe(ref.batch(4)[0])
+            finally:
+                torch.Tensor.to = real_to
+        return {"threads": threads, "workers": workers}
+    ctx.record(P_MOVES, device_moves)
+
+    def events():
+        found = {}
+        for stages, rows, split in EVENT_CONFIGS:
+            with Pipe(_stages(stages), _devices(stages), split) as pipe:
+                pipe(ref.batch(rows)[0])
+                found[schedule_key(stages, rows, split)] = [[str(kind), int(stage)]
+                                                            for kind, stage in pipe.workers.events]
+        return found
+    ctx.record(P_EVENTS, events)
+
+    def stage_exception():
+        before = set(threading.enumerate())
+        stages = _stages(3)
+        stages[1] = failing = ref.FailingStage()
+        outcome = ["no exception", ""]
+        with Pipe(stages, _devices(3), 2) as pipe:
+            workers = [t.name for t in pipe.workers.threads]
+            try:
+                pipe(ref.batch(8)[0])
+            except Exception as exc:  # noqa: BLE001
+                outcome = [type(exc).__name__, str(exc)]
+        alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+        return {"outcome": outcome, "alive": alive, "called_in": failing.called_in, "workers": workers}
+    ctx.record(P_STAGE_EXCEPTION, stage_exception)
+
+    def backward():
+        stages, rows, split = BACKWARD_CONFIG
+        layers = ref.build_layers(0)
+        inputs, targets = ref.batch(rows)
+        inputs.requires_grad_(True)
+        with Pipe(_stages(stages, layers), _devices(stages), split) as pipe:
+            ref.loss_fn(pipe(inputs), targets).backward()
+        grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
+                 for name, p in nn.Sequential(*layers).named_parameters()}
+        return {"input": inputs.grad, "params": grads}
+    ctx.record(P_BACKWARD, backward)
+
+    def sgd():
+        stages, rows, split = SGD_CONFIG
+        layers = ref.build_layers(0)
+        with Pipe(_stages(stages, layers), _devices(stages), split) as pipe:
+            optimizer = torch.optim.SGD(pipe.parameters(), lr=ref.LEARNING_RATE)
+            for step in range(ref.SGD_STEPS):
+                inputs, targets = ref.batch(rows, step)
+                optimizer.zero_grad()
+                ref.loss_fn(pipe(inputs), targets).backward()
+                optimizer.step()
+        return {name: p.detach().cpu().clone() for name, p in nn.Sequential(*layers).named_parameters()}
+    ctx.record(P_SGD, sgd)
+
+
+def swaps_for(hidden_waves: dict) -> list[Swap]:
+    """The swaps of this case: the schedule replays the public fixture's waves (and the hidden ones, staff side)."""
+    return [Swap("pipeline.schedule", "clock_cycles",
+                 lambda: _RecordedSchedule({**data.fixture("p2_2")["waves"], **hidden_waves}),
+                 "2.2 is judged apart from the student's clock_cycles (2.1)")]
+
+
+SWAPS = swaps_for({})
+
+
+def _case_args() -> dict:
+    args = {"configs": {PUBLIC: FORWARD_CONFIGS}}
+    hidden = data.hidden("p2_2")
+    if hidden:
+        args["configs"][HIDDEN] = hidden["forward_configs"]
+        args["hidden_waves"] = hidden["waves"]
+        args["data_seed"] = hidden["data_seed"]
+    return args
+
+
+CASE = Case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, args=_case_args())
+
+
+# ================================================================ criteria
+def _check_output(what: str, got: dict, rows: int, split: int, seed: int = 0) -> None:
+    assert_tensor_close(what, got["output"], ref.sequential_forward(rows, seed), atol=1e-5, rtol=1e-4)
+
+
+@CASE.criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, repeated calls, no_grad)",
+                points=3, hidden_points=1)
+def check_pipe_forward(run, split: str) -> None:
+    hidden = data.hidden("p2_2") if split == HIDDEN else None
+    configs = hidden["forward_configs"] if hidden else FORWARD_CONFIGS
+    seed = hidden["data_seed"] if hidden else 0
+    for (stages, rows, size), got in zip(configs, run.part(forward_part(split))):
+        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size, seed)
+    if split == HIDDEN:
+        return
+    outputs = run.part(P_REPEATED)
+    expect(isinstance(outputs, list) and len(outputs) == REPEATS, f"repeated calls: got {describe(outputs)}")
+    for k, out in enumerate(outputs):
+        _check_output(f"Pipe output of call {k + 1} of {REPEATS} on one Pipe (3 stages, batch 8, split_size 2)",
+                      {"output": out}, 8, 2, k)
+    got = run.part(P_NO_GRAD)
+    _check_output("Pipe output under torch.no_grad()", got, 8, 2)
+    expect(got["requires_grad"] is False, "Pipe output under torch.no_grad() requires grad: it built a graph")
+
+
+@CASE.criterion("2.2.forward_uneven", "Pipe output with a smaller last micro-batch, and split_size > batch",
+                points=1)
+def check_pipe_forward_uneven(run) -> None:
+    for (stages, rows, size), got in zip(EDGE_FORWARD_CONFIGS, run.part(P_EDGE_FORWARD)):
+        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size)
+
+
+@CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1)
+def check_pipe_device(run) -> None:
+    devices = run.part(P_DEVICES)[3]
+    got = run.part(P_OUTPUT_DEVICE)
+    expect(got["device"] == devices[-1], f"Pipe output (stages on {devices}, a cpu input) is on {got['device']}, "
+           f"expected the last stage's device {devices[-1]}")
+    expect(got["meta_device"] == "meta" and got["meta_shape"] == [4, ref.OUT_FEATURES],
+           f"Pipe with stages on [cpu, meta] and a cpu input: output on {got['meta_device']} with shape "
+           f"{got['meta_shape']}, expected on meta with shape [4, {ref.OUT_FEATURES}]")
+
+
+@CASE.criterion("2.2.moves_in_worker", "each task moves its input to its stage's device inside the worker",
+                points=1)
+def check_moves_in_worker(run) -> None:
+    got = run.part(P_MOVES)
+    expect(got["threads"], "Pipe with stages on [cpu, meta]: no tensor was moved to the second stage's device")
+    outside = sorted(set(got["threads"]) - set(got["workers"]))
+    expect(not outside, f"Pipe with stages on [cpu, meta]: inputs were moved to meta in thread(s) {outside}, "
+           f"expected only the workers {got['workers']}: move the input inside the submitted task "
+           "(on GPUs the copy then runs on the stage's own device and stream)")
+
+
+@CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3)
+def check_pipe_waves(run) -> None:
+    found = run.part(P_EVENTS)
+    for stages, rows, split in EVENT_CONFIGS:
+        label = schedule_key(stages, rows, split)
+        micro = math.ceil(rows / split)
+        want = data.fixture("p2_2")["events"][label]
+        got = found.get(label, [])
+        if got == want:
+            continue
+        k = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+        raise CheckFailed(f"StageWorkers events ({stages} stages, {micro} micro-batches): event {k} is "
+                          f"{got[k] if k < len(got) else 'missing'}, expected "
+                          f"{want[k] if k < len(want) else 'nothing more'}; each clock cycle must submit all its "
+                          f"tasks before receiving any, then receive them in the same order.\n"
+                          f"got      {got[:12]}...\nexpected {want[:12]}...")
+
+
+@CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2)
+def check_pipe_exception(run) -> None:
+    got = run.part(P_STAGE_EXCEPTION)
+    kind, message = got["outcome"]
+    expect(kind == "ValueError" and ref.FailingStage.MESSAGE in message,
+           f"a stage raising ValueError('{ref.FailingStage.MESSAGE}') must surface in the caller of Pipe.forward; "
+           f"the caller got {kind}{': ' + message if message else ''}")
+    expect(got["called_in"] and set(got["called_in"]) <= set(got["workers"]),
+           f"the failing stage ran in thread(s) {got['called_in']}, expected the Pipe's worker threads "
+           f"{got['workers']} (run every stage call through self.workers.submit)")
+    expect(not got["alive"], f"threads still alive after the failing Pipe was closed: {got['alive']}")
+
+
+@CASE.criterion("2.2.backward", "input/parameter gradients and 3 SGD steps equal the plain model", points=3)
+def check_pipe_backward(run) -> None:
+    stages, rows, split = BACKWARD_CONFIG
+    want_input, want_params = ref.sequential_gradients(rows)
+    got = run.part(P_BACKWARD)
+    where = f"({stages} stages, batch {rows}, split_size {split})"
+    expect(got["input"] is not None, f"Pipe backward {where}: the input got no gradient (detached between stages?)")
+    assert_tensor_close(f"Pipe backward {where}: input gradient", got["input"], want_input, atol=1e-6, rtol=1e-4)
+    for name, grad in got["params"].items():
+        expect(grad is not None, f"Pipe backward {where}: parameter '{name}' got no gradient "
+               "(detached between stages?)")
+    assert_state_close(f"Pipe backward {where}: gradient of", got["params"], want_params, atol=1e-6, rtol=1e-4)
+    stages, rows, split = SGD_CONFIG
+    assert_state_close(f"Pipe training ({stages} stages, batch {rows}, split_size {split}): after {ref.SGD_STEPS} "
+                       "SGD steps, parameter", run.part(P_SGD), ref.sequential_sgd(rows), atol=1e-6, rtol=1e-4)
+
+
+CASES = [CASE]

@@ -1,0 +1,252 @@
+"""Problem 2.3 checks: a ``transformers`` GPT-2 as pipeline stages.
+
+The probe builds the student's stages and pipelines over the grader's tiny
+GPT-2, with ``pipeline.pipe.Pipe`` replaced by a sequential run of the
+stages (``SWAPS``: no micro-batches, no threads), so 2.3 is judged apart
+from the student's 2.2. Logits, loss and gradients are compared with the
+unsplit model (``grading.references.p2_3_gpt2``); the blocks per stage with
+the expected split stored as data (``grading/fixtures/p2_3.json``) and, on
+the staff side, with a hidden number of layers.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from grading import data
+from grading.compare import assert_state_close, assert_tensor_close
+from grading.expect import expect
+from grading.references import p2_3_gpt2 as ref
+from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.seams import Swap
+
+STAGE_COUNTS = (1, 2, 3)
+
+P_DEVICES = "devices"
+def stages_part(split: str) -> str:
+    """The part holding ``{n: [description of each stage]}`` for ``split`` (PUBLIC or HIDDEN)."""
+    return f"stages_{split}"
+
+
+
+def logits_part(mode: str) -> str:
+    """The part holding ``{impl: {"logits", "device"}}`` of one pipeline mode."""
+    return f"logits_{mode}"
+
+
+
+P_TUPLE_BLOCKS = "logits_tuple_blocks"
+P_HIDDEN_LOGITS = "hidden_logits"
+P_TRAINING_STEP = "training_step"
+P_MORE_STAGES = "more_stages_than_blocks"
+MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
+
+
+class _SequentialPipe(nn.Module):
+    """Stand-in for ``Pipe``: runs the stages one after the other on the whole batch, in the caller's thread."""
+
+    def __init__(self, stages: Sequence[nn.Module], devices: Sequence, split_size: int):
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        self.devices = [torch.device(d) for d in devices]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for stage, device in zip(self.stages, self.devices):
+            x = stage(x.to(device))
+        return x
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _SequentialPipe:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+
+SWAPS = [Swap("pipeline.pipe", "Pipe", lambda: _SequentialPipe,
+              "2.3 is judged apart from the student's Pipe (2.2): the stages run one after the other")]
+
+
+def _devices(count: int) -> list[str]:
+    """Stage devices for ``count`` stages: GPUs round robin when there are >= 2, else all CPU."""
+    gpus = torch.cuda.device_count()
+    return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
+
+
+def _describe_stages(gpt2, model, count: int) -> list[dict]:
+    names = {id(p): name for name, p in model.named_parameters()}
+    blocks = {id(b): k for k, b in enumerate(model.transformer.h)}
+    described = []
+    for stage in gpt2.gpt2_stages(model, _devices(count)):
+        modules = list(stage.modules())
+        described.append({
+            "type": type(stage).__name__,
+            "params": sorted(names.get(id(p), "<a parameter not in the model>") for p in stage.parameters()),
+            "param_devices": sorted({str(p.device) for p in stage.parameters()}),
+            "blocks": [blocks[id(m)] for m in modules if id(m) in blocks],
+        })
+    return described
+
+
+# ================================================================ probe
+def probe_gpt2(ctx) -> None:
+    """GPT-2 stages, logits in both modes, one training step; a sequential run stands in for Pipe."""
+    from grading import seams
+    seams.apply(SWAPS)
+    from pipeline import gpt2
+
+    hidden = ctx.args.get("hidden")
+    ctx.record(P_DEVICES, lambda: {n: _devices(n) for n in STAGE_COUNTS})
+
+    ctx.record(stages_part(PUBLIC), lambda: {n: _describe_stages(gpt2, ref.tiny_gpt2(), n) for n in STAGE_COUNTS})
+    if hidden:
+        ctx.record(stages_part(HIDDEN), lambda: {
+            n: _describe_stages(gpt2, ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"]), n)
+            for n in hidden["stage_counts"]})
+
+    ids = ref.gpt2_batch()
+
+    def logits(mode):
+        found = {}
+        for impl in ("sdpa", "eager"):
+            with gpt2.build_pipeline_gpt2(ref.tiny_gpt2(impl), _devices(3), mode, ref.GPT2_SPLIT) as net:
+                out = net(ids)
+            found[impl] = {"logits": out.detach().cpu(), "device": str(out.device)}
+        return found
+    for mode in gpt2.MODES:
+        ctx.record(logits_part(mode), lambda mode=mode: logits(mode))
+
+    def tuple_blocks():
+        model = ref.tiny_gpt2("eager")
+        model.transformer.h = nn.ModuleList(ref.TupleBlock(block) for block in model.transformer.h)
+        with gpt2.build_pipeline_gpt2(model, _devices(2), "model_parallel") as net:
+            return net(ids).detach().cpu()
+    ctx.record(P_TUPLE_BLOCKS, tuple_blocks)
+
+    def more_stages():
+        with gpt2.build_pipeline_gpt2(ref.tiny_gpt2("eager"), ["cpu"] * MORE_STAGES, "model_parallel") as net:
+            return net(ids).detach().cpu()
+    ctx.record(P_MORE_STAGES, more_stages)
+
+    if hidden:
+        def hidden_logits():
+            model = ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"])
+            with gpt2.build_pipeline_gpt2(model, _devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+                return net(ids).detach().cpu()
+        ctx.record(P_HIDDEN_LOGITS, hidden_logits)
+
+    def training_step():
+        model = ref.tiny_gpt2("sdpa")
+        with gpt2.build_pipeline_gpt2(model, _devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+            loss = ref.lm_loss(net(ids), ids)
+            loss.backward()
+        grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
+                 for name, p in model.named_parameters()}
+        return {"loss": float(loss.item()), "grads": grads}
+    ctx.record(P_TRAINING_STEP, training_step)
+
+
+def _case_args() -> dict:
+    hidden = data.hidden("p2_3")
+    return {"hidden": {k: hidden[k] for k in ("layers", "stage_counts", "model_seed")}} if hidden else {}
+
+
+CASE = Case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, args=_case_args())
+
+
+# ================================================================ criteria
+def _check_stages(label: str, stages: list, layers: int, want_split: list, devices: list, all_names: set) -> None:
+    n = len(want_split)
+    expect(len(stages) == n, f"{label}: {len(stages)} stages, expected {n}")
+    split = [len(s["blocks"]) for s in stages]
+    expect(split == want_split, f"{label}: blocks per stage {split}, expected {want_split} "
+           "(n_layer // n each, one more for the first n_layer % n stages)")
+    order = [k for s in stages for k in s["blocks"]]
+    expect(order == list(range(layers)), f"{label}: blocks in stage order {order}, expected {list(range(layers))}")
+    embeds = {"transformer.wte.weight", "transformer.wpe.weight"}
+    head = {"transformer.ln_f.weight", "transformer.ln_f.bias"}
+    for k, stage in enumerate(stages):
+        expect(stage["type"] == "Sequential", f"{label}: stage {k} is a {stage['type']}, expected nn.Sequential")
+        params = set(stage["params"])
+        expect(params & embeds == (embeds if k == 0 else set()), f"{label}: the embeddings (wte, wpe) must be in "
+               f"stage 0 only; stage {k} has {sorted(params & embeds) or 'none of them'}")
+        expect(params & head == (head if k == n - 1 else set()), f"{label}: the final norm ln_f must be in the "
+               f"last stage only; stage {k} has {sorted(params & head) or 'none of it'}")
+        expect(stage["param_devices"] in ([], [devices[k]]),
+               f"{label}: stage {k} has parameters on {stage['param_devices']}, expected {devices[k]}")
+    listed = [name for s in stages for name in s["params"]]
+    expect(len(listed) == len(set(listed)) and set(listed) == all_names,
+           f"{label}: the stages must hold each of the model's own parameters exactly once "
+           f"(missing {sorted(all_names - set(listed))[:3]}, extra or repeated "
+           f"{sorted({x for x in listed if listed.count(x) > 1 or x not in all_names})[:3]})")
+
+
+@CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, on its device",
+                points=2, hidden_points=1)
+def check_gpt2_stages(run, split: str) -> None:
+    found = run.part(stages_part(split))
+    if split == PUBLIC:
+        layers, seed, counts = ref.GPT2_LAYERS, ref.GPT2_SEED, STAGE_COUNTS
+        expected = data.fixture("p2_3")["blocks_per_stage"]
+    else:
+        hidden = data.hidden("p2_3")
+        layers, seed, counts, expected = hidden["layers"], hidden["model_seed"], hidden["stage_counts"], \
+            hidden["expected_split"]
+    all_names = {name for name, _ in ref.tiny_gpt2(seed=seed, layers=layers).named_parameters()}
+    for n in counts:
+        _check_stages(f"gpt2_stages of a {layers}-block GPT-2 over {n} device(s)", found[n], layers,
+                      expected[str(n)], _devices(n), all_names)
+    if split == HIDDEN:
+        got = run.part(P_HIDDEN_LOGITS)
+        assert_tensor_close(f"pipeline_parallel logits of a {layers}-block GPT-2 over 3 stages", got,
+                            ref.gpt2_logits("sdpa", seed, layers), atol=1e-5, rtol=1e-4)
+
+
+def _check_logits(run, mode: str) -> None:
+    devices = run.part(P_DEVICES)
+    found = run.part(logits_part(mode))
+    for impl in ("sdpa", "eager"):
+        got = found[impl]
+        what = f"{mode} GPT-2 logits over {devices[3]} ({impl} attention)"
+        assert_tensor_close(what, got["logits"], ref.gpt2_logits(impl), atol=1e-5, rtol=1e-4)
+        expect(got["device"] == devices[3][-1], f"{what}: on {got['device']}, expected {devices[3][-1]}")
+
+
+@CASE.criterion("2.3.model_parallel", "model_parallel logits equal the unsplit GPT-2 (causal, tuple blocks)",
+                points=2)
+def check_gpt2_model_parallel(run) -> None:
+    _check_logits(run, "model_parallel")
+    assert_tensor_close("model_parallel GPT-2 logits when blocks return tuples (older transformers)",
+                        run.part(P_TUPLE_BLOCKS), ref.gpt2_logits("eager"), atol=1e-5, rtol=1e-4)
+
+
+@CASE.criterion("2.3.pipeline_parallel", "pipeline_parallel logits equal the unsplit GPT-2", points=2)
+def check_gpt2_pipeline_parallel(run) -> None:
+    _check_logits(run, "pipeline_parallel")
+
+
+@CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks pass their input through", points=1)
+def check_more_stages_than_blocks(run) -> None:
+    assert_tensor_close(f"model_parallel logits of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} stages "
+                        "(some stages hold no block)", run.part(P_MORE_STAGES), ref.gpt2_logits("eager"),
+                        atol=1e-5, rtol=1e-4)
+
+
+@CASE.criterion("2.3.training_step", "one pipeline_parallel training step's loss and gradients equal the unsplit "
+                "GPT-2", points=2)
+def check_gpt2_training_step(run) -> None:
+    want_loss, want_grads = ref.gpt2_training_step()
+    got = run.part(P_TRAINING_STEP)
+    expect(abs(got["loss"] - want_loss) <= 1e-5 * max(1.0, abs(want_loss)),
+           f"pipeline_parallel GPT-2 loss {got['loss']:.6g}, expected {want_loss:.6g}")
+    missing = sorted(name for name, grad in got["grads"].items() if grad is None)
+    expect(not missing, f"pipeline_parallel GPT-2 training step: no gradient for {missing[:4]}")
+    assert_state_close("pipeline_parallel GPT-2 training step: gradient of", got["grads"], want_grads,
+                       atol=1e-5, rtol=1e-4)
+
+
+CASES = [CASE]

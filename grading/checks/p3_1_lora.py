@@ -1,0 +1,184 @@
+"""Problem 3.1 checks: ``apply_lora`` with the provided ``LoRALinear``.
+
+The probe applies LoRA to fresh copies of the grader's small residual MLP
+(``grading.references.p3_finetune.LoRANet``) and records which modules were
+replaced, the outputs before and after, the trainable set and what invalid
+inputs do; on the staff side also with hidden targets, rank and alpha.
+"""
+from __future__ import annotations
+
+from grading import data
+from grading.checks.common import call_outcome, labelled
+from grading.compare import assert_tensor_close
+from grading.expect import expect
+from grading.references import p3_finetune as ref
+from grading.rubric import HIDDEN, PUBLIC, Case
+
+# (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing
+BAD_APPLY = [
+    ("empty target list", [], 2),
+    ("duplicate name", ["embed", "head", "embed"], 2),
+    ("missing name after a valid one", ["embed", "nope"], 2),
+    ("LayerNorm target after a valid one", ["head", "blocks.0.norm"], 2),
+    ("ModuleList target", ["blocks"], 2),
+    ("rank 0", ["embed", "head"], 0),
+]
+PUBLIC_REPLACE = (ref.NESTED_TARGETS, 3, 6.0)       # (targets, rank, alpha)
+
+P_OUTPUTS = "outputs"
+P_TRAINABLE = "trainable"
+P_INVALID = "invalid"
+
+
+def replace_part(split: str) -> str:
+    """The part describing the model after ``apply_lora`` on the inputs of ``split`` (PUBLIC or HIDDEN)."""
+    return f"replace_{split}"
+
+
+def _replace_inputs(split: str) -> tuple[list[str], int, float]:
+    if split == PUBLIC:
+        return PUBLIC_REPLACE
+    hidden = data.hidden("p3_1")
+    return hidden["targets"], hidden["rank"], hidden["alpha"]
+
+
+# ---------------------------------------------------------------- probe
+def probe_apply(ctx) -> None:
+    """apply_lora on fresh ``LoRANet`` models: dotted targets, outputs, trainable set, invalid inputs."""
+    import torch
+
+    from finetune.lora import LoRALinear, apply_lora
+    device = ctx.device
+
+    def replace(targets, rank, alpha):
+        model = ref.LoRANet(0).to(device, torch.float64)
+        before = dict(model.named_modules())
+        result = labelled(f"apply_lora(model, {targets}, rank={rank}, alpha={alpha})", apply_lora, model,
+                          list(targets), rank=rank, alpha=alpha)
+        after = dict(model.named_modules())
+        wrapped = {}
+        for name in targets:
+            module = after.get(name)
+            wrapped[name] = {
+                "type": type(module).__name__,
+                "is_provided_lora": isinstance(module, LoRALinear),
+                "base_is_original": isinstance(module, LoRALinear) and module.base is before[name],
+                "rank": getattr(module, "rank", None), "scale": getattr(module, "scale", None),
+            }
+        others_moved = [name for name, module in before.items()
+                        if name not in targets and after.get(name) is not module]
+        new_lora = sorted(name for name, module in after.items() if isinstance(module, LoRALinear))
+        trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+        return {"same_object": result is model, "wrapped": wrapped, "others_moved": sorted(others_moved),
+                "lora_modules": new_lora, "trainable": trainable}
+    for split, (targets, rank, alpha) in ctx.args["replace"].items():
+        ctx.record(replace_part(split), lambda t=targets, r=rank, a=alpha: replace(t, r, a))
+
+    def outputs():
+        model = ref.LoRANet(0).to(device, torch.float64)
+        x = ref.inputs(0).to(device, torch.float64)
+        with torch.no_grad():
+            before = model(x).cpu()
+        labelled(f"apply_lora(model, {ref.TOP_TARGETS})", apply_lora, model, ref.TOP_TARGETS, rank=2, alpha=4)
+        adapters = {name: [str(p.dtype), str(p.device)] for name, p in model.named_parameters()
+                    if name.rpartition(".")[2] in ("lora_A", "lora_B")}
+        try:
+            with torch.no_grad():
+                after = model(x).cpu()
+        except Exception as exc:  # noqa: BLE001 - judged in the parent, after the dtype/device check
+            after = f"the forward pass raised {type(exc).__name__}: {exc}"
+        return {"before": before, "after": after, "adapters": adapters, "device": str(torch.device(device))}
+    ctx.record(P_OUTPUTS, outputs)
+
+    def trainable():
+        model = ref.LoRANet(0).to(device)
+        labelled(f"apply_lora(model, {ref.TOP_TARGETS})", apply_lora, model, ref.TOP_TARGETS)
+        return {"trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad)}
+    ctx.record(P_TRAINABLE, trainable)
+
+    def invalid():
+        results = []
+        for label, names, rank in BAD_APPLY:
+            model = ref.LoRANet(0).to(device)
+            next(iter(model.blocks[1].parameters())).requires_grad_(False)   # a mix of frozen and trainable
+            modules = dict(model.named_modules())
+            grads = {n: p.requires_grad for n, p in model.named_parameters()}
+            outcome = call_outcome(lambda: apply_lora(model, list(names), rank=rank))
+            swapped = sorted(n for n, m in model.named_modules() if modules.get(n) is not m)
+            swapped += sorted(set(modules) - {n for n, _ in model.named_modules()})
+            regraded = sorted(n for n, p in model.named_parameters() if grads.get(n) != p.requires_grad)
+            results.append({"label": label, "outcome": outcome, "swapped": swapped, "requires_grad": regraded})
+        return results
+    ctx.record(P_INVALID, invalid)
+
+
+def _case_args() -> dict:
+    replace = {PUBLIC: PUBLIC_REPLACE}
+    if data.staff_side():
+        replace[HIDDEN] = _replace_inputs(HIDDEN)
+    return {"replace": replace}
+
+
+CASE = Case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60, args=_case_args())
+
+
+# ---------------------------------------------------------------- criteria
+@CASE.criterion("3.1.replaces_targets", "dotted targets become LoRALinear around the original layer; nothing "
+                "else moves; same model returned", points=3, hidden_points=1)
+def check_replace(run, split: str) -> None:
+    targets, rank, alpha = _replace_inputs(split)
+    got = run.part(replace_part(split))
+    call = f"apply_lora(model, {targets}, rank={rank}, alpha={alpha})"
+    expect(got["same_object"], f"{call} must return the model it was given (modified in place), not a copy")
+    for name, info in got["wrapped"].items():
+        expect(info["is_provided_lora"], f"{call}: module '{name}' is {info['type']}, expected finetune.lora."
+               "LoRALinear (dotted names must reach nested layers)")
+        expect(info["base_is_original"], f"{call}: LoRALinear at '{name}' must wrap the original nn.Linear "
+               "object as its base (no copy)")
+        expect(info["rank"] == rank and abs(info["scale"] - alpha / rank) < 1e-12, f"{call}: LoRALinear at "
+               f"'{name}' has rank {info['rank']} and scale {info['scale']}, expected rank {rank} and scale "
+               f"{alpha:g}/{rank} = {alpha / rank:g}")
+    expect(got["lora_modules"] == sorted(targets), f"{call}: LoRALinear found at "
+           f"{got['lora_modules']}, expected exactly {sorted(targets)}")
+    expect(not got["others_moved"], f"{call}: modules other than the targets were replaced or removed: "
+           f"{got['others_moved']}")
+    if split == HIDDEN:
+        want = sorted(f"{t}.{p}" for t in targets for p in ("lora_A", "lora_B"))
+        expect(got["trainable"] == want, f"{call}: trainable parameters are {got['trainable']}, expected {want}")
+
+
+@CASE.criterion("3.1.outputs_dtype_device", "outputs unchanged right after apply; adapters keep dtype/device",
+                points=2)
+def check_outputs(run) -> None:
+    got = run.part(P_OUTPUTS)
+    call = f"apply_lora(float64 model on {got['device']}, {ref.TOP_TARGETS})"
+    for name, (dtype, device) in got["adapters"].items():
+        expect(dtype == "torch.float64" and device == got["device"], f"{call}: adapter '{name}' is {dtype} on "
+               f"{device}, expected torch.float64 on {got['device']} (the layer's dtype and device)")
+    expect(len(got["adapters"]) == 2 * len(ref.TOP_TARGETS), f"{call}: found adapters {sorted(got['adapters'])}")
+    expect(not isinstance(got["after"], str), f"{call}: {got['after']}")
+    assert_tensor_close(f"{call}: model output right after apply_lora (lora_B starts at zero)", got["after"],
+                        got["before"], atol=0.0, rtol=0.0)
+
+
+@CASE.criterion("3.1.only_adapters_trainable", "only lora_A/lora_B require grad", points=2)
+def check_trainable(run) -> None:
+    got = run.part(P_TRAINABLE)
+    want = sorted(f"{t}.{p}" for t in ref.TOP_TARGETS for p in ("lora_A", "lora_B"))
+    expect(got["trainable"] == want, f"apply_lora(model, {ref.TOP_TARGETS}): trainable parameters are "
+           f"{got['trainable']}, expected only the adapters {want} (freeze every parameter of the model)")
+
+
+@CASE.criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
+                points=2)
+def check_invalid(run) -> None:
+    for item in run.part(P_INVALID):
+        label = f"apply_lora with {item['label']}"
+        expect(item["outcome"] == "ValueError", f"{label}: expected ValueError, got {item['outcome']}")
+        expect(not item["swapped"], f"{label}: raised, but had already replaced modules {item['swapped']} "
+               "(validate every target before changing the model)")
+        expect(not item["requires_grad"], f"{label}: raised, but had already changed requires_grad of "
+               f"{item['requires_grad'][:4]} (validate before freezing)")
+
+
+CASES = [CASE]

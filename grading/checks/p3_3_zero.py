@@ -1,0 +1,223 @@
+"""Problem 3.3 checks: ``build_config`` (DeepSpeed ZeRO-2) and ``train_microbatch``.
+
+One 2-rank case with the real DeepSpeed engine (gloo on CPU). Rank 0 records
+``build_config`` results, compared with the expected entries stored as data
+(``grading/fixtures/p3_3.json``; hidden sizes on the staff side). Both ranks
+then train with ``train_microbatch`` in an engine built from a config that is
+data too (``engine_config`` in the fixture), so a config bug costs only the
+config criteria, and build one engine from the student's config.
+"""
+from __future__ import annotations
+
+import os
+
+from grading import data
+from grading.checks.common import call_outcome, labelled
+from grading.checks.p3_2_adapter import grader_lora_model
+from grading.compare import assert_state_close, describe
+from grading.expect import CheckFailed, expect
+from grading.references import p3_finetune as ref
+from grading.rubric import HIDDEN, PUBLIC, Case
+
+# (world_size, micro_batch, grad_accum, precision) for build_config
+CONFIGS = [(2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"), (3, 5, 2, "bf16"), (8, 2, 4, "fp32")]
+ENGINE_SIZES = (ref.WORLD_SIZE, ref.MICRO_BATCH, ref.GRAD_ACCUM)     # the engine train_microbatch runs in
+BAD_CONFIGS = [(0, 2, 2, "fp32"), (2, 0, 2, "fp32"), (2, 2, 0, "fp32"), (-1, 2, 2, "fp32"), (2, 2, 2, "fp8"),
+               (2, 2, 2, "float64"), (True, 2, 2, "fp32"), (2, 2.0, 2, "fp32")]
+
+P_CONFIG_ERRORS = "config_errors"
+P_TRAIN = "train"
+P_STUDENT_ENGINE = "student_engine"
+
+
+def config_values_part(split: str) -> str:
+    """The part holding ``build_config`` results for the inputs of ``split`` (PUBLIC or HIDDEN)."""
+    return f"config_values_{split}"
+
+
+def key(world_size: int, micro_batch: int, grad_accum: int, precision: str) -> str:
+    """The fixture key of one ``build_config`` call."""
+    return f"{world_size},{micro_batch},{grad_accum},{precision}"
+
+
+# ---------------------------------------------------------------- probe
+def _lora_model_for_training():
+    """The 3.3 model: ``LoRANet(0)`` with the grader's LoRA layers holding ``adapter_state(3)``, base frozen."""
+    model = grader_lora_model("cpu", ref.adapter_state(3), ref.GraderLoRALinear)
+    for name, param in model.named_parameters():
+        param.requires_grad_(name.rpartition(".")[2] in ("lora_A", "lora_B"))
+    return model
+
+
+def _engine(config: dict):
+    import torch
+
+    from finetune.zero import init_engine
+    model = _lora_model_for_training()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=ref.LEARNING_RATE)
+    return init_engine(model, optimizer, config), model
+
+
+def probe_zero(ctx) -> None:
+    """build_config values and errors (rank 0), then two live ZeRO-2 engines on both ranks.
+
+    The engine built from the grader's config trains first, so that a student
+    config that breaks or stalls DeepSpeed costs only the config criterion.
+    """
+    if ctx.backend == "gloo":
+        os.environ["DS_ACCELERATOR"] = "cpu"      # before DeepSpeed is imported: ranks may share one GPU
+    from finetune.zero import build_config, train_microbatch
+
+    if ctx.rank == 0:
+        for split, configs in ctx.args["configs"].items():
+            ctx.record(config_values_part(split), lambda configs=configs: [build_config(*c) for c in configs])
+        ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
+
+    def train():
+        engine, model = _engine(dict(data.fixture("p3_3")["engine_config"]))
+        losses = []
+        for step in range(ref.STEPS):
+            row = []
+            for micro in range(ref.GRAD_ACCUM):
+                x, y = (t.to(ctx.device) for t in ref.micro_batch(step, ctx.rank, micro))
+                row.append(labelled(f"train_microbatch at optimizer step {step}, micro-batch {micro}",
+                                     train_microbatch, engine, x, y, ref.loss_fn))
+            losses.append(row)
+        params = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+        return {"losses": losses, "params": params, "global_steps": int(engine.global_steps)}
+    ctx.record(P_TRAIN, train)
+
+    def student_engine():
+        config = build_config(ref.WORLD_SIZE, ref.MICRO_BATCH, ref.GRAD_ACCUM, "fp32")
+        engine, _ = _engine(config)
+        return {"train_batch_size": engine.train_batch_size(),
+                "micro": engine.train_micro_batch_size_per_gpu(),
+                "accum": engine.gradient_accumulation_steps(),
+                "stage": engine.zero_optimization_stage(),
+                "clipping": float(engine.gradient_clipping()),
+                "offload": bool(engine.zero_offload_optimizer() or engine.zero_offload_param()),
+                "fp16": bool(engine.fp16_enabled()), "bf16": bool(engine.bfloat16_enabled()),
+                "optimizer": type(engine.optimizer).__name__}
+    ctx.record(P_STUDENT_ENGINE, student_engine)
+
+
+def _case_args() -> dict:
+    configs = {PUBLIC: CONFIGS}
+    hidden = data.hidden("p3_3")
+    if hidden:
+        configs[HIDDEN] = hidden["configs"]
+    return {"configs": configs}
+
+
+CASE = Case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150, args=_case_args())
+
+
+# ---------------------------------------------------------------- criteria
+def _lookup(config, dotted: str):
+    value = config
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return "<absent>"
+        value = value[key]
+    return value
+
+
+def _same_value(got, want) -> bool:
+    """Equal and of the right kind: bools exactly, ints as int (not bool), floats as int or float."""
+    if isinstance(want, bool):
+        return got is want
+    if isinstance(want, int):
+        return type(got) is int and got == want
+    return type(got) in (int, float) and got == want
+
+
+def _expected_configs(split: str) -> tuple[list, list[dict]]:
+    if split == PUBLIC:
+        return CONFIGS, [data.fixture("p3_3")["entries"][key(*c)] for c in CONFIGS]
+    hidden = data.hidden("p3_3")
+    return hidden["configs"], hidden["expected"]
+
+
+@CASE.criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine from it",
+                points=6, hidden_points=1)
+def check_config(run, split: str) -> None:
+    configs, expected = _expected_configs(split)
+    for (w, m, a, p), config, entries in zip(configs, run.part(config_values_part(split)), expected):
+        call = f"build_config({w}, {m}, {a}, {p!r})"
+        expect(isinstance(config, dict), f"{call} returned {describe(config)}, expected a dict")
+        for key, want in entries.items():
+            got = _lookup(config, key)
+            if got == "<absent>" and key in ("fp16.enabled", "bf16.enabled") and want is False:
+                continue                          # a missing section is disabled in DeepSpeed too
+            expect(_same_value(got, want), f"{call}: '{key}' is {got!r}, expected {want!r}")
+        zero = config.get("zero_optimization", {})
+        for key in ("offload_optimizer", "offload_param"):
+            device = _lookup(zero, f"{key}.device") if isinstance(zero, dict) else "<absent>"
+            expect(device in ("<absent>", "none", None), f"{call}: zero_optimization.{key} offloads to "
+                   f"{device!r}; ZeRO-2 here runs without offload")
+    if split == HIDDEN:
+        return
+    want = {"train_batch_size": ref.WORLD_SIZE * ref.MICRO_BATCH * ref.GRAD_ACCUM, "micro": ref.MICRO_BATCH,
+            "accum": ref.GRAD_ACCUM, "stage": 2, "clipping": 0.0, "offload": False, "fp16": False, "bf16": False}
+    for rank in range(run.world_size):
+        got = run.part(P_STUDENT_ENGINE, rank)
+        for key, value in want.items():
+            expect(got[key] == value, f"DeepSpeed engine from build_config({ref.WORLD_SIZE}, {ref.MICRO_BATCH}, "
+                   f"{ref.GRAD_ACCUM}, 'fp32') on {ref.WORLD_SIZE} ranks: rank {rank} reports {key} = "
+                   f"{got[key]!r}, expected {value!r}")
+
+
+@CASE.criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", points=2)
+def check_config_errors(run) -> None:
+    for args, outcome in zip(BAD_CONFIGS, run.part(P_CONFIG_ERRORS)):
+        expect(outcome == "ValueError", f"build_config{args} must raise ValueError, got {outcome}")
+
+
+@CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
+                "base frozen; global_steps == 3", points=8)
+def check_update(run) -> None:
+    expected_adapters, expected_losses = ref.serial_sgd(seed=3)
+    base = ref.wrapped_base_state(0)
+    for rank in range(run.world_size):
+        got = run.part(P_TRAIN, rank)
+        what = f"train_microbatch: rank {rank}"
+        expect(got["global_steps"] == ref.STEPS, f"{what}: engine.global_steps is {got['global_steps']} after "
+               f"{ref.STEPS * ref.GRAD_ACCUM} micro-batches with gradient_accumulation_steps={ref.GRAD_ACCUM}, "
+               f"expected {ref.STEPS} (call engine.step() once per micro-batch)")
+        for step, row in enumerate(got["losses"]):
+            for micro, value in enumerate(row):
+                expect(type(value) is float, f"{what} returned {describe(value)} for step {step} micro-batch "
+                       f"{micro}, expected a Python float")
+        for micro, value in enumerate(got["losses"][0]):      # later steps depend on the updates, judged below
+            want = expected_losses[0][rank][micro]
+            scaled = abs(value * ref.GRAD_ACCUM - want) <= 1e-5 * max(1.0, abs(want))
+            expect(abs(value - want) <= 1e-5 * max(1.0, abs(want)), f"{what} returned loss {value:.6g} for the "
+                   f"first micro-batch {micro}, expected the micro-batch loss {want:.6g} (as loss_fn returns it)"
+                   + (f"\nlikely cause: the loss divided by the accumulation steps ({ref.GRAD_ACCUM}) before it "
+                      "is returned; return it as loss_fn gave it" if scaled else ""))
+        try:
+            assert_state_close(f"{what}: after {ref.STEPS} ZeRO-2 steps, compared with serial SGD on the global "
+                               "batch, adapter", got["params"], expected_adapters, atol=1e-6, rtol=1e-5)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}{_accumulation_hint(got['params'])}") from None
+        assert_state_close(f"{what}: after {ref.STEPS} ZeRO-2 steps, frozen base weight", got["params"], base,
+                           atol=0.0, rtol=0.0)
+        for step, row in enumerate(got["losses"]):
+            for micro, value in enumerate(row):
+                want = expected_losses[step][rank][micro]
+                expect(abs(value - want) <= 1e-5 * max(1.0, abs(want)), f"{what} returned loss {value:.6g} "
+                       f"for step {step} micro-batch {micro}, expected {want:.6g}")
+
+
+def _accumulation_hint(params) -> str:
+    """A likely cause when the adapters moved as if the learning rate were divided by the accumulation steps."""
+    scaled, _ = ref.serial_sgd(seed=3, lr=ref.LEARNING_RATE / ref.GRAD_ACCUM)
+    try:
+        assert_state_close("", params, scaled, atol=1e-6, rtol=1e-5)
+    except CheckFailed:
+        return ""
+    return (f"\nlikely cause: the loss divided by the accumulation steps ({ref.GRAD_ACCUM}) before "
+            "engine.backward; DeepSpeed already scales it, so the updates came out that many times too small")
+
+
+CASES = [CASE]

@@ -1,0 +1,48 @@
+"""Which problems this course hands out and grades.
+
+The default assignment is Problems 1-3; a course adds the optional Problems 4
+and 5 with ``grading release OUT --problems 1,2,3,4`` (and the same on
+``gradescope``), which records the choice in ``grading/course.json`` of the
+starter or bundle. ``GRADING_PROBLEMS=1,2,3,4`` overrides it for one run.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from grading import KIT_ROOT
+from grading.checks import load_cases
+from grading.rubric import DEFAULT_PROBLEMS, OPTIONAL_PROBLEMS, PROBLEMS, Case
+
+COURSE_RECORD = "grading/course.json"      # relative to the kit root
+COURSE_FILE = KIT_ROOT / COURSE_RECORD
+PROBLEMS_ENV = "GRADING_PROBLEMS"
+
+
+def parse_problems(text: str) -> tuple[str, ...]:
+    """``"1,2,3,4"`` -> ("1", "2", "3", "4"); raises ValueError naming an unknown problem."""
+    known = sorted({p.split(".")[0] for p in PROBLEMS})
+    chosen = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [p for p in chosen if p not in known]
+    if not chosen or unknown:
+        raise ValueError(f"--problems {text!r}: choose from {', '.join(known)} (e.g. 1,2,3,4); "
+                         f"{'unknown ' + ', '.join(unknown) if unknown else 'none given'}")
+    return chosen
+
+
+def chosen_problems() -> tuple[str, ...]:
+    """The problems of this course: ``GRADING_PROBLEMS``, else ``grading/course.json``, else Problems 1-3."""
+    if os.environ.get(PROBLEMS_ENV):
+        return parse_problems(os.environ[PROBLEMS_ENV])
+    try:
+        return parse_problems(",".join(json.loads(COURSE_FILE.read_text())["problems"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_PROBLEMS
+
+
+def all_cases(problems: tuple[str, ...] | None = None) -> list[Case]:
+    """Every case of ``problems`` (default: this course's), hidden ones where ``grading.hidden`` exists."""
+    return load_cases(problems if problems is not None else chosen_problems())
+
+
+__all__ = ["OPTIONAL_PROBLEMS", "all_cases", "chosen_problems", "parse_problems"]

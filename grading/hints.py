@@ -1,0 +1,92 @@
+"""Where student code failed, and the likely cause of well-known mistakes.
+
+``student_frame`` finds the innermost traceback frame that lies in a student
+package, so a message can say ``data_parallel/comm.py:57 (in
+average_gradients)`` instead of a bare ``IndexError``. ``likely_cause``
+matches an error (type, message, file) against the mistakes students make
+most often and returns a hint phrased as a likely cause; the raw message is
+always shown next to it, never replaced.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+import traceback
+from pathlib import Path
+
+from grading.regions import STUDENT_PACKAGES
+
+# (file prefix or "", regex on "Type: message", hint)
+_EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [
+    ("pipeline/pipe.py", re.compile(r"size of tensor a \(\d+\) must match|shape .* (mismatch|invalid)|"
+                                    r"mat1 and mat2 shapes cannot be multiplied"),
+     "a late-binding closure in Pipe.forward: a function defined in the loop reads the loop variables when the "
+     "worker runs it, not when it was submitted; bind them as default arguments (lambda x=x, j=j: ...)"),
+    ("pipeline/", re.compile(r"TimeoutError|Empty"),
+     "a task that was never submitted, or received from the wrong stage: receive exactly what the wave submitted"),
+    ("", re.compile(r"Default process group has not been initialized|process group.*not.*initiali[sz]ed"),
+     "torch.distributed is used before setup_process_group joined the group (or on another group)"),
+    ("", re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"),
+     "an in-place change of a parameter outside torch.no_grad()"),
+    ("", re.compile(r"Trying to backward through the graph a second time"),
+     "a tensor reused across steps keeps an old graph: detach it or rebuild it each step"),
+    ("", re.compile(r"element \d+ of tensors does not require grad"),
+     "the graph was cut: a .detach(), .data or torch.no_grad() between the input and the loss"),
+]
+
+
+def student_frame(tb: traceback.StackSummary | list, root: Path | str | None = None) -> str:
+    """``"path:line (in function)"`` of the innermost frame in a student package, or "" when there is none.
+
+    ``tb`` is ``traceback.extract_tb(exc.__traceback__)``; paths are shown
+    relative to ``root`` (default: the current directory, the kit copy).
+    """
+    root = Path(root or Path.cwd()).resolve()
+    for frame in reversed(list(tb)):
+        try:
+            rel = Path(frame.filename).resolve().relative_to(root).as_posix()
+        except (ValueError, OSError):
+            continue
+        if rel.split("/")[0] in STUDENT_PACKAGES:
+            return f"{rel}:{frame.lineno} (in {frame.name})"
+    return ""
+
+
+def likely_cause(kind: str, message: str, where: str = "") -> str:
+    """A "likely cause: ..." sentence for a known failure shape, or "" when none is known."""
+    text = f"{kind}: {message}"
+    for prefix, pattern, hint in _EXCEPTION_HINTS:
+        if where.startswith(prefix) and pattern.search(text):
+            return f"likely cause: {hint}"
+    return ""
+
+
+def static_hints(body: str, first_line: int, path: str) -> list[str]:
+    """Likely causes read from a region's code before it runs: a function defined in a loop that reads a loop
+    variable without binding it (a late-binding closure). ``first_line`` is the file line of the body's first
+    line; each hint names ``path:line``.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(body))
+    except SyntaxError:
+        return []
+    hints = []
+    for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While, ast.comprehension))):
+        target = loop.target if not isinstance(loop, ast.While) else None
+        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else set()
+        holder = loop if isinstance(loop, (ast.For, ast.While)) else None
+        if not names or holder is None:
+            continue
+        for fn in (n for stmt in holder.body for n in ast.walk(stmt) if isinstance(n, (ast.Lambda, ast.FunctionDef))):
+            bound = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+            inside = [fn.body] if isinstance(fn, ast.Lambda) else fn.body      # not the defaults: bound at creation
+            used = {n.id for part in inside for n in ast.walk(part)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            late = sorted((used & names) - bound)
+            if late:
+                hints.append(f"likely cause: a late-binding closure at {path}:{first_line + fn.lineno - 1}: the "
+                             f"function defined in the loop reads {', '.join(repr(v) for v in late)} when it runs, "
+                             "not when it was created; bind them as default arguments "
+                             f"(lambda {', '.join(f'{v}={v}' for v in late)}: ...)")
+    return hints

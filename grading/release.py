@@ -1,0 +1,119 @@
+"""``python -m grading release OUT [--problems 1,2,3]``: the student starter, made from the kit.
+
+What the starter holds, and why it gives nothing away:
+- student files with every region body replaced by ``raise NotImplementedError("Problem <id>: ...")``,
+  and a pristine copy of them in ``grading/pristine/`` (what a local grade splices into);
+- the public checks (``grading/checks``) and the references they compare with, which are serial
+  computations that are not a student function (a plain model's gradients, an unsplit GPT-2);
+- expected values of the public inputs as data (``grading/fixtures/*.json``, written fresh here
+  from the staff answers), and isolation stand-ins that are lookups in that data, library classes
+  or different computations;
+- a README written for students (``grading/hidden/README.student.md``).
+Left out: the staff answers and hidden checks (``grading/hidden``), the kit's own tests and buggy
+variants (``tests/kit`` and the tests of the project code), CI, local state, and the files of the
+optional problems the course did not choose.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from grading.course import COURSE_RECORD, parse_problems
+from grading.hidden import fixtures
+from grading.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, protected_text,
+                             replace_bodies, sha256, stub_body, student_files)
+from grading.rubric import DEFAULT_PROBLEMS
+
+# Never copied into a release (solution-only, staff-only or local state).
+RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "grading/pristine", "__pycache__",
+                   ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
+                   "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
+                   COURSE_RECORD, "grading/release.py")
+# The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
+STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_p[0-9]_*.py")
+# Files that belong to an optional problem: left out unless the course chooses it.
+OPTIONAL_FILES = {
+    "4": ("data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py", "project/run_capstone.py",
+          "project/bench/ddp_peers.py", "grading/checks/p4_*.py", "grading/references/p4*.py", "tests/test_p4_*.py"),
+    "5": ("tensor_parallel/*", "tensor_parallel/**/*", "project/run_tensor_parallel.py",
+          "project/bench/tensor_parallel.py", "grading/checks/p5_*.py", "grading/references/p5*.py",
+          "tests/test_p5_*.py"),
+}
+STUDENT_README = Path(__file__).resolve().parent / "hidden" / "README.student.md"
+
+
+def _matches(rel: str, pattern: str) -> bool:
+    return Path(rel).match(pattern) or rel == pattern
+
+
+def released(rel: str, problems: tuple[str, ...]) -> bool:
+    """True when kit file ``rel`` belongs in a starter for ``problems``."""
+    parts = rel.split("/")
+    for pattern in RELEASE_EXCLUDE:
+        if "*" in pattern:
+            if Path(rel).match(pattern):
+                return False
+        elif rel == pattern or rel.startswith(pattern + "/") or pattern in parts:
+            return False
+    if rel.startswith("tests/") and not any(Path(rel).match(p) for p in STUDENT_TESTS):
+        return False
+    for problem, patterns in OPTIONAL_FILES.items():
+        if problem not in problems and any(_matches(rel, p) for p in patterns):
+            return False
+    return True
+
+
+def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS) -> dict:
+    """Write the student starter of ``kit_root`` for ``problems`` into ``out_dir`` (absent or empty).
+
+    Validates everything first (markers, problems, target) and writes nothing
+    when it raises: RegionError for malformed markers, FileExistsError for a
+    non-empty ``out_dir``, ValueError for a target inside the kit or an
+    unknown problem. Returns the tamper record (also written to
+    ``grading/protected.json``): a SHA-256 of the protected text of every
+    student file and of every other released file.
+    """
+    problems = parse_problems(",".join(problems))
+    kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
+    if out_dir == kit_root or kit_root in out_dir.parents:
+        raise ValueError(f"release target {out_dir} must be outside the kit {kit_root}")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"release target {out_dir} is not empty")
+    student_files(kit_root)                   # validates every marker first
+    students = set(student_files(kit_root, problems))
+    files = [p for p in sorted(kit_root.rglob("*")) if p.is_file()
+             and released(p.relative_to(kit_root).as_posix(), problems)]
+    record: dict = {"problems": list(problems), "student_files": {}, "provided_files": {}}
+    staged: dict[str, bytes] = {}
+    for file in files:
+        rel = file.relative_to(kit_root).as_posix()
+        if rel == PROTECTED_RECORD:
+            continue
+        if rel in students:
+            text = file.read_text()
+            regions = parse_regions(text, rel)
+            starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
+            staged[rel] = staged[f"{PRISTINE_DIR}/{rel}"] = starter.encode()
+            record["student_files"][rel] = {"protected_sha256": sha256(protected_text(text, rel)),
+                                            "regions": [r.id for r in regions]}
+        else:
+            staged[rel] = file.read_bytes()
+            if rel.split("/")[0] in STUDENT_PACKAGES:
+                staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
+    staged["README.md"] = STUDENT_README.read_bytes()
+    for name, content in fixtures.public_fixtures().items():
+        staged[f"grading/fixtures/{name}.json"] = fixtures.render(content).encode()
+    staged[COURSE_RECORD] = (json.dumps({"problems": list(problems)}) + "\n").encode()
+    for rel, data in staged.items():
+        if rel not in record["student_files"] and not rel.startswith(PRISTINE_DIR + "/"):
+            record["provided_files"][rel] = hashlib.sha256(data).hexdigest()
+        target = out_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        if (kit_root / rel).is_file():
+            shutil.copymode(kit_root / rel, target)
+    (out_dir / PROTECTED_RECORD).parent.mkdir(parents=True, exist_ok=True)
+    (out_dir / PROTECTED_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record

@@ -1,0 +1,41 @@
+"""The one seam between checks and student code: isolation swaps.
+
+To make one bug cost one criterion, a probe sometimes replaces a student
+function that another student function calls (the schedule under ``Pipe``,
+``Partition`` under ``partition_dataset``) with a grader stand-in. Every
+such swap is declared in a ``SWAPS`` table of its check module and applied
+here, in the rank process, by setting the name on the student module: the
+student code looks it up through its module's globals at call time, so the
+stand-in is what it calls. Stand-ins are never readable solutions: a table
+of recorded answers, a library class, or a different computation.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Replace ``module.name`` by ``make()`` (called in the rank, when the swap is applied)."""
+
+    module: str                    # "data_parallel.dataset"
+    name: str                      # "Partition"
+    make: Callable[[], Any]        # builds the stand-in
+    why: str                       # which criterion it isolates, from what
+
+
+def apply(swaps: list[Swap] | tuple[Swap, ...]) -> dict[str, Any]:
+    """Install every stand-in of ``swaps``; return ``{"module.name": stand_in}``.
+
+    Raises AttributeError when a student module lacks the name (a kit bug).
+    """
+    installed = {}
+    for swap in swaps:
+        module = importlib.import_module(swap.module)
+        getattr(module, swap.name)                 # the name must exist where the student code looks it up
+        stand_in = swap.make()
+        setattr(module, swap.name, stand_in)
+        installed[f"{swap.module}.{swap.name}"] = stand_in
+    return installed

@@ -1,0 +1,459 @@
+"""Similarity report across a class's submissions: ``python -m grading similarity SUBMISSIONS_DIR --out report/``.
+
+For every problem id, each submission's region bodies of that id (all its
+regions, in the kit's order) become one token stream, normalised so that
+renaming, literals, comments and formatting do not matter::
+
+    total = sum(x)   # add up      ->   V = sum ( V ) ;
+    s     = sum(y)                 ->   V = sum ( V ) ;
+
+Names the kit defines at module level (imports, functions, classes,
+constants), builtins, keywords and attribute names are kept; every other name
+(locals, parameters) becomes ``V``; numbers become ``N`` and strings ``S``.
+Token k-grams are hashed and winnowed (Schleimer, Wilkerson and Aiken 2003);
+every k-gram that also occurs in the starter (stub bodies and the provided
+text of the student files) is dropped. The similarity of two submissions on a
+problem is the Jaccard index of their fingerprint sets, in [0, 1].
+
+Outputs: ``pairs.csv`` (``problem,a,b,similarity``, every pair of submissions
+that both implement the problem, ranked per problem) and ``index.html`` (the
+top pairs side by side, shared code highlighted; all submission text is
+escaped). Entries that cannot be read are listed in the page and on stderr,
+never fatal.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import csv
+import hashlib
+import html
+import keyword
+import re
+import shutil
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
+from grading.submission import MAX_STUDENT_FILE_BYTES, SubmissionError, extract_zip, find_root
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+K_GRAM = 5          # tokens per fingerprinted k-gram
+WINDOW = 4          # winnowing window: any shared run of K_GRAM + WINDOW - 1 tokens is always detected
+TOP_PAIRS = 10      # pairs per problem shown side by side in index.html
+HIGHLIGHT_RUN = 8   # k-grams in a row, in the same order in both (K_GRAM + 7 = 12 tokens), mark a shared passage
+PIECE_SEPARATOR = "<region>"   # the token between two regions of one problem (tokens_of never yields it)
+
+_TOKEN_RE = re.compile(r"""
+    (?P<comment>\#[^\n]*)
+  | (?P<string>[rRbBuUfF]{0,2}(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
+  | (?P<number>(?:\d|\.\d)(?:[eE][+-]|[\w.])*)
+  | (?P<name>[^\W\d]\w*)
+  | (?P<newline>\n)
+  | (?P<continuation>\\\n)
+  | (?P<space>[ \t\f\r]+)
+  | (?P<op>\*\*=?|//=?|->|:=|<<=?|>>=?|[-+*/%&|^<>!=@]=|\S)
+""", re.VERBOSE)
+_KEPT_ALWAYS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
+
+
+@dataclass(slots=True)
+class Token:
+    """One normalised token and where it came from: piece index and 1-based line within that piece."""
+
+    text: str
+    piece: int
+    line: int
+
+
+@dataclass
+class Piece:
+    """One region body of a submission, as shown in the report."""
+
+    path: str
+    function: str
+    body: str
+
+
+@dataclass
+class Entry:
+    """One submission's code for one problem: its pieces, normalised tokens and winnowed fingerprints."""
+
+    submission: str
+    problem: str
+    pieces: list[Piece]
+    tokens: list[Token] = field(default_factory=list)
+    fingerprints: frozenset[int] = frozenset()
+
+
+@dataclass
+class Report:
+    """The result of a similarity pass: ranked rows, the entries per problem and the inputs left out."""
+
+    rows: list[tuple[str, str, str, float]]         # (problem, a, b, similarity), ranked per problem
+    entries: dict[str, dict[str, Entry]]            # problem -> submission -> entry
+    skipped: list[tuple[str, str]]                  # (entry name, reason)
+    empty: list[str]                                # submissions with nothing beyond the starter
+    submissions: int
+    starter: dict[str, frozenset[int]]              # problem -> the starter's k-gram hashes (starter_hashes)
+
+
+def tokens_of(text: str, kept: frozenset[str], piece: int = 0) -> list[Token]:
+    """Normalised tokens of Python ``text`` (any text: never raises on bad syntax).
+
+    Comments, blank lines, indentation and line breaks inside brackets are
+    dropped; a logical line ends with ``;``; names outside ``kept`` (plus
+    keywords and builtins) become ``V``, except after a ``.``; numbers become
+    ``N`` and strings ``S``.
+    """
+    out: list[Token] = []
+    line, depth, previous = 1, 0, ""
+    for match in _TOKEN_RE.finditer(text):
+        kind, value = match.lastgroup, match.group()
+        start_line = line
+        line += value.count("\n")
+        if kind in ("comment", "space", "continuation"):
+            continue
+        if kind == "newline":
+            if depth == 0 and out and out[-1].text != ";":
+                out.append(Token(";", piece, start_line))
+            continue
+        if kind == "string":
+            if previous == "S":      # implicit concatenation "a" "b" is one literal
+                continue
+            norm = "S"
+        elif kind == "number":
+            norm = "N"
+        elif kind == "name":
+            norm = value if value in kept or value in _KEPT_ALWAYS or previous == "." else "V"
+        else:
+            norm = value
+            depth += value in "([{"
+            depth = max(0, depth - (value in ")]}"))
+        out.append(Token(norm, piece, start_line))
+        previous = norm
+    return out
+
+
+def _gram_hashes(tokens: list[Token]) -> list[int]:
+    """A stable 64-bit hash of every K_GRAM-token window, in order (one hash for a shorter stream)."""
+    texts = [t.text for t in tokens]
+    if not texts:
+        return []
+    grams = [texts[i:i + K_GRAM] for i in range(max(1, len(texts) - K_GRAM + 1))]
+    return [int.from_bytes(hashlib.blake2b("\x1f".join(g).encode(), digest_size=8).digest(), "big")
+            for g in grams]
+
+
+def content_hashes(tokens: list[Token], starter: frozenset[int]) -> list[int | None]:
+    """The k-gram hashes of ``tokens`` with the starter's part blanked out (None).
+
+    A k-gram is blanked when the starter has it, or when every one of its
+    tokens lies inside some k-gram the starter has: code glued together from
+    pieces of the starter (a stub, then a copied provided helper) adds nothing.
+    The separator between two regions of a problem counts as starter text.
+    """
+    hashes = _gram_hashes(tokens)
+    covered = [t.text == PIECE_SEPARATOR for t in tokens]
+    for start, value in enumerate(hashes):
+        if value in starter:
+            covered[start:start + K_GRAM] = [True] * len(covered[start:start + K_GRAM])
+    return [None if value in starter or all(covered[start:start + K_GRAM]) else value
+            for start, value in enumerate(hashes)]
+
+
+def winnow(hashes: list[int], window: int = WINDOW) -> frozenset[int]:
+    """The winnowed fingerprints of ``hashes``: the minimum of every ``window`` consecutive hashes."""
+    if len(hashes) <= window:
+        return frozenset(hashes)
+    return frozenset(min(hashes[i:i + window]) for i in range(len(hashes) - window + 1))
+
+
+def kept_names(kit_root: Path) -> frozenset[str]:
+    """Names the kit's student files define or import at module level (they survive normalisation)."""
+    names: set[str] = set()
+    for rel in student_files(kit_root):
+        try:
+            tree = ast.parse(kit_text(kit_root, rel))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
+def starter_hashes(kit_root: Path, kept: frozenset[str]) -> dict[str, frozenset[int]]:
+    """Per problem id: every k-gram hash of the starter's stub bodies and of all provided text of the student files.
+
+    The provided text (docstrings, signatures, helpers) is shared by every
+    problem, so it is removed everywhere; a stub body only from its problem.
+    """
+    provided: set[int] = set()
+    stubs: dict[str, set[int]] = {}
+    for rel in student_files(kit_root):
+        text = kit_text(kit_root, rel)
+        regions = parse_regions(text, rel)
+        starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
+        provided.update(_gram_hashes(tokens_of(starter, kept)))
+        for region in regions:
+            stub = textwrap.dedent(stub_body(region))
+            stubs.setdefault(region.id, set()).update(_gram_hashes(tokens_of(stub, kept)))
+    return {problem: frozenset(provided | hashes) for problem, hashes in stubs.items()}
+
+
+def kit_stubs(kit_root: Path) -> dict[str, dict[tuple[str, str], str]]:
+    """Per student file of the kit: (problem id, function) -> the starter's stub body of that region."""
+    return {rel: {(r.id, r.function): stub_body(r) for r in parse_regions(kit_text(kit_root, rel), rel)}
+            for rel in student_files(kit_root)}
+
+
+def read_pieces(submission_root: Path, stubs: dict[str, dict[tuple[str, str], str]]
+                ) -> tuple[dict[str, list[Piece]], list[str]]:
+    """The submission's region bodies per problem id (starter stubs left out) and notes on unreadable files.
+
+    ``stubs`` is ``kit_stubs(kit_root)``. Regions are matched to the kit's by
+    (problem id, enclosing function), as the grader splices them; a file
+    with malformed markers, or larger than the grader accepts, is noted and
+    contributes nothing.
+    """
+    pieces: dict[str, list[Piece]] = {}
+    notes: list[str] = []
+    for rel, kit in stubs.items():
+        path = submission_root / rel
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            if path.stat().st_size > MAX_STUDENT_FILE_BYTES:
+                raise RegionError(f"{rel}: larger than {MAX_STUDENT_FILE_BYTES} bytes")
+            regions = parse_regions(path.read_text(errors="replace"), rel)
+        except (RegionError, OSError) as exc:
+            notes.append(str(exc))
+            continue
+        for region in regions:
+            stub = kit.get((region.id, region.function))
+            if stub is None or not region.body.strip() or region.body.strip() == stub.strip():
+                continue
+            pieces.setdefault(region.id, []).append(Piece(rel, region.function, region.body))
+    return pieces, notes
+
+
+def _names(paths: list[Path]) -> dict[Path, str]:
+    """Submission names: the folder or zip name without extension (the full name where two would clash)."""
+    stems = [p.stem if p.is_file() else p.name for p in paths]
+    return {p: (p.name if stems.count(stem) > 1 and p.is_file() else stem) for p, stem in zip(paths, stems)}
+
+
+def collect(submissions_dir: Path, kit_root: Path, kept: frozenset[str], base: dict[str, frozenset[int]]
+            ) -> tuple[dict[str, dict[str, Entry]], list[tuple[str, str]], list[str], int]:
+    """Read every entry of ``submissions_dir`` (folders and zips, as ``batch`` grades them).
+
+    ``kept`` and ``base`` are ``kept_names`` and ``starter_hashes`` of the kit.
+    Returns (problem -> submission -> Entry, skipped (name, reason), names of
+    submissions with nothing beyond the starter, number of submissions read). An
+    entry that cannot be opened is skipped with its reason, never fatal.
+    """
+    from grading.batch import submissions_in
+
+    stubs = kit_stubs(kit_root)
+    entries: dict[str, dict[str, Entry]] = {}
+    skipped: list[tuple[str, str]] = []
+    empty: list[str] = []
+    read = 0
+    paths = submissions_in(submissions_dir)
+    for path, name in _names(paths).items():
+        scratch = Path(tempfile.mkdtemp(prefix="similarity-"))
+        try:
+            root = find_root(extract_zip(path, scratch) if path.is_file() else path, list(stubs))
+            pieces, notes = read_pieces(root, stubs)
+        except (SubmissionError, RegionError, OSError, UnicodeError, RecursionError) as exc:
+            skipped.append((path.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            continue
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        read += 1
+        skipped += [(path.name, f"file ignored: {note}") for note in notes]
+        implemented = False
+        for problem, items in pieces.items():
+            tokens = [t for k, piece in enumerate(items)
+                      for t in tokens_of(textwrap.dedent(piece.body), kept, k) + [Token(PIECE_SEPARATOR, k, 0)]]
+            own = content_hashes(tokens, base.get(problem, frozenset()))
+            fingerprints = winnow([h for h in own if h is not None])
+            if fingerprints:
+                entries.setdefault(problem, {})[name] = Entry(name, problem, items, tokens, fingerprints)
+                implemented = True
+        if not implemented:
+            empty.append(name)
+    return entries, skipped, empty, read
+
+
+def _problem_order(problem: str) -> list[tuple[int, int | str]]:
+    """Sort key of a problem id: numeric parts numerically ("2.10" after "2.9"), any other id after them."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in problem.split(".")]
+
+
+def rank_pairs(entries: dict[str, dict[str, Entry]]) -> list[tuple[str, str, str, float]]:
+    """Every pair of submissions per problem with its Jaccard similarity, ranked per problem (highest first)."""
+    rows = []
+    for problem in sorted(entries, key=_problem_order):
+        items = sorted(entries[problem].values(), key=lambda e: e.submission)
+        ranked = []
+        for i, a in enumerate(items):
+            for b in items[i + 1:]:
+                shared = len(a.fingerprints & b.fingerprints)
+                union = len(a.fingerprints) + len(b.fingerprints) - shared
+                ranked.append((problem, a.submission, b.submission, shared / union if union else 0.0))
+        ranked.sort(key=lambda row: (-row[3], row[1], row[2]))
+        rows += ranked
+    return rows
+
+
+def build_report(submissions_dir: Path, kit_root: Path = KIT_ROOT) -> Report:
+    """Read ``submissions_dir`` and rank every pair of submissions per problem."""
+    kit_root = Path(kit_root)
+    kept = kept_names(kit_root)
+    base = starter_hashes(kit_root, kept)
+    entries, skipped, empty, read = collect(Path(submissions_dir), kit_root, kept, base)
+    return Report(rank_pairs(entries), entries, skipped, empty, read, base)
+
+
+def _shared_lines(a: Entry, b: Entry, base: frozenset[int]) -> set[tuple[int, int]]:
+    """(piece, line) of ``a`` inside a passage it shares with ``b``: HIGHLIGHT_RUN or more consecutive
+    k-grams in the same order in both, outside the starter. Shorter or scattered matches are common
+    idioms (``x[-1].append(y)``) and stay unmarked, though they count in the score."""
+    where: dict[int, list[int]] = {}
+    for position, value in enumerate(content_hashes(b.tokens, base)):
+        if value is not None:
+            where.setdefault(value, []).append(position)
+    marked: set[tuple[int, int]] = set()
+    previous: dict[int, int] = {}          # position in b -> length of the common run ending there
+    for position, value in enumerate(content_hashes(a.tokens, base)):
+        current = {p: previous.get(p - 1, 0) + 1 for p in where.get(value, ())} if value is not None else {}
+        longest = max(current.values(), default=0)
+        if longest >= HIGHLIGHT_RUN:
+            start = position - longest + 1
+            marked.update((t.piece, t.line) for t in a.tokens[start:position + K_GRAM] if t.line)
+        previous = current
+    return marked
+
+
+def _pane(entry: Entry, marked: set[tuple[int, int]]) -> str:
+    parts = []
+    for k, piece in enumerate(entry.pieces):
+        lines = textwrap.dedent(piece.body).splitlines()
+        body = "\n".join(f'<span class="m">{html.escape(text) or " "}</span>' if (k, n) in marked
+                         else html.escape(text) for n, text in enumerate(lines, start=1))
+        parts.append(f"<figure><figcaption>{html.escape(entry.submission)}: {html.escape(piece.path)} "
+                     f"({html.escape(piece.function)})</figcaption><pre>{body}</pre></figure>")
+    return "".join(parts)
+
+
+_STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}
+td,th{border:1px solid #bbb;padding:2px 8px;vertical-align:top}.pair{display:flex;gap:1em}
+.pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:4px;overflow-x:auto;font-size:12px}
+.m{background:#ffd54f}figure{margin:0 0 .5em 0}figcaption{font-weight:bold;font-size:13px}"""
+
+
+def render_html(report: Report, top: int = TOP_PAIRS) -> str:
+    """The static report page: per problem, the ``top`` pairs ranked, each side by side with shared lines marked.
+
+    Every piece of submission text (names, code, error messages) is HTML-escaped.
+    """
+    base = report.starter
+    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similarity report</title>",
+           f"<style>{_STYLE}</style></head><body><h1>Similarity report</h1>",
+           f"<p>{report.submissions} submission(s) read. A score is the share of normalised code fingerprints two "
+           "submissions have in common on one problem (1.0: the same code up to names, literals, comments and "
+           "layout). Starter and provided text are ignored. Highlighted lines hold a passage of "
+           f"{K_GRAM + HIGHLIGHT_RUN - 1} or more normalised tokens that both have in the same order. <b>A high "
+           "score is a reason to look, not a verdict</b>: short problems leave little room for different "
+           "solutions.</p>"]
+    if report.skipped:
+        out.append("<h2>Inputs left out</h2><ul>" + "".join(
+            f"<li>{html.escape(name)}: {html.escape(reason)}</li>" for name, reason in report.skipped) + "</ul>")
+    if report.empty:
+        out.append("<p>Nothing implemented beyond the starter: " + ", ".join(html.escape(n) for n in report.empty)
+                   + "</p>")
+    by_problem: dict[str, list] = {}
+    for row in report.rows:
+        by_problem.setdefault(row[0], []).append(row)
+    for problem, rows in by_problem.items():
+        shown = rows[:top]
+        out.append(f"<h2>Problem {html.escape(problem)}</h2><table><tr><th>#</th><th>a</th><th>b</th>"
+                   "<th>similarity</th></tr>")
+        out += [f"<tr><td><a href='#p{html.escape(problem)}-{n}'>{n}</a></td><td>{html.escape(a)}</td>"
+                f"<td>{html.escape(b)}</td><td>{sim:.3f}</td></tr>" for n, (_, a, b, sim) in enumerate(shown, 1)]
+        out.append(f"</table><p>{len(rows)} pair(s) in pairs.csv.</p>")
+        entries = report.entries[problem]
+        for n, (_, a, b, sim) in enumerate(shown, 1):
+            left, right = entries[a], entries[b]
+            out.append(f"<h3 id='p{html.escape(problem)}-{n}'>Problem {html.escape(problem)} #{n}: "
+                       f"{html.escape(a)} vs {html.escape(b)} ({sim:.3f})</h3><div class='pair'>"
+                       f"<div>{_pane(left, _shared_lines(left, right, base[problem]))}</div>"
+                       f"<div>{_pane(right, _shared_lines(right, left, base[problem]))}</div></div>")
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = KIT_ROOT, top: int = TOP_PAIRS) -> Report:
+    """Build the report of ``submissions_dir`` and write ``pairs.csv`` and ``index.html`` into ``out_dir``."""
+    report = build_report(submissions_dir, kit_root)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "pairs.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["problem", "a", "b", "similarity"])
+        writer.writerows((p, a, b, f"{s:.4f}") for p, a, b, s in report.rows)
+    (out_dir / "index.html").write_text(render_html(report, top), encoding="utf-8")
+    return report
+
+
+def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS) -> int:
+    """CLI body shared by ``similarity`` and ``batch --similarity``: write the report, print a summary.
+
+    Returns 0, or 2 (with a one-line error) for a missing SUBMISSIONS_DIR, an
+    output path that is a file or cannot be written, or a negative ``top``.
+    """
+    if not Path(submissions_dir).is_dir():
+        print(f"error: {submissions_dir}: not a folder", file=sys.stderr)
+        return 2
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        print(f"error: {out_dir}: exists and is not a folder", file=sys.stderr)
+        return 2
+    if top < 0:
+        print(f"error: --top must be >= 0, got {top}", file=sys.stderr)
+        return 2
+    try:
+        report = write_report(Path(submissions_dir), Path(out_dir), top=top)
+    except OSError as exc:
+        print(f"error: cannot write the report into {out_dir}: {exc}", file=sys.stderr)
+        return 2
+    for name, reason in report.skipped:
+        print(f"left out: {name}: {reason}", file=sys.stderr)
+    print(f"compared {report.submissions} submission(s) ({len(report.skipped)} input problem(s) listed); "
+          f"wrote {Path(out_dir) / 'pairs.csv'} ({len(report.rows)} pairs) and {Path(out_dir) / 'index.html'}")
+    return 0
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    return run(Path(args.submissions_dir), Path(args.out), args.top)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``similarity`` command to the grading CLI's subparsers."""
+    parser = subparsers.add_parser("similarity", help="rank pairs of submissions by code similarity per problem "
+                                   "(pairs.csv + index.html)")
+    parser.add_argument("submissions_dir", help="folder of submissions (folders or zips, as for batch)")
+    parser.add_argument("--out", required=True, help="report folder (pairs.csv, index.html)")
+    parser.add_argument("--top", type=int, default=TOP_PAIRS, help=f"pairs per problem shown side by side "
+                        f"(default {TOP_PAIRS})")
+    parser.set_defaults(func=_cmd)

@@ -1,0 +1,175 @@
+"""Issue 10 and 16.1: the starter carries no answer key, public checks use data, hidden checks follow the secret.
+
+(a) no function in a released starter has a body shaped like a reference region;
+(b) region code that reaches into the grader scores zero for its problem, naming file and line;
+(c) the public fixtures match the staff answers, and a release writes them;
+(d) hidden inputs follow the course secret, and a submission that hard-codes one secret's answers (or the
+    public fixtures) loses the hidden points under another secret.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grading.course import all_cases
+from grading.hidden import answers, fixtures
+from grading.hidden.inputs import hidden_data
+from grading.rubric import DEFAULT_PROBLEMS
+from grading.regions import parse_regions, student_files
+from grading.release import release
+from grading.runner import run_cases
+from grading.submission import build_grading_copy, grader_access
+from tests.kit.variants import KIT_ROOT, make_variant_kit
+
+pytestmark = pytest.mark.kit
+MIN_NODES = 12        # regions smaller than this (``return len(self.index)``) have no distinctive shape
+
+
+class _Shape(ast.NodeTransformer):
+    """Forget names, attributes and constants: what is left is the shape of the code."""
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(id="_", ctx=node.ctx), node)
+
+    def visit_arg(self, node):
+        return ast.copy_location(ast.arg(arg="_"), node)
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        node.attr = "_"
+        return node
+
+    def visit_Constant(self, node):
+        return ast.copy_location(ast.Constant(value=0), node)
+
+
+def _shape(statements: list[ast.stmt]) -> str:
+    module = ast.Module(body=[_Shape().visit(ast.parse(ast.unparse(s)).body[0]) for s in statements],
+                        type_ignores=[])
+    return ast.dump(module, annotate_fields=False)
+
+
+def _node_count(statements: list[ast.stmt]) -> int:
+    return sum(1 for s in statements for _ in ast.walk(s))
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("answer_key") / "starter"
+    release(KIT_ROOT, out)
+    return out
+
+
+def test_no_function_in_the_starter_is_shaped_like_a_reference_region(starter):
+    regions = []
+    for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS):
+        for region in parse_regions((KIT_ROOT / rel).read_text(), rel):
+            body = ast.parse(textwrap.dedent(region.body)).body
+            if _node_count(body) >= MIN_NODES:
+                regions.append((f"{rel}:{region.begin_line} ({region.id}, {region.function})", _shape(body)))
+    assert len(regions) >= 10, "the scan must cover most regions"
+    shapes = {}
+    for path in sorted(starter.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                for start in range(len(body)):          # any run of statements that ends the function
+                    shapes.setdefault(_shape(body[start:]), f"{path.relative_to(starter)}:{node.lineno}")
+    leaks = [(where, shapes[shape]) for where, shape in regions if shape in shapes]
+    assert not leaks, f"starter functions shaped like reference regions: {leaks}"
+
+
+def test_the_starter_leaves_out_the_staff_answers_and_keeps_data(starter):
+    assert not (starter / "grading" / "hidden").exists()
+    for name in fixtures.public_fixtures():
+        assert json.loads((starter / "grading" / "fixtures" / f"{name}.json").read_text())
+    text = "\n".join(p.read_text() for p in (starter / "grading").rglob("*.py") if "pristine" not in p.parts)
+    for answer in ("def partition_indices", "def clock_cycles", "def config_entries", "ReferencePipe",
+                   "reference_average_gradients", "grader_config"):
+        assert answer not in text, answer
+    assert "tests/kit" not in {p.relative_to(starter).as_posix()[:9] for p in starter.rglob("*")}
+    readme = (starter / "README.md").read_text()
+    assert "BEGIN_STUDENT" in readme and "For staff" not in readme and "release" not in readme
+
+
+def test_committed_fixtures_match_the_staff_answers():
+    assert fixtures.stale() == [], "run `python -m grading fixtures`"
+
+
+@pytest.mark.parametrize("body, caught", [
+    ("from grading.hidden import answers\nreturn answers.partition_indices(size, world_size, seed)", "grading"),
+    ("import importlib\nm = importlib.import_module('grad' + 'ing.hidden.answers')\n"
+     "return m.partition_indices(size, world_size, seed)", "importlib"),
+    ("m = __import__('grad' + 'ing')\nreturn m", "__import__"),
+    ("text = open('grading/fixtures/p1_1.json').read()\nreturn text", "grading"),
+])
+def test_grader_access_is_found_in_code_not_comments(body, caught):
+    assert grader_access(body)[1].lower() == caught
+    assert grader_access("# import grading would be cheating\nreturn 1\n") is None
+
+
+def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_path):
+    body = ("from grading.hidden import answers  # the staff answers, only present on the course's grader\n"
+            "return answers.partition_indices(size, world_size, seed)")
+    kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
+    splice = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
+    assert set(splice.barred) == {"1.1"}
+    assert "data_parallel/dataset.py:" in splice.barred["1.1"] and "reaches into the grader" in splice.barred["1.1"]
+    verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", barred=splice.barred)
+    assert verdicts and all(v.score == 0 and "reaches into the grader" in v.message for v in verdicts)
+
+
+def test_hidden_inputs_follow_the_course_secret():
+    names = ["p1_1", "p1_2", "p2_1", "p2_2", "p2_3", "p3_1", "p3_2", "p3_3"]
+    for name in names:
+        assert hidden_data(name, "term-a") == hidden_data(name, "term-a")
+    differ = [name for name in names if hidden_data(name, "term-a") != hidden_data(name, "term-b")]
+    assert len(differ) == len(names), f"same hidden inputs under two secrets: {set(names) - set(differ)}"
+    public = set(json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())["partitions"])
+    assert not public & {",".join(map(str, c)) for c in hidden_data("p1_1", "term-a")["configs"]}
+
+
+def _grade_1_1(kit: Path, secret: str, out: Path) -> dict[str, float]:
+    env = {**os.environ, "GRADING_COURSE_SECRET": secret}
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", str(kit), "--problem", "1.1", "--quiet",
+                           "--json", str(out)], cwd=KIT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.is_file(), done.stdout + done.stderr
+    return {t["name"].split(":")[0]: t["score"] for t in json.loads(out.read_text())["tests"]}
+
+
+def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path):
+    table = {key: value for key, value in json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())
+             ["partitions"].items()}
+    table.update({",".join(map(str, c)): e for c, e in zip(hidden_data("p1_1", "term-a")["configs"],
+                                                           hidden_data("p1_1", "term-a")["expected"])})
+    table.update(json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())["loader"])
+    body = f"""
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        table = {table!r}
+        key = f"{{size}},{{world_size}},{{seed}}"
+        if key in table:
+            return [list(part) for part in table[key]]
+        return [list(range(size))[r::world_size] for r in range(world_size)]
+    """
+    kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
+    under_a = _grade_1_1(kit, "term-a", tmp_path / "a.json")
+    under_b = _grade_1_1(kit, "term-b", tmp_path / "b.json")
+    assert under_a["1.1.exact"] > 0 and under_a["1.1.exact_hidden"] > 0, under_a
+    assert under_b["1.1.exact"] > 0 and under_b["1.1.exact_hidden"] == 0, under_b
+    reference = _grade_1_1(KIT_ROOT, "term-b", tmp_path / "ref.json")
+    assert reference["1.1.exact_hidden"] > 0 and all(score > 0 for score in reference.values()), reference
+
+
+def test_answers_agree_with_the_contract_examples():
+    assert answers.block_split(4, 3) == [2, 1, 1]
+    assert answers.schedule(2, 2) == [[[0, 0]], [[1, 0], [0, 1]], [[1, 1]]]
+    assert sorted(i for part in answers.partition_indices(10, 3, 0) for i in part) == list(range(10))

@@ -1,0 +1,23 @@
+"""One source for the problem list (issue 12): the READMEs' tables follow ``grading.rubric.PROBLEMS``."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from grading import KIT_ROOT
+from grading.rubric import DEFAULT_PROBLEMS, PROBLEMS, selects
+
+pytestmark = pytest.mark.kit
+
+
+def _table_ids(text: str) -> list[str]:
+    return re.findall(r"^\| (\d\.\d) \|", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("readme", ["README.md", "grading/hidden/README.student.md"])
+def test_readme_tables_list_the_default_problems(readme):
+    ids = _table_ids((KIT_ROOT / readme).read_text())
+    default = [p for p in PROBLEMS if any(selects(d, p) for d in DEFAULT_PROBLEMS)]
+    assert ids[:len(default)] == default, f"{readme}: the problem table lists {ids}, the rubric {default}"
+    assert set(ids) <= set(PROBLEMS)

@@ -1,0 +1,98 @@
+"""Issue 11: a student's local grade equals the course's grade, edits outside the regions included.
+
+A starter is released; the "student" edits it in place (region bodies, a helper at module level, an import
+moved to the top of a file, a changed provided file, an extra module). ``python -m grading grade`` run in the
+starter (the student's view) and the kit's grader run on the same folder (the course's view) must give the
+same score on every public criterion, and both must list the edits outside the regions as NOTEs.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grading.regions import parse_regions, replace_bodies
+from grading.release import release
+from tests.kit.variants import KIT_ROOT
+
+pytestmark = pytest.mark.kit
+DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
+
+
+def _fill(starter, rel: str, body_of=None) -> None:
+    """Put the kit's region bodies of ``rel`` into the starter's working file (``body_of`` overrides some)."""
+    kit_regions = parse_regions((KIT_ROOT / rel).read_text(), rel)
+    text = (starter / rel).read_text()
+    bodies = {k: (body_of or {}).get(r.function, r.body) for k, r in enumerate(kit_regions)}
+    (starter / rel).write_text(replace_bodies(text, rel, bodies))
+
+
+def _scores(cwd, *args) -> tuple[dict[str, float], list[str]]:
+    out = cwd / "results.json"
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", *args, "--problem", "1", "--quiet", "--json",
+                           str(out)], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert out.is_file(), done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    out.unlink()
+    return {t["name"].split(":")[0]: t["score"] for t in results["tests"]}, results["output"].splitlines()
+
+
+@pytest.fixture(scope="module")
+def edited_starter(tmp_path_factory):
+    starter = tmp_path_factory.mktemp("local") / "starter"
+    release(KIT_ROOT, starter)
+    # partition_indices calls a helper the student put at module level (outside the regions)
+    helper_body = "        return _split(size, world_size, seed)\n"
+    _fill(starter, DATASET, {"partition_indices": helper_body})
+    dataset = starter / DATASET
+    dataset.write_text(dataset.read_text() + "\n\ndef _split(size, world_size, seed):\n"
+                       "    order = list(range(size))\n    random.Random(seed).shuffle(order)\n"
+                       "    base, extra = divmod(size, world_size)\n"
+                       "    return [order[r * base + min(r, extra):(r + 1) * base + min(r + 1, extra)]"
+                       " for r in range(world_size)]\n")
+    # comm.py: average_gradients uses `math`, imported at the top of the file (outside the regions)
+    _fill(starter, COMM)
+    comm = starter / COMM
+    text = comm.read_text().replace("param.grad.data /= world_size", "param.grad.data /= math.prod([world_size])")
+    comm.write_text("import math\n" + text)
+    # a provided file changed and an extra module added
+    runtime = starter / "pipeline" / "runtime.py"
+    runtime.write_text(runtime.read_text() + "\nDEFAULT_TIMEOUT = 1e9\n")
+    (starter / "data_parallel" / "helpers.py").write_text("X = 1\n")
+    return starter
+
+
+def test_local_and_course_grades_agree_on_every_public_criterion(edited_starter):
+    local, local_notes = _scores(edited_starter)
+    course, course_notes = _scores(KIT_ROOT, str(edited_starter))
+    public = {cid for cid in local}
+    assert public and public <= set(course)
+    assert {cid: local[cid] for cid in public} == {cid: course[cid] for cid in public}
+    assert local["1.1.coverage"] == 0          # the helper is not in the graded file: NameError, in both
+    assert local["1.2.grads_2rank"] == 0       # `math` is not imported in the graded file: NameError, in both
+    assert local["1.2.setup"] > 0 and local["1.2.train_step_updates"] > 0     # the rest of 1.2 is unaffected
+    for notes in (local_notes, course_notes):
+        text = "\n".join(notes)
+        assert f"changed outside the student regions (ignored; the kit's text was used): {DATASET}" in text
+        assert f"changed outside the student regions (ignored; the kit's text was used): {COMM}" in text
+        assert "changed provided file (ignored; the kit's copy was used): pipeline/runtime.py" in text
+        assert "file not in the kit (ignored; only region bodies are graded): data_parallel/helpers.py" in text
+
+
+def test_the_reference_regions_score_full_public_marks_in_a_starter(tmp_path):
+    """A starter whose regions hold the reference: every public criterion passes, graded where students grade."""
+    starter = tmp_path / "starter"
+    release(KIT_ROOT, starter)
+    for rel in (p.relative_to(starter / "grading" / "pristine").as_posix()
+                for p in (starter / "grading" / "pristine").rglob("*.py")):
+        if parse_regions((KIT_ROOT / rel).read_text(), rel):
+            _fill(starter, rel)
+    out = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--json", str(out)], cwd=starter,
+                          capture_output=True, text=True, timeout=900)
+    results = json.loads(out.read_text())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert results["score"] == results["max_score"] > 80
+    assert not any(t["visibility"] == "after_published" for t in results["tests"])     # no hidden checks here

@@ -1,0 +1,166 @@
+"""Problem 5 buggy variants: each bug loses exactly its intended criteria; the starter loses every criterion.
+
+``tensor_parallel/layers.py`` has several regions in methods of the same name
+(``forward``, ``backward``, ``from_linear``), so a variant names its region
+as ``"function#k"``: the k-th region (0-based, in file order) inside a
+function of that name.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grading.course import all_cases
+from grading.regions import parse_regions, replace_bodies, stub_body
+from grading.runner import run_cases
+from tests.kit.variants import Variant, failed_ids, make_variant_kit
+
+LAYERS, GPT2 = "tensor_parallel/layers.py", "tensor_parallel/gpt2.py"
+CASES = all_cases(("5",))
+
+# forward#0 / backward#0: CopyToParallelRegion; forward#1 / backward#1: ReduceFromParallelRegion;
+# from_linear#0, forward#2: ColumnParallelLinear; from_linear#1, forward#3: RowParallelLinear.
+VARIANTS = [
+    Variant("copy_backward_without_all_reduce", LAYERS, "backward#0", """
+        return grad, None
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_3rank"})),
+    Variant("reduce_forward_in_place", LAYERS, "forward#1", """
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
+        return x
+    """, frozenset({"5.1.region_functions", "5.1.region_functions_3rank"})),
+    Variant("column_forward_skips_copy", LAYERS, "forward#2", """
+        return F.linear(x, self.weight, self.bias)
+    """, frozenset({"5.1.input_grads", "5.1.comm_counts", "5.1.input_grads_3rank"})),
+    Variant("row_bias_on_every_rank", LAYERS, "forward#3", """
+        return reduce_from_parallel_region(F.linear(x, self.weight, self.bias), self.group)
+    """, frozenset({"5.1.row_forward", "5.1.row_forward_3rank"})),
+    Variant("row_bias_split_over_ranks", LAYERS, "forward#3", """
+        share = self.bias / dist.get_world_size(self.group)
+        return reduce_from_parallel_region(F.linear(x, self.weight, share), self.group)
+    """, frozenset({"5.1.weight_grads"})),
+    Variant("column_slice_of_wrong_rank", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        mine = world_size - 1 - rank
+        rows = torch.cat([torch.arange(k * block + mine * part, k * block + (mine + 1) * part)
+                          for k in range(chunks)])
+        with torch.no_grad():
+            weight = linear.weight[rows].clone()
+            bias = linear.bias[rows].clone() if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.column_forward", "5.1.input_grads", "5.1.column_forward_3rank",
+                    "5.1.input_grads_3rank"})),
+    Variant("row_uneven_split_accepted", LAYERS, "from_linear#1", """
+        part = linear.in_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
+            bias = linear.bias.clone() if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.uneven_split"})),
+    Variant("copy_backward_ignores_group", LAYERS, "backward#0", """
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad, None
+    """, frozenset({"5.1.region_functions_3rank"})),
+    Variant("column_forward_ignores_group", LAYERS, "forward#2", """
+        return F.linear(copy_to_parallel_region(x), self.weight, self.bias)
+    """, frozenset({"5.1.input_grads_3rank"})),
+    Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+            if size % world_size:
+                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+        return block
+    """, frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_3rank", "5.2.grads_3rank"})),
+    Variant("mlp_left_whole", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+            if size % world_size:
+                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+        return block
+    """, frozenset({"5.2.grads", "5.2.sgd_steps", "5.2.param_bytes", "5.2.grads_3rank"})),
+    Variant("group_not_passed_on", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+            if size % world_size:
+                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj)
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+        return block
+    """, frozenset({"5.2.forward_3rank", "5.2.grads_3rank"})),
+    Variant("sizes_not_checked", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+        return block
+    """, frozenset({"5.2.value_errors"})),
+]
+
+
+def edit_regions(kit: Path, path: str, bodies: dict[str, str]) -> None:
+    """Replace, in ``kit/path``, the body of each region named ``"function#k"`` (or ``"*"``: every region)."""
+    text = (kit / path).read_text()
+    regions = parse_regions(text, path)
+    new = {}
+    for where, body in bodies.items():
+        if where == "*":
+            new.update({k: stub_body(r) for k, r in enumerate(regions)})
+            continue
+        function, _, nth = where.partition("#")
+        matches = [k for k, r in enumerate(regions) if r.function == function]
+        k = matches[int(nth or 0)]
+        new[k] = textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", regions[k].indent)
+    (kit / path).write_text(replace_bodies(text, path, new))
+
+
+def grade(kit: Path, problem: str, work: Path) -> dict:
+    return {v.id: v for v in run_cases(CASES, kit, work / "runs", problem=problem)}
+
+
+@pytest.mark.kit
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_variant_loses_only_its_criteria(variant, tmp_path):
+    kit = make_variant_kit(tmp_path / "kit", [])
+    edit_regions(kit, variant.path, {variant.function: variant.body})
+    verdicts = grade(kit, "5.1" if variant.path == LAYERS else "5.2", tmp_path)
+    assert verdicts, "no criteria graded"
+    assert failed_ids(verdicts) == set(variant.fails), {
+        cid: v.message[:300] for cid, v in verdicts.items() if not v.passed}
+
+
+@pytest.mark.kit
+def test_every_criterion_is_lost_by_some_variant():
+    lost = set().union(*(v.fails for v in VARIANTS))
+    assert {c.id for case in CASES for c in case.criteria} <= lost
+
+
+@pytest.mark.kit
+def test_starter_scores_zero_on_every_criterion_as_not_implemented(tmp_path):
+    kit = make_variant_kit(tmp_path / "kit", [])
+    for path in (LAYERS, GPT2):
+        edit_regions(kit, path, {"*": ""})
+    verdicts = grade(kit, "5", tmp_path)
+    assert {v.status for v in verdicts.values()} == {"not_implemented"}, {
+        cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}
