@@ -91,7 +91,7 @@ class _GatheredCopy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return x.view_as(x)
+        return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
