@@ -1,14 +1,16 @@
 """Hidden Problem 5 cases: 3-way splits (a world size the visible checks do not use) inside a process group
-that is not the default one: ranks 1-3 of 4, so a rank's place in the group differs from its global rank and
-code that ignores ``group`` fails. The GPT-2 runs with PyTorch's fused (sdpa) attention."""
+that is not the default one: 3 of 4 ranks, chosen by the course secret (``grading.hidden.inputs``), so a
+rank's place in the group differs from its global rank and code that ignores ``group`` fails. The GPT-2 runs
+with PyTorch's fused (sdpa) attention."""
 from __future__ import annotations
 
 from grading.checks.p5_1_layers import (check_column_forward, check_input_grads, check_region_functions,
                                         check_row_forward)
 from grading.checks.p5_2_gpt2 import check_forward, check_grads
+from grading.data import hidden
 from grading.rubric import Case, Criterion
 
-SUBGROUP = {"group_ranks": [1, 2, 3]}
+SUBGROUP = {"group_ranks": hidden("p5")["group_ranks"]}
 
 CASES = [
     Case("p5_layers_3rank", "grading.checks.p5_1_layers:probe_layers", world_size=4, init_group=True,

@@ -1,0 +1,86 @@
+"""Staff-only Problem 4: the bucket-assignment generator and the hidden cases (3 ranks, other bucket sizes).
+
+``expected_buckets`` computes exactly what ``BucketedDDP.buckets`` must be, so
+it lives here and never ships; the public criterion reads its output stored as
+data in ``grading/fixtures/p4_buckets.json`` (``write_bucket_fixture``; a kit
+test regenerates it and compares).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch import nn
+
+from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
+from grading.references import p4 as ref
+from grading.rubric import Case, CaseRun, Criterion
+
+PUBLIC_BUCKET_SIZES = [1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0]   # per parameter, exact fit, mid, one bucket
+HIDDEN_BUCKET_SIZES = [600 / 2 ** 20, 1088 / 2 ** 20, 1600 / 2 ** 20]
+
+
+def expected_buckets(model: nn.Module, bucket_mb: float) -> list[list[str]]:
+    """The contract of ``BucketedDDP.buckets``: trainable parameters in reverse order, cut at the byte cap."""
+    cap = bucket_mb * 2 ** 20
+    buckets: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for name, param in reversed(list(model.named_parameters())):
+        if not param.requires_grad:
+            continue
+        nbytes = param.numel() * param.element_size()
+        if current and size + nbytes > cap:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(name)
+        size += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def bucket_cases(sizes: list[float]) -> list[dict]:
+    """``[{"bucket_mb", "buckets"}]`` of DDPProbeNet for each size."""
+    return [{"bucket_mb": mb, "buckets": expected_buckets(ref.DDPProbeNet(seed=0), mb)} for mb in sizes]
+
+
+def bucket_fixture() -> dict:
+    """The content of ``grading/fixtures/p4_buckets.json``."""
+    return {"model": "grading.references.p4.DDPProbeNet(seed=0)", "cases": bucket_cases(PUBLIC_BUCKET_SIZES)}
+
+
+def write_bucket_fixture(path: Path = p4_1_ddp.FIXTURE) -> Path:
+    """(Re)write the public bucket fixture from ``expected_buckets``; returns its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(bucket_fixture(), indent=1) + "\n")
+    return path
+
+
+def check_hidden_buckets(run: CaseRun) -> None:
+    p4_1_ddp.judge_buckets(run, bucket_cases(HIDDEN_BUCKET_SIZES))
+
+
+CASES = [
+    Case("p4_ddp_3rank", "grading.checks.p4_1_ddp:probe_ddp", world_size=3, init_group=True, timeout_s=90,
+         args={"bucket_sizes": HIDDEN_BUCKET_SIZES, "train": False}, criteria=(
+             Criterion("4.1.buckets_hidden", "bucket assignment for other bucket sizes", 1, check_hidden_buckets,
+                       hidden=True),
+             Criterion("4.1.grads_3rank", "3-rank grads equal serial global-batch grads", 1, p4_1_ddp.check_grads,
+                       hidden=True),
+         )),
+    Case("p4_zero_3rank", "grading.checks.p4_2_zero1:probe_zero", world_size=3, init_group=True, timeout_s=90,
+         criteria=(
+             Criterion("4.2.steps_3rank", "3 ranks (212 parameters, padded): 5 Adam and SGD steps equal serial", 1,
+                       p4_2_zero1.check_steps, hidden=True),
+             Criterion("4.2.memory_3rank", "3 ranks: optimizer state is 12 x ceil(P/3) bytes", 1,
+                       p4_2_zero1.check_memory, hidden=True),
+         )),
+    Case("p4_checkpoint_3rank", "grading.checks.p4_3_checkpoint:probe_checkpoint", world_size=3, init_group=True,
+         timeout_s=120, args={"resume": False}, criteria=(
+             Criterion("4.3.roundtrip_3rank", "3 ranks: round trip restores every rank's own shard", 1,
+                       p4_3_checkpoint.check_roundtrip, hidden=True),
+             Criterion("4.3.refuse_3rank", "3 ranks: damaged checkpoints refused", 1,
+                       p4_3_checkpoint.check_refuse, hidden=True),
+         )),
+]
