@@ -10,8 +10,9 @@ both).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
+from grading.checks.common import call_outcome
 from grading.compare import assert_tensor_close, describe
 from grading.references import p5 as ref
 from grading.expect import CheckFailed, expect
@@ -25,15 +26,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_sca
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter")
 ATOL, RTOL = 1e-5, 1e-5
 P_GROUP = "group_ranks"
-
-
-def raised(fn: Callable[[], object]) -> str:
-    """Call ``fn()``; return "no exception" or "<ExceptionType>: <message>" (recorded for must-raise calls)."""
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - a submission may raise anything
-        return f"{type(exc).__name__}: {exc}"[:300]
-    return "no exception"
 
 
 def uneven_sizes(world_size: int) -> dict[str, int]:
@@ -148,16 +140,19 @@ def probe_layers(ctx) -> None:
 
     def uneven():
         sizes = uneven_sizes(world)
+
+        def outcome(fn) -> str:
+            return call_outcome(fn, message=True)
         return {
-            "even": raised(lambda: [layers.ColumnParallelLinear.from_linear(ref.column_linear(), group),
-                                    layers.ColumnParallelLinear.from_linear(ref.make_linear(4, 6 * world, 1), group,
-                                                                            chunks=3),
-                                    layers.RowParallelLinear.from_linear(ref.row_linear(), group)]),
-            "column": raised(lambda: layers.ColumnParallelLinear.from_linear(
+            "even": outcome(lambda: [layers.ColumnParallelLinear.from_linear(ref.column_linear(), group),
+                                     layers.ColumnParallelLinear.from_linear(ref.make_linear(4, 6 * world, 1), group,
+                                                                             chunks=3),
+                                     layers.RowParallelLinear.from_linear(ref.row_linear(), group)]),
+            "column": outcome(lambda: layers.ColumnParallelLinear.from_linear(
                 ref.make_linear(4, sizes["column"], 1), group)),
-            "column_chunks3": raised(lambda: layers.ColumnParallelLinear.from_linear(
+            "column_chunks3": outcome(lambda: layers.ColumnParallelLinear.from_linear(
                 ref.make_linear(4, sizes["column_chunks3"], 1), group, chunks=3)),
-            "row": raised(lambda: layers.RowParallelLinear.from_linear(ref.make_linear(sizes["row"], 4, 1), group)),
+            "row": outcome(lambda: layers.RowParallelLinear.from_linear(ref.make_linear(sizes["row"], 4, 1), group)),
         }
     ctx.record("uneven", uneven)
 

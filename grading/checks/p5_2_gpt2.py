@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from grading.checks.p5_1_layers import group_members, join_group, raised
+from grading.checks.common import call_outcome
+from grading.checks.p5_1_layers import group_members, join_group
 from grading.compare import assert_tensor_close, describe
 from grading.references import p5 as ref
 from grading.expect import CheckFailed, expect
@@ -61,7 +62,7 @@ def probe_gpt2(ctx) -> None:
         for key, sizes in bad_sizes(world).items():
             block = ref.build_gpt2(0, attention, **{k: v for k, v in sizes.items() if k != "bad"}).transformer.h[0]
             before = [(name, id(module)) for name, module in block.named_modules()] + [block.attn.split_size]
-            outcome = raised(lambda block=block: student.parallelize_block(block, group))
+            outcome = call_outcome(lambda block=block: student.parallelize_block(block, group), message=True)
             after = [(name, id(module)) for name, module in block.named_modules()] + [block.attn.split_size]
             out[key] = {"outcome": outcome, "unchanged": before == after}
         return out

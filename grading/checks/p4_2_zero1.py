@@ -1,0 +1,153 @@
+"""Problem 4.2 checks: ShardedOptimizer (ZeRO-1) against serial torch.optim on the global batch.
+
+The probe trains small MLPs with ``ShardedOptimizer`` on each rank's slice of
+every global batch and records the parameters, the master shard and the
+inner optimizer's state tensors. The criteria compare the parameters with
+serial ``torch.optim.Adam``/``SGD`` on the whole global batch, and measure
+the optimizer state a rank holds from the tensors it recorded (master shard
++ every state tensor of the inner optimizer): ZeRO-1's ``12 * ceil(P / N)``
+bytes for Adam in fp32.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grading.compare import assert_state_close, describe
+from grading.references import p4 as ref
+from grading.rubric import Case, CaseRun, CheckFailed, Criterion
+from grading.runner import expect
+
+EVEN_SIZES = (8, 16, 4)         # 212 parameters: divisible by 2, not by 3
+ODD_SIZES = (7, 5, 3)           # 55 parameters (no last bias): divisible by neither 2 nor 3
+ADAM_BYTES_PER_ELEMENT = 12     # fp32 master + exp_avg + exp_avg_sq
+TOLERANCE = {"atol": 1e-6, "rtol": 1e-5}   # fp32; ranks sum gradients in another order than one process
+BF16_TOLERANCE = {"atol": 3e-2, "rtol": 0.0}
+
+
+def _model(sizes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    return ref.ZeroNet(sizes, seed=0, last_bias=sizes != ODD_SIZES).to(dtype)
+
+
+# ---------------------------------------------------------------- probe (rank side)
+def _train(ctx, sizes: tuple[int, ...], optimizer_name: str, dtype: torch.dtype = torch.float32):
+    from data_parallel.zero1 import ShardedOptimizer
+
+    model = _model(sizes, dtype)
+    inner = torch.optim.SGD if optimizer_name == "sgd" else torch.optim.Adam
+    lr = ref.SGD_LR if optimizer_name == "sgd" else ref.ADAM_LR
+    optimizer = ShardedOptimizer(model.parameters(), inner, lr=lr)
+    for step in range(ref.TRAIN_STEPS):
+        optimizer.zero_grad()
+        x, y = ref.batch(step, sizes[0], sizes[-1], dtype)
+        ref.loss_fn(model(ref.shard(x, ctx.rank, ctx.world_size)), ref.shard(y, ctx.rank, ctx.world_size)).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+def held_state(optimizer) -> dict:
+    """What the rank holds as optimizer state: the master shard and every tensor in the inner optimizer's state."""
+    tensors = {"master": optimizer.master.detach().clone()}
+    for k, state in enumerate(optimizer.optimizer.state.values()):
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state[{k}].{key}"] = value.detach().clone()
+    return tensors
+
+
+def probe_zero(ctx) -> None:
+    """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, bf16, Adam (odd P)."""
+    def steps():
+        return {name: ref.params_of(_train(ctx, EVEN_SIZES, name)[0]) for name in ("sgd", "adam")}
+    ctx.record("steps", steps)
+
+    def memory():
+        _, optimizer = _train(ctx, EVEN_SIZES, "adam")
+        return held_state(optimizer)
+    ctx.record("memory", memory)
+
+    def bf16():
+        model, optimizer = _train(ctx, EVEN_SIZES, "adam", torch.bfloat16)
+        return {"params": ref.params_of(model), "master": optimizer.master.detach().clone()}
+    ctx.record("bf16", bf16)
+    # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
+    ctx.record("uneven", lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
+
+
+# ---------------------------------------------------------------- criteria (grader side)
+def _serial(sizes: tuple[int, ...], name: str) -> dict:
+    return ref.serial_training(_model(sizes), name, sizes[0], sizes[-1])
+
+
+def check_steps(run: CaseRun) -> None:
+    for name in ("adam", "sgd"):
+        expected = _serial(EVEN_SIZES, name)
+        for rank in range(run.world_size):
+            got = run.part("steps", rank)
+            expect(isinstance(got, dict) and name in got, f"rank {rank}: training results missing")
+            assert_state_close(f"ShardedOptimizer({name.upper()}): rank {rank} after {ref.TRAIN_STEPS} steps, "
+                               "parameter", got[name], expected, **TOLERANCE)
+
+
+def check_uneven(run: CaseRun) -> None:
+    expected = _serial(ODD_SIZES, "adam")
+    numel = sum(t.numel() for t in expected.values())
+    for rank in range(run.world_size):
+        assert_state_close(f"ShardedOptimizer(Adam) on {numel} parameters over {run.world_size} ranks (not "
+                           f"divisible): rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
+                           run.part("uneven", rank), expected, **TOLERANCE)
+
+
+def check_memory(run: CaseRun) -> None:
+    numel = ref.flat_numel(_model(EVEN_SIZES))
+    shard = math.ceil(numel / run.world_size)
+    want = ADAM_BYTES_PER_ELEMENT * shard
+    for rank in range(run.world_size):
+        held = run.part("memory", rank)
+        expect(isinstance(held, dict) and "master" in held, f"rank {rank}: optimizer state missing")
+        master = held["master"]
+        expect(isinstance(master, torch.Tensor) and master.dtype == torch.float32 and master.dim() == 1
+               and master.numel() == shard, f"ShardedOptimizer: rank {rank} master is {describe(master)} "
+               f"with {getattr(master, 'numel', lambda: '?')()} elements, expected a 1-D fp32 shard of "
+               f"ceil({numel} / {run.world_size}) = {shard}")
+        vectors = {k: t for k, t in held.items() if t.dim() >= 1}      # Adam's scalar 'step' is not state
+        got = sum(t.numel() * t.element_size() for t in vectors.values())
+        detail = ", ".join(f"{k}: {t.numel()} x {t.element_size()} B" for k, t in vectors.items())
+        expect(got == want, f"ShardedOptimizer(Adam): rank {rank} holds {got} bytes of optimizer state ({detail}); "
+               f"ZeRO-1 gives 12 x shard length = 12 x {shard} = {want} bytes (12P/N, P = {numel}, "
+               f"N = {run.world_size})")
+
+
+def check_bf16(run: CaseRun) -> None:
+    expected = {k: v.to(torch.bfloat16) for k, v in _serial(EVEN_SIZES, "adam").items()}
+    for rank in range(run.world_size):
+        got = run.part("bf16", rank)
+        master = got["master"]
+        expect(isinstance(master, torch.Tensor) and master.dtype == torch.float32,
+               f"ShardedOptimizer on a bf16 model: rank {rank} master is {describe(master)}, expected fp32")
+        expect(not torch.equal(master, master.to(torch.bfloat16).float()),
+               f"ShardedOptimizer on a bf16 model: rank {rank}'s master shard holds only bf16-representable "
+               "values after 5 Adam steps: keep the master in fp32 and step it there, not the bf16 parameters")
+        params = got["params"]
+        for name, value in params.items():
+            expect(value.dtype == torch.bfloat16, f"ShardedOptimizer: rank {rank} parameter '{name}' became "
+                   f"{value.dtype}; the model must keep its bf16 parameters")
+        # bf16 forward/backward differs from the fp32 serial run; the tolerance is a few Adam steps of lr 1e-2
+        assert_state_close(f"ShardedOptimizer(Adam) on a bf16 model: rank {rank} after {ref.TRAIN_STEPS} steps, "
+                           "parameter", params, expected, **BF16_TOLERANCE)
+
+
+CASES = [
+    Case("p4_zero_2rank", "grading.checks.p4_2_zero1:probe_zero", world_size=2, init_group=True, timeout_s=90,
+         criteria=(
+             Criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", 3,
+                       check_steps),
+             Criterion("4.2.uneven", "a parameter count not divisible by the world size works", 2, check_uneven),
+             Criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", 3,
+                       check_memory),
+             Criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", 2, check_bf16),
+         )),
+]
+
+__all__ = ["CASES", "CheckFailed"]
