@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
+from grading.expect import expect
+
 MESSAGE_CHARS = 300
 
 
@@ -29,3 +33,21 @@ def labelled(label: str, fn: Callable, *args, **kwargs):
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise RuntimeError(f"{label} raised {type(exc).__name__}: {exc}") from exc
+
+
+def stage_devices(count: int) -> list[str]:
+    """Devices for ``count`` pipeline stages: GPUs round robin when there are >= 2, else all CPU."""
+    gpus = torch.cuda.device_count()
+    return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
+
+
+def expect_refusals(items: list[dict], what: str, changes: dict[str, str]) -> None:
+    """Each recorded item (``label``, ``outcome`` and the ``changes`` keys) raised ValueError and changed nothing.
+
+    ``changes`` maps a recorded key (a list of what the call changed before raising) to the advice shown.
+    """
+    for item in items:
+        label = f"{what} {item['label']}"
+        expect(item["outcome"] == "ValueError", f"{label}: expected ValueError, got {item['outcome']}")
+        for key, advice in changes.items():
+            expect(not item[key], f"{label}: raised, but had already changed {item[key][:4]} ({advice})")

@@ -18,7 +18,7 @@ from grading.checks.common import call_outcome
 from grading.compare import describe
 from grading.expect import CheckFailed, expect
 from grading.rubric import HIDDEN, PUBLIC, Case
-from grading.seams import Swap
+from grading.seams import Recorded, Swap
 
 # (size, world_size, seed): the main inputs, and the edge cases judged by their own criterion
 CONFIGS = [(10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234)]
@@ -53,17 +53,13 @@ def key(size: int, world_size: int, seed: int) -> str:
     return f"{size},{world_size},{seed}"
 
 
-class _RecordedPartitions:
+def _recorded_partitions(table: dict):
     """Stand-in for ``partition_indices``: a lookup in the recorded partitions (no shuffling, no splitting)."""
+    recorded = Recorded(table, "partition_indices")
 
-    def __init__(self, table: dict[str, list[list[int]]]):
-        self.table = table
-
-    def __call__(self, size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
-        try:
-            return [list(part) for part in self.table[key(size, world_size, seed)]]
-        except KeyError:
-            raise KeyError(f"the grader recorded no partition for ({size}, {world_size}, seed={seed})") from None
+    def partition_indices(size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
+        return recorded(size, world_size, seed)
+    return partition_indices
 
 
 def _subset():
@@ -72,7 +68,7 @@ def _subset():
 
 
 SWAPS = [
-    Swap("data_parallel.dataset", "partition_indices", lambda: _RecordedPartitions(data.fixture("p1_1")["loader"]),
+    Swap("data_parallel.dataset", "partition_indices", lambda: _recorded_partitions(data.fixture("p1_1")["loader"]),
          "1.1.partition_dataset is judged apart from the student's partition_indices"),
     Swap("data_parallel.dataset", "Partition", _subset,
          "1.1.partition_dataset is judged apart from the student's Partition (torch's Subset stands in)"),

@@ -19,11 +19,12 @@ import threading
 import torch
 
 from grading import data
+from grading.checks.common import stage_devices
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.expect import CheckFailed, expect
 from grading.references import p2_2_pipe as ref
 from grading.rubric import HIDDEN, PUBLIC, Case
-from grading.seams import Swap
+from grading.seams import Recorded, Swap
 
 STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probe: a lost result becomes a TimeoutError, not a hang
 FORWARD_CONFIGS = [(1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1)]           # (stages, rows, split): even splits
@@ -65,37 +66,26 @@ def public_schedule_keys() -> list[str]:
     return sorted({schedule_key(*c) for c in configs})
 
 
-class _RecordedSchedule:
+def _recorded_schedule(table: dict):
     """Stand-in for ``clock_cycles``: replays recorded waves (a table lookup, no schedule computed)."""
+    recorded = Recorded(table, "clock_cycles")
 
-    def __init__(self, table: dict[str, list]):
-        self.table = table
-
-    def __call__(self, microbatches: int, stages: int):
-        try:
-            waves = self.table[f"{microbatches},{stages}"]
-        except KeyError:
-            raise KeyError(f"the grader recorded no schedule for ({microbatches}, {stages})") from None
-        for wave in waves:
+    def clock_cycles(microbatches: int, stages: int):
+        for wave in recorded(microbatches, stages):
             yield [(i, j) for i, j in wave]
-
-
-def _devices(count: int) -> list[str]:
-    """Stage devices for ``count`` stages: GPUs round robin when there are >= 2, else all CPU."""
-    gpus = torch.cuda.device_count()
-    return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
+    return clock_cycles
 
 
 def _stages(count: int, layers: list | None = None) -> list:
-    """The grader's layers cut into ``count`` stages, each moved to its device (``_devices``)."""
+    """The grader's layers cut into ``count`` stages, each moved to its device (``stage_devices``)."""
     layers = ref.build_layers(0) if layers is None else layers
-    return [stage.to(device) for stage, device in zip(ref.stage_layers(layers, count), _devices(count))]
+    return [stage.to(device) for stage, device in zip(ref.stage_layers(layers, count), stage_devices(count))]
 
 
 def _pipe_run(Pipe, stages: int, rows: int, split: int, seed: int = 0) -> dict:
     """One forward of a fresh Pipe over the grader's layers on ``batch(rows, seed)``; output (CPU) and its device."""
     x = ref.batch(rows, seed)[0]
-    with Pipe(_stages(stages), _devices(stages), split) as pipe:
+    with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
         out = pipe(x)
     return {"output": out.detach().cpu(), "device": str(out.device)}
 
@@ -111,7 +101,7 @@ def probe_pipe(ctx) -> None:
     runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S
     from pipeline.pipe import Pipe
 
-    ctx.record(P_DEVICES, lambda: {n: _devices(n) for n in (1, 2, 3)})
+    ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})
     seed = ctx.args.get("data_seed", 0)
     for split, configs in ctx.args["configs"].items():
         ctx.record(forward_part(split), lambda configs=configs, split=split: [
@@ -120,14 +110,14 @@ def probe_pipe(ctx) -> None:
 
     def repeated():
         outputs = []
-        with Pipe(_stages(3), _devices(3), 2) as pipe:
+        with Pipe(_stages(3), stage_devices(3), 2) as pipe:
             for k in range(REPEATS):
                 outputs.append(pipe(ref.batch(8, k)[0]).detach().cpu())
         return outputs
     ctx.record(P_REPEATED, repeated)
 
     def no_grad():
-        with Pipe(_stages(3), _devices(3), 2) as pipe, torch.no_grad():
+        with Pipe(_stages(3), stage_devices(3), 2) as pipe, torch.no_grad():
             out = pipe(ref.batch(8)[0])
         return {"output": out.detach().cpu(), "requires_grad": out.requires_grad}
     ctx.record(P_NO_GRAD, no_grad)
@@ -170,7 +160,7 @@ def probe_pipe(ctx) -> None:
     def events():
         found = {}
         for stages, rows, split in EVENT_CONFIGS:
-            with Pipe(_stages(stages), _devices(stages), split) as pipe:
+            with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
                 pipe(ref.batch(rows)[0])
                 found[schedule_key(stages, rows, split)] = [[str(kind), int(stage)]
                                                             for kind, stage in pipe.workers.events]
@@ -182,7 +172,7 @@ def probe_pipe(ctx) -> None:
         stages = _stages(3)
         stages[1] = failing = ref.FailingStage()
         outcome = ["no exception", ""]
-        with Pipe(stages, _devices(3), 2) as pipe:
+        with Pipe(stages, stage_devices(3), 2) as pipe:
             workers = [t.name for t in pipe.workers.threads]
             try:
                 pipe(ref.batch(8)[0])
@@ -197,7 +187,7 @@ def probe_pipe(ctx) -> None:
         layers = ref.build_layers(0)
         inputs, targets = ref.batch(rows)
         inputs.requires_grad_(True)
-        with Pipe(_stages(stages, layers), _devices(stages), split) as pipe:
+        with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
             ref.loss_fn(pipe(inputs), targets).backward()
         grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
                  for name, p in nn.Sequential(*layers).named_parameters()}
@@ -207,7 +197,7 @@ def probe_pipe(ctx) -> None:
     def sgd():
         stages, rows, split = SGD_CONFIG
         layers = ref.build_layers(0)
-        with Pipe(_stages(stages, layers), _devices(stages), split) as pipe:
+        with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
             optimizer = torch.optim.SGD(pipe.parameters(), lr=ref.LEARNING_RATE)
             for step in range(ref.SGD_STEPS):
                 inputs, targets = ref.batch(rows, step)
@@ -221,7 +211,7 @@ def probe_pipe(ctx) -> None:
 def swaps_for(hidden_waves: dict) -> list[Swap]:
     """The swaps of this case: the schedule replays the public fixture's waves (and the hidden ones, staff side)."""
     return [Swap("pipeline.schedule", "clock_cycles",
-                 lambda: _RecordedSchedule({**data.fixture("p2_2")["waves"], **hidden_waves}),
+                 lambda: _recorded_schedule({**data.fixture("p2_2")["waves"], **hidden_waves}),
                  "2.2 is judged apart from the student's clock_cycles (2.1)")]
 
 

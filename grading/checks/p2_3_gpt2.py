@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import nn
 
 from grading import data
+from grading.checks.common import stage_devices
 from grading.compare import assert_state_close, assert_tensor_close
 from grading.expect import expect
 from grading.references import p2_3_gpt2 as ref
@@ -44,44 +44,24 @@ P_MORE_STAGES = "more_stages_than_blocks"
 MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
 
 
-class _SequentialPipe(nn.Module):
-    """Stand-in for ``Pipe``: runs the stages one after the other on the whole batch, in the caller's thread."""
+def _sequential_pipe():
+    """Stand-in for ``Pipe``: the provided ``ModelParallel`` (the stages one after the other, no micro-batches)."""
+    from pipeline.gpt2 import ModelParallel
 
-    def __init__(self, stages: Sequence[nn.Module], devices: Sequence, split_size: int):
-        super().__init__()
-        self.stages = nn.ModuleList(stages)
-        self.devices = [torch.device(d) for d in devices]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for stage, device in zip(self.stages, self.devices):
-            x = stage(x.to(device))
-        return x
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _SequentialPipe:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        pass
+    def pipe(stages: Sequence[nn.Module], devices: Sequence, split_size: int) -> nn.Module:
+        return ModelParallel(stages, devices)
+    return pipe
 
 
-SWAPS = [Swap("pipeline.pipe", "Pipe", lambda: _SequentialPipe,
+SWAPS = [Swap("pipeline.pipe", "Pipe", _sequential_pipe,
               "2.3 is judged apart from the student's Pipe (2.2): the stages run one after the other")]
-
-
-def _devices(count: int) -> list[str]:
-    """Stage devices for ``count`` stages: GPUs round robin when there are >= 2, else all CPU."""
-    gpus = torch.cuda.device_count()
-    return [f"cuda:{k % gpus}" for k in range(count)] if gpus >= 2 else ["cpu"] * count
 
 
 def _describe_stages(gpt2, model, count: int) -> list[dict]:
     names = {id(p): name for name, p in model.named_parameters()}
     blocks = {id(b): k for k, b in enumerate(model.transformer.h)}
     described = []
-    for stage in gpt2.gpt2_stages(model, _devices(count)):
+    for stage in gpt2.gpt2_stages(model, stage_devices(count)):
         modules = list(stage.modules())
         described.append({
             "type": type(stage).__name__,
@@ -100,7 +80,7 @@ def probe_gpt2(ctx) -> None:
     from pipeline import gpt2
 
     hidden = ctx.args.get("hidden")
-    ctx.record(P_DEVICES, lambda: {n: _devices(n) for n in STAGE_COUNTS})
+    ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
 
     ctx.record(stages_part(PUBLIC), lambda: {n: _describe_stages(gpt2, ref.tiny_gpt2(), n) for n in STAGE_COUNTS})
     if hidden:
@@ -113,7 +93,7 @@ def probe_gpt2(ctx) -> None:
     def logits(mode):
         found = {}
         for impl in ("sdpa", "eager"):
-            with gpt2.build_pipeline_gpt2(ref.tiny_gpt2(impl), _devices(3), mode, ref.GPT2_SPLIT) as net:
+            with gpt2.build_pipeline_gpt2(ref.tiny_gpt2(impl), stage_devices(3), mode, ref.GPT2_SPLIT) as net:
                 out = net(ids)
             found[impl] = {"logits": out.detach().cpu(), "device": str(out.device)}
         return found
@@ -123,7 +103,7 @@ def probe_gpt2(ctx) -> None:
     def tuple_blocks():
         model = ref.tiny_gpt2("eager")
         model.transformer.h = nn.ModuleList(ref.TupleBlock(block) for block in model.transformer.h)
-        with gpt2.build_pipeline_gpt2(model, _devices(2), "model_parallel") as net:
+        with gpt2.build_pipeline_gpt2(model, stage_devices(2), "model_parallel") as net:
             return net(ids).detach().cpu()
     ctx.record(P_TUPLE_BLOCKS, tuple_blocks)
 
@@ -135,13 +115,13 @@ def probe_gpt2(ctx) -> None:
     if hidden:
         def hidden_logits():
             model = ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"])
-            with gpt2.build_pipeline_gpt2(model, _devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+            with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
                 return net(ids).detach().cpu()
         ctx.record(P_HIDDEN_LOGITS, hidden_logits)
 
     def training_step():
         model = ref.tiny_gpt2("sdpa")
-        with gpt2.build_pipeline_gpt2(model, _devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
             loss = ref.lm_loss(net(ids), ids)
             loss.backward()
         grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
@@ -199,7 +179,7 @@ def check_gpt2_stages(run, split: str) -> None:
     all_names = {name for name, _ in ref.tiny_gpt2(seed=seed, layers=layers).named_parameters()}
     for n in counts:
         _check_stages(f"gpt2_stages of a {layers}-block GPT-2 over {n} device(s)", found[n], layers,
-                      expected[str(n)], _devices(n), all_names)
+                      expected[str(n)], stage_devices(n), all_names)
     if split == HIDDEN:
         got = run.part(P_HIDDEN_LOGITS)
         assert_tensor_close(f"pipeline_parallel logits of a {layers}-block GPT-2 over 3 stages", got,

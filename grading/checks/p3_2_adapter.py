@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from grading import data
-from grading.checks.common import call_outcome, labelled
+from grading.checks.common import call_outcome, expect_refusals, labelled
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.expect import expect
 from grading.references import p3_finetune as ref
@@ -189,11 +189,8 @@ def check_in_place(run) -> None:
 @CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
                 points=3)
 def check_rejects(run) -> None:
-    for item in run.part(P_REJECTS):
-        label = f"load_adapter on a file with {item['label']}"
-        expect(item["outcome"] == "ValueError", f"{label}: expected ValueError, got {item['outcome']}")
-        expect(not item["changed"], f"{label}: raised, but had already changed {item['changed']} (check the "
-               "whole file before copying anything)")
+    expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
+                    {"changed": "check the whole file before copying anything"})
 
 
 CASES = [CASE]

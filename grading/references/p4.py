@@ -1,0 +1,101 @@
+"""The grader's own Problem 4 references: models, global batches, serial training. Never imports student code.
+
+Every expected value here is a *serial* computation on the whole global batch
+(one process, plain ``torch.optim``); nothing here buckets, shards or
+checkpoints, so nothing here is a solution of a Problem 4 function.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from grading.references.p1_2_comm import grads_of, loss_fn, params_of, shard
+
+GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
+DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4
+TRAIN_STEPS = 5
+SGD_LR, ADAM_LR = 0.1, 1e-2
+
+__all__ = ["DDPProbeNet", "ZeroNet", "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
+           "serial_training", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH", "TRAIN_STEPS"]
+
+
+class DDPProbeNet(nn.Module):
+    """Three linear layers, a frozen parameter (in no bucket) and a buffer (broadcast at construction)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        self.fc1 = nn.Linear(DDP_IN, DDP_HIDDEN)
+        self.frozen = nn.Parameter(torch.ones(DDP_HIDDEN), requires_grad=False)
+        self.fc2 = nn.Linear(DDP_HIDDEN, DDP_HIDDEN)
+        self.fc3 = nn.Linear(DDP_HIDDEN, DDP_OUT)
+        self.register_buffer("shift", torch.randn(DDP_OUT))
+        torch.random.set_rng_state(state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc1(x)) * self.frozen
+        return self.fc3(torch.tanh(self.fc2(h))) + self.shift
+
+
+class ZeroNet(nn.Module):
+    """An MLP ``sizes[0] -> sizes[1] -> ... `` (tanh between); ``last_bias`` False makes odd parameter counts."""
+
+    def __init__(self, sizes: tuple[int, ...], seed: int = 0, last_bias: bool = True):
+        super().__init__()
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        self.layers = nn.ModuleList(nn.Linear(a, b, bias=last_bias or k < len(sizes) - 2)
+                                    for k, (a, b) in enumerate(zip(sizes, sizes[1:])))
+        torch.random.set_rng_state(state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for k, layer in enumerate(self.layers):
+            x = layer(x)
+            if k < len(self.layers) - 1:
+                x = torch.tanh(x)
+        return x
+
+
+def batch(step: int, in_features: int, out_features: int, dtype: torch.dtype = torch.float32
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global batch ``step``: inputs (GLOBAL_BATCH, in_features) and targets (GLOBAL_BATCH, out_features)."""
+    g = torch.Generator().manual_seed(4000 + step)
+    x = torch.randn(GLOBAL_BATCH, in_features, generator=g)
+    y = torch.randn(GLOBAL_BATCH, out_features, generator=g)
+    return x.to(dtype), y.to(dtype)
+
+
+def flat_numel(model: nn.Module) -> int:
+    """Elements of the trainable parameters of ``model``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of every parameter and buffer of ``model`` (the broadcast covers both)."""
+    return {name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]}
+
+
+def serial_gradients(model: nn.Module, step: int, in_features: int, out_features: int) -> dict:
+    """Gradients of the mean loss over global batch ``step`` (one process, no communication)."""
+    x, y = batch(step, in_features, out_features)
+    loss_fn(model(x), y).backward()
+    return grads_of(model)
+
+
+def serial_training(model: nn.Module, optimizer_name: str, in_features: int, out_features: int,
+                    steps: int = TRAIN_STEPS, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Parameters after ``steps`` steps of ``sgd`` (lr 0.1) or ``adam`` (lr 1e-2) on the global batches 0..steps-1."""
+    optimizer = make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
+    for step in range(steps):
+        optimizer.zero_grad()
+        x, y = batch(step, in_features, out_features, dtype)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    return params_of(model)
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    """The optimizer every Problem 4 probe and reference uses for ``name`` (``sgd`` or ``adam``)."""
+    return torch.optim.SGD(params, lr=SGD_LR) if name == "sgd" else torch.optim.Adam(params, lr=ADAM_LR)
