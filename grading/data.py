@@ -26,6 +26,11 @@ SECRET_ENV = "GRADING_COURSE_SECRET"
 SECRET_FILE = Path(__file__).resolve().parent / "hidden" / "course_secret.txt"
 
 
+def fixture_key(*args: Any) -> str:
+    """The key of one call's recorded result in a fixture: its arguments joined by commas (``"10,3,0"``)."""
+    return ",".join(str(a) for a in args)
+
+
 @functools.cache
 def fixture(name: str) -> Any:
     """The public fixture ``grading/fixtures/<name>.json`` (JSON lists/dicts/numbers)."""

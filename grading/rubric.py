@@ -45,6 +45,15 @@ OPTIONAL_PROBLEMS = ("4", "5")
 PUBLIC, HIDDEN = "public", "hidden"
 
 
+def split_part(part: str, split: str) -> str:
+    """The name under which a probe records ``part`` for the inputs of ``split`` (PUBLIC or HIDDEN).
+
+    Public and hidden inputs are recorded apart, so an exception on a hidden
+    input never costs a public criterion.
+    """
+    return f"{part}_{split}"
+
+
 def problem_of(criterion_id: str) -> str:
     """``"1.2"`` for ``"1.2.grads_2rank"``."""
     return ".".join(criterion_id.split(".")[:2])

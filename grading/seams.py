@@ -16,6 +16,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from grading.data import fixture_key
+
 
 @dataclass(frozen=True)
 class Swap:
@@ -53,8 +55,7 @@ class Recorded:
         self.table, self.name = table, name
 
     def __call__(self, *args: Any) -> Any:
-        key = ",".join(str(a) for a in args)
         try:
-            return copy.deepcopy(self.table[key])
+            return copy.deepcopy(self.table[fixture_key(*args)])
         except KeyError:
             raise KeyError(f"the grader recorded no {self.name}({', '.join(map(str, args))})") from None

@@ -14,10 +14,11 @@ import random
 from collections import Counter
 
 from grading import data
+from grading.data import fixture_key
 from grading.checks.common import call_outcome
 from grading.compare import describe
 from grading.expect import CheckFailed, expect
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 from grading.seams import Recorded, Swap
 
 # (size, world_size, seed): the main inputs, and the edge cases judged by their own criterion
@@ -31,9 +32,7 @@ GLOBAL_BATCH = 8
 BAD_LOADER_ARGS = [(2, 2, 8), (-1, 2, 8), (0, 4, 3)]
 
 # Parts recorded by the probe and read by the criteria.
-def partitions_part(split: str) -> str:
-    """The part holding the partitions of every config of ``split`` (PUBLIC or HIDDEN)."""
-    return f"partitions_{split}"
+P_PARTITIONS = "partitions"    # recorded per split: split_part(P_PARTITIONS, split)
 
 
 
@@ -46,11 +45,6 @@ P_PARTITION_CLASS = "partition_class"
 P_LOADER_2 = "loader_2"
 P_LOADER_3 = "loader_3"
 P_LOADER_ERRORS = "loader_errors"
-
-
-def key(size: int, world_size: int, seed: int) -> str:
-    """The fixture key of one ``partition_indices`` call."""
-    return f"{size},{world_size},{seed}"
 
 
 def _recorded_partitions(table: dict):
@@ -95,7 +89,7 @@ def probe_partition(ctx) -> None:
 
     before = random.getstate()
     for split, configs in ctx.args["configs"].items():
-        ctx.record(partitions_part(split), lambda configs=configs: [partition_indices(*c) for c in configs])
+        ctx.record(split_part(P_PARTITIONS, split), lambda configs=configs: [partition_indices(*c) for c in configs])
     ctx.record(P_EDGE, lambda: [partition_indices(*c) for c in EDGE_CONFIGS])
     ctx.record(P_DEFAULT_SEED, lambda: partition_indices(*DEFAULT_SEED_CALL))
     ctx.record(P_SEED_PAIR, lambda: [partition_indices(100, 2, seed=1), partition_indices(100, 2, seed=2)])
@@ -146,18 +140,18 @@ def _check_sizes(label: str, parts, expected: list[list[int]]) -> None:
 
 
 def _expected(config) -> list[list[int]]:
-    return data.fixture("p1_1")["partitions"][key(*config)]
+    return data.fixture("p1_1")["partitions"][fixture_key(*config)]
 
 
 @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
 def check_coverage(run) -> None:
-    for config, parts in zip(CONFIGS, run.part(partitions_part(PUBLIC))):
+    for config, parts in zip(CONFIGS, run.part(split_part(P_PARTITIONS, PUBLIC))):
         _check_cover(_label(*config), parts, config[0], config[1])
 
 
 @CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1)
 def check_sizes(run) -> None:
-    for config, parts in zip(CONFIGS, run.part(partitions_part(PUBLIC))):
+    for config, parts in zip(CONFIGS, run.part(split_part(P_PARTITIONS, PUBLIC))):
         _check_sizes(_label(*config), parts, _expected(config))
 
 
@@ -169,7 +163,7 @@ def check_exact(run, split: str) -> None:
     else:
         hidden = data.hidden("p1_1")
         configs, expected = hidden["configs"], hidden["expected"]
-    for config, parts, want in zip(configs, run.part(partitions_part(split)), expected):
+    for config, parts, want in zip(configs, run.part(split_part(P_PARTITIONS, split)), expected):
         label = _label(*config)
         _check_cover(label, parts, config[0], config[1])
         _check_sizes(label, parts, want)
@@ -193,7 +187,7 @@ def check_edge_cases(run) -> None:
 
 @CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
 def check_deterministic(run) -> None:
-    for name in (partitions_part(PUBLIC), P_DEFAULT_SEED, P_SEED_PAIR):
+    for name in (split_part(P_PARTITIONS, PUBLIC), P_DEFAULT_SEED, P_SEED_PAIR):
         a, b = run.part(name, 0), run.part(name, 1)
         expect(a == b, f"partition_indices gives different parts in two processes whose global random "
                f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
@@ -202,7 +196,7 @@ def check_deterministic(run) -> None:
 @CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1)
 def check_rng_untouched(run) -> None:
     for rank in range(run.world_size):
-        run.part(partitions_part(PUBLIC), rank)          # only meaningful once partition_indices runs
+        run.part(split_part(P_PARTITIONS, PUBLIC), rank)          # only meaningful once partition_indices runs
         before, after = run.part(P_RNG_STATE, rank)
         expect(before == after, f"rank {rank}: the global random state changed during partition_indices: "
                "use a private random.Random(seed)")
@@ -232,7 +226,7 @@ def check_partition_class(run) -> None:
 
 def _check_loaders(label: str, per_rank: list, world_size: int) -> None:
     local = GLOBAL_BATCH // world_size
-    parts = data.fixture("p1_1")["loader"][key(len(DATASET), world_size, 1234)]
+    parts = data.fixture("p1_1")["loader"][fixture_key(len(DATASET), world_size, 1234)]
     for rank, batches in enumerate(per_rank):
         odd = [b for b in batches if isinstance(b, str)]
         expect(not odd, f"{label}: rank {rank} got {odd[0] if odd else ''} (pass collate_fn to the DataLoader)")

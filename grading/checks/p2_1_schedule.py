@@ -12,18 +12,17 @@ from __future__ import annotations
 import itertools
 
 from grading import data
+from grading.data import fixture_key
 from grading.checks.common import call_outcome
 from grading.expect import CheckFailed, expect
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (micro-batches, stages): the main inputs, and the edge cases judged by their own criterion
 SCHEDULE_CONFIGS = [(1, 1), (3, 2), (2, 3), (4, 4), (5, 1), (1, 5), (6, 3), (3, 7)]
 EDGE_SCHEDULE_CONFIGS = [(0, 1), (0, 3)]
 BAD_SCHEDULE_ARGS = [(-1, 2), (3, 0), (2, -1), (0, 0)]
 
-def schedules_part(split: str) -> str:
-    """The part holding the waves of every config of ``split`` (PUBLIC or HIDDEN)."""
-    return f"schedules_{split}"
+P_SCHEDULES = "schedules"    # recorded per split: split_part(P_SCHEDULES, split)
 
 
 
@@ -32,11 +31,6 @@ P_SCHEDULE_ERRORS = "schedule_errors"
 P_SPLIT_PLAIN = "split_plain"
 P_SPLIT_WITH_DEVICE = "split_with_device"
 P_SPLIT_SPANNING = "split_spanning"
-
-
-def key(microbatches: int, stages: int) -> str:
-    """The fixture key of one ``clock_cycles`` call."""
-    return f"{microbatches},{stages}"
 
 
 # name -> (expected stage devices, expected stages as original layer indices); layers built in _split_layers
@@ -115,7 +109,7 @@ def probe_schedule_split(ctx) -> None:
     from pipeline import partition, schedule
 
     for split, configs in ctx.args["configs"].items():
-        ctx.record(schedules_part(split), lambda configs=configs: [_waves(schedule.clock_cycles, m, n)
+        ctx.record(split_part(P_SCHEDULES, split), lambda configs=configs: [_waves(schedule.clock_cycles, m, n)
                                                                    for m, n in configs])
     ctx.record(P_EDGE_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n) for m, n in EDGE_SCHEDULE_CONFIGS])
     ctx.record(P_SCHEDULE_ERRORS, lambda: [
@@ -168,11 +162,11 @@ def _compare_schedule(m: int, n: int, got, want: list) -> None:
 def check_schedule(run, split: str) -> None:
     if split == PUBLIC:
         configs = SCHEDULE_CONFIGS
-        expected = [data.fixture("p2_1")["schedules"][key(m, n)] for m, n in configs]
+        expected = [data.fixture("p2_1")["schedules"][fixture_key(m, n)] for m, n in configs]
     else:
         hidden = data.hidden("p2_1")
         configs, expected = hidden["configs"], hidden["expected"]
-    for (m, n), got, want in zip(configs, run.part(schedules_part(split)), expected):
+    for (m, n), got, want in zip(configs, run.part(split_part(P_SCHEDULES, split)), expected):
         _compare_schedule(m, n, got, want)
 
 

@@ -23,7 +23,7 @@ from grading.checks.common import stage_devices
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.expect import CheckFailed, expect
 from grading.references import p2_2_pipe as ref
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 from grading.seams import Recorded, Swap
 
 STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probe: a lost result becomes a TimeoutError, not a hang
@@ -38,9 +38,7 @@ REPEATS = 3
 OTHER_CONFIGS = [(3, 8, 2), (3, 4, 4), (2, 4, 4), BACKWARD_CONFIG, SGD_CONFIG]   # repeated, no_grad, devices, ...
 
 P_DEVICES = "devices"
-def forward_part(split: str) -> str:
-    """The part holding ``{"output", "device"}`` of every forward config of ``split`` (PUBLIC or HIDDEN)."""
-    return f"forward_{split}"
+P_FORWARD = "forward"    # recorded per split: split_part(P_FORWARD, split)
 
 
 
@@ -104,7 +102,7 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})
     seed = ctx.args.get("data_seed", 0)
     for split, configs in ctx.args["configs"].items():
-        ctx.record(forward_part(split), lambda configs=configs, split=split: [
+        ctx.record(split_part(P_FORWARD, split), lambda configs=configs, split=split: [
             _pipe_run(Pipe, *c, seed=seed if split == HIDDEN else 0) for c in configs])
     ctx.record(P_EDGE_FORWARD, lambda: [_pipe_run(Pipe, *c) for c in EDGE_FORWARD_CONFIGS])
 
@@ -242,7 +240,7 @@ def check_pipe_forward(run, split: str) -> None:
     hidden = data.hidden("p2_2") if split == HIDDEN else None
     configs = hidden["forward_configs"] if hidden else FORWARD_CONFIGS
     seed = hidden["data_seed"] if hidden else 0
-    for (stages, rows, size), got in zip(configs, run.part(forward_part(split))):
+    for (stages, rows, size), got in zip(configs, run.part(split_part(P_FORWARD, split))):
         _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size, seed)
     if split == HIDDEN:
         return

@@ -19,15 +19,13 @@ from grading.checks.common import stage_devices
 from grading.compare import assert_state_close, assert_tensor_close
 from grading.expect import expect
 from grading.references import p2_3_gpt2 as ref
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 from grading.seams import Swap
 
 STAGE_COUNTS = (1, 2, 3)
 
 P_DEVICES = "devices"
-def stages_part(split: str) -> str:
-    """The part holding ``{n: [description of each stage]}`` for ``split`` (PUBLIC or HIDDEN)."""
-    return f"stages_{split}"
+P_STAGES = "stages"    # recorded per split: split_part(P_STAGES, split)
 
 
 
@@ -82,9 +80,10 @@ def probe_gpt2(ctx) -> None:
     hidden = ctx.args.get("hidden")
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
 
-    ctx.record(stages_part(PUBLIC), lambda: {n: _describe_stages(gpt2, ref.tiny_gpt2(), n) for n in STAGE_COUNTS})
+    ctx.record(split_part(P_STAGES, PUBLIC), lambda: {n: _describe_stages(gpt2, ref.tiny_gpt2(), n)
+                                                      for n in STAGE_COUNTS})
     if hidden:
-        ctx.record(stages_part(HIDDEN), lambda: {
+        ctx.record(split_part(P_STAGES, HIDDEN), lambda: {
             n: _describe_stages(gpt2, ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"]), n)
             for n in hidden["stage_counts"]})
 
@@ -168,7 +167,7 @@ def _check_stages(label: str, stages: list, layers: int, want_split: list, devic
 @CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, on its device",
                 points=2, hidden_points=1)
 def check_gpt2_stages(run, split: str) -> None:
-    found = run.part(stages_part(split))
+    found = run.part(split_part(P_STAGES, split))
     if split == PUBLIC:
         layers, seed, counts = ref.GPT2_LAYERS, ref.GPT2_SEED, STAGE_COUNTS
         expected = data.fixture("p2_3")["blocks_per_stage"]

@@ -12,7 +12,7 @@ from grading.checks.common import call_outcome, expect_refusals, labelled
 from grading.compare import assert_tensor_close
 from grading.expect import expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing
 BAD_APPLY = [
@@ -30,9 +30,7 @@ P_TRAINABLE = "trainable"
 P_INVALID = "invalid"
 
 
-def replace_part(split: str) -> str:
-    """The part describing the model after ``apply_lora`` on the inputs of ``split`` (PUBLIC or HIDDEN)."""
-    return f"replace_{split}"
+P_REPLACE = "replace"    # recorded per split: split_part(P_REPLACE, split)
 
 
 def _replace_inputs(split: str) -> tuple[list[str], int, float]:
@@ -72,7 +70,7 @@ def probe_apply(ctx) -> None:
         return {"same_object": result is model, "wrapped": wrapped, "others_moved": sorted(others_moved),
                 "lora_modules": new_lora, "trainable": trainable}
     for split, (targets, rank, alpha) in ctx.args["replace"].items():
-        ctx.record(replace_part(split), lambda t=targets, r=rank, a=alpha: replace(t, r, a))
+        ctx.record(split_part(P_REPLACE, split), lambda t=targets, r=rank, a=alpha: replace(t, r, a))
 
     def outputs():
         model = ref.LoRANet(0).to(device, torch.float64)
@@ -127,7 +125,7 @@ CASE = Case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeou
                 "else moves; same model returned", points=3, hidden_points=1)
 def check_replace(run, split: str) -> None:
     targets, rank, alpha = _replace_inputs(split)
-    got = run.part(replace_part(split))
+    got = run.part(split_part(P_REPLACE, split))
     call = f"apply_lora(model, {targets}, rank={rank}, alpha={alpha})"
     expect(got["same_object"], f"{call} must return the model it was given (modified in place), not a copy")
     for name, info in got["wrapped"].items():

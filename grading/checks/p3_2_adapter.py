@@ -16,16 +16,14 @@ from grading.checks.common import call_outcome, expect_refusals, labelled
 from grading.compare import assert_state_close, assert_tensor_close, describe
 from grading.expect import expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
 
 
-def save_part(split: str) -> str:
-    """The part describing the file ``save_adapter`` wrote for the inputs of ``split`` (PUBLIC or HIDDEN)."""
-    return f"save_{split}"
+P_SAVE = "save"    # recorded per split: split_part(P_SAVE, split)
 
 
 # ---------------------------------------------------------------- probe
@@ -83,11 +81,12 @@ def probe_adapter_io(ctx) -> None:
         values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
                    for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
         return {"values": values, "meta": meta, "model_changed": _changed(model, before)}
-    ctx.record(save_part(PUBLIC), lambda: save(saved, ref.ADAPTER_TARGETS, ref.RANK, "student"))
+    ctx.record(split_part(P_SAVE, PUBLIC), lambda: save(saved, ref.ADAPTER_TARGETS, ref.RANK, "student"))
     hidden = ctx.args.get("hidden")
     if hidden:
-        ctx.record(save_part(HIDDEN), lambda: save(ref.adapter_state(hidden["seed"], hidden["targets"], hidden["rank"]),
-                                                   hidden["targets"], hidden["rank"], "student_hidden"))
+        ctx.record(split_part(P_SAVE, HIDDEN), lambda: save(
+            ref.adapter_state(hidden["seed"], hidden["targets"], hidden["rank"]), hidden["targets"], hidden["rank"],
+            "student_hidden"))
 
     def restore():
         source = grader_lora_model(device, saved)
@@ -149,7 +148,7 @@ CASE = Case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, t
 @CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable", points=3,
                 hidden_points=1)
 def check_save(run, split: str) -> None:
-    got = run.part(save_part(split))
+    got = run.part(split_part(P_SAVE, split))
     hidden = data.hidden("p3_2") if split == HIDDEN else None
     expected = ref.adapter_state(hidden["seed"], hidden["targets"], hidden["rank"]) if hidden else ref.adapter_state(1)
     values = got["values"]

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 
 from grading import data
+from grading.data import fixture_key
 from grading.checks.common import call_outcome, labelled
 from grading.checks.p3_2_adapter import grader_lora_model
 from grading.compare import assert_state_close, describe
 from grading.expect import CheckFailed, expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case
+from grading.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (world_size, micro_batch, grad_accum, precision) for build_config
 CONFIGS = [(2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"), (3, 5, 2, "bf16"), (8, 2, 4, "fp32")]
@@ -30,14 +31,7 @@ P_TRAIN = "train"
 P_STUDENT_ENGINE = "student_engine"
 
 
-def config_values_part(split: str) -> str:
-    """The part holding ``build_config`` results for the inputs of ``split`` (PUBLIC or HIDDEN)."""
-    return f"config_values_{split}"
-
-
-def key(world_size: int, micro_batch: int, grad_accum: int, precision: str) -> str:
-    """The fixture key of one ``build_config`` call."""
-    return f"{world_size},{micro_batch},{grad_accum},{precision}"
+P_CONFIG_VALUES = "config_values"    # recorded per split: split_part(P_CONFIG_VALUES, split)
 
 
 # ---------------------------------------------------------------- probe
@@ -70,7 +64,7 @@ def probe_zero(ctx) -> None:
 
     if ctx.rank == 0:
         for split, configs in ctx.args["configs"].items():
-            ctx.record(config_values_part(split), lambda configs=configs: [build_config(*c) for c in configs])
+            ctx.record(split_part(P_CONFIG_VALUES, split), lambda configs=configs: [build_config(*c) for c in configs])
         ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
     def train():
@@ -133,7 +127,7 @@ def _same_value(got, want) -> bool:
 
 def _expected_configs(split: str) -> tuple[list, list[dict]]:
     if split == PUBLIC:
-        return CONFIGS, [data.fixture("p3_3")["entries"][key(*c)] for c in CONFIGS]
+        return CONFIGS, [data.fixture("p3_3")["entries"][fixture_key(*c)] for c in CONFIGS]
     hidden = data.hidden("p3_3")
     return hidden["configs"], hidden["expected"]
 
@@ -142,7 +136,7 @@ def _expected_configs(split: str) -> tuple[list, list[dict]]:
                 points=6, hidden_points=1)
 def check_config(run, split: str) -> None:
     configs, expected = _expected_configs(split)
-    for (w, m, a, p), config, entries in zip(configs, run.part(config_values_part(split)), expected):
+    for (w, m, a, p), config, entries in zip(configs, run.part(split_part(P_CONFIG_VALUES, split)), expected):
         call = f"build_config({w}, {m}, {a}, {p!r})"
         expect(isinstance(config, dict), f"{call} returned {describe(config)}, expected a dict")
         for key, want in entries.items():

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from grading.checks import p1_1_partition, p2_1_schedule, p2_2_pipe, p2_3_gpt2, p3_3_zero
-from grading.data import FIXTURE_DIR
+from grading.data import FIXTURE_DIR, fixture_key
 from grading.hidden import answers
 
 
@@ -23,10 +23,10 @@ def public_fixtures() -> dict[str, dict]:
     loader_calls = [(len(p1_1_partition.DATASET), ws, answers.DEFAULT_SEED) for ws in (2, 3)]
     return {
         "p1_1": {
-            "partitions": {p1_1_partition.key(*c): answers.partition_indices(*c) for c in p1_1_calls},
-            "loader": {p1_1_partition.key(*c): answers.partition_indices(*c) for c in loader_calls},
+            "partitions": {fixture_key(*c): answers.partition_indices(*c) for c in p1_1_calls},
+            "loader": {fixture_key(*c): answers.partition_indices(*c) for c in loader_calls},
         },
-        "p2_1": {"schedules": {p2_1_schedule.key(m, n): answers.schedule(m, n)
+        "p2_1": {"schedules": {fixture_key(m, n): answers.schedule(m, n)
                                for m, n in p2_1_schedule.SCHEDULE_CONFIGS}},
         "p2_2": {
             "waves": {k: answers.schedule(*map(int, k.split(","))) for k in p2_2_pipe.public_schedule_keys()},
@@ -36,7 +36,7 @@ def public_fixtures() -> dict[str, dict]:
         "p2_3": {"blocks_per_stage": {str(n): answers.block_split(p2_3_gpt2.ref.GPT2_LAYERS, n)
                                       for n in p2_3_gpt2.STAGE_COUNTS}},
         "p3_3": {
-            "entries": {p3_3_zero.key(*c): answers.config_entries(*c) for c in p3_3_zero.CONFIGS},
+            "entries": {fixture_key(*c): answers.config_entries(*c) for c in p3_3_zero.CONFIGS},
             "engine_config": answers.engine_config(*p3_3_zero.ENGINE_SIZES),
         },
     }
