@@ -1,4 +1,4 @@
-"""Student regions: parsing, splicing, the pristine student files and the tamper record.
+"""Student regions: parsing, splicing and the pristine student files.
 
 A region is a block of lines inside a function body::
 
@@ -15,7 +15,6 @@ local grade splices exactly like the course's grader.
 from __future__ import annotations
 
 import ast
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +182,3 @@ def kit_text(root: Path, rel: str) -> str:
     pristine = Path(root) / PRISTINE_DIR / rel
     return pristine.read_text() if pristine.is_file() else (Path(root) / rel).read_text()
 
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

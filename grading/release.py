@@ -22,8 +22,8 @@ from pathlib import Path
 
 from grading.course import COURSE_RECORD, parse_problems
 from grading.hidden import fixtures
-from grading.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, protected_text,
-                             replace_bodies, sha256, stub_body, student_files)
+from grading.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
+                             stub_body, student_files)
 from grading.rubric import DEFAULT_PROBLEMS
 
 # Never copied into a release (solution-only, staff-only or local state).
@@ -71,9 +71,10 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
     Validates everything first (markers, problems, target) and writes nothing
     when it raises: RegionError for malformed markers, FileExistsError for a
     non-empty ``out_dir``, ValueError for a target inside the kit or an
-    unknown problem. Returns the tamper record (also written to
-    ``grading/protected.json``): a SHA-256 of the protected text of every
-    student file and of every other released file.
+    unknown problem. Returns the release record (also written to
+    ``grading/protected.json``): the problems, the regions of every student
+    file and a SHA-256 of every other released file (a starter's ``grade``
+    warns when its grader files differ from them).
     """
     problems = parse_problems(",".join(problems))
     kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
@@ -96,8 +97,7 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             regions = parse_regions(text, rel)
             starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
             staged[rel] = staged[f"{PRISTINE_DIR}/{rel}"] = starter.encode()
-            record["student_files"][rel] = {"protected_sha256": sha256(protected_text(text, rel)),
-                                            "regions": [r.id for r in regions]}
+            record["student_files"][rel] = {"regions": [r.id for r in regions]}
         else:
             staged[rel] = file.read_bytes()
             if rel.split("/")[0] in STUDENT_PACKAGES:
