@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grading import KIT_ROOT, figures, report, similarity
-from grading.course import PROBLEMS_ENV, all_cases, parse_problems
+from grading.course import PROBLEMS_ENV, all_cases, chosen_problems, parse_problems
 from grading.data import SECRET_ENV, staff_side
 from grading.regions import PROTECTED_RECORD, RegionError
 from grading.rubric import PROBLEMS, selects
@@ -61,6 +61,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if problem is not None and problem not in PROBLEMS and problem not in {p.split(".")[0] for p in PROBLEMS}:
         print(f"error: unknown problem {problem!r}; choose from {', '.join(PROBLEMS)}", file=sys.stderr)
         return report.EXIT_USAGE
+    if problem is not None and problem.split(".")[0] not in chosen_problems():
+        # an optional problem the course did not pick: grade it when this kit has it (staff), else say so
+        top = problem.split(".")[0]
+        if not any((KIT_ROOT / "grading" / "checks").glob(f"p{top}_*.py")):
+            print(f"error: Problem {top} is not part of this course's kit (its problems: "
+                  f"{', '.join(chosen_problems())})", file=sys.stderr)
+            return report.EXIT_USAGE
+        os.environ[PROBLEMS_ENV] = ",".join((*chosen_problems(), top))
     if args.json:           # a placeholder until the real report replaces it: a killed grader still leaves one
         report.write_json(Path(args.json), [], ["grading started but did not finish (the grader was killed "
                                                 "or ran out of time)"])

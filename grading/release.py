@@ -24,7 +24,7 @@ from grading.course import COURSE_RECORD, parse_problems
 from grading.hidden import fixtures
 from grading.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
                              stub_body, student_files)
-from grading.rubric import DEFAULT_PROBLEMS
+from grading.rubric import DEFAULT_PROBLEMS, PROBLEMS
 
 # Never copied into a release (solution-only, staff-only or local state).
 RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "grading/pristine", "__pycache__",
@@ -65,6 +65,24 @@ def released(rel: str, problems: tuple[str, ...]) -> bool:
     return True
 
 
+def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
+    """The starter's README: ``grading/hidden/README.student.md`` with the table of the chosen problems.
+
+    The table is made from the regions themselves (problem, title, files, functions), so it cannot drift.
+    """
+    where: dict[str, dict[str, list[str]]] = {}
+    for rel in student_files(kit_root, problems):
+        for region in parse_regions((kit_root / rel).read_text(), rel):
+            functions = where.setdefault(region.id, {}).setdefault(rel, [])
+            if region.function not in functions:
+                functions.append(region.function)
+    rows = ["| problem | what | file: functions |", "|---|---|---|"]
+    for problem in sorted(where, key=lambda p: [int(x) for x in p.split(".")]):
+        files = "; ".join(f"`{rel}`: " + ", ".join(f"`{f}`" for f in fns) for rel, fns in where[problem].items())
+        rows.append(f"| {problem} | {PROBLEMS[problem]} | {files} |")
+    return STUDENT_README.read_text().replace("{problem_table}", "\n".join(rows))
+
+
 def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS) -> dict:
     """Write the student starter of ``kit_root`` for ``problems`` into ``out_dir`` (absent or empty).
 
@@ -102,7 +120,7 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             staged[rel] = file.read_bytes()
             if rel.split("/")[0] in STUDENT_PACKAGES:
                 staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
-    staged["README.md"] = STUDENT_README.read_bytes()
+    staged["README.md"] = student_readme(kit_root, problems).encode()
     for name, content in fixtures.public_fixtures().items():
         staged[f"grading/fixtures/{name}.json"] = fixtures.render(content).encode()
     staged[COURSE_RECORD] = (json.dumps({"problems": list(problems)}) + "\n").encode()

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from grading.data import staff_side
-from grading.expect import CheckFailed  # noqa: F401  (re-exported while optional-problem modules migrate)
-from grading.results import CaseRun  # noqa: F401
+from grading.results import CaseRun
 
 # Every sub-problem of the kit. Problems 1-3 are the default assignment (100 points); 4 and 5 are optional.
 PROBLEMS = {

@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.expect import CheckFailed, expect  # noqa: F401  (expect re-exported while modules migrate)
+from grading.expect import CheckFailed
 from grading.launch import launch, pick_backend
 from grading.results import CaseRun
 from grading.rubric import Case, selects

@@ -10,15 +10,14 @@ bucket assignment stored as data (``grading/fixtures/p4_buckets.json``).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
+from grading import data
 from grading.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.rubric import Case, CaseRun, CheckFailed, Criterion
-from grading.runner import expect
+from grading.expect import CheckFailed, expect
+from grading.results import CaseRun
+from grading.rubric import Case, Criterion
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "p4_buckets.json"
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
 GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0}
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
@@ -32,7 +31,7 @@ def grads_part(label: str) -> str:
 
 def bucket_fixture() -> list[dict]:
     """The public bucket cases: ``[{"bucket_mb": float, "buckets": [[names], ...]}, ...]`` for DDPProbeNet."""
-    return json.loads(FIXTURE.read_text())["cases"]
+    return data.fixture("p4_buckets")["cases"]
 
 
 # ---------------------------------------------------------------- probe (rank side)

@@ -16,8 +16,9 @@ import torch
 
 from grading.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.rubric import Case, CaseRun, CheckFailed, Criterion
-from grading.runner import expect
+from grading.expect import CheckFailed, expect
+from grading.results import CaseRun
+from grading.rubric import Case, Criterion
 
 EVEN_SIZES = (8, 16, 4)         # 212 parameters: divisible by 2, not by 3
 ODD_SIZES = (7, 5, 3)           # 55 parameters (no last bias): divisible by neither 2 nor 3

@@ -28,8 +28,9 @@ import torch.distributed as dist
 
 from grading.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.rubric import Case, CaseRun, CheckFailed, Criterion
-from grading.runner import expect
+from grading.expect import CheckFailed, expect
+from grading.results import CaseRun
+from grading.rubric import Case, Criterion
 
 SIZES = (8, 16, 4)
 TOTAL_STEPS, SAVE_STEP, EARLY_STEP = 20, 10, 5

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grading.checks import p1_1_partition, p2_1_schedule, p2_2_pipe, p2_3_gpt2, p3_3_zero
 from grading.data import FIXTURE_DIR, fixture_key
-from grading.hidden import answers
+from grading.hidden import answers, p4_hidden
 
 
 def public_fixtures() -> dict[str, dict]:
@@ -35,6 +35,7 @@ def public_fixtures() -> dict[str, dict]:
         },
         "p2_3": {"blocks_per_stage": {str(n): answers.block_split(p2_3_gpt2.ref.GPT2_LAYERS, n)
                                       for n in p2_3_gpt2.STAGE_COUNTS}},
+        "p4_buckets": p4_hidden.bucket_fixture(),
         "p3_3": {
             "entries": {fixture_key(*c): answers.config_entries(*c) for c in p3_3_zero.CONFIGS},
             "engine_config": answers.engine_config(*p3_3_zero.ENGINE_SIZES),

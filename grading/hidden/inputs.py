@@ -83,10 +83,15 @@ def _p3_3(rng: random.Random) -> dict:
     return {"configs": configs, "expected": [answers.config_entries(*c) for c in configs]}
 
 
+def _p4(rng: random.Random) -> dict:
+    # bucket caps (MiB) between a few small parameters and most of DDPProbeNet: other cuts than the public sizes
+    return {"bucket_sizes": sorted(rng.randint(300, 2400) / 2 ** 20 for _ in range(3))}
+
+
 def _p5(rng: random.Random) -> dict:
     # 3 of 4 ranks, never ranks 0-2: some rank's place in the group always differs from its global rank
     return {"group_ranks": rng.choice([[1, 2, 3], [0, 2, 3], [0, 1, 3]])}
 
 
 _BUILDERS = {"p1_1": _p1_1, "p1_2": _p1_2, "p2_1": _p2_1, "p2_2": _p2_2, "p2_3": _p2_3, "p3_1": _p3_1,
-             "p3_2": _p3_2, "p3_3": _p3_3, "p5": _p5}
+             "p3_2": _p3_2, "p3_3": _p3_3, "p4": _p4, "p5": _p5}

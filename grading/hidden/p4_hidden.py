@@ -2,22 +2,23 @@
 
 ``expected_buckets`` computes exactly what ``BucketedDDP.buckets`` must be, so
 it lives here and never ships; the public criterion reads its output stored as
-data in ``grading/fixtures/p4_buckets.json`` (``write_bucket_fixture``; a kit
-test regenerates it and compares).
+data in ``grading/fixtures/p4_buckets.json`` (written by ``python -m grading
+fixtures``; a kit test checks it is up to date). The hidden bucket sizes
+follow the course secret (``grading.hidden.inputs``).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from torch import nn
 
 from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
+from grading.data import hidden
 from grading.references import p4 as ref
-from grading.rubric import Case, CaseRun, Criterion
+from grading.results import CaseRun
+from grading.rubric import Case, Criterion
 
 PUBLIC_BUCKET_SIZES = [1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0]   # per parameter, exact fit, mid, one bucket
-HIDDEN_BUCKET_SIZES = [600 / 2 ** 20, 1088 / 2 ** 20, 1600 / 2 ** 20]
+HIDDEN_BUCKET_SIZES = hidden("p4")["bucket_sizes"]           # chosen by the course secret
 
 
 def expected_buckets(model: nn.Module, bucket_mb: float) -> list[list[str]]:
@@ -48,13 +49,6 @@ def bucket_cases(sizes: list[float]) -> list[dict]:
 def bucket_fixture() -> dict:
     """The content of ``grading/fixtures/p4_buckets.json``."""
     return {"model": "grading.references.p4.DDPProbeNet(seed=0)", "cases": bucket_cases(PUBLIC_BUCKET_SIZES)}
-
-
-def write_bucket_fixture(path: Path = p4_1_ddp.FIXTURE) -> Path:
-    """(Re)write the public bucket fixture from ``expected_buckets``; returns its path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(bucket_fixture(), indent=1) + "\n")
-    return path
 
 
 def check_hidden_buckets(run: CaseRun) -> None:

@@ -197,7 +197,7 @@ VARIANTS = [
     """, frozenset({"2.1.split_spanning"})),
     Variant("stage_computed_in_the_caller", PIPE, "forward",
             _pipe_forward("lambda out=self.stages[j](batches[i].to(self.devices[j])): out"),
-            frozenset({"2.2.stage_exception"})),
+            frozenset({"2.2.stage_exception", "2.2.moves_in_worker"})),
     Variant("blocks_detach_their_input", GPT2, "forward", """
         hidden_states = hidden_states.detach()
         mask = causal_mask(self.config, hidden_states)

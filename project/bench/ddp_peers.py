@@ -1,0 +1,241 @@
+"""Problem 4 next to its peers: BucketedDDP vs torch DDP vs Problem 1's average_gradients; ZeRO-1 memory.
+
+    python scripts/run_benchmarks.py --peers     # adds the "ddp_zero" group to performance_summary.json
+
+Two rank processes of their own (gloo on CPU, NCCL with 2 GPUs) load the
+benchmark's workload (same GPT-2 weights, same global batches) and, per
+repeat, run every variant for ``steps`` timed steps in ``rotation`` order::
+
+    bucketed_ddp       the student's BucketedDDP + finish_gradient_synchronization, AdamW
+    ddp                torch.nn.parallel.DistributedDataParallel, AdamW
+    average_gradients  backward, then Problem 1's average_gradients (one all-reduce per parameter), AdamW
+
+A step lasts as long as its slowest rank; the reported ratios are medians of
+per-repeat (paired) ratios. Then each rank measures the optimizer state it
+holds after one step: the student's ShardedOptimizer(Adam) (fp32 master
+shard + moments) and DeepSpeed ZeRO stage 1 and 2 (fp32 partitions + moments),
+next to the formula 12P/N.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from project.bench import stats
+from project.bench.tasks import Context, local_step
+from project.bench.workload import load_workload
+
+VARIANTS = ("bucketed_ddp", "ddp", "average_gradients")
+RATIOS = [("bucketed_over_ddp", "bucketed_ddp", "ddp", "BucketedDDP step time / torch DDP's (>1: ours slower)"),
+          ("average_gradients_over_ddp", "average_gradients", "ddp",
+           "Problem 1 average_gradients step time / torch DDP's"),
+          ("bucketed_over_average_gradients", "bucketed_ddp", "average_gradients",
+           "BucketedDDP step time / average_gradients' (<1: bucketing and overlap pay off)")]
+BUCKET_MB = 25.0
+
+
+def _stepper(ctx: Context, variant: str) -> Callable[[int], None]:
+    """One training step of ``variant`` on this rank's rows of global batch ``i``."""
+    from project.train_lib import lm_loss
+
+    model = ctx.model()
+    if variant == "bucketed_ddp":
+        from data_parallel.ddp import BucketedDDP
+
+        wrapper = BucketedDDP(model, bucket_mb=BUCKET_MB)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(i: int) -> None:
+            optimizer.zero_grad()
+            x, y = ctx.batch(i)
+            lm_loss(wrapper(x), y).backward()
+            wrapper.finish_gradient_synchronization()
+            optimizer.step()
+        return step
+    if variant == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        return lambda i: local_step(net, optimizer, *ctx.batch(i))
+    from data_parallel.comm import average_gradients
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return lambda i: local_step(model, optimizer, *ctx.batch(i), between=lambda: average_gradients(model))
+
+
+def _held_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor) and t.dim() >= 1)
+
+
+def _zero_memory(ctx: Context) -> dict:
+    """Optimizer-state bytes this rank holds after one step: ShardedOptimizer(Adam), DeepSpeed ZeRO-1 and -2."""
+    from data_parallel.zero1 import ShardedOptimizer
+    from finetune.zero import init_engine
+    from project.train_lib import lm_loss
+
+    x, y = ctx.batch(0)
+    model = ctx.model()
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    ours = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=1e-3)
+    lm_loss(model(x), y).backward()
+    ours.step()
+    out = {"parameters": numel, "world_size": ctx.world_size,
+           "formula_12P_over_N": 12 * math.ceil(numel / ctx.world_size), "replicated_adam_12P": 12 * numel,
+           "sharded_optimizer": ours.state_bytes()}
+    micro = x.shape[0]
+    for stage in (1, 2):
+        model = ctx.model()
+        config = {"train_batch_size": micro * ctx.world_size, "train_micro_batch_size_per_gpu": micro,
+                  "gradient_accumulation_steps": 1, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+                  "zero_optimization": {"stage": stage}, "steps_per_print": 10 ** 9}
+        engine = init_engine(model, torch.optim.Adam(model.parameters(), lr=1e-3), config)
+        loss = lm_loss(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        inner = engine.optimizer
+        masters = list(getattr(inner, "single_partition_of_fp32_groups", []))
+        state = [v for s in inner.optimizer.state.values() for v in s.values()]
+        out[f"deepspeed_zero{stage}"] = _held_bytes([*masters, *state])
+    return out
+
+
+def _rank(rank: int, world_size: int, init_method: str, workload_path: str, plan: list, steps: int,
+          warmup: int, conn) -> None:
+    """One rank: join the group, build the variants, obey ``plan`` (order per repeat), send stamps and memory."""
+    import datetime
+    import warnings
+
+    from project.train_lib import quiet_libraries
+
+    try:
+        quiet_libraries()
+        warnings.filterwarnings("ignore")     # torch's deprecation notes from inside DeepSpeed, once per rank
+        torch.set_num_threads(1)
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        backend = "nccl" if gpus >= world_size else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(minutes=10))
+        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+        ctx = Context("pair", rank, world_size, device, Path(workload_path).parent, load_workload(Path(workload_path)))
+        steppers = {variant: _stepper(ctx, variant) for variant in VARIANTS}
+        for variant in VARIANTS:
+            for i in range(warmup):
+                steppers[variant](i % steps)
+        runs = []
+        for repeat, order in enumerate(plan):
+            for variant in order:
+                stamps = []
+                for i in range(steps):
+                    dist.barrier()
+                    ctx.sync()
+                    t0 = time.perf_counter()
+                    steppers[variant](i)
+                    ctx.sync()
+                    stamps.append([t0, time.perf_counter()])
+                runs.append({"repeat": repeat, "variant": variant, "stamps": stamps})
+        conn.send(("ok", {"runs": runs, "memory": _zero_memory(ctx), "backend": backend}))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", traceback.format_exc()))
+
+
+def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: float = 600.0) -> dict:
+    """Measure the Problem 4 group on 2 fresh rank processes; return its summary (JSON-ready).
+
+    ``{"variants": {name: {"run_times_s": [...]}}, "ratios": {name: {"paired": [...], "median": m,
+    "what": ...}}, "memory_bytes": {...}, "backend": ...}``. Raises RuntimeError with a rank's
+    traceback when a rank fails or gives no answer within ``timeout_s``.
+    """
+    plan = [stats.rotation(list(VARIANTS), r) for r in range(repeats)]
+    context = multiprocessing.get_context("spawn")
+    store = Path(workload_path).parent / f"store_ddp_zero_{time.monotonic_ns()}"
+    procs, conns = [], []
+    for rank in range(2):
+        parent, child = context.Pipe()
+        proc = context.Process(target=_rank, daemon=True, args=(rank, 2, f"file://{store.resolve()}",
+                                                                str(workload_path), plan, steps, warmup, child))
+        proc.start()
+        child.close()
+        procs.append(proc)
+        conns.append(parent)
+    replies = []
+    try:
+        for rank, conn in enumerate(conns):
+            if not conn.poll(timeout_s):
+                raise RuntimeError(f"ddp_zero: rank {rank} gave no answer within {timeout_s:g} s")
+            try:
+                status, value = conn.recv()
+            except (EOFError, OSError):
+                raise RuntimeError(f"ddp_zero: rank {rank} died (exit code {procs[rank].exitcode})") from None
+            if status != "ok":
+                raise RuntimeError(f"ddp_zero: rank {rank} failed:\n{value}")
+            replies.append(value)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    return summarize(replies)
+
+
+def summarize(replies: list[dict]) -> dict:
+    """Run times per variant and repeat (slowest rank per step), paired ratios and their medians, memory."""
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for k, record in enumerate(replies[0]["runs"]):
+        ranks = [reply["runs"][k]["stamps"] for reply in replies]
+        times[record["variant"]].append(stats.run_time(ranks))
+    ratios = {}
+    for name, a, b, what in RATIOS:
+        paired = stats.paired_ratios(times[a], times[b])
+        ratios[name] = {"paired": paired, "median": stats.median(paired), "what": what}
+    return {"variants": {v: {"run_times_s": t} for v, t in times.items()}, "ratios": ratios,
+            "memory_bytes": [reply["memory"] for reply in replies], "backend": replies[0]["backend"],
+            "bucket_mb": BUCKET_MB}
+
+
+def table(summary: dict) -> str:
+    """The group's lines for the terminal: ratios, then bytes per rank next to 12P/N."""
+    lines = ["Problem 4 (2 ranks): step-time ratios, median of paired repeats"]
+    for name, ratio in summary["ratios"].items():
+        lines.append(f"  {name:34s} {ratio['median']:6.2f}   {ratio['what']}")
+    lines.append("  optimizer state per rank (bytes): rank  ShardedOptimizer  DeepSpeed ZeRO-1  ZeRO-2  12P/N  12P")
+    for rank, m in enumerate(summary["memory_bytes"]):
+        lines.append(f"  {'':33s} {rank:4d}  {m['sharded_optimizer']:16,d}  {m['deepspeed_zero1']:16,d}  "
+                     f"{m['deepspeed_zero2']:,d}  {m['formula_12P_over_N']:,d}  {m['replicated_adam_12P']:,d}")
+    return "\n".join(lines)
+
+
+def extend_summary(summary: dict, opts, figures_dir: Path) -> str:
+    """Run the group after ``suite.run`` (``--peers``), add it to ``summary`` and rewrite the summary files.
+
+    Uses the workload and raw-log folder of that run and its resolved
+    ``steps``/``warmup``/``repeats``/``timeout_s``. Problem 4 is optional: a
+    failure (e.g. an unfinished BucketedDDP) lands in ``summary["errors"]
+    ["ddp_zero"]`` and the returned text says so; nothing is raised.
+    Returns the lines to print.
+    """
+    import json
+
+    from project.bench import SUMMARY_NAME
+
+    folder = Path(summary["raw_log"]).parent
+    try:
+        summary["ddp_zero"] = run(folder / "workload.pt", opts.steps, opts.warmup, opts.repeats, opts.timeout_s)
+        text = table(summary["ddp_zero"])
+    except RuntimeError as exc:
+        summary.setdefault("errors", {})["ddp_zero"] = str(exc)
+        text = f"Problem 4 group not measured: {str(exc).strip().splitlines()[-1]}"
+    for target in (Path(figures_dir) / SUMMARY_NAME, folder / SUMMARY_NAME):
+        target.write_text(json.dumps(summary, indent=1) + "\n")
+    return text

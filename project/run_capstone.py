@@ -1,0 +1,263 @@
+"""Capstone: DDP + ZeRO-1 + sharded checkpoints, built by you, training GPT-2 on 4 ranks, with an exact resume.
+
+    python project/run_capstone.py                       # 4 ranks (gloo on CPU, NCCL on 4 GPUs), 20 steps
+    python project/run_capstone.py --resume DIR          # continue from a checkpoint folder to --steps
+
+Each rank trains the tiny GPT-2 on its rows of every global batch with your
+``BucketedDDP`` (4.1) and ``ShardedOptimizer(Adam)`` (4.2), and writes a
+sharded checkpoint at ``--save_step`` with ``save_sharded`` (4.3). Then new
+processes load that checkpoint with ``load_sharded`` and train to the end
+again; ``RESUME VERIFIED`` is printed when their losses and final parameters
+equal the straight run's bit for bit. Exit codes: 0 every invariant holds,
+1 one failed (the message says which: loss not decreasing, parameters that
+differ across ranks, optimizer memory off 12P/N, resume mismatch), 2 bad
+arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python project/run_capstone.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from project.data import ConfigError, make_collate, prepare_data
+from project.model import build_model
+from project.train_lib import (cpu_threads_per_rank, launch, lm_loss, quiet_libraries, resolve_backend, run_cli,
+                               write_json)
+
+NAME = "capstone"
+LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
+
+
+class InvariantError(RuntimeError):
+    """A capstone invariant failed; the message says which. Exit code 1."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world_size", type=int, default=4, help="ranks to start (default 4)")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all (default 20)")
+    parser.add_argument("--save_step", type=int, default=10, help="checkpoint after this many steps (default 10)")
+    parser.add_argument("--batch_size", type=int, default=16, help="global batch (sequences), split over the ranks")
+    parser.add_argument("--max_len", type=int, default=48, help="tokens per sequence at most")
+    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    parser.add_argument("--bucket_mb", type=float, default=1.0, help="BucketedDDP bucket cap in MiB")
+    parser.add_argument("--preset", default="tiny", help="model preset of project/model.py")
+    parser.add_argument("--seed", type=int, default=0, help="corpus, model and RNG seed")
+    parser.add_argument("--workdir", default="workdir", help="cache for data and tokenizer (default: workdir)")
+    parser.add_argument("--out_dir", default=None, help="run folder (default: <workdir>/out/capstone)")
+    parser.add_argument("--resume", default=None, metavar="DIR", help="continue from this checkpoint folder")
+    return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise ConfigError for sizes that cannot run."""
+    if args.world_size < 1:
+        raise ConfigError(f"--world_size must be at least 1, got {args.world_size}")
+    if args.steps < 2 or not 1 <= args.save_step < args.steps:
+        raise ConfigError(f"need --steps >= 2 and 1 <= --save_step < --steps, got {args.steps} and {args.save_step}")
+    if args.batch_size < args.world_size or args.batch_size % args.world_size:
+        raise ConfigError(f"--batch_size {args.batch_size} must be a positive multiple of --world_size "
+                          f"{args.world_size}")
+    if args.max_len < 4 or args.lr <= 0 or args.bucket_mb <= 0:
+        raise ConfigError("--max_len must be >= 4, --lr and --bucket_mb positive")
+    if args.resume and not (Path(args.resume) / "manifest.json").is_file():
+        raise ConfigError(f"--resume {args.resume}: no manifest.json there (not a save_sharded checkpoint)")
+
+
+def _data(args: argparse.Namespace):
+    """(training examples, collate): exactly ``steps * batch_size`` pairs, global batch k = pairs [kB, (k+1)B)."""
+    train, _, tokenizer = prepare_data("embedded", "bpe", Path(args.workdir), args.steps * args.batch_size, 16,
+                                       args.seed)
+    return train, make_collate(tokenizer, args.max_len), tokenizer
+
+
+def _rows(args: argparse.Namespace, train: list, collate, position: int, rank: int, world_size: int):
+    """This rank's contiguous rows of global batch ``position``."""
+    share = args.batch_size // world_size
+    start = position * args.batch_size + rank * share
+    return collate(train[start:start + share])
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def memory_profile(model: torch.nn.Module, optimizer) -> dict:
+    """Bytes this rank holds: parameters, gradients, optimizer state (fp32 master shard + Adam moments)."""
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"parameters": _tensor_bytes(p for p in model.parameters()),
+            "gradients": _tensor_bytes(p.grad for p in model.parameters() if p.grad is not None),
+            "optimizer_state": optimizer.state_bytes(), "P": numel,
+            "formula_12P_over_N": 12 * math.ceil(numel / optimizer.world_size)}
+
+
+def params_digest(model: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes, in order (equal digests: bitwise-equal parameters)."""
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
+               args: argparse.Namespace) -> None:
+    """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from data_parallel.checkpoint import load_sharded, save_sharded
+    from data_parallel.ddp import BucketedDDP
+    from data_parallel.zero1 import ShardedOptimizer
+
+    quiet_libraries()
+    backend = resolve_backend(args.backend, local_ranks)
+    if backend == "gloo":
+        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
+    else:
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(minutes=5))
+    device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
+    train, collate, tokenizer = _data(args)
+    torch.manual_seed(args.seed + rank + (1000 if args.load else 0))   # a resumed rank must get its RNG back
+    model = build_model(args.preset, tokenizer, seed=args.seed + (7 if args.load else 0)).to(device)
+    ddp = BucketedDDP(model, bucket_mb=args.bucket_mb)
+    optimizer = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=args.lr)
+    start = 0
+    if args.load:
+        start, extra = load_sharded(args.load, model, optimizer)
+        torch.set_rng_state(extra["torch_rng"])
+        start = extra["position"]
+    losses = []
+    for position in range(start, args.steps):
+        batch = _rows(args, train, collate, position, rank, world_size)
+        optimizer.zero_grad()
+        loss = lm_loss(ddp(batch["input_ids"].to(device)), batch["labels"].to(device))
+        loss.backward()
+        ddp.finish_gradient_synchronization()
+        optimizer.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append((mean / world_size).item())
+        if position + 1 == args.save_step and not args.load:
+            save_sharded(args.checkpoint, position + 1, model, optimizer,
+                         extra={"torch_rng": torch.get_rng_state(), "position": position + 1})
+    norm = torch.sqrt(sum((p.detach().double() ** 2).sum() for p in model.parameters())).item()
+    write_json(Path(args.run_dir) / f"rank{rank}.json",
+               {"rank": rank, "start": start, "losses": losses, "param_norm": norm,
+                "params_sha256": params_digest(model), "memory": memory_profile(model, optimizer),
+                "backend": backend})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: Path | None) -> list[dict]:
+    """Start the ranks (fresh processes) for one phase; return each rank's results."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for old in run_dir.glob("rank*.json"):
+        old.unlink()
+    phase = argparse.Namespace(**vars(args), load=load, checkpoint=str(checkpoint) if checkpoint else None,
+                               run_dir=str(run_dir))
+    launch(train_rank, args.world_size, phase, run_dir)
+    return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(args.world_size)]
+
+
+def print_losses(results: list[dict], label: str) -> None:
+    """The loss table: one row per step (mean over ranks of the local losses)."""
+    first = results[0]
+    print(f"{label}\n  step  loss (mean over {len(results)} ranks)")
+    for k, loss in enumerate(first["losses"]):
+        print(f"  {first['start'] + k + 1:4d}  {loss:.4f}")
+
+
+def print_memory(results: list[dict]) -> None:
+    """Per-rank bytes: parameters, gradients, optimizer state, next to ZeRO-1's 12P/N."""
+    print("per-rank memory (bytes)\n  rank  parameters  gradients  optimizer state  12P/N formula")
+    for r in results:
+        m = r["memory"]
+        print(f"  {r['rank']:4d}  {m['parameters']:10,d}  {m['gradients']:9,d}  {m['optimizer_state']:15,d}  "
+              f"{m['formula_12P_over_N']:13,d}")
+    m = results[0]["memory"]
+    print(f"  (P = {m['P']:,d} parameters; a replicated Adam would hold 12P = {12 * m['P']:,d} bytes per rank)")
+
+
+def check_invariants(results: list[dict]) -> None:
+    """Raise InvariantError unless the loss falls, the ranks agree on the parameters and memory is 12P/N."""
+    losses = results[0]["losses"]
+    k = max(1, len(losses) // 4)
+    head, tail = sum(losses[:k]) / k, sum(losses[-k:]) / k
+    if not tail < head - LOSS_NOISE:
+        raise InvariantError(f"loss not decreasing: mean of the first {k} steps {head:.4f}, of the last {k} "
+                             f"{tail:.4f} (needs a drop of more than {LOSS_NOISE})")
+    norms = [r["param_norm"] for r in results]
+    if len({r["params_sha256"] for r in results}) != 1:
+        raise InvariantError(f"parameters differ across ranks (norms {norms}): the ranks are not in sync")
+    for r in results:
+        m = r["memory"]
+        if m["optimizer_state"] != m["formula_12P_over_N"]:
+            raise InvariantError(f"rank {r['rank']} holds {m['optimizer_state']:,d} bytes of optimizer state, "
+                                 f"ZeRO-1 gives 12P/N = {m['formula_12P_over_N']:,d}")
+
+
+def verify_resume(straight: list[dict], resumed: list[dict], save_step: int) -> None:
+    """Raise InvariantError unless the resumed ranks' losses and final parameters equal the straight run's."""
+    want, got = straight[0]["losses"][save_step:], resumed[0]["losses"]
+    if got != want:
+        raise InvariantError(f"resume mismatch: losses after step {save_step} were {want}, resumed {got}")
+    for a, b in zip(straight, resumed):
+        if a["params_sha256"] != b["params_sha256"]:
+            raise InvariantError(f"resume mismatch: rank {a['rank']}'s final parameters differ from the straight "
+                                 "run's")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the capstone (or ``--resume``); return 0 when every invariant holds. Raises ConfigError, InvariantError."""
+    args = parse_args(argv)
+    check_args(args)
+    resolve_backend(args.backend, args.world_size)
+    quiet_libraries()
+    _data(args)                            # builds the corpus and tokenizer caches once, before the ranks
+    folder = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / NAME
+    if args.resume:
+        resumed = _run(args, folder / "resumed", str(Path(args.resume).resolve()), None)
+        print_losses(resumed, f"resumed from {args.resume}")
+        return 0
+    checkpoint = (folder / f"checkpoint_step{args.save_step}").resolve()
+    straight = _run(args, folder / "straight", None, checkpoint)
+    print(f"capstone: {args.world_size} ranks, backend {straight[0]['backend']}, BucketedDDP(bucket_mb="
+          f"{args.bucket_mb:g}) + ShardedOptimizer(Adam), checkpoint at step {args.save_step}")
+    print_losses(straight, "straight run")
+    print_memory(straight)
+    print(f"checkpoint manifest ({checkpoint / 'manifest.json'}):")
+    print(json.dumps(json.loads((checkpoint / "manifest.json").read_text()), indent=1))
+    check_invariants(straight)
+    resumed = _run(args, folder / "resumed", str(checkpoint), None)
+    print_losses(resumed, f"resumed from step {args.save_step} in new processes")
+    verify_resume(straight, resumed, args.save_step)
+    print("RESUME VERIFIED: losses and final parameters of the resumed run equal the straight run's bit for bit")
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``main`` with exit codes: 2 and ``error: ...`` for bad arguments, 1 and ``FAILED: ...`` for an invariant."""
+    try:
+        return run_cli(main, argv)
+    except InvariantError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

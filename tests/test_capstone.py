@@ -1,0 +1,78 @@
+"""End-to-end runs of ``project/run_capstone.py`` (BucketedDDP + ShardedOptimizer + sharded checkpoints).
+
+Small configurations of the real script: real rank processes over gloo,
+the tiny GPT-2 on the embedded corpus, a checkpoint, new processes that
+resume from it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.project
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 300
+SMALL = ["--world_size", "2", "--steps", "6", "--save_step", "3", "--batch_size", "8", "--max_len", "32"]
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "project/run_capstone.py", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+
+
+def _loss_steps(out: str) -> list[int]:
+    """The step column of the printed loss tables (rows ``  <step>  <loss>``)."""
+    rows = [line.split() for line in out.splitlines()]
+    return [int(r[0]) for r in rows if len(r) == 2 and r[0].isdigit() and r[1].replace(".", "", 1).isdigit()]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("capstone")
+
+
+def test_capstone_verifies_the_resume_and_reports_memory(work):
+    done = _run([*SMALL, "--workdir", str(work)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "RESUME VERIFIED" in out
+    assert _loss_steps(out) == [1, 2, 3, 4, 5, 6, 4, 5, 6], out              # straight run, then resumed 4..6
+    memory = [line.split() for line in out.splitlines() if len(line.split()) == 5 and line.split()[0].isdigit()]
+    assert len(memory) == 2 and all(r[3] == r[4] for r in memory), out       # optimizer state == 12P/N
+    manifest = work / "out" / "capstone" / "checkpoint_step3" / "manifest.json"
+    assert manifest.is_file() and '"world_size": 2' in out
+
+
+def test_capstone_resume_flag_continues_a_run(work):
+    checkpoint = work / "out" / "capstone" / "checkpoint_step3"
+    if not checkpoint.is_dir():
+        _run([*SMALL, "--workdir", str(work)])
+    done = _run([*SMALL, "--workdir", str(work), "--resume", str(checkpoint)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _loss_steps(done.stdout) == [4, 5, 6], done.stdout
+
+
+def test_capstone_fails_with_a_message_when_the_loss_does_not_fall(work):
+    done = _run(["--world_size", "2", "--steps", "4", "--save_step", "2", "--batch_size", "4", "--max_len", "32",
+                 "--lr", "1e-9", "--workdir", str(work), "--out_dir", str(work / "flat")])
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    assert "FAILED: loss not decreasing" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--world_size", "3", "--batch_size", "8"], "multiple of --world_size"),
+    (["--steps", "5", "--save_step", "5"], "save_step"),
+    (["--resume", "/nonexistent/folder"], "no manifest.json"),
+])
+def test_capstone_bad_arguments_exit_2_with_one_line(args, message, capsys):
+    from project.run_capstone import cli
+
+    assert cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and len(err.splitlines()) == 1
