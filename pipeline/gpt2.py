@@ -7,10 +7,12 @@ head. Over ``n`` devices it becomes ``n`` stages, each an ``nn.Sequential``::
     stage k:     Blocks(h[...])
     stage n-1:   Blocks(h[... : n_layer]), LMHead (ln_f + lm_head)
 
-(with one device, stage 0 holds all four). Blocks are split evenly: every
-stage gets ``n_layer // n`` blocks and the first ``n_layer % n`` stages one
-more. The stages share their parameters with the model (no copies), so
-gradients land in ``model.parameters()``.
+(with one device, stage 0 is Embeddings, Blocks(h[0 : n_layer]), LMHead:
+three modules). Blocks are split evenly: every stage gets ``n_layer // n``
+blocks and the first ``n_layer % n`` stages one more; a stage whose share is
+zero blocks (more devices than blocks) still holds an empty ``Blocks``. The
+stages share their parameters with the model (no copies), so gradients land
+in ``model.parameters()``.
 
 Two ways to run the stages (``build_pipeline_gpt2``):
 - ``model_parallel``: the whole batch goes through stage 0, then stage 1, ...
@@ -19,13 +21,14 @@ Two ways to run the stages (``build_pipeline_gpt2``):
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline import pipe
+from pipeline import pipe, runtime
 
 MODES = ("model_parallel", "pipeline_parallel")
 
@@ -160,7 +163,9 @@ class ModelParallel(nn.Module):
     """Naive model parallelism: the whole batch through stage 0 on ``devices[0]``, then stage 1, ...
 
     Only one device works at a time; compare with ``Pipe``. ``close()`` is a
-    no-op, for symmetry with ``Pipe``.
+    no-op, for symmetry with ``Pipe``. ``timeline`` records one dict per stage
+    call (``stage``, ``task_index``, ``start``, ``end``), like ``Pipe``'s
+    ``workers.timeline``.
     """
 
     def __init__(self, stages: Sequence[nn.Module], devices: Sequence[torch.device | str]):
@@ -169,10 +174,15 @@ class ModelParallel(nn.Module):
             raise ValueError(f"ModelParallel got {len(stages)} stages but {len(devices)} devices")
         self.stages = nn.ModuleList(stages)
         self.devices = [torch.device(d) for d in devices]
+        self.timeline = runtime.RecordList()
+        self._calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for stage, device in zip(self.stages, self.devices):
+        for j, (stage, device) in enumerate(zip(self.stages, self.devices)):
+            start = time.perf_counter()
             x = stage(x.to(device))
+            self.timeline.append({"stage": j, "task_index": self._calls, "start": start, "end": time.perf_counter()})
+        self._calls += 1
         return x
 
     def close(self) -> None:

@@ -14,16 +14,21 @@ submission order.
 Everything is recorded for inspection: ``events`` lists ("submit", stage) and
 ("receive", stage) in call order, ``threads`` holds the worker threads and
 ``timeline`` one dict per finished task with ``time.perf_counter`` start and
-end stamps (``plot_timeline``-ready). ``events`` and ``timeline`` keep the
-most recent ``RECORD_LIMIT`` entries (``.clear()`` them between steps to
-look at one step).
+end stamps (``plot_timeline``-ready). ``events`` and ``timeline`` are lists
+(``RecordList``: slicing, ``==`` with a list) that keep the most recent
+``RECORD_LIMIT`` entries, up to a tenth more between trims (``.clear()``
+them between steps to look at one step).
+
+A task runs under the grad mode and the autocast state (``torch.autocast``
+on CPU and CUDA) its caller had when it was submitted, so ``with
+torch.autocast(...)`` around a pipeline's forward reaches the stages.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +37,33 @@ import torch
 DEFAULT_TIMEOUT = 300.0   # seconds a receive waits for its result before raising TimeoutError
 RECORD_LIMIT = 100_000     # entries kept in ``events`` and ``timeline``
 _STOP = object()           # sentinel that ends a worker loop
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+class RecordList(list):
+    """A ``list`` that keeps only its most recent ``limit`` entries (thread-safe ``append``).
+
+    It is a real list (slicing, indexing, ``==`` with a list, ``len``,
+    ``clear``); once it grows past ``limit`` by a tenth, the oldest entries
+    are dropped down to ``limit`` (amortised: not one shift per append).
+    """
+
+    def __init__(self, limit: int = RECORD_LIMIT):
+        super().__init__()
+        self.limit = int(limit)
+        self._lock = threading.Lock()
+
+    def append(self, item: Any) -> None:
+        """Add ``item`` at the end; drop the oldest entries beyond ``limit`` now and then."""
+        with self._lock:
+            super().append(item)
+            if len(self) > self.limit + max(1, self.limit // 10):
+                del self[:len(self) - self.limit]
+
+
+def _autocast_state() -> list[tuple[str, torch.dtype]]:
+    """The (device type, dtype) pairs for which the calling thread has autocast enabled."""
+    return [(d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d)]
 
 
 class StageWorkers:
@@ -49,8 +81,8 @@ class StageWorkers:
         self.devices = [torch.device(d) for d in devices]
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         # Bounded, so a long training run does not grow them forever: the most recent RECORD_LIMIT entries.
-        self.events: deque[tuple[str, int]] = deque(maxlen=RECORD_LIMIT)
-        self.timeline: deque[dict[str, Any]] = deque(maxlen=RECORD_LIMIT)
+        self.events: RecordList = RecordList(RECORD_LIMIT)
+        self.timeline: RecordList = RecordList(RECORD_LIMIT)
         self._tasks: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.devices]
         self._results: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.devices]
         self._submitted = [0] * len(self.devices)
@@ -68,8 +100,8 @@ class StageWorkers:
 
         The worker runs ``fn`` under the grad mode the caller has *now*
         (``torch.is_grad_enabled()``), so ``with torch.no_grad(): pipe(x)``
-        builds no graph. Raises RuntimeError after ``close()`` and IndexError
-        for an unknown stage.
+        builds no graph, and under the caller's autocast state. Raises
+        RuntimeError after ``close()`` and IndexError for an unknown stage.
         """
         self._check_stage(stage)
         if self._closed:
@@ -77,7 +109,7 @@ class StageWorkers:
         self.events.append(("submit", stage))
         index = self._submitted[stage]
         self._submitted[stage] += 1
-        self._tasks[stage].put((index, fn, torch.is_grad_enabled()))
+        self._tasks[stage].put((index, fn, torch.is_grad_enabled(), _autocast_state()))
         return index
 
     def receive(self, stage: int, timeout: float | None = None) -> Any:
@@ -113,6 +145,7 @@ class StageWorkers:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called."""
         return self._closed
 
     def __enter__(self) -> StageWorkers:
@@ -154,10 +187,12 @@ class StageWorkers:
             task = tasks.get()
             if task is _STOP:
                 return
-            index, fn, grad_enabled = task
+            index, fn, grad_enabled, autocasts = task
             start = time.perf_counter()
             try:
-                with torch.set_grad_enabled(grad_enabled):
+                with torch.set_grad_enabled(grad_enabled), contextlib.ExitStack() as stack:
+                    for device_type, dtype in autocasts:
+                        stack.enter_context(torch.autocast(device_type, dtype=dtype))
                     result = (True, fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
                 exc.add_note(f"(raised in the worker of pipeline stage {stage} on {device}, task {index}; "

@@ -107,17 +107,18 @@ def load_translation_splits(dataset: str, workdir: Path, n_train: int | None = N
             raise
         except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files
             cause = exc.__cause__ or exc
-            raise ConfigError(f"could not read dataset folder {dataset!r}: {type(cause).__name__}: {cause}. "
+            raise ConfigError(f"--dataset: could not read dataset folder {dataset!r}: {type(cause).__name__}: {cause}. "
                               f"Rows must be {{\"translation\": {{\"de\": ..., \"en\": ...}}}}") from None
     elif _looks_like_path(dataset):
-        raise ConfigError(f"dataset {dataset!r} not found: give 'embedded', a folder of train/validation .jsonl "
+        raise ConfigError(f"--dataset {dataset!r} not found: give 'embedded', a folder of train/validation .jsonl "
                           f"files, or a hub name like bbaaaa/iwslt14-de-en-preprocess")
     else:
         try:
             raw = datasets.load_dataset(dataset)
         except Exception as exc:  # noqa: BLE001 - any failure here means "cannot use this dataset"
-            raise ConfigError(f"could not load dataset {dataset!r} ({type(exc).__name__}: {exc}). Without network, "
-                              f"use the default --dataset embedded or a local folder of .jsonl files") from None
+            raise ConfigError(f"--dataset: could not load dataset {dataset!r} ({type(exc).__name__}: {exc}). "
+                              f"Without network, use the default --dataset embedded or a local folder of .jsonl "
+                              f"files") from None
         if "validation" not in raw and "test" in raw:
             raw["validation"] = raw["test"]
     splits = {}
@@ -179,7 +180,7 @@ def load_tokenizer(name: str, train_texts: list[str], workdir: Path, vocab_size:
     try:
         tok = AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # noqa: BLE001
-        raise ConfigError(f"could not load tokenizer {name!r} ({type(exc).__name__}: {exc}); "
+        raise ConfigError(f"--tokenizer: could not load tokenizer {name!r} ({type(exc).__name__}: {exc}); "
                           f"the default --tokenizer bpe needs no network") from None
     extra = {}
     if tok.pad_token is None:

@@ -8,10 +8,14 @@ weights with ``from_pretrained`` instead (needs network or the hub cache).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from project.data import ConfigError
+
+if TYPE_CHECKING:   # transformers is imported where a model is built: entry points refuse bad options faster
+    from transformers import GPT2LMHeadModel
 
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128, n_positions=128,
@@ -33,6 +37,8 @@ def build_model(preset: str, tokenizer, pretrained: str | None = None, seed: int
     Raises ConfigError for an unknown preset or a pretrained model that
     cannot be loaded.
     """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     if pretrained:
         try:
             model = GPT2LMHeadModel.from_pretrained(pretrained)
@@ -50,6 +56,14 @@ def build_model(preset: str, tokenizer, pretrained: str | None = None, seed: int
         torch.manual_seed(seed)
         model = GPT2LMHeadModel(config)
     return model.float().train()
+
+
+def enable_activation_checkpointing(model: GPT2LMHeadModel) -> None:
+    """Recompute each GPT-2 block's activations in backward instead of keeping them (non-reentrant)."""
+    if hasattr(model, "activation_checkpointing_enable"):   # transformers >= 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:

@@ -5,13 +5,14 @@
 - ``throughput.png``: real tokens per second (median over epochs) of every
   data-parallel world size and both pipeline modes that have metrics;
 - ``pipeline_timeline.png``: one recorded training step per mode, a bar per
-  stage task (forward passes only: backward runs in autograd's own threads).
+  stage task (forward passes only: backward runs in autograd's own threads);
+- ``training_curves.png``: loss and gradient norm per optimizer step of every
+  run with a ``metrics.jsonl``, divergence-guard rollbacks marked.
 For the graded figures and ``performance_summary.json`` use
 ``scripts/run_benchmarks.py``; this script only draws your own runs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,7 +22,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python project/plot.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from project.cli import Parser
 from project.data import ConfigError
+from project.metrics import METRICS_FILE, read_steps
 from project.train_lib import run_cli
 
 
@@ -39,13 +42,43 @@ def collect(out: Path) -> dict[str, dict]:
     return runs
 
 
+def step_logs(out: Path) -> dict[str, tuple[list[dict], list[dict]]]:
+    """``{label: (step lines, event lines)}`` of every ``metrics.jsonl`` under ``out`` (label: its folder)."""
+    return {path.parent.relative_to(out).as_posix(): read_steps(path)
+            for path in sorted(out.rglob(METRICS_FILE)) if "checkpoints" not in path.parts}
+
+
+def draw_curves(logs: dict[str, tuple[list[dict], list[dict]]], path: Path) -> Path:
+    """Loss and gradient norm against the optimizer step, one line per run; rollbacks as red crosses."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_norm) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
+    for k, (label, (steps, events)) in enumerate(logs.items()):
+        color = f"C{k % 10}"
+        ax_loss.plot([s["step"] for s in steps], [s["loss"] for s in steps], color=color, label=label, lw=1)
+        normed = [s for s in steps if s["grad_norm"] is not None]
+        ax_norm.plot([s["step"] for s in normed], [s["grad_norm"] for s in normed], color=color, lw=1)
+        marks = [e for e in events if isinstance(e.get("loss"), (int, float))]
+        ax_loss.scatter([e["step"] for e in marks], [e["loss"] for e in marks], marker="x", color="red", zorder=3)
+    ax_loss.set_ylabel("training loss")
+    ax_loss.set_yscale("log")
+    ax_norm.set_ylabel("gradient norm")
+    ax_norm.set_xlabel("optimizer step")
+    ax_loss.legend(fontsize=7)
+    ax_loss.set_title("per optimizer step (metrics.jsonl); x = step refused by the divergence guard", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _written_at(path: Path) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     """Draw the figures; return their paths. Raises ConfigError when there is nothing to plot."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="project/plot.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default="workdir")
     parser.add_argument("--out_dir", default=None, help="default: <workdir>/out/plots")
     args = parser.parse_args(argv)
@@ -94,6 +127,9 @@ def main(argv: list[str] | None = None) -> list[Path]:
         written.append(folder / "pipeline_timeline.png")
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
+    logs = {label: log for label, log in step_logs(Path(args.workdir) / "out").items() if log[0]}
+    if logs:
+        written.append(draw_curves(logs, folder / "training_curves.png"))
     print("wrote " + ", ".join(str(p) for p in written))
     return written
 

@@ -3,21 +3,22 @@
     python project/run_data_parallel.py --world_size 2            # starts 2 ranks itself
     torchrun --nproc_per_node 2 project/run_data_parallel.py     # or let torchrun start them
 
-Each rank trains the same model on its ``partition_dataset`` slice of every
-global batch (``--batch_size`` is global) through ``train_step``, which calls
-your ``average_gradients``. Backend ``auto`` picks NCCL (one GPU per rank)
-when there are enough GPUs, else gloo on the CPU. Per rank it writes
-``metrics_rank<r>.json`` (per epoch: training time, real tokens per second,
-mean training loss; validation loss before and after training), and rank 0
-writes ``summary.json``, to ``<workdir>/out/data_parallel/world<N>/``.
+Each rank joins the group with your ``setup_process_group``, trains the same
+model on its ``partition_dataset`` slice of every global batch
+(``--batch_size`` is global, per forward/backward) and averages gradients
+with your ``average_gradients`` once per optimizer step (after
+``--grad_accum`` batches; the loop is ``project/loop.py``). Backend ``auto``
+picks NCCL (one GPU per rank) when there are enough GPUs, else gloo on the
+CPU. Per rank it writes ``metrics_rank<r>.json`` (per epoch: training time,
+real tokens per second, mean training loss; validation loss before and
+after training), rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one
+line per optimizer step), to ``<workdir>/out/data_parallel/world<N>/``.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
@@ -25,91 +26,104 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
 
 import torch
 
+from project import readiness
+from project.cli import Parser
 from project.data import ConfigError, make_collate, prepare_data
-from project.model import build_model, count_parameters
-from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate,
-                               launch_and_summarise, lm_loss, log, out_dir, print_epochs, progress, quiet_libraries,
-                               resolve_backend, run_cli, torchrun_env, write_json)
+from project.devices import thread_facts
+from project.metrics import summarize
+from project.model import build_model, count_parameters, enable_activation_checkpointing
+from project.train_lib import (add_common_args, add_launch_args, add_training_args, check_training_args,
+                               check_world, join_group, launch_and_summarise, lm_loss, out_dir,
+                               print_outcome, quiet_libraries, run_cli, validation_loss, world_of, write_json)
 
 NAME = "data_parallel"
+COMMAND = "project/run_data_parallel.py"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world_size", type=int, default=2, help="ranks to start (under torchrun: its own)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this entry point (every option range-checked while parsing)."""
+    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_launch_args(parser)
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="sgd makes runs comparable to fp32 rounding (Adam amplifies noise in ~zero gradients)")
     parser.add_argument("--save_state", default=None, help="rank 0 saves the final state_dict here (torch.save)")
     add_common_args(parser, batch_size=32, n_epochs=3, lr=1e-3)
-    return parser.parse_args(argv)
+    add_training_args(parser)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
+    return build_parser().parse_args(argv)
 
 
 def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
     """Raise ConfigError when the run cannot be split over ``world_size`` ranks."""
-    if world_size < 1:
-        raise ConfigError(f"--world_size must be at least 1, got {world_size}")
-    if world_size > n_train:
-        raise ConfigError(f"world size {world_size} is larger than the training data ({n_train} pairs): "
-                          f"some ranks would get nothing")
+    check_world(world_size, n_train)
     if args.batch_size % world_size:
         raise ConfigError(f"--batch_size {args.batch_size} (global) is not divisible by world size {world_size}")
+    if args.save_state and Path(args.save_state).is_dir():
+        raise ConfigError(f"--save_state {args.save_state!r} is a folder; give a file name")
+
+
+def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
+    """What a checkpoint of this run records and a ``--resume`` must match."""
+    return {"entry": NAME, "world_size": world_size, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
+            "preset": args.preset, "optimizer": args.optimizer, "seed": args.seed}
 
 
 def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
                args: argparse.Namespace) -> None:
     """One rank, top to bottom: join the group, load data and model, train, evaluate, write metrics."""
-    from data_parallel.comm import setup_process_group, train_step
+    from data_parallel.comm import average_gradients
     from data_parallel.dataset import partition_dataset
     import torch.distributed as dist
 
+    from project.loop import LoopParts, make_scheduler, prepare_run, steps_per_epoch, train
+
     quiet_libraries()
-    backend = resolve_backend(args.backend, local_ranks)
-    if backend == "gloo":
-        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
-    setup_process_group(rank, world_size, backend, init_method=init_method, timeout=datetime.timedelta(minutes=10))
-    device = torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
+    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend)
     quiet = args.quiet or rank != 0
 
-    train, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                           args.n_valid, args.seed)
-    check_args(args, world_size, len(train))
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)
+    check_args(args, world_size, len(train_set))
     collate = make_collate(tokenizer, args.max_len)
     model = build_model(args.preset, tokenizer, args.pretrained, args.seed).to(device)
+    if args.grad_ckpt:
+        enable_activation_checkpointing(model)
     if args.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    loader = partition_dataset(rank, world_size, train, args.batch_size, collate)
+    loader = partition_dataset(rank, world_size, train_set, args.batch_size, collate)
+    scheduler = make_scheduler(optimizer, args.lr_schedule,
+                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
+    folder = out_dir(args, f"{NAME}/world{world_size}")
 
-    def validation_loss() -> float:
-        model.eval()
-        loss = evaluate(model, valid, collate, 64, device, quiet)
-        model.train()
-        return loss
+    def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t)
+        return t
 
+    spec, step_log, before = prepare_run(args, folder, rank, resume_meta(args, world_size),
+                                         lambda: validation_loss(model, valid, collate, device, quiet))
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
                "preset": args.preset, "parameters": count_parameters(model), "global_batch_size": args.batch_size,
-               "examples_on_rank": len(loader.dataset), "val_loss_before": validation_loss(), "epochs": []}
-    for epoch in range(args.n_epochs):
-        dist.barrier()
-        start, tokens, losses = time.perf_counter(), 0, []
-        for batch in progress(loader, quiet, desc=f"epoch {epoch}", unit="batch"):
-            inputs, labels = batch["input_ids"].to(device), batch["labels"].to(device)
-            losses.append(train_step(model, optimizer, inputs, labels, lm_loss))
-            tokens += int(batch["attention_mask"].sum())   # real tokens, no padding
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        metrics["epochs"].append({"epoch": epoch, "train_time_s": seconds, "tokens": tokens,
-                                  "tokens_per_s": tokens / seconds, "train_loss": sum(losses) / max(len(losses), 1),
-                                  "steps": len(losses)})
-        log(f"rank {rank} epoch {epoch}: train loss {metrics['epochs'][-1]['train_loss']:.4f}, "
-            f"{tokens / seconds:,.0f} tokens/s, {seconds:.1f} s", args.quiet)
-    metrics["val_loss_after"] = validation_loss()
-    folder = out_dir(args, f"{NAME}/world{world_size}")
+               "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
+               **thread_facts(),
+               "examples_on_rank": len(loader.dataset), "val_loss_before": before}
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader,
+                      loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
+                                                                  batch["labels"]),
+                      device=device, rank=rank, world_size=world_size, reduce_grads=lambda: average_gradients(model),
+                      all_reduce_sum=all_reduce_sum, barrier=dist.barrier, step_log=step_log)
+    dist.barrier()
+    result = train(parts, spec)
+    step_log.close()
+    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+                "stopped_early": result["stopped_early"],
+                "val_loss_after": validation_loss(model, valid, collate, device, quiet)}
     write_json(folder / f"metrics_rank{rank}.json", metrics)
     if args.save_state and rank == 0:
         Path(args.save_state).parent.mkdir(parents=True, exist_ok=True)
@@ -117,46 +131,32 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
     dist.barrier()   # every rank's metrics file is written
     if rank == 0:
         per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
-        write_json(folder / "summary.json", summarize(per_rank))
+        write_json(folder / "summary.json", summarize(per_rank, keep=(
+            "grad_accum", "precision", "grad_ckpt", "torch_threads", "thread_policy", "optimizer_steps",
+            "rollbacks", "stopped_early")))
     dist.destroy_process_group()
-
-
-def summarize(per_rank: list[dict]) -> dict:
-    """Whole-run numbers from the per-rank metrics: per epoch, all ranks' tokens over the slowest rank's time."""
-    epochs = []
-    for e in range(len(per_rank[0]["epochs"])):
-        rows = [m["epochs"][e] for m in per_rank]
-        seconds = max(r["train_time_s"] for r in rows)
-        tokens = sum(r["tokens"] for r in rows)
-        epochs.append({"epoch": e, "train_time_s": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
-                       "train_loss": sum(r["train_loss"] for r in rows) / len(rows)})
-    return {"world_size": per_rank[0]["world_size"], "backend": per_rank[0]["backend"],
-            "preset": per_rank[0]["preset"], "epochs": epochs,
-            "val_loss_before": per_rank[0]["val_loss_before"], "val_loss_after": per_rank[0]["val_loss_after"]}
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Train on every rank; return the run summary (None on ranks other than torchrun's rank 0).
 
-    Raises ConfigError for bad arguments before any rank starts.
+    Raises ConfigError for bad arguments and unwritten Problem 1 code before any rank starts.
     """
     args = parse_args(argv)
-    env = torchrun_env()
-    world_size, local_ranks = (env[1], env[3]) if env else (args.world_size, args.world_size)
-    check_common_args(args)
-    resolve_backend(args.backend, local_ranks)
+    readiness.ensure_ready(COMMAND, readiness.DATA_PARALLEL)
+    world_size, local_ranks, backend = world_of(args)
+    check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
     quiet_libraries()
-    train, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
-                               args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
-    check_args(args, world_size, len(train))
+    train_set, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
+                                   args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
+    check_args(args, world_size, len(train_set))
     folder = out_dir(args, f"{NAME}/world{world_size}")
     summary = launch_and_summarise(train_rank, world_size, args, folder)
     if summary is None:
         return None
-    print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}")
-    print_epochs(summary)
-    print(f"  validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f}")
-    print(f"  metrics: {folder}")
+    print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "
+          f"{summary['optimizer_steps']} optimizer steps of {args.grad_accum} x {args.batch_size} sequences")
+    print_outcome(summary, folder)
     return summary
 
 

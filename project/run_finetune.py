@@ -1,7 +1,8 @@
-"""LoRA fine-tuning of GPT-2 with DeepSpeed ZeRO-2, with your Problem 3 code.
+"""LoRA fine-tuning of GPT-2 with DeepSpeed ZeRO-2 (or 3), with your Problem 3 code.
 
     python project/run_finetune.py                      # 2 ranks, gloo on CPU (NCCL with 2 GPUs)
     python project/run_finetune.py --pretrained gpt2    # real GPT-2 weights (needs the hub)
+    python project/run_finetune.py --zero_stage 3 --offload cpu   # ZeRO-3, optimizer state offloaded to CPU
 
 GPT-2's ``Conv1D`` projections become ``nn.Linear`` (``conv1d_to_linear``),
 your ``apply_lora`` puts adapters on the attention (``c_attn``, ``c_proj``)
@@ -11,21 +12,20 @@ your ``train_microbatch``; each rank reads its ``partition_dataset`` part.
 Afterwards rank 0 saves the adapter (``save_adapter``, plus a PEFT-format
 copy), loads it into a fresh model (``load_adapter``) and checks that the
 validation loss is the same. Reported: trainable parameters, and each
-rank's optimizer-state bytes against the ZeRO-2 formula (Adam keeps two fp32
+rank's optimizer-state bytes against the ZeRO formula (Adam keeps two fp32
 states per trainable parameter, split over the ranks: 8 * P / N bytes).
-Writes ``metrics_rank<r>.json`` and ``summary.json`` to
+``--zero_stage``/``--offload`` adapt a copy of your ``build_config``'s
+result (``project/zero_loop.py``). Writes ``metrics_rank<r>.json``,
+``summary.json`` and ``metrics.jsonl`` (one line per optimizer step) to
 ``<workdir>/out/finetune/``. Start from a full-model checkpoint with
 ``--base_state`` (e.g. one written by ``run_data_parallel.py --save_state``).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
-import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -34,43 +34,56 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 
 import torch
 
+from project import readiness
+from project.cli import Parser, float_above, int_at_least
 from project.data import ConfigError, make_collate, prepare_data
-from project.model import build_model, count_parameters
-from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate,
-                               launch_and_summarise, lm_loss, log, out_dir, print_epochs, progress, quiet_libraries,
-                               resolve_backend, run_cli, torchrun_env, write_json)
+from project.devices import thread_facts
+from project.metrics import summarize
+from project.model import build_model, count_parameters, enable_activation_checkpointing
+from project.train_lib import (add_common_args, add_launch_args, add_training_args, check_training_args,
+                               check_world, join_group, launch_and_summarise, lm_loss, out_dir,
+                               print_outcome, quiet_libraries, run_cli, validation_loss, world_of, write_json)
+from project.zero_loop import OFFLOADS, ZERO_STAGES
 
 NAME = "finetune"
+COMMAND = "project/run_finetune.py"
 LORA_SUFFIXES = ("c_attn", "c_proj", "c_fc")   # attention qkv + output, MLP in + out
 ADAM_STATE_BYTES = 8                           # exp_avg + exp_avg_sq, fp32, per trainable parameter
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world_size", type=int, default=2, help="ranks to start (under torchrun: its own)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
-    parser.add_argument("--micro_batch", type=int, default=16, help="sequences per rank per micro-batch")
-    parser.add_argument("--grad_accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    parser.add_argument("--lora_rank", type=int, default=8)
-    parser.add_argument("--lora_alpha", type=float, default=16.0)
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this entry point (every option range-checked while parsing)."""
+    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_launch_args(parser)
+    parser.add_argument("--micro_batch", type=int_at_least(1), default=16, help="sequences per rank per micro-batch")
+    parser.add_argument("--zero_stage", type=int, choices=ZERO_STAGES, default=2,
+                        help="2: optimizer state and gradients sharded; 3: parameters too")
+    parser.add_argument("--offload", choices=OFFLOADS, default="none",
+                        help="cpu: keep the optimizer state (and its step) in CPU memory")
+    parser.add_argument("--lora_rank", type=int_at_least(1), default=8)
+    parser.add_argument("--lora_alpha", type=float_above(0.0), default=16.0)
     parser.add_argument("--base_state", default=None, help="full-model state_dict to start from (torch.save)")
     add_common_args(parser, batch_size=None, n_epochs=3, lr=3e-3)
-    return parser.parse_args(argv)
+    add_training_args(parser)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
+    return build_parser().parse_args(argv)
+
+
+def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
+    """What a checkpoint of this run records and a ``--resume`` must match."""
+    return {"entry": NAME, "world_size": world_size, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
+            "zero_stage": args.zero_stage, "offload": args.offload, "preset": args.preset,
+            "lora_rank": args.lora_rank, "seed": args.seed}
 
 
 def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
     """Raise ConfigError for sizes that cannot work."""
-    for name in ("micro_batch", "grad_accum", "lora_rank"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if world_size < 1:
-        raise ConfigError(f"--world_size must be at least 1, got {world_size}")
-    if world_size > n_train:
-        raise ConfigError(f"world size {world_size} is larger than the training data ({n_train} pairs): "
-                          f"some ranks would get nothing")
+    check_world(world_size, n_train)
     if args.base_state and not Path(args.base_state).is_file():
         raise ConfigError(f"--base_state {args.base_state!r} is not a file")
 
@@ -107,114 +120,101 @@ def optimizer_state_bytes(engine) -> tuple[int, int]:
 def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
                   args: argparse.Namespace) -> None:
     """One rank: group, data, LoRA model, DeepSpeed engine, training, metrics; rank 0 checks the adapter."""
-    from data_parallel.comm import setup_process_group
     from data_parallel.dataset import partition_dataset
     from finetune.lora import adapter_parameters, load_adapter, save_adapter
     from finetune.peft_io import export_peft_adapter
     from finetune.zero import build_config, init_engine, train_microbatch
     import torch.distributed as dist
 
+    from project.loop import make_scheduler, prepare_run, steps_per_epoch
+    from project.zero_loop import gathered, train_engine, zero_config
+
     quiet_libraries()
-    backend = resolve_backend(args.backend, local_ranks)
-    if backend == "gloo":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")   # gloo means CPU tensors; also spares a warning
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*", category=FutureWarning)
-    if backend == "gloo":
-        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
-    setup_process_group(rank, world_size, backend, init_method=init_method, timeout=datetime.timedelta(minutes=10))
+    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*",
+                            category=FutureWarning)
+    backend, _ = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend)
     quiet = args.quiet or rank != 0
 
     train, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                            args.n_valid, args.seed)
     collate = make_collate(tokenizer, args.max_len)
     model = lora_model(args, tokenizer)
-    trainable = count_parameters(model, trainable_only=True)
-    optimizer = torch.optim.AdamW(list(adapter_parameters(model).values()), lr=args.lr)
-    config = build_config(world_size, args.micro_batch, args.grad_accum, args.precision)
+    if args.grad_ckpt:
+        enable_activation_checkpointing(model)
+    trainable, n_params = count_parameters(model, trainable_only=True), count_parameters(model)   # before ZeRO-3
+    adapters = list(adapter_parameters(model).values())
+    optimizer = torch.optim.AdamW(adapters, lr=args.lr)
+    loader = partition_dataset(rank, world_size, train, world_size * args.micro_batch, collate)
+    scheduler = make_scheduler(optimizer, args.lr_schedule,
+                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
+    config = zero_config(build_config(world_size, args.micro_batch, args.grad_accum, args.precision),
+                         args.zero_stage, args.offload)
     engine = init_engine(model, optimizer, config)
     device = next(engine.module.parameters()).device
-    loader = partition_dataset(rank, world_size, train, world_size * args.micro_batch, collate)
+    folder = out_dir(args, NAME)
 
-    def validation_loss(net: torch.nn.Module) -> float:
-        net.eval()
-        loss = evaluate(net, valid, collate, 64, next(net.parameters()).device, quiet)
-        net.train()
-        return loss
+    def val_loss(net: torch.nn.Module) -> float:
+        return validation_loss(net, valid, collate, device, quiet)
 
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
-               "preset": args.preset, "precision": args.precision, "parameters": count_parameters(model),
-               "trainable_parameters": trainable, "deepspeed_config": config,
-               "val_loss_before": validation_loss(engine.module), "epochs": []}
-    for epoch in range(args.n_epochs):
-        dist.barrier()
-        start, tokens, losses = time.perf_counter(), 0, []
-        for batch in progress(loader, quiet, desc=f"epoch {epoch}", unit="micro-batch"):
-            inputs, labels = batch["input_ids"].to(device), batch["labels"].to(device)
-            losses.append(train_microbatch(engine, inputs, labels, lm_loss))
-            tokens += int(batch["attention_mask"].sum())   # real tokens, no padding
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        metrics["epochs"].append({"epoch": epoch, "train_time_s": seconds, "tokens": tokens,
-                                  "tokens_per_s": tokens / seconds, "micro_batches": len(losses),
-                                  "optimizer_steps": engine.global_steps,
-                                  "train_loss": sum(losses) / max(len(losses), 1)})
-        log(f"rank {rank} epoch {epoch}: train loss {metrics['epochs'][-1]['train_loss']:.4f}, "
-            f"{tokens / seconds:,.0f} tokens/s, {seconds:.1f} s", args.quiet)
-    metrics["val_loss_after"] = validation_loss(engine.module)
+               "preset": args.preset, "precision": args.precision, "parameters": n_params,
+               "trainable_parameters": trainable, "zero_stage": args.zero_stage, "offload": args.offload,
+               "grad_accum": args.grad_accum, "grad_ckpt": args.grad_ckpt, "deepspeed_config": config,
+               **thread_facts()}
+    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, rank, resume_meta(args, world_size),
+                                                             lambda: val_loss(engine.module))
+    dist.barrier()
+    result = train_engine(engine, loader, spec, rank, world_size, device,
+                          lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), step_log, scheduler)
+    step_log.close()
+    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+                "stopped_early": result["stopped_early"], "val_loss_after": val_loss(engine.module)}
     state_bytes, partition = optimizer_state_bytes(engine)
     metrics["zero"] = {"optimizer_state_bytes": state_bytes, "fp32_partition_elements": partition,
                        "formula_state_bytes": ADAM_STATE_BYTES * trainable / world_size,
                        "unsharded_state_bytes": ADAM_STATE_BYTES * trainable}
 
-    folder = out_dir(args, NAME)
-    if rank == 0:   # save the adapter, load it into a fresh model, compare validation losses
-        adapter = folder / "adapter.pt"
-        save_adapter(engine.module, adapter)
-        export_peft_adapter(engine.module, folder / "peft_adapter", base_model_name_or_path=args.pretrained)
+    adapter = folder / "adapter.pt"
+    with gathered(engine, adapters):   # ZeRO-3 holds a shard of each adapter per rank: gather, on every rank
+        if rank == 0:   # save the adapter, load it into a fresh model, compare validation losses
+            save_adapter(engine.module, adapter)
+            export_peft_adapter(engine.module, folder / "peft_adapter", base_model_name_or_path=args.pretrained)
+    if rank == 0:
         fresh = lora_model(args, tokenizer).to(device)
         load_adapter(fresh, adapter)
         metrics["adapter"] = {"path": str(adapter), "bytes": adapter.stat().st_size,
-                              "val_loss_reloaded": validation_loss(fresh)}
+                              "val_loss_reloaded": val_loss(fresh)}
     write_json(folder / f"metrics_rank{rank}.json", metrics)
     dist.barrier()
     if rank == 0:
         per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
-        write_json(folder / "summary.json", summarize(per_rank))
+        write_json(folder / "summary.json", summarize_finetune(per_rank))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def summarize(per_rank: list[dict]) -> dict:
-    """Run-level numbers: per epoch all ranks' tokens over the slowest rank's time; ZeRO bytes per rank."""
+def summarize_finetune(per_rank: list[dict]) -> dict:
+    """``project.metrics.summarize`` plus the adapter check and the ZeRO bytes of every rank."""
     first = per_rank[0]
-    epochs = []
-    for e in range(len(first["epochs"])):
-        rows = [m["epochs"][e] for m in per_rank]
-        seconds = max(r["train_time_s"] for r in rows)
-        tokens = sum(r["tokens"] for r in rows)
-        epochs.append({"epoch": e, "train_time_s": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
-                       "train_loss": sum(r["train_loss"] for r in rows) / len(rows)})
-    return {"world_size": first["world_size"], "backend": first["backend"], "preset": first["preset"],
-            "parameters": first["parameters"], "trainable_parameters": first["trainable_parameters"],
-            "epochs": epochs, "val_loss_before": first["val_loss_before"], "val_loss_after": first["val_loss_after"],
-            "val_loss_reloaded": first["adapter"]["val_loss_reloaded"], "adapter_bytes": first["adapter"]["bytes"],
-            "optimizer_state_bytes_per_rank": [m["zero"]["optimizer_state_bytes"] for m in per_rank],
-            "formula_state_bytes_per_rank": first["zero"]["formula_state_bytes"],
-            "unsharded_state_bytes": first["zero"]["unsharded_state_bytes"]}
+    return summarize(per_rank, keep=("parameters", "trainable_parameters", "zero_stage", "offload", "grad_accum",
+                                     "precision", "grad_ckpt", "torch_threads", "thread_policy", "optimizer_steps",
+                                     "rollbacks", "stopped_early")) | {
+        "val_loss_reloaded": first["adapter"]["val_loss_reloaded"], "adapter_bytes": first["adapter"]["bytes"],
+        "optimizer_state_bytes_per_rank": [m["zero"]["optimizer_state_bytes"] for m in per_rank],
+        "formula_state_bytes_per_rank": first["zero"]["formula_state_bytes"],
+        "unsharded_state_bytes": first["zero"]["unsharded_state_bytes"]}
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Fine-tune on every rank; return the summary (None on torchrun ranks other than 0).
 
-    Raises ConfigError for bad arguments before any rank starts.
+    Raises ConfigError for bad arguments and unwritten Problem 1/3 code before any rank starts.
     """
     args = parse_args(argv)
-    env = torchrun_env()
-    world_size, local_ranks = (env[1], env[3]) if env else (args.world_size, args.world_size)
-    check_common_args(args)
-    resolve_backend(args.backend, local_ranks)
+    readiness.ensure_ready(COMMAND, readiness.FINETUNE)
+    world_size, local_ranks, backend = world_of(args)
+    check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
     quiet_libraries()
     train, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                        args.n_valid, args.seed)
@@ -225,16 +225,17 @@ def main(argv: list[str] | None = None) -> dict | None:
     s = launch_and_summarise(finetune_rank, world_size, args, folder)
     if s is None:
         return None
-    print(f"LoRA + ZeRO-2 fine-tuning: {s['world_size']} rank(s), backend {s['backend']}, preset {s['preset']}")
+    offload = ", optimizer offloaded to CPU" if s["offload"] == "cpu" else ""
+    print(f"LoRA + ZeRO-{s['zero_stage']} fine-tuning{offload}: {s['world_size']} rank(s), backend {s['backend']}, "
+          f"preset {s['preset']}")
     print(f"  trainable parameters {s['trainable_parameters']:,} of {s['parameters']:,} "
           f"({100 * s['trainable_parameters'] / s['parameters']:.2f}%)")
-    print_epochs(s)
-    print(f"  validation loss {s['val_loss_before']:.4f} -> {s['val_loss_after']:.4f}; "
-          f"adapter ({s['adapter_bytes']:,} bytes) reloaded into a fresh model: {s['val_loss_reloaded']:.4f}")
+    print(f"  adapter ({s['adapter_bytes']:,} bytes) reloaded into a fresh model: validation loss "
+          f"{s['val_loss_reloaded']:.4f}")
     measured = ", ".join(f"{b:,}" for b in s["optimizer_state_bytes_per_rank"])
-    print(f"  optimizer state per rank: {measured} bytes; ZeRO-2 formula 8 * P / N = "
+    print(f"  optimizer state per rank: {measured} bytes; ZeRO formula 8 * P / N = "
           f"{s['formula_state_bytes_per_rank']:,.0f} (unsharded: {s['unsharded_state_bytes']:,})")
-    print(f"  metrics and adapter: {folder}")
+    print_outcome(s, f"{folder} (and the adapter)")
     if not args.base_state and not args.pretrained:
         print("  note: the base model was randomly initialised, so LoRA alone can only lower the loss a little; "
               "start from trained weights with --base_state (run_data_parallel.py --save_state) or --pretrained")

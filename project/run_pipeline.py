@@ -5,17 +5,20 @@
 
 ``gpt2_stages`` cuts the model into stages; ``model_parallel`` runs the whole
 batch through stage 0, then stage 1; ``pipeline_parallel`` runs your ``Pipe``
-over ``--n_chunk`` micro-batches, so the stages overlap. Devices ``auto``:
-``cuda:0,cuda:1`` with two GPUs, both stages on ``cuda:0`` with one, else
-both on the CPU, each stage in its own worker thread. Writes
-``metrics_<mode>.json`` (per epoch: training time, real tokens per second,
-training loss; validation loss before and after; a per-task timeline of the
-first steps of every epoch) to ``<workdir>/out/pipeline/``.
+over ``--n_chunk`` micro-batches of ``ceil(batch_size / n_chunk)`` rows (a
+count that does not come out exact is refused), so the stages overlap.
+Devices ``auto``: ``cuda:0,cuda:1`` with two GPUs, both stages on ``cuda:0``
+with one, else both on the CPU, each stage in its own worker thread. The
+training loop (accumulation, precision, checkpoints, guard) is
+``project/loop.py``. Writes ``metrics_<mode>.json`` (per epoch: training
+time, real tokens per second, training loss, micro-batches run; validation
+loss before and after; a per-task timeline of the first batches of every
+epoch) and ``metrics.jsonl`` (one line per optimizer step) to
+``<workdir>/out/pipeline/`` (step lines under ``<mode>/``).
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,137 +28,131 @@ if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
 
 import torch
 
+from project import microbatch, readiness
+from project.cli import Parser, int_at_least
 from project.data import ConfigError, make_collate, prepare_data
-from project.model import build_model, count_parameters
-from project.train_lib import (add_common_args, check_common_args, cpu_threads_per_rank, evaluate, lm_loss, log,
-                               out_dir, print_epochs, progress, quiet_libraries, run_cli, write_json)
+from project.devices import cpu_threads_per_rank, stage_devices, thread_facts
+from project.model import build_model, count_parameters, enable_activation_checkpointing
+from project.train_lib import (add_common_args, add_training_args, check_training_args, lm_loss,
+                               out_dir, print_outcome, quiet_libraries, run_cli, validation_loss,
+                               write_json)
 
 NAME = "pipeline"
-MODES = ("model_parallel", "pipeline_parallel")
+COMMAND = "project/run_pipeline.py"
+NEEDS = {"model_parallel": readiness.MODEL_PARALLEL, "pipeline_parallel": readiness.PIPELINE_PARALLEL}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this entry point (every option range-checked while parsing)."""
+    from pipeline.gpt2 import MODES   # here, not at the top: main checks that the student files parse first
+
+    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_parallel_mode", choices=MODES, default="pipeline_parallel")
+    parser.add_argument("--n_chunk", type=int_at_least(1), default=4,
+                        help="micro-batches per batch (pipeline_parallel): split size ceil(batch_size / n_chunk)")
+    parser.add_argument("--n_stages", type=int_at_least(1), default=2, help="pipeline stages (default 2)")
+    parser.add_argument("--devices", default="auto", help="'auto' or a comma list, one per stage: cuda:0,cuda:1")
+    parser.add_argument("--timeline_steps", type=int_at_least(0), default=3,
+                        help="batches per epoch whose stage tasks are kept in the timeline")
+    add_common_args(parser, batch_size=32, n_epochs=3, lr=1e-3)
+    add_training_args(parser)
+    return parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_parallel_mode", choices=MODES, default="pipeline_parallel")
-    parser.add_argument("--n_chunk", type=int, default=4, help="micro-batches per batch (pipeline_parallel)")
-    parser.add_argument("--n_stages", type=int, default=2, help="pipeline stages (default 2)")
-    parser.add_argument("--devices", default="auto", help="'auto' or a comma list, one per stage: cuda:0,cuda:1")
-    parser.add_argument("--timeline_steps", type=int, default=3, help="steps per epoch kept in the timeline")
-    add_common_args(parser, batch_size=32, n_epochs=3, lr=1e-3)
-    return parser.parse_args(argv)
+    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
+    return build_parser().parse_args(argv)
 
 
-def stage_devices(spec: str, n_stages: int) -> list[torch.device]:
-    """The device of each stage. ``auto``: one GPU per stage if there are enough, else all on cuda:0, else CPU.
-
-    Raises ConfigError for a list of the wrong length, an unknown device or a missing GPU.
-    """
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if spec == "auto":
-        if gpus >= n_stages:
-            return [torch.device(f"cuda:{k}") for k in range(n_stages)]
-        return [torch.device("cuda:0" if gpus else "cpu")] * n_stages
-    try:
-        devices = [torch.device(d.strip()) for d in spec.split(",")]
-    except RuntimeError as exc:
-        raise ConfigError(f"--devices {spec!r}: {exc}") from None
-    if len(devices) != n_stages:
-        raise ConfigError(f"--devices lists {len(devices)} device(s) for {n_stages} stages")
-    for d in devices:
-        if d.type == "cuda" and (d.index or 0) >= gpus:
-            raise ConfigError(f"--devices names {d} but this machine has {gpus} GPU(s)")
-        if d.type not in ("cpu", "cuda"):
-            raise ConfigError(f"--devices: only cpu and cuda devices are supported, got {d}")
-    return devices
+def resume_meta(args: argparse.Namespace) -> dict:
+    """What a checkpoint of this run records and a ``--resume`` must match."""
+    return {"entry": NAME, "mode": args.model_parallel_mode, "batch_size": args.batch_size,
+            "grad_accum": args.grad_accum, "n_stages": args.n_stages, "preset": args.preset, "seed": args.seed}
 
 
-def _stage_timer(stages: list[torch.nn.Module], timeline: list[dict]) -> list:
-    """Record a start/end stamp per stage call (model_parallel has no workers that keep a timeline)."""
-    handles = []
-    for j, stage in enumerate(stages):
-        def pre(module, inputs, j=j):
-            module._t0 = time.perf_counter()
-
-        def post(module, inputs, output, j=j):
-            timeline.append({"stage": j, "task_index": sum(t["stage"] == j for t in timeline),
-                             "start": module._t0, "end": time.perf_counter()})
-        handles += [stage.register_forward_pre_hook(pre), stage.register_forward_hook(post)]
-    return handles
+def epoch_batch_rows(n_examples: int, batch_size: int) -> list[int]:
+    """Rows of each batch of an epoch (a DataLoader without ``drop_last``)."""
+    return [batch_size] * (n_examples // batch_size) + ([n_examples % batch_size] if n_examples % batch_size else [])
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Train in one process with the chosen mode; return the metrics. Raises ConfigError for bad arguments."""
+    """Train in one process with the chosen mode; return the metrics.
+
+    Raises ConfigError for bad arguments and unwritten Problem 2 code before training starts.
+    """
+    readiness.ensure_ready(COMMAND, {**NEEDS["model_parallel"], **NEEDS["pipeline_parallel"]}, stubs_too=False)
+    args = parse_args(argv)
     from pipeline.gpt2 import build_pipeline_gpt2
 
-    args = parse_args(argv)
-    check_common_args(args)
-    if args.n_chunk < 1 or args.n_stages < 1:
-        raise ConfigError(f"--n_chunk and --n_stages must be at least 1, got {args.n_chunk}, {args.n_stages}")
+    from project.loop import LoopParts, make_scheduler, prepare_run, steps_per_epoch, train
+
+    mode = args.model_parallel_mode
+    readiness.ensure_ready(f"{COMMAND} --model_parallel_mode {mode}", NEEDS[mode])
     devices = stage_devices(args.devices, args.n_stages)
+    check_training_args(args, devices[0].type, resume_meta(args))
+    n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1
+    microbatch.check_n_chunk(args.batch_size, n_chunk)
     if devices[0].type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(args.n_stages))   # one share of the cores per stage thread
     quiet_libraries()
 
-    train, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                           args.n_valid, args.seed)
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)
     collate = make_collate(tokenizer, args.max_len)
     model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
     if args.n_stages > model.config.n_layer:
         raise ConfigError(f"--n_stages {args.n_stages} is more than the model's {model.config.n_layer} blocks")
-    split_size = math.ceil(args.batch_size / args.n_chunk)
-    net = build_pipeline_gpt2(model, devices, args.model_parallel_mode, split_size=split_size)
+    if args.grad_ckpt:
+        enable_activation_checkpointing(model)
+    size = microbatch.split_size(args.batch_size, n_chunk)
+    net = build_pipeline_gpt2(model, devices, mode, split_size=size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
                                          generator=generator)
-    timeline: list[dict] = []
-    if args.model_parallel_mode == "model_parallel":
-        _stage_timer(list(net.stages), timeline)
-    else:
-        timeline = net.workers.timeline   # StageWorkers appends one entry per finished task
+    scheduler = make_scheduler(optimizer, args.lr_schedule,
+                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
+    timeline = microbatch.stage_timeline(net)
+    folder = out_dir(args, NAME)
 
-    def validation_loss() -> float:
-        model.eval()
-        loss = evaluate(net, valid, collate, args.batch_size, devices[0], args.quiet)
-        model.train()
+    def val_loss() -> float:
+        return validation_loss(model, valid, collate, devices[0], args.quiet, forward=net, batch_size=args.batch_size)
+
+    rows = epoch_batch_rows(len(train_set), args.batch_size)
+    metrics = {"mode": mode, "devices": [str(d) for d in devices], "n_chunk": n_chunk, "split_size": size,
+               "micro_batches_per_batch": microbatch.count(args.batch_size, size),
+               "micro_batch_rule": "split_size = ceil(batch_size / n_chunk); micro-batches = ceil(rows / split_size)",
+               "preset": args.preset, "parameters": count_parameters(model), "batch_size": args.batch_size,
+               "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
+               **thread_facts(), "timeline": []}
+    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder / mode, 0, resume_meta(args),
+                                                             val_loss)
+
+    def loss_of(batch: dict, epoch: int, index: int) -> torch.Tensor:
+        timeline.clear()
+        start = time.perf_counter()
+        loss = lm_loss(net(batch["input_ids"].to(devices[0])), batch["labels"])
+        if index < args.timeline_steps:
+            metrics["timeline"] += [{**t, "epoch": epoch, "step": index, "start": t["start"] - start,
+                                     "end": t["end"] - start} for t in timeline]
         return loss
 
-    metrics = {"mode": args.model_parallel_mode, "devices": [str(d) for d in devices], "n_chunk": args.n_chunk,
-               "split_size": split_size, "preset": args.preset, "parameters": count_parameters(model),
-               "batch_size": args.batch_size, "val_loss_before": validation_loss(), "epochs": [], "timeline": []}
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_of=loss_of,
+                      device=devices[0], step_log=step_log)
     with net:
-        for epoch in range(args.n_epochs):
-            start, tokens, losses = time.perf_counter(), 0, []
-            for step, batch in enumerate(progress(loader, args.quiet, desc=f"epoch {epoch}", unit="batch")):
-                timeline.clear()
-                step_start = time.perf_counter()
-                optimizer.zero_grad()
-                loss = lm_loss(net(batch["input_ids"].to(devices[0])), batch["labels"])
-                loss.backward()
-                optimizer.step()
-                losses.append(loss.item())
-                tokens += int(batch["attention_mask"].sum())   # real tokens, no padding
-                if step < args.timeline_steps:
-                    metrics["timeline"] += [{**t, "epoch": epoch, "step": step, "start": t["start"] - step_start,
-                                             "end": t["end"] - step_start} for t in timeline]
-            if devices[-1].type == "cuda":
-                torch.cuda.synchronize(devices[-1])
-            seconds = time.perf_counter() - start
-            metrics["epochs"].append({"epoch": epoch, "train_time_s": seconds, "tokens": tokens,
-                                      "tokens_per_s": tokens / seconds, "steps": len(losses),
-                                      "train_loss": sum(losses) / max(len(losses), 1)})
-            log(f"epoch {epoch}: train loss {metrics['epochs'][-1]['train_loss']:.4f}, "
-                f"{tokens / seconds:,.0f} tokens/s, {seconds:.1f} s", args.quiet)
-        metrics["val_loss_after"] = validation_loss()
-    folder = out_dir(args, NAME)
-    write_json(folder / f"metrics_{args.model_parallel_mode}.json", metrics)
-    print(f"{args.model_parallel_mode}: stages on {', '.join(metrics['devices'])}, preset {args.preset}, "
-          f"{args.n_chunk if args.model_parallel_mode == 'pipeline_parallel' else 1} micro-batch(es) per batch")
-    print_epochs(metrics)
-    print(f"  validation loss {metrics['val_loss_before']:.4f} -> {metrics['val_loss_after']:.4f}")
-    print(f"  metrics: {folder / f'metrics_{args.model_parallel_mode}.json'}")
+        result = train(parts, spec)
+        metrics["val_loss_after"] = val_loss()
+    step_log.close()
+    per_batch = [microbatch.count(r, size) for r in rows]
+    for e in result["epochs"]:
+        e["pipeline_micro_batches"] = sum(per_batch)   # every batch of the epoch ran, each cut as above
+    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+                "stopped_early": result["stopped_early"]}
+    write_json(folder / f"metrics_{mode}.json", metrics)
+    print(f"{mode}: stages on {', '.join(metrics['devices'])}, preset {args.preset}, "
+          f"{metrics['micro_batches_per_batch']} micro-batch(es) of up to {size} rows per batch of {args.batch_size}")
+    print_outcome(metrics, folder / f"metrics_{mode}.json")
     return metrics
 
 

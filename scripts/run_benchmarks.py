@@ -48,17 +48,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpipe_chunks", type=int, default=4, help="micro-batches of the torch GPipe peer")
     p.add_argument("--dp_threshold", type=float, default=1.4, help="grader: least DP time speedup (2 GPUs)")
     p.add_argument("--pp_threshold", type=float, default=1.1, help="grader: least PP time speedup (2 GPUs)")
-    p.add_argument("--threads", type=int, help="torch threads per worker process; default 1 on CPU "
-                                               "(one core = one device), torch's own on GPU")
+    p.add_argument("--threads", type=int, help="torch threads per worker process; default on CPU the runners' "
+                                               "policy, cpu_count // 2 (one worker = one device); torch's own on GPU")
     p.add_argument("--workdir", default="workdir", help="data cache and raw logs (<workdir>/perf/)")
     p.add_argument("--figures_dir", default="submit_figures", help="where the PNGs and the summary go")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one command of a worker may take")
+    p.add_argument("--tensor_parallel", action="store_true", help="then compare tensor vs data vs pipeline "
+                   "parallel (Problem 5): parameter memory and step time per rank (project/bench/tensor_parallel.py)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit code (2 with one line when a needed problem is not written yet)."""
     args = parse_args(argv)
+    from project import readiness
     from project.bench import report, suite
+    from project.data import ConfigError
+
+    try:
+        readiness.ensure_ready("scripts/run_benchmarks.py", readiness.BENCHMARKS)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     opts = Options(mode=args.mode, quick=args.quick, peers=args.peers, preset=args.preset,
                    batch_size=args.batch_size, max_len=args.max_len, steps=args.steps, warmup=args.warmup,
@@ -75,8 +86,20 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         return 2
     print(report.table(summary))
+    if args.peers:   # Problem 4 (optional) next to torch DDP and DeepSpeed; an unfinished one is only noted
+        from project.bench import ddp_peers
+        print(ddp_peers.extend_summary(summary, opts.resolved(), Path(args.figures_dir)))
     print(f"summary and figures: {args.figures_dir}/ ({', '.join(summary['figures'])}); raw log: "
           f"{summary['raw_log']}")
+    if args.tensor_parallel:
+        try:
+            from project.bench import tensor_parallel
+        except ImportError:
+            print("error: --tensor_parallel compares Problem 5, which this course does not hand out", file=sys.stderr)
+            return 2
+        print(tensor_parallel.table(tensor_parallel.run(tensor_parallel.TPOptions(
+            preset=args.preset, quick=args.quick, max_len=args.max_len, workdir=args.workdir,
+            figures_dir=args.figures_dir))))
     return code
 
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, report, stats
+from project.devices import THREAD_POLICY
 
 pytestmark = pytest.mark.kit
 
@@ -69,6 +70,11 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path):
                            "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "even" in done.stderr, done.stderr
     assert not (tmp_path / "perf").exists()
+    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--batch_size", "4",
+                           "--n_chunks", "3", "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)   # ceil(4/3) = 2 rows a micro-batch: 2 micro-batches would run, not 3
+    assert done.returncode == 2 and "make 2 micro-batches, not 3" in done.stderr, done.stderr
+    assert not (tmp_path / "perf").exists()
 
 
 # -- one real run -----------------------------------------------------------------------------------------
@@ -96,7 +102,13 @@ def test_quick_run_writes_readable_figures_and_the_summary(run):
         height, width = matplotlib.image.imread(figures / name).shape[:2]
         assert height >= 300 and width >= 600, (name, height, width)
     assert not summary["errors"]
-    assert {"data_parallel", "pipeline", "finetune", "checks", "hardware", "workload", "thresholds"} <= set(summary)
+    assert {"data_parallel", "pipeline", "finetune", "checks", "hardware", "workload", "thresholds",
+            "memory"} <= set(summary)
+    assert summary["workload"]["thread_policy"] == THREAD_POLICY          # the runners' policy too
+    memory = summary["memory"]                                            # activation checkpointing keeps less
+    assert memory["grad_ckpt"]["saved_for_backward_bytes"] < memory["plain"]["saved_for_backward_bytes"]
+    assert memory["ratio_saved"] == pytest.approx(memory["plain"]["saved_for_backward_bytes"]
+                                                  / memory["grad_ckpt"]["saved_for_backward_bytes"])
 
 
 def test_summary_numbers_recompute_from_the_raw_log(run):

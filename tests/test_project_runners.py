@@ -124,7 +124,7 @@ def test_pipeline_both_modes_train_and_agree(work):
 
     from project import plot
     figures = plot.main(["--workdir", str(work)])
-    assert [f.name for f in figures] == ["throughput.png", "pipeline_timeline.png"]
+    assert [f.name for f in figures] == ["throughput.png", "pipeline_timeline.png", "training_curves.png"]
     assert all(f.stat().st_size > 1000 for f in figures)
 
 
@@ -160,7 +160,7 @@ def test_bad_arguments_are_config_errors(work):
         run_data_parallel.main([*common, "--world_size", "2", "--batch_size", "5"])
     with pytest.raises(ConfigError, match="not found"):
         run_pipeline.main([*common, "--dataset", str(work / "no_such_folder")])
-    with pytest.raises(ConfigError, match="--micro_batch"):
+    with pytest.raises(SystemExit, match="2"):   # refused while parsing (tests/test_training_options.py: all)
         run_finetune.main([*common, "--micro_batch", "0"])
     torch.save({"transformer.wte.weight": torch.zeros(3, 3)}, work / "unrelated.pt")
     with pytest.raises(ConfigError, match="does not fit --preset tiny"):
@@ -175,5 +175,6 @@ def test_script_exits_2_with_a_message_not_a_traceback(work):
     result = _run(["project/run_data_parallel.py", "--workdir", str(work), "--quiet",
                    "--dataset", "no-such-user/no-such-dataset"])
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "error: could not load dataset 'no-such-user/no-such-dataset'" in result.stderr
+    assert "error: --dataset: could not load dataset 'no-such-user/no-such-dataset'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr

@@ -8,6 +8,7 @@ Modules (each small, one concept):
 - ``tasks``     what a worker process runs on the student API (ours) and on the reference peers;
 - ``pool``      the worker processes (one solo rank, a pair of ranks) and the command loop;
 - ``suite``     the measurement plan (warm-up, alternating repeats) and the summary JSON;
+- ``memory``    one step's peak memory with and without activation checkpointing (fresh processes);
 - ``figures``   the PNG plots;
 - ``submission`` the submission zip (student files + ``submit_figures/``).
 """

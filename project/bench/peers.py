@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from project.bench.tasks import Context, Stepper, local_step, pipeline_devices
+from project.bench.tasks import Context, Stepper, local_step
+from project.devices import stage_devices
 
 LORA_RANK, LORA_ALPHA = 8, 16.0
 
@@ -197,7 +198,7 @@ def grads(ctx: Context, variant: str, n_chunk: int = 2, index: int = 0) -> str:
             flat_allreduce(model, ctx.world_size)
     elif variant == "pipe_ours":
         x, y = ctx.batch(index, rows=False)
-        with build_pipeline_gpt2(model, pipeline_devices(ctx), "pipeline_parallel",
+        with build_pipeline_gpt2(model, stage_devices("auto", 2), "pipeline_parallel",
                                  split_size=math.ceil(x.shape[0] / n_chunk)) as net:
             lm_loss(net(x), y).backward()
     elif variant == "gpipe":

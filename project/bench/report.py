@@ -98,6 +98,12 @@ def table(summary: dict) -> str:
         for key, r in summary[group]["ratios"].items():
             lines.append(f"  {key:<28} {r['median']:6.2f}x  ({r['numerator']} / {r['denominator']}; "
                          f"paired {', '.join(f'{x:.2f}' for x in r['paired'])})")
+    if "memory" in summary:
+        mem = summary["memory"]
+        plain, ckpt = (mem[v]["peak_step_bytes"] / 2**20 for v in ("plain", "grad_ckpt"))
+        lines.append(f"activation checkpointing ({mem['plain']['measure']}): one step's peak {plain:,.1f} MiB -> "
+                     f"{ckpt:,.1f} MiB ({mem['ratio_peak']:.2f}x less); saved for backward "
+                     f"{mem['ratio_saved']:.2f}x less")
     for name, check in summary.get("checks", {}).items():
         lines.append(f"check {name}: max abs diff {check['max_abs_diff']:.2e} (ok: {check['ok']})")
     th = summary.get("thresholds", {})

@@ -25,6 +25,8 @@ from project.bench import SUMMARY_NAME, report
 from project.bench.pool import BenchError, Pool
 from project.bench.stats import rotation
 from project.bench.workload import WorkloadSpec
+from project.devices import THREAD_POLICY, cpu_threads_per_rank
+from project.microbatch import check_n_chunk
 
 GRAD_TOLERANCE = 1e-5   # max abs gradient difference accepted as "the same" (fp32, other summation orders)
 
@@ -65,7 +67,8 @@ class Options:
                           "repeats": self.repeats or (3 if q else 5),
                           "n_chunks": tuple(sorted(set(self.n_chunks or ((2, 4) if q else (2, 4, 8)))
                                                    | ({self.gpipe_chunks} if self.peers else set()))),
-                          "threads": self.threads if self.threads is not None else (0 if gpus else 1)}).validated()
+                          "threads": self.threads if self.threads is not None else (
+                              0 if gpus else cpu_threads_per_rank(2))}).validated()
 
     def validated(self) -> Options:
         """``self`` after checking the sizes; raises ValueError naming the bad option."""
@@ -81,6 +84,7 @@ class Options:
         for m in (*self.n_chunks, self.gpipe_chunks):
             if not 1 <= m <= self.batch_size:
                 raise ValueError(f"micro-batch counts must lie in [1, batch_size={self.batch_size}], got {m}")
+            check_n_chunk(self.batch_size, m)   # the count a variant is named after is the count that runs
         if self.peers and self.batch_size % self.gpipe_chunks:
             raise ValueError(f"--gpipe_chunks {self.gpipe_chunks} must divide --batch_size {self.batch_size}")
         return self
@@ -224,7 +228,7 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     """
     import torch
 
-    from project.bench import figures
+    from project.bench import figures, memory
 
     opts = opts.resolved()
     t_start, plain = time.perf_counter(), echo
@@ -247,6 +251,11 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
             pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
         pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
         summary = _measure(pool, restart, opts, workload, log_path, echo)
+    echo("measuring one step's peak memory with and without activation checkpointing (fresh processes) ...")
+    try:
+        summary["memory"] = memory.measure(opts.preset, opts.batch_size, opts.max_len, opts.threads, opts.timeout_s)
+    except RuntimeError as exc:
+        summary["errors"]["memory"] = str(exc)
     summary["raw_log"] = str(log_path)
     summary["hardware"]["load_average_before_after"] = [load_before, os.getloadavg() if load_before else None]
     summary["wall_time_s"] = time.perf_counter() - t_start
@@ -271,6 +280,7 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
                      "command": opts.argv, "options": asdict(opts), "errors": {}}
     summary["workload"] = {**workload, "tokens_per_run": tokens, "warmup_steps": opts.warmup,
                            "repeats": opts.repeats, "threads_per_worker": opts.threads or "torch default",
+                           "thread_policy": THREAD_POLICY,
                            "token_count": "real tokens (attention_mask == 1), padding excluded",
                            "step_time": "max over ranks of each rank's step time; run time = sum over steps"}
     groups = [("data_parallel", DP_OURS + (DP_PEERS if opts.peers else []), DP_RATIOS),

@@ -72,14 +72,6 @@ class Context:
         return fresh_model(self.workload, self.device)
 
 
-def pipeline_devices(ctx: Context, stages: int = 2) -> list[torch.device]:
-    """Stage devices as ``project/run_pipeline.py`` picks them: one GPU each, else all on one GPU, else CPU."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus >= stages:
-        return [torch.device(f"cuda:{k}") for k in range(stages)]
-    return [torch.device("cuda:0" if gpus else "cpu")] * stages
-
-
 # -- ours: steppers on the student API --------------------------------------------------------------------
 
 def dp_ours(ctx: Context) -> Stepper:
@@ -136,14 +128,6 @@ def comm_ours(ctx: Context) -> Stepper:
     return Stepper(lambda i: average_gradients(model), prepare)
 
 
-def _hook_timeline(stages: list[torch.nn.Module], record: list) -> None:
-    """Stamp each stage call (model parallel has no stage workers that keep a timeline)."""
-    for j, stage in enumerate(stages):
-        stage.register_forward_pre_hook(lambda m, a, j=j: record.append({"stage": j, "start": time.perf_counter()}))
-        stage.register_forward_hook(lambda m, a, o, j=j: [t for t in record if t["stage"] == j][-1].update(
-            end=time.perf_counter()))
-
-
 def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     """``build_pipeline_gpt2`` (the student's stages and ``Pipe``) in ``mode``; AdamW; records a timeline.
 
@@ -151,24 +135,21 @@ def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     micro-batch) with start/end relative to the step's start, plus one
     ``backward`` entry (loss, backward and optimizer step, run by this thread).
     """
-    import math
-
     from pipeline.gpt2 import build_pipeline_gpt2
+    from project import microbatch
+    from project.devices import stage_devices
     from project.train_lib import lm_loss
 
     model = ctx.model()
-    devices = pipeline_devices(ctx)
     batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
-    net = build_pipeline_gpt2(model, devices, mode, split_size=math.ceil(batch_size / n_chunk))
+    net = build_pipeline_gpt2(model, stage_devices("auto", 2), mode,
+                              split_size=microbatch.split_size(batch_size, n_chunk))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    record: list = []
-    if mode == "model_parallel":
-        _hook_timeline(list(net.stages), record)
+    source = microbatch.stage_timeline(net)   # Pipe's workers.timeline, or ModelParallel's own
     last: list = []
 
     def step(i: int) -> None:
         x, y = ctx.batch(i, rows=False)
-        source = net.workers.timeline if mode == "pipeline_parallel" else record
         source.clear()
         t0 = time.perf_counter()
         optimizer.zero_grad()
@@ -269,14 +250,16 @@ def serve(role: str, rank: int, world_size: int, init_method: str, folder: str, 
     warnings.filterwarnings("ignore")
     if threads > 0:
         torch.set_num_threads(threads)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = "nccl" if gpus >= world_size else "gloo"
+    from project.devices import gpu_count, resolve_backend
+
+    gpus = gpu_count()
+    backend = resolve_backend("auto", world_size)   # the runners' choice: NCCL with a GPU per rank, else gloo
     try:
         from data_parallel.comm import setup_process_group
 
         setup_process_group(rank, world_size, backend, init_method=init_method,
                             timeout=datetime.timedelta(minutes=10))
-        device = torch.device(f"cuda:{rank}") if gpus >= world_size else (
+        device = torch.device(f"cuda:{rank}") if backend == "nccl" else (
             torch.device("cuda:0") if gpus else torch.device("cpu"))
         ctx = Context(role, rank, world_size, device, Path(folder), {})
         conn.send(("ok", {"role": role, "rank": rank, "backend": backend, "device": str(device),

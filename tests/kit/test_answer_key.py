@@ -129,7 +129,7 @@ def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_p
 
 
 def test_hidden_inputs_follow_the_course_secret():
-    names = ["p1_1", "p1_2", "p2_1", "p2_2", "p2_3", "p3_1", "p3_2", "p3_3", "p5"]
+    names = ["p1_1", "p1_2", "p2_1", "p2_2", "p2_3", "p3_1", "p3_2", "p3_3", "p4", "p5"]
     for name in names:
         assert hidden_data(name, "term-a") == hidden_data(name, "term-a")
     secrets = ["term-a", "term-b", "term-c", "term-d"]

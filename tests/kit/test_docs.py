@@ -6,6 +6,7 @@ import re
 import pytest
 
 from grading import KIT_ROOT
+from grading.release import student_readme
 from grading.rubric import DEFAULT_PROBLEMS, PROBLEMS, selects
 
 pytestmark = pytest.mark.kit
@@ -15,9 +16,10 @@ def _table_ids(text: str) -> list[str]:
     return re.findall(r"^\| (\d\.\d) \|", text, flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("readme", ["README.md", "grading/hidden/README.student.md"])
+@pytest.mark.parametrize("readme", ["README.md", "student"])
 def test_readme_tables_list_the_default_problems(readme):
-    ids = _table_ids((KIT_ROOT / readme).read_text())
+    text = (student_readme(KIT_ROOT, DEFAULT_PROBLEMS) if readme == "student" else (KIT_ROOT / readme).read_text())
+    ids = _table_ids(text)
     default = [p for p in PROBLEMS if any(selects(d, p) for d in DEFAULT_PROBLEMS)]
     assert ids[:len(default)] == default, f"{readme}: the problem table lists {ids}, the rubric {default}"
     assert set(ids) <= set(PROBLEMS)

@@ -1,0 +1,65 @@
+"""Command lines of the entry points: a parser whose errors are one line, and value checkers for its options.
+
+Every bad value is refused while the arguments are parsed, before any data
+is read or any rank starts, with one line that names the option and what it
+accepts, and exit code 2::
+
+    error: argument --lr: expected a finite number > 0, got 'nan'
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Callable, NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that reports a bad command line in one line (``error: ...``) and exits with 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <prog>: <message>`` (one line, no usage block) to stderr and exit with code 2."""
+        print(f"error: {self.prog}: {' '.join(message.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers ``>= low``; anything else is refused naming the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+    parse.__name__ = f"int>={low}"
+    return parse
+
+
+def float_above(low: float, inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite floats ``> low`` (``>= low`` when ``inclusive``); nan/inf refused."""
+    relation = ">=" if inclusive else ">"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"expected a finite number {relation} {low:g}, got {text!r}")
+        return value
+    parse.__name__ = f"float{relation}{low:g}"
+    return parse
+
+
+def lr_spike(text: str) -> tuple[int, float]:
+    """``STEP:FACTOR`` (an int >= 1 and a finite float > 0), the fault injected by ``--lr_spike``."""
+    step, sep, factor = text.partition(":")
+    try:
+        parsed = int(step), float(factor)
+    except ValueError:
+        parsed = (0, math.nan)
+    if not sep or parsed[0] < 1 or not math.isfinite(parsed[1]) or parsed[1] <= 0:
+        raise argparse.ArgumentTypeError(f"expected STEP:FACTOR with STEP >= 1 and FACTOR > 0, got {text!r}")
+    return parsed

@@ -1,0 +1,83 @@
+"""Where the entry points and the benchmark run: backend, stage devices, CPU threads, peak memory.
+
+One definition of each choice, shared by ``project/run_*.py`` and ``project/bench``:
+- backend ``auto``: NCCL when there is a GPU per local rank, else gloo on the CPU;
+- pipeline stages ``auto``: one GPU per stage when there are enough, else all on ``cuda:0``, else the CPU;
+- the CPU thread policy (``THREAD_POLICY``): every CPU rank or pipeline stage is one simulated
+  device with ``cpu_count // max(devices, 2)`` torch threads (at least 1), so a 1-rank baseline
+  gets the same compute per device as each rank of a 2-rank run, in the runners and the benchmark alike.
+"""
+from __future__ import annotations
+
+import os
+import resource
+
+import torch
+
+from project.data import ConfigError
+
+THREAD_POLICY = "cpu: cpu_count // max(devices, 2) torch threads per rank or stage (at least 1); gpu: torch default"
+
+
+def gpu_count() -> int:
+    """Number of CUDA devices torch can use here (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cpu_threads_per_rank(local_ranks: int) -> int:
+    """Torch CPU threads for each of ``local_ranks`` ranks (or stages) on this machine: ``THREAD_POLICY``."""
+    return max(1, (os.cpu_count() or 1) // max(local_ranks, 2))
+
+
+def thread_facts() -> dict:
+    """``{"torch_threads": n, "thread_policy": THREAD_POLICY}`` of this process, for the metrics files."""
+    return {"torch_threads": torch.get_num_threads(), "thread_policy": THREAD_POLICY}
+
+
+def resolve_backend(backend: str, local_ranks: int) -> str:
+    """``auto`` -> ``nccl`` when this machine has a GPU per local rank, else ``gloo``.
+
+    Raises ConfigError for ``nccl`` without enough GPUs or an unknown backend.
+    """
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ConfigError(f"unknown backend {backend!r}; choose auto, gloo or nccl")
+    gpus = gpu_count()
+    if backend == "nccl" and gpus < local_ranks:
+        raise ConfigError(f"--backend nccl needs one GPU per rank ({local_ranks} here) but this machine has {gpus}; "
+                          f"use --backend gloo (CPU) or --backend auto")
+    if backend == "auto":
+        return "nccl" if gpus >= local_ranks else "gloo"
+    return backend
+
+
+def stage_devices(spec: str, n_stages: int) -> list[torch.device]:
+    """The device of each pipeline stage. ``auto``: one GPU per stage if there are enough, else cuda:0, else CPU.
+
+    ``spec`` is ``auto`` or a comma list with one device per stage
+    (``cuda:0,cuda:1``). Raises ConfigError for a list of the wrong length,
+    an unknown device or a missing GPU.
+    """
+    gpus = gpu_count()
+    if spec == "auto":
+        if gpus >= n_stages:
+            return [torch.device(f"cuda:{k}") for k in range(n_stages)]
+        return [torch.device("cuda:0" if gpus else "cpu")] * n_stages
+    try:
+        devices = [torch.device(d.strip()) for d in spec.split(",")]
+    except RuntimeError as exc:
+        raise ConfigError(f"--devices {spec!r}: {exc}") from None
+    if len(devices) != n_stages:
+        raise ConfigError(f"--devices lists {len(devices)} device(s) for {n_stages} stages")
+    for d in devices:
+        if d.type not in ("cpu", "cuda"):
+            raise ConfigError(f"--devices: only cpu and cuda devices are supported, got {d}")
+        if d.type == "cuda" and (d.index or 0) >= gpus:
+            raise ConfigError(f"--devices names {d} but this machine has {gpus} GPU(s)")
+    return devices
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory so far: CUDA max allocated on ``device`` for a GPU, else this process's peak RSS."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024   # Linux reports KiB

@@ -1,0 +1,190 @@
+"""Tensor-parallel GPT-2 training with your Problem 5 code (every block split across the ranks).
+
+    python project/run_tensor_parallel.py --world_size 2            # starts 2 ranks itself
+    python project/run_tensor_parallel.py --world_size 1            # the baseline: the unsplit model
+    torchrun --nproc_per_node 2 project/run_tensor_parallel.py     # or let torchrun start them
+
+Every rank builds the same model, splits each block with your
+``parallelize_block`` (Megatron-style: attention by heads, MLP by columns
+then rows) and trains on the SAME batches: the ranks share the work of each
+layer, not the data. No gradient averaging is needed: the all-reduces inside
+the layers give every rank the gradients of what it holds. With one rank the
+model is not split (the serial baseline). Backend ``auto`` picks NCCL (one
+GPU per rank) when there are enough GPUs, else gloo on the CPU. Per rank it
+writes ``metrics_rank<r>.json`` (per epoch: time, real tokens per second,
+train loss; validation loss before and after; the parameter bytes the rank
+holds), and rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one line
+per optimizer step), to ``<workdir>/out/tensor_parallel/world<N>/``.
+The number of heads, the hidden size and the MLP's inner size must be
+divisible by the world size (else exit 2 with a message).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from project import readiness
+from project.cli import Parser, int_at_least
+from project.data import ConfigError, make_collate, prepare_data
+from project.devices import THREAD_POLICY, cpu_threads_per_rank, resolve_backend
+from project.metrics import StepLog, summarize
+from project.model import PRESETS, build_model
+from project.train_lib import (add_common_args, evaluate, launch_and_summarise, lm_loss, out_dir, print_epochs,
+                               quiet_libraries, run_cli, torchrun_env, write_json)
+
+NAME = "tensor_parallel"
+COMMAND = "project/run_tensor_parallel.py"
+NEEDS: readiness.Needs = {"5.1": None, "5.2": None}
+# A 2-rank run and the 1-rank run of the same options (fp32, no dropout) end within this of each other:
+# the split only changes the order of floating-point sums.
+VAL_LOSS_TOLERANCE = 1e-3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this entry point (every option range-checked while parsing)."""
+    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world_size", type=int_at_least(1), default=2,
+                        help="ranks each block is split over (under torchrun: its own)")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    add_common_args(parser, batch_size=16, n_epochs=1, lr=1e-3)
+    return parser
+
+
+def split_sizes(config) -> dict[str, int]:
+    """The sizes tensor parallelism splits, from a ``GPT2Config`` (or a dict of its fields)."""
+    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    inner = get("n_inner") or 4 * get("n_embd")
+    return {"attention heads (n_head)": get("n_head"), "hidden size (n_embd)": get("n_embd"),
+            "MLP inner size (n_inner)": inner}
+
+
+def check_split(config, world_size: int) -> None:
+    """Raise ConfigError naming every size of ``config`` that does not split over ``world_size`` ranks."""
+    bad = [f"{name} {size}" for name, size in split_sizes(config).items() if size % world_size]
+    if bad:
+        raise ConfigError(f"tensor parallelism over {world_size} ranks needs sizes divisible by {world_size}; "
+                          f"this model has {', '.join(bad)}: choose another --world_size or --preset")
+
+
+def parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
+    """Bytes of the parameters this rank holds: all of them, and the 2-D ones inside the blocks."""
+    named = list(model.named_parameters())
+    return {"all": sum(p.numel() * p.element_size() for _, p in named),
+            "block_matrices": sum(p.numel() * p.element_size() for n, p in named if ".h." in n and p.dim() == 2)}
+
+
+def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
+               args: argparse.Namespace) -> None:
+    """One rank, top to bottom: join the group, build and split the model, train, evaluate, write metrics."""
+    import torch.distributed as dist
+
+    from project.loop import LoopParts, LoopSpec, make_scheduler, train
+
+    quiet_libraries()
+    backend = resolve_backend(args.backend, local_ranks)
+    if backend == "gloo":
+        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(minutes=10))
+    device = torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
+    quiet = args.quiet or rank != 0
+
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)
+    collate = make_collate(tokenizer, args.max_len)
+    model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
+    unsplit = parameter_bytes(model)
+    if world_size > 1:
+        from tensor_parallel.gpt2 import parallelize_gpt2
+
+        parallelize_gpt2(model)
+    model = model.to(device)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    # every rank reads the same batches in the same order (same seed): the ranks split the layers, not the data
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
+                                         generator=torch.Generator().manual_seed(args.seed))
+    folder = out_dir(args, f"{NAME}/world{world_size}")
+
+    def validation_loss() -> float:
+        model.eval()
+        loss = evaluate(model, valid, collate, 64, device, quiet)
+        model.train()
+        return loss
+
+    metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
+               "preset": args.preset, "optimizer": args.optimizer, "global_batch_size": args.batch_size,
+               "torch_threads": torch.get_num_threads(), "thread_policy": THREAD_POLICY,
+               "parameter_bytes": parameter_bytes(model), "unsplit_parameter_bytes": unsplit,
+               "val_loss_before": validation_loss()}
+    step_log = StepLog(folder, enabled=rank == 0)
+    # The loop's data-parallel world is 1: every rank sees the same batch and computes the same loss.
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=make_scheduler(optimizer, "constant", 1),
+                      loader=loader, device=device, rank=rank, barrier=dist.barrier, step_log=step_log,
+                      loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
+                                                                  batch["labels"]))
+    dist.barrier()
+    result = train(parts, LoopSpec(n_epochs=args.n_epochs, quiet=args.quiet))
+    step_log.close()
+    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": validation_loss()}
+    write_json(folder / f"metrics_rank{rank}.json", metrics)
+    dist.barrier()   # every rank's metrics file is written
+    if rank == 0:
+        per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
+        # the ranks train on the same tokens together: count them once (rank 0), not once per rank
+        summary = summarize(per_rank[:1], keep=("optimizer", "torch_threads", "thread_policy", "optimizer_steps",
+                                                "unsplit_parameter_bytes"))
+        summary["world_size"] = world_size
+        summary["parameter_bytes_per_rank"] = [m["parameter_bytes"] for m in per_rank]
+        write_json(folder / "summary.json", summary)
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Train on every rank; return the run summary (None on ranks other than torchrun's rank 0).
+
+    Raises ConfigError for bad arguments (sizes that do not split over the
+    world size, unwritten Problem 5 code) before any rank starts.
+    """
+    args = build_parser().parse_args(argv)
+    env = torchrun_env()
+    world_size, local_ranks = (env[1], env[3]) if env else (args.world_size, args.world_size)
+    if world_size > 1:
+        readiness.ensure_ready(COMMAND, NEEDS)
+        if not args.pretrained and args.preset in PRESETS:
+            check_split(PRESETS[args.preset], world_size)
+    resolve_backend(args.backend, local_ranks)
+    quiet_libraries()
+    _, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
+                                   args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
+    if world_size > 1 and (args.pretrained or args.preset not in PRESETS):
+        check_split(build_model(args.preset, tokenizer, args.pretrained, args.seed).config, world_size)
+    folder = out_dir(args, f"{NAME}/world{world_size}")
+    summary = launch_and_summarise(train_rank, world_size, args, folder)
+    if summary is None:
+        return None
+    held, unsplit = summary["parameter_bytes_per_rank"][0], summary["unsplit_parameter_bytes"]
+    print(f"tensor parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "
+          f"{summary['optimizer_steps']} optimizer steps of {args.batch_size} sequences (the same on every rank)")
+    print_epochs(summary)
+    print(f"  validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f}")
+    print(f"  parameters on rank 0: {held['all'] / 2**20:.2f} MiB of {unsplit['all'] / 2**20:.2f} MiB unsplit "
+          f"(block matrices {held['block_matrices'] / 2**20:.2f} of {unsplit['block_matrices'] / 2**20:.2f} MiB)")
+    print(f"  metrics: {folder}")
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
