@@ -136,7 +136,8 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_OUTPUT_DEVICE, output_device)
 
     def device_moves():
-        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs)
+        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs); one micro-batch
+        # (split_size == batch), so one task per cycle and only where the move runs is at stake
         threads, real_to = [], torch.Tensor.to
 
         def recording_to(tensor, *args, **kwargs):
@@ -146,7 +147,7 @@ def probe_pipe(ctx) -> None:
         torch.manual_seed(0)
         stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta")]
         failure = ""
-        with Pipe(stages, ["cpu", "meta"], 2) as pipe:
+        with Pipe(stages, ["cpu", "meta"], 4) as pipe:
             workers = [t.name for t in pipe.workers.threads]
             torch.Tensor.to = recording_to
             try:

@@ -80,8 +80,7 @@ VARIANTS = [
     """, frozenset({"2.1.with_device"})),
     Variant("late_binding_lambda", PIPE, "forward",
             _pipe_forward("lambda: self.stages[j](batches[i].to(self.devices[j]))"),
-            frozenset({"2.2.forward", "2.2.backward", "2.2.forward_hidden", "2.2.forward_uneven",
-                       "2.2.moves_in_worker"}),
+            frozenset({"2.2.forward", "2.2.backward", "2.2.forward_hidden", "2.2.forward_uneven"}),
             hint="likely cause: a late-binding closure"),
     Variant("receive_right_after_submit", PIPE, "forward", """
         batches = list(torch.split(x, self.split_size))
