@@ -29,7 +29,7 @@ import torch
 
 from project.data import ConfigError, make_collate, prepare_data
 from project.model import build_model
-from project.train_lib import (cpu_threads_per_rank, launch, lm_loss, quiet_libraries, resolve_backend, run_cli,
+from project.train_lib import (join_group, launch, lm_loss, quiet_libraries, resolve_backend, run_cli,
                                write_json)
 
 NAME = "capstone"
@@ -113,7 +113,6 @@ def params_digest(model: torch.nn.Module) -> str:
 def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
                args: argparse.Namespace) -> None:
     """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
-    import datetime
 
     import torch.distributed as dist
 
@@ -122,14 +121,8 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
     from data_parallel.zero1 import ShardedOptimizer
 
     quiet_libraries()
-    backend = resolve_backend(args.backend, local_ranks)
-    if backend == "gloo":
-        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
-    else:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(minutes=5))
-    device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
+    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend,
+                                 student_setup=False)
     train, collate, tokenizer = _data(args)
     torch.manual_seed(args.seed + rank + (1000 if args.load else 0))   # a resumed rank must get its RNG back
     model = build_model(args.preset, tokenizer, seed=args.seed + (7 if args.load else 0)).to(device)

@@ -21,7 +21,6 @@ divisible by the world size (else exit 2 with a message).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -34,11 +33,11 @@ import torch
 from project import readiness
 from project.cli import Parser, int_at_least
 from project.data import ConfigError, make_collate, prepare_data
-from project.devices import THREAD_POLICY, cpu_threads_per_rank, resolve_backend
+from project.devices import THREAD_POLICY, resolve_backend
 from project.metrics import StepLog, summarize
 from project.model import PRESETS, build_model
-from project.train_lib import (add_common_args, evaluate, launch_and_summarise, lm_loss, out_dir, print_epochs,
-                               quiet_libraries, run_cli, torchrun_env, write_json)
+from project.train_lib import (add_common_args, evaluate, join_group, launch_and_summarise, lm_loss, out_dir,
+                               print_epochs, quiet_libraries, run_cli, torchrun_env, write_json)
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -91,12 +90,8 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
     from project.loop import LoopParts, LoopSpec, make_scheduler, train
 
     quiet_libraries()
-    backend = resolve_backend(args.backend, local_ranks)
-    if backend == "gloo":
-        torch.set_num_threads(cpu_threads_per_rank(local_ranks))
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(minutes=10))
-    device = torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
+    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend,
+                                 student_setup=False)
     quiet = args.quiet or rank != 0
 
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,

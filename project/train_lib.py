@@ -300,22 +300,32 @@ def launch_and_summarise(target: Callable, world_size: int, args: argparse.Names
 
 
 def join_group(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
-               backend: str) -> tuple[str, torch.device]:
-    """Join the process group with the student's ``setup_process_group``; return ``(backend, device)``.
+               backend: str, student_setup: bool = True) -> tuple[str, torch.device]:
+    """Join the process group; return ``(backend, device)``.
 
-    ``backend`` ``auto`` resolves as ``resolve_backend`` says; on gloo the CPU
-    thread policy applies (``project.devices.THREAD_POLICY``) and DeepSpeed,
-    if it is imported later, is pointed at the CPU; NCCL ranks get ``cuda:<local_rank>``.
+    With ``student_setup`` through the student's ``setup_process_group``
+    (Problem 1.2), else with ``torch.distributed`` directly (entry points that
+    do not depend on Problem 1). ``backend`` ``auto`` resolves as
+    ``resolve_backend`` says; on gloo the CPU thread policy applies
+    (``project.devices.THREAD_POLICY``) and DeepSpeed, if it is imported
+    later, is pointed at the CPU; NCCL ranks get ``cuda:<local_rank>``.
     """
     import datetime
 
-    from data_parallel.comm import setup_process_group
+    import torch.distributed as dist
 
     backend = resolve_backend(backend, local_ranks)
     if backend == "gloo":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")   # gloo means CPU tensors (matters only to DeepSpeed)
         torch.set_num_threads(cpu_threads_per_rank(local_ranks))
-    setup_process_group(rank, world_size, backend, init_method=init_method, timeout=datetime.timedelta(minutes=10))
+    timeout = datetime.timedelta(minutes=10)
+    if student_setup:
+        from data_parallel.comm import setup_process_group
+        setup_process_group(rank, world_size, backend, init_method=init_method, timeout=timeout)
+    else:
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     return backend, torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
 
 
