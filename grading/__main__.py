@@ -20,13 +20,14 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from grading import KIT_ROOT, figures, report, similarity
-from grading.course import PROBLEMS_ENV, all_cases, chosen_problems, parse_problems
-from grading.data import SECRET_ENV, staff_side
-from grading.regions import PROTECTED_RECORD, RegionError
-from grading.rubric import PROBLEMS, selects
-from grading.runner import CriterionResult, run_cases
-from grading.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
+from grading import KIT_ROOT
+from grading.commands import benchmarks, report, similarity
+from grading.kit.course import PROBLEMS_ENV, all_cases, chosen_problems, parse_problems
+from grading.kit.data import SECRET_ENV, staff_side
+from grading.kit.regions import PROTECTED_RECORD, RegionError
+from grading.engine.rubric import PROBLEMS, selects
+from grading.engine.runner import CriterionResult, run_cases
+from grading.kit.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
 
 
 
@@ -100,7 +101,7 @@ def _grade(args: argparse.Namespace, problem: str | None) -> int:
         splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
         notes += splice.notes()
         if args.submission is not None:
-            notes += figures.figures_notes(submission_root)
+            notes += benchmarks.figures_notes(submission_root)
         cases = all_cases()
         progress = None if args.quiet else (lambda case: print(f"... running {case.name} "
                                                                f"({case.world_size} rank(s))", file=sys.stderr))
@@ -131,7 +132,7 @@ def _staff_only(command: str) -> int | None:
 def cmd_release(args: argparse.Namespace) -> int:
     if (refused := _staff_only("release")) is not None:
         return refused
-    from grading.release import release
+    from grading.commands.release import release
     try:
         record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems))
     except (RegionError, FileExistsError, ValueError) as exc:
@@ -178,7 +179,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_gradescope(args: argparse.Namespace) -> int:
     if (refused := _staff_only("gradescope")) is not None:
         return refused
-    from grading.gradescope import build_bundle
+    from grading.commands.gradescope import build_bundle
     try:
         archive = build_bundle(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems),
                                args.course_secret or os.environ.get(SECRET_ENV, ""))
@@ -191,7 +192,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from grading.batch import run_batch
+    from grading.commands.batch import run_batch
     if not Path(args.submissions_dir).is_dir():
         print(f"error: {args.submissions_dir}: not a folder", file=sys.stderr)
         return report.EXIT_USAGE
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--similarity", metavar="DIR", help="also write the similarity report (pairs.csv, index.html)")
     batch.set_defaults(func=cmd_batch)
     similarity.register(sub)
-    figures.register(sub)
+    benchmarks.register(sub)
     args = parser.parse_args(argv)
     try:
         _apply_course_options(args)

@@ -7,7 +7,7 @@ file that does not parse, stops the command with one line and exit code 2::
 
     project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
 
-No student code is imported or run to find this out (``grading.regions``
+No student code is imported or run to find this out (``grading.kit.regions``
 parses the markers).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ast
 import re
 from pathlib import Path
 
-from grading.regions import STUDENT_PACKAGES, RegionError, parse_regions
+from grading.kit.regions import STUDENT_PACKAGES, RegionError, parse_regions
 from project import KIT_ROOT
 from project.data import ConfigError
 

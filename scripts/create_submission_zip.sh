@@ -17,4 +17,4 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     esac
 done
 "$python" -m project.bench.submission "$@"
-"$python" -m grading.figures "$figures_dir"
+"$python" -m grading.commands.benchmarks "$figures_dir"

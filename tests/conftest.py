@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.course import all_cases
-from grading.rubric import PROBLEMS, criteria_of
-from grading.runner import CriterionResult, run_case
-from grading.submission import SpliceReport, build_grading_copy
+from grading.kit.course import all_cases
+from grading.engine.rubric import PROBLEMS, criteria_of
+from grading.engine.runner import CriterionResult, run_case
+from grading.kit.submission import SpliceReport, build_grading_copy
 
 _NOTES: list[str] = []
 

@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 
 from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
-from grading.runner import run_case
+from grading.engine.runner import run_case
 from tests.conftest import KIT_ROOT, assert_passed
 
 CASES = [*p4_1_ddp.CASES, *p4_2_zero1.CASES, *p4_3_checkpoint.CASES]

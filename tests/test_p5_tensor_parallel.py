@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grading.course import all_cases
-from grading.runner import CriterionResult, run_case
+from grading.kit.course import all_cases
+from grading.engine.runner import CriterionResult, run_case
 from tests.conftest import KIT_ROOT, assert_passed
 
 # Problem 5 is optional (not in the default course): its cases, hidden ones too on the staff side

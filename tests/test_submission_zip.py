@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.regions import student_files
+from grading.kit.regions import student_files
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 from project.bench.submission import PackagingError, figure_files
 

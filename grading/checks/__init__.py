@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from grading.rubric import Case, check_rubric, selects
+from grading.engine.rubric import Case, check_rubric, selects
 
 CHECK_MODULES = {
     "1.1": "grading.checks.p1_1_partition",

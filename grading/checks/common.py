@@ -5,7 +5,7 @@ from typing import Callable
 
 import torch
 
-from grading.expect import expect
+from grading.engine.expect import expect
 
 MESSAGE_CHARS = 300
 

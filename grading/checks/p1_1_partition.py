@@ -13,13 +13,13 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from grading import data
-from grading.data import fixture_key
+from grading.kit import data
+from grading.kit.data import fixture_key
 from grading.checks.common import call_outcome
-from grading.compare import describe
-from grading.expect import CheckFailed, expect
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
-from grading.seams import Recorded, Swap
+from grading.engine.compare import describe
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.kit.seams import Recorded, Swap
 
 # (size, world_size, seed): the main inputs, and the edge cases judged by their own criterion
 CONFIGS = [(10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234)]
@@ -83,7 +83,7 @@ def _hidden_configs() -> list:
 def probe_partition(ctx) -> None:
     """Rank r seeds the *global* random differently, then records partitions and loaders."""
     random.seed(100 + ctx.rank)
-    from grading import seams
+    from grading.kit import seams
 
     from data_parallel.dataset import Partition, partition_dataset, partition_indices
 

@@ -16,12 +16,12 @@ import datetime
 
 import torch
 
-from grading import data
-from grading.compare import assert_state_close, describe
-from grading.expect import CheckFailed, expect
+from grading.kit import data
+from grading.engine.compare import assert_state_close, describe
+from grading.engine.expect import CheckFailed, expect
 from grading.references import p1_2_comm as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, Criterion
-from grading.seams import Swap
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, Criterion
+from grading.kit.seams import Swap
 
 P_SETUP = "setup"
 P_GRADS = "grads"
@@ -68,7 +68,7 @@ def probe_comm(ctx) -> None:
     """Student setup (grader fallback), then average_gradients and an isolated train_step."""
     import torch.distributed as dist
 
-    from grading import seams
+    from grading.kit import seams
     calls = {"all_reduce": 0}
     real_all_reduce = dist.all_reduce
 

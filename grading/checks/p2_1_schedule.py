@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import itertools
 
-from grading import data
-from grading.data import fixture_key
+from grading.kit import data
+from grading.kit.data import fixture_key
 from grading.checks.common import call_outcome
-from grading.expect import CheckFailed, expect
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (micro-batches, stages): the main inputs, and the edge cases judged by their own criterion
 SCHEDULE_CONFIGS = [(1, 1), (3, 2), (2, 3), (4, 4), (5, 1), (1, 5), (6, 3), (3, 7)]

@@ -18,13 +18,13 @@ import threading
 
 import torch
 
-from grading import data
+from grading.kit import data
 from grading.checks.common import stage_devices
-from grading.compare import assert_state_close, assert_tensor_close, describe
-from grading.expect import CheckFailed, expect
+from grading.engine.compare import assert_state_close, assert_tensor_close, describe
+from grading.engine.expect import CheckFailed, expect
 from grading.references import p2_2_pipe as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
-from grading.seams import Recorded, Swap
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.kit.seams import Recorded, Swap
 
 STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probe: a lost result becomes a TimeoutError, not a hang
 FORWARD_CONFIGS = [(1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1)]           # (stages, rows, split): even splits
@@ -93,7 +93,7 @@ def probe_pipe(ctx) -> None:
     """Pipe forward/backward with recorded waves as the schedule; the runtime's events; errors; devices."""
     from torch import nn
 
-    from grading import seams
+    from grading.kit import seams
     from pipeline import runtime
     seams.apply(swaps_for(ctx.args.get("hidden_waves", {})))
     runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from grading import data
+from grading.kit import data
 from grading.checks.common import stage_devices
-from grading.compare import assert_state_close, assert_tensor_close
-from grading.expect import expect
+from grading.engine.compare import assert_state_close, assert_tensor_close
+from grading.engine.expect import expect
 from grading.references import p2_3_gpt2 as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
-from grading.seams import Swap
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.kit.seams import Swap
 
 STAGE_COUNTS = (1, 2, 3)
 
@@ -73,7 +73,7 @@ def _describe_stages(gpt2, model, count: int) -> list[dict]:
 # ================================================================ probe
 def probe_gpt2(ctx) -> None:
     """GPT-2 stages, logits in both modes, one training step; a sequential run stands in for Pipe."""
-    from grading import seams
+    from grading.kit import seams
     seams.apply(SWAPS)
     from pipeline import gpt2
 

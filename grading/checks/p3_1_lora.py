@@ -7,12 +7,12 @@ inputs do; on the staff side also with hidden targets, rank and alpha.
 """
 from __future__ import annotations
 
-from grading import data
+from grading.kit import data
 from grading.checks.common import call_outcome, expect_refusals, labelled
-from grading.compare import assert_tensor_close
-from grading.expect import expect
+from grading.engine.compare import assert_tensor_close
+from grading.engine.expect import expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing
 BAD_APPLY = [

@@ -11,12 +11,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from grading import data
+from grading.kit import data
 from grading.checks.common import call_outcome, expect_refusals, labelled
-from grading.compare import assert_state_close, assert_tensor_close, describe
-from grading.expect import expect
+from grading.engine.compare import assert_state_close, assert_tensor_close, describe
+from grading.engine.expect import expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import os
 
-from grading import data
-from grading.data import fixture_key
+from grading.kit import data
+from grading.kit.data import fixture_key
 from grading.checks.common import call_outcome, labelled
 from grading.checks.p3_2_adapter import grader_lora_model
-from grading.compare import assert_state_close, describe
-from grading.expect import CheckFailed, expect
+from grading.engine.compare import assert_state_close, describe
+from grading.engine.expect import CheckFailed, expect
 from grading.references import p3_finetune as ref
-from grading.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (world_size, micro_batch, grad_accum, precision) for build_config
 CONFIGS = [(2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"), (3, 5, 2, "bf16"), (8, 2, 4, "fp32")]

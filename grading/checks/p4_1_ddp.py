@@ -11,12 +11,12 @@ bucket assignment stored as data (``grading/fixtures/p4_buckets.json``).
 from __future__ import annotations
 
 
-from grading import data
-from grading.compare import assert_state_close, describe
+from grading.kit import data
+from grading.engine.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.expect import CheckFailed, expect
-from grading.results import CaseRun
-from grading.rubric import Case, Criterion
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import Case, Criterion
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
 GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0}

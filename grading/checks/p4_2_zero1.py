@@ -14,11 +14,11 @@ import math
 
 import torch
 
-from grading.compare import assert_state_close, describe
+from grading.engine.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.expect import CheckFailed, expect
-from grading.results import CaseRun
-from grading.rubric import Case, Criterion
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import Case, Criterion
 
 EVEN_SIZES = (8, 16, 4)         # 212 parameters: divisible by 2, not by 3
 ODD_SIZES = (7, 5, 3)           # 55 parameters (no last bias): divisible by neither 2 nor 3

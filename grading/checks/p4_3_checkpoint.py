@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from grading.compare import assert_state_close, describe
+from grading.engine.compare import assert_state_close, describe
 from grading.references import p4 as ref
-from grading.expect import CheckFailed, expect
-from grading.results import CaseRun
-from grading.rubric import Case, Criterion
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import Case, Criterion
 
 SIZES = (8, 16, 4)
 TOTAL_STEPS, SAVE_STEP, EARLY_STEP = 20, 10, 5

@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grading.checks.common import call_outcome
-from grading.compare import assert_tensor_close, describe
+from grading.engine.compare import assert_tensor_close, describe
 from grading.references import p5 as ref
-from grading.expect import CheckFailed, expect
-from grading.rubric import Case, Criterion
-from grading.seams import Swap, apply
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.rubric import Case, Criterion
+from grading.kit.seams import Swap, apply
 
 if TYPE_CHECKING:
-    from grading.results import CaseRun
+    from grading.engine.results import CaseRun
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter")

@@ -18,14 +18,14 @@ import torch
 
 from grading.checks.common import call_outcome
 from grading.checks.p5_1_layers import group_members, join_group
-from grading.compare import assert_tensor_close, describe
+from grading.engine.compare import assert_tensor_close, describe
 from grading.references import p5 as ref
-from grading.expect import CheckFailed, expect
-from grading.rubric import Case, Criterion
-from grading.seams import Swap, apply
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.rubric import Case, Criterion
+from grading.kit.seams import Swap, apply
 
 if TYPE_CHECKING:
-    from grading.results import CaseRun
+    from grading.engine.results import CaseRun
 
 ATOL, RTOL = 1e-5, 1e-4
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from grading.checks import p1_1_partition, p2_1_schedule, p2_2_pipe, p2_3_gpt2, p3_3_zero
-from grading.data import FIXTURE_DIR, fixture_key
+from grading.kit.data import FIXTURE_DIR, fixture_key
 from grading.hidden import answers, p4_hidden
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from torch import nn
 
 from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
-from grading.data import hidden
+from grading.kit.data import hidden
 from grading.references import p4 as ref
-from grading.results import CaseRun
-from grading.rubric import Case, Criterion
+from grading.engine.results import CaseRun
+from grading.engine.rubric import Case, Criterion
 
 PUBLIC_BUCKET_SIZES = [1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0]   # per parameter, exact fit, mid, one bucket
 HIDDEN_BUCKET_SIZES = hidden("p4")["bucket_sizes"]           # chosen by the course secret

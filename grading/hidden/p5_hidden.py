@@ -7,8 +7,8 @@ from __future__ import annotations
 from grading.checks.p5_1_layers import (check_column_forward, check_input_grads, check_region_functions,
                                         check_row_forward)
 from grading.checks.p5_2_gpt2 import check_forward, check_grads
-from grading.data import hidden
-from grading.rubric import Case, Criterion
+from grading.kit.data import hidden
+from grading.engine.rubric import Case, Criterion
 
 SUBGROUP = {"group_ranks": hidden("p5")["group_ranks"]}
 

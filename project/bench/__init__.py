@@ -14,7 +14,6 @@ Modules (each small, one concept):
 """
 from __future__ import annotations
 
-SUMMARY_NAME = "performance_summary.json"
-# What a submission must hold in submit_figures/ (scripts/create_submission_zip.sh checks these).
-REQUIRED_FIGURES = ("data_parallel.png", "pipeline.png", "pipeline_timeline.png")
-REQUIRED_FILES = (*REQUIRED_FIGURES, SUMMARY_NAME)
+from grading.kit.handin import REQUIRED_FIGURES, REQUIRED_FILES, SUMMARY_NAME
+
+__all__ = ["REQUIRED_FIGURES", "REQUIRED_FILES", "SUMMARY_NAME"]

@@ -4,7 +4,7 @@
     (what scripts/create_submission_zip.sh runs)
 
 The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
-grader's own list, ``grading.regions.student_files``) and
+grader's own list, ``grading.kit.regions.student_files``) and
 ``submit_figures/*.png`` + ``performance_summary.json``. Nothing else, so no
 ``workdir/``, checkpoints, caches or virtual environments can slip in.
 Packaging is refused when a required figure or the summary is missing,
@@ -61,10 +61,10 @@ def figure_files(figures_dir: Path) -> list[Path]:
 def create_zip(root: Path, figures_dir: Path, output: Path) -> list[str]:
     """Write ``output`` from the kit at ``root``; return the member names.
 
-    Raises PackagingError (figures) or ``grading.regions.RegionError``
+    Raises PackagingError (figures) or ``grading.kit.regions.RegionError``
     (malformed student markers) before writing anything.
     """
-    from grading.regions import student_files
+    from grading.kit.regions import student_files
 
     root = Path(root)
     members = [(root / rel, rel) for rel in student_files(root)]
@@ -80,7 +80,7 @@ def create_zip(root: Path, figures_dir: Path, output: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: package, print the members; exit 1 (with the reason) when packaging is refused."""
-    from grading.regions import RegionError
+    from grading.kit.regions import RegionError
 
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(prog="create_submission_zip.sh", description=__doc__.split("\n\n")[0])

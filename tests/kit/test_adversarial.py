@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.course import all_cases
-from grading.runner import run_cases
-from grading.submission import SubmissionError, build_grading_copy, open_submission
+from grading.kit.course import all_cases
+from grading.engine.runner import run_cases
+from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
@@ -240,11 +240,11 @@ import torch.testing
 torch.allclose = lambda *args, **kwargs: True
 torch.equal = lambda *args, **kwargs: True
 torch.testing.assert_close = lambda *args, **kwargs: None
-import grading.compare, grading.runner, grading.rubric
-grading.compare.assert_tensor_close = lambda *args, **kwargs: None
-grading.compare.assert_state_close = lambda *args, **kwargs: None
-grading.runner.expect = lambda *args, **kwargs: None
-grading.rubric.CheckFailed = Warning
+import grading.engine.compare, grading.engine.runner, grading.engine.rubric
+grading.engine.compare.assert_tensor_close = lambda *args, **kwargs: None
+grading.engine.compare.assert_state_close = lambda *args, **kwargs: None
+grading.engine.runner.expect = lambda *args, **kwargs: None
+grading.engine.rubric.CheckFailed = Warning
 for param in model.parameters():        # wrong: summed, never divided
     if param.grad is not None:
         dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
@@ -413,18 +413,18 @@ def test_absurd_sizes_are_rejected(tmp_path, monkeypatch):
     (tmp_path / "junk.zip").write_bytes(os.urandom(2000))
     with pytest.raises(SubmissionError, match="not a readable zip"):
         open_submission(tmp_path / "junk.zip", KIT_ROOT, tmp_path / "scratch")
-    monkeypatch.setattr("grading.submission.MAX_ZIP_BYTES", 1000)
+    monkeypatch.setattr("grading.kit.submission.MAX_ZIP_BYTES", 1000)
     archive = _zip(tmp_path / "big.zip", {"a5/data_parallel/comm.py": "#" * 5000})
     with pytest.raises(SubmissionError, match="uncompressed"):
         open_submission(archive, KIT_ROOT, tmp_path / "scratch")
-    monkeypatch.setattr("grading.submission.MAX_ZIP_MEMBERS", 3)
+    monkeypatch.setattr("grading.kit.submission.MAX_ZIP_MEMBERS", 3)
     archive = _zip(tmp_path / "many.zip", {f"a5/f{k}.txt": "x" for k in range(4)})
     with pytest.raises(SubmissionError, match="members"):
         open_submission(archive, KIT_ROOT, tmp_path / "scratch")
     folder = _student_tree(tmp_path / "tree")
     for k in range(30):
         (folder / f"f{k}.txt").write_text("x")
-    monkeypatch.setattr("grading.submission.MAX_TREE_ENTRIES", 20)
+    monkeypatch.setattr("grading.kit.submission.MAX_TREE_ENTRIES", 20)
     with pytest.raises(SubmissionError, match="more than 20 files"):
         open_submission(folder, KIT_ROOT, tmp_path / "scratch")
 
@@ -432,7 +432,7 @@ def test_absurd_sizes_are_rejected(tmp_path, monkeypatch):
 def test_oversized_student_file_is_graded_as_not_implemented(tmp_path, monkeypatch):
     folder = _student_tree(tmp_path / "tree")
     (folder / COMM).write_text((folder / COMM).read_text() + "#" * 2000)
-    monkeypatch.setattr("grading.submission.MAX_STUDENT_FILE_BYTES", 1000)
+    monkeypatch.setattr("grading.kit.submission.MAX_STUDENT_FILE_BYTES", 1000)
     report = build_grading_copy(KIT_ROOT, open_submission(folder, KIT_ROOT, tmp_path), tmp_path / "copy")
     assert any(COMM in m and "larger than 1000 bytes" in m for m in report.malformed), report.malformed
 

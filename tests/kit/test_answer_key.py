@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from grading.course import all_cases
+from grading.kit.course import all_cases
 from grading.hidden import answers, fixtures
 from grading.hidden.inputs import hidden_data
-from grading.regions import parse_regions, student_files
-from grading.release import release
-from grading.runner import run_cases
-from grading.submission import build_grading_copy, grader_access
+from grading.kit.regions import parse_regions, student_files
+from grading.commands.release import release
+from grading.engine.runner import run_cases
+from grading.kit.submission import build_grading_copy, grader_access
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit

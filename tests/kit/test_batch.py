@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.regions import parse_regions, replace_bodies, stub_body
+from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit

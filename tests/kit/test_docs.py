@@ -1,4 +1,4 @@
-"""One source for the problem list (issue 12): the READMEs' tables follow ``grading.rubric.PROBLEMS``."""
+"""One source for the problem list (issue 12): the READMEs' tables follow ``grading.engine.rubric.PROBLEMS``."""
 from __future__ import annotations
 
 import re
@@ -6,8 +6,8 @@ import re
 import pytest
 
 from grading import KIT_ROOT
-from grading.release import student_readme
-from grading.rubric import DEFAULT_PROBLEMS, PROBLEMS, selects
+from grading.commands.release import student_readme
+from grading.engine.rubric import DEFAULT_PROBLEMS, PROBLEMS, selects
 
 pytestmark = pytest.mark.kit
 

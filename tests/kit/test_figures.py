@@ -1,4 +1,4 @@
-"""Figures at grading (grading/figures.py): the grade report describes submit_figures/ as not scored, the zip
+"""Figures at grading (grading/commands/benchmarks.py): the grade report describes submit_figures/ as not scored, the zip
 script warns about a --quick summary, and the staff benchmark scores thresholds only from its own run."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import figures
+from grading.commands import benchmarks
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def _submission(root: Path, summary: dict | str | None, plots=REQUIRED_FIGURES) 
 
 
 def test_notes_for_a_full_gpu_run_name_hardware_and_claimed_speedups(tmp_path):
-    notes = figures.figures_notes(_submission(tmp_path, _summary(gpus=["NVIDIA A100", "NVIDIA A100"])))
+    notes = benchmarks.figures_notes(_submission(tmp_path, _summary(gpus=["NVIDIA A100", "NVIDIA A100"])))
     assert notes and all(line.startswith("figures (not scored by the autograder): ") for line in notes)
     text = "\n".join(notes)
     assert "holds 3 plot(s); every required plot is there" in text
@@ -55,7 +55,7 @@ def test_notes_for_a_full_gpu_run_name_hardware_and_claimed_speedups(tmp_path):
 def test_notes_for_a_quick_cpu_run_and_a_missing_plot(tmp_path):
     root = _submission(tmp_path, _summary(quick=True, applicable=False, status="not_applicable"),
                        plots=REQUIRED_FIGURES[:2])
-    text = "\n".join(figures.figures_notes(root))
+    text = "\n".join(benchmarks.figures_notes(root))
     assert "--quick run" in text and "CPU only (Some CPU, 2 usable core(s))" in text
     assert f"missing {REQUIRED_FIGURES[2]}" in text and "do not apply" in text
 
@@ -66,12 +66,12 @@ def test_notes_for_a_quick_cpu_run_and_a_missing_plot(tmp_path):
     ("[1, 2]", "not a JSON object"),
 ])
 def test_notes_for_a_missing_or_broken_summary(tmp_path, summary, expected):
-    notes = figures.figures_notes(_submission(tmp_path, summary))
+    notes = benchmarks.figures_notes(_submission(tmp_path, summary))
     assert expected in notes[-1] and notes[-1].startswith("figures (not scored by the autograder)")
 
 
 def test_notes_without_the_folder(tmp_path):
-    assert figures.figures_notes(tmp_path) == [
+    assert benchmarks.figures_notes(tmp_path) == [
         "figures (not scored by the autograder): the submission has no submit_figures/ folder (make it with "
         "`python scripts/run_benchmarks.py`)"]
 
@@ -81,7 +81,7 @@ def test_notes_quote_untrusted_values_only_as_short_clean_text(tmp_path):
     hostile["data_parallel"]["ratios"]["speedup"]["median"] = "9.9"        # a string is not a number
     hostile["pipeline"]["ratios"]["speedup_m2"]["median"] = float("inf")
     hostile["quick"] = "no"                                                   # only True means --quick
-    notes = figures.figures_notes(_submission(tmp_path, hostile))
+    notes = benchmarks.figures_notes(_submission(tmp_path, hostile))
     text = "\n".join(notes)
     assert "\x1b" not in text and all("\n" not in line for line in notes)
     assert max(len(line) for line in notes) < 400
@@ -89,19 +89,19 @@ def test_notes_quote_untrusted_values_only_as_short_clean_text(tmp_path):
 
 
 def test_score_thresholds_from_the_graders_run():
-    passed = figures.score_thresholds(_summary(), points=5.0)
+    passed = benchmarks.score_thresholds(_summary(), points=5.0)
     assert [(r.id, r.score, r.max_score, r.status) for r in passed] == [
         ("benchmarks.dp_speedup", 5.0, 5.0, "passed"), ("benchmarks.pp_speedup", 5.0, 5.0, "passed")]
-    missed = figures.score_thresholds(_summary(dp=1.2, status="fail"), points=5.0)
+    missed = benchmarks.score_thresholds(_summary(dp=1.2, status="fail"), points=5.0)
     assert missed[0].score == 0.0 and missed[0].status == "failed" and "1.20x (threshold 1.4x" in missed[0].message
     assert missed[1].status == "passed"
     broken = _summary(dp=None, status="fail")
     broken["errors"] = {"data_parallel": "Traceback ...\nNotImplementedError: Problem 1.2"}
-    failed = figures.score_thresholds(broken, points=1.0)[0]
+    failed = benchmarks.score_thresholds(broken, points=1.0)[0]
     assert failed.status == "failed" and "not measured" in failed.message and "Problem 1.2" in failed.message
-    died = figures.score_thresholds(None, points=1.0, failure="exit code 2")
+    died = benchmarks.score_thresholds(None, points=1.0, failure="exit code 2")
     assert all(r.status == "failed" and "exit code 2" in r.message for r in died)
-    elsewhere = figures.score_thresholds(_summary(applicable=False, status="not_applicable"), points=1.0)
+    elsewhere = benchmarks.score_thresholds(_summary(applicable=False, status="not_applicable"), points=1.0)
     assert all(r.max_score == 0 and r.message.startswith("thresholds do not apply") for r in elsewhere)
 
 
@@ -144,13 +144,13 @@ def test_zip_script_warns_about_a_quick_summary_and_says_figures_are_not_scored(
 def test_benchmark_check_runs_the_benchmark_on_the_spliced_submission_and_reads_only_its_own_summary(tmp_path):
     """The 2-GPU path, forced on this CPU machine with a tiny workload: the grader's run judges (here: does
     not apply, 0 GPUs), whatever the submission's own summary claims."""
-    from grading.regions import student_files
+    from grading.kit.regions import student_files
 
     for rel in student_files(ROOT):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text((ROOT / rel).read_text())
     _submission(tmp_path, _summary(dp=9.87))
-    results = figures.run_benchmark_check(tmp_path, points=1.0, gpus=2, limit_s=500, extra_args=(
+    results = benchmarks.run_benchmark_check(tmp_path, points=1.0, gpus=2, limit_s=500, extra_args=(
         "--quick", "--steps", "1", "--repeats", "1", "--warmup", "0", "--n_chunks", "2", "--batch_size", "4"))
     assert [r.id for r in results] == ["benchmarks.dp_speedup", "benchmarks.pp_speedup"]
     for r in results:

@@ -8,9 +8,9 @@ import zipfile
 
 import pytest
 
-from grading.rubric import DEFAULT_PROBLEMS
-from grading.regions import student_files
-from grading.release import release
+from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.regions import student_files
+from grading.commands.release import release
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit

@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from grading.rubric import DEFAULT_PROBLEMS
-from grading.regions import parse_regions, student_files
+from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.regions import parse_regions, student_files
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -67,7 +67,7 @@ def test_run_autograder_grades_the_submission_into_results_json(tmp_path, bundle
 
 
 def test_a_course_secret_goes_into_the_bundle_only(tmp_path):
-    from grading.gradescope import build_bundle
+    from grading.commands.gradescope import build_bundle
     build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026")
     assert (tmp_path / "b" / "source" / "grading" / "hidden" / "course_secret.txt").read_text().strip() == "fall-2026"
     assert not (KIT_ROOT / "grading" / "hidden" / "course_secret.txt").exists()

@@ -5,8 +5,8 @@ import traceback
 
 import pytest
 
-from grading.hints import likely_cause, static_hints, student_frame
-from grading.results import describe_error
+from grading.engine.hints import likely_cause, static_hints, student_frame
+from grading.engine.results import describe_error
 
 pytestmark = pytest.mark.kit
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from grading.launch import launch
+from grading.engine.launch import launch
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from grading.regions import parse_regions, replace_bodies
-from grading.release import release
+from grading.kit.regions import parse_regions, replace_bodies
+from grading.commands.release import release
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit

@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from grading.rubric import DEFAULT_PROBLEMS
-from grading.regions import RegionError, parse_regions, protected_text, student_files
-from grading.release import release
-from grading.submission import build_grading_copy
+from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.regions import RegionError, parse_regions, protected_text, student_files
+from grading.commands.release import release
+from grading.kit.submission import build_grading_copy
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit

@@ -2,7 +2,7 @@
 the student code looks up through its module at call time, so the stand-in is what actually runs.
 
 Runs the reference (the kit's own region bodies) in-process, with a recording wrapper installed by the same
-``grading.seams.apply`` the probes use, and restores the student modules afterwards.
+``grading.kit.seams.apply`` the probes use, and restores the student modules afterwards.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from grading.checks import p1_1_partition, p1_2_comm, p2_2_pipe, p2_3_gpt2
 from grading.references import p1_2_comm as p1_ref
 from grading.references import p2_2_pipe as p2_ref
 from grading.references import p2_3_gpt2 as gpt2_ref
-from grading.seams import Swap, apply
+from grading.kit.seams import Swap, apply
 
 pytestmark = pytest.mark.kit
 

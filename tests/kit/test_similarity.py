@@ -1,4 +1,4 @@
-"""The similarity report (grading/similarity.py): planted copies rank first, starter text is ignored,
+"""The similarity report (grading/commands/similarity.py): planted copies rank first, starter text is ignored,
 bad inputs are listed, the CSV and the HTML say what they promise."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grading import similarity
-from grading.regions import stub_body
+from grading.commands import similarity
+from grading.kit.regions import stub_body
 from tests.kit.similarity_samples.make import (KIT_ROOT, kit_regions, planted_copy, reference_bodies, sample_bodies,
                                                write_submission)
 

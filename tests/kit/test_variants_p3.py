@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from grading.course import all_cases
-from grading.runner import run_cases
+from grading.kit.course import all_cases
+from grading.engine.runner import run_cases
 from tests.kit.variants import Variant, assert_verdicts, grade_variant, make_variant_kit
 
 LORA, ZERO = "finetune/lora.py", "finetune/zero.py"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
-from grading.regions import parse_regions, stub_body
-from grading.runner import run_case
+from grading.kit.regions import parse_regions, stub_body
+from grading.engine.runner import run_case
 from tests.kit.variants import make_variant_kit
 
 DDP, ZERO, CKPT = "data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grading.course import all_cases
-from grading.regions import parse_regions, replace_bodies, stub_body
-from grading.runner import run_cases
+from grading.kit.course import all_cases
+from grading.kit.regions import parse_regions, replace_bodies, stub_body
+from grading.engine.runner import run_cases
 from tests.kit.variants import Variant, assert_verdicts, make_variant_kit
 
 LAYERS, GPT2 = "tensor_parallel/layers.py", "tensor_parallel/gpt2.py"

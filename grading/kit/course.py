@@ -12,7 +12,7 @@ import os
 
 from grading import KIT_ROOT
 from grading.checks import load_cases
-from grading.rubric import DEFAULT_PROBLEMS, OPTIONAL_PROBLEMS, PROBLEMS, Case
+from grading.engine.rubric import DEFAULT_PROBLEMS, OPTIONAL_PROBLEMS, PROBLEMS, Case
 
 COURSE_RECORD = "grading/course.json"      # relative to the kit root
 COURSE_FILE = KIT_ROOT / COURSE_RECORD

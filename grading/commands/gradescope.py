@@ -14,7 +14,7 @@ region bodies into the kit's files, and judges against its own references
 (``grading/references``), so the region bodies are never needed.
 
 ``run_autograder`` writes a placeholder results.json first and checks the
-real one at the end (``python -m grading.gradescope finalize``), so
+real one at the end (``python -m grading.commands.gradescope finalize``), so
 Gradescope always gets a report, even when the grader is killed. Every path
 can be moved with environment variables (a test runs it on a temporary
 folder laid out like ``/autograder``).
@@ -27,9 +27,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grading.data import SECRET_FILE
-from grading.release import release
-from grading.rubric import DEFAULT_PROBLEMS
+from grading.kit.data import SECRET_FILE
+from grading.commands.release import release
+from grading.engine.rubric import DEFAULT_PROBLEMS
 
 LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 
@@ -62,12 +62,12 @@ RESULTS="${GRADING_RESULTS:-$ROOT/results/results.json}"
 PYTHON="${GRADING_PYTHON:-python3}"
 mkdir -p "$(dirname "$RESULTS")"
 cd "$SOURCE" || exit 1
-"$PYTHON" -m grading.gradescope placeholder "$RESULTS"
+"$PYTHON" -m grading.commands.gradescope placeholder "$RESULTS"
 # shellcheck disable=SC2086
 timeout --kill-after=30 "${GRADING_TOTAL_TIMEOUT:-2400}" \\
     "$PYTHON" -m grading grade "$SUBMISSION" --json "$RESULTS" --quiet ${GRADING_ARGS:-}
 code=$?
-"$PYTHON" -m grading.gradescope finalize "$RESULTS" "$code"
+"$PYTHON" -m grading.commands.gradescope finalize "$RESULTS" "$code"
 exit 0
 """
 
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "finalize":
         finalize(Path(argv[1]), int(argv[2]))
         return 0
-    print("usage: python -m grading.gradescope placeholder RESULTS | finalize RESULTS EXIT_CODE", file=sys.stderr)
+    print("usage: python -m grading.commands.gradescope placeholder RESULTS | finalize RESULTS EXIT_CODE", file=sys.stderr)
     return 2
 
 

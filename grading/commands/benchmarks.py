@@ -11,7 +11,7 @@
   thresholds (DP speedup, pipeline faster than model parallel) as their own
   criteria from that run's summary, never from the student's. With fewer
   than 2 GPUs nothing runs and the report says the thresholds do not apply.
-- ``python -m grading.figures FIGURES_DIR``: the warnings
+- ``python -m grading.commands.benchmarks FIGURES_DIR``: the warnings
   ``scripts/create_submission_zip.sh`` prints after packaging.
 """
 from __future__ import annotations
@@ -27,10 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
+from grading import KIT_ROOT
+from grading.kit.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
-FIGURES_DIR = "submit_figures"
 NOT_SCORED = "figures (not scored by the autograder)"
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024
 BENCH_LIMIT_S = 3600.0
@@ -166,7 +165,7 @@ def gpu_count() -> int:
 
 
 def _result(key: str, title: str, points: float, score: float, status: str, message: str, seconds: float):
-    from grading.runner import CriterionResult
+    from grading.engine.runner import CriterionResult
 
     return CriterionResult(f"benchmarks.{key}", "benchmarks", title, points, score, status, message, seconds)
 
@@ -224,7 +223,7 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
     that run's summary is read. Raises SubmissionError for a submission that
     cannot be opened.
     """
-    from grading.submission import build_grading_copy, open_submission, scratch_dir
+    from grading.kit.submission import build_grading_copy, open_submission, scratch_dir
 
     scratch = scratch_dir()
     try:
@@ -257,8 +256,8 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
 
 
 def _cmd_benchmarks(args: argparse.Namespace) -> int:
-    from grading import report
-    from grading.submission import SubmissionError
+    from grading.commands import report
+    from grading.kit.submission import SubmissionError
 
     if args.points < 0 or args.limit <= 0:
         print("error: --points must be >= 0 and --limit > 0", file=sys.stderr)
@@ -289,7 +288,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m grading.figures FIGURES_DIR``: print ``zip_warnings`` to stderr; always exit 0."""
+    """``python -m grading.commands.benchmarks FIGURES_DIR``: print ``zip_warnings`` to stderr; always exit 0."""
     folder = (sys.argv[1:] if argv is None else argv)[:1] or [FIGURES_DIR]
     for line in zip_warnings(Path(folder[0])):
         print(line, file=sys.stderr)

@@ -38,10 +38,11 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
-from grading.submission import MAX_STUDENT_FILE_BYTES, SubmissionError, extract_zip, find_root
+from grading import KIT_ROOT
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
+from grading.kit.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
+from grading.kit.submission import MAX_STUDENT_FILE_BYTES, SubmissionError, extract_zip, find_root
+
 K_GRAM = 5          # tokens per fingerprinted k-gram
 WINDOW = 4          # winnowing window: any shared run of K_GRAM + WINDOW - 1 tokens is always detected
 TOP_PAIRS = 10      # pairs per problem shown side by side in index.html
@@ -262,7 +263,7 @@ def collect(submissions_dir: Path, kit_root: Path, kept: frozenset[str], base: d
     submissions with nothing beyond the starter, number of submissions read). An
     entry that cannot be opened is skipped with its reason, never fatal.
     """
-    from grading.batch import submissions_in
+    from grading.commands.batch import submissions_in
 
     stubs = kit_stubs(kit_root)
     entries: dict[str, dict[str, Entry]] = {}

@@ -1,13 +1,13 @@
 """Start N rank processes for one check, bounded in time, and collect what happened.
 
-Each rank is a fresh ``python -m grading.worker`` in its own session (process
+Each rank is a fresh ``python -m grading.engine.worker`` in its own session (process
 group), with stdout/stderr going to files (a chatty submission cannot block a
 pipe). Ranks rendezvous over a private file store inside the run folder, so
 no port is ever fixed. At the wall-clock limit every live rank is asked for a
 Python stack dump (faulthandler on SIGUSR1), then killed with its whole
 process group.
 
-Each run also gets (see ``grading.sandbox``) per-rank resource limits, a
+Each run also gets (see ``grading.engine.sandbox``) per-rank resource limits, a
 private network and PID namespace shared by its ranks where the platform
 allows, a marker variable in every rank's environment so leftovers can be
 found and killed, and a random key, sent over stdin, with which the worker
@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading import sandbox
-from grading.results import is_finished
+from grading.engine import sandbox
+from grading.engine.results import is_finished
 
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
@@ -132,7 +132,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
            limits: sandbox.Limits | None = None) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
 
-    Each rank calls ``function(ctx)`` with a ``grading.results.RankContext``;
+    Each rank calls ``function(ctx)`` with a ``grading.engine.results.RankContext``;
     with ``init_group`` the default process group is set up first (``backend``,
     file-store rendezvous in ``out_dir``, collective timeout ``pg_timeout_s``,
     default: half the wall limit). ``cwd`` is the kit copy whose code is
@@ -165,7 +165,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             stderr = open(out_dir / f"rank{rank}.stderr", "wb")
             try:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "grading.worker", str(out_dir / "spec.json"), str(rank)],
+                    [sys.executable, "-m", "grading.engine.worker", str(out_dir / "spec.json"), str(rank)],
                     cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
                     start_new_session=True))
                 _send_key(procs[-1], key)

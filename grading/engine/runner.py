@@ -7,10 +7,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.expect import CheckFailed
-from grading.launch import launch, pick_backend
-from grading.results import CaseRun
-from grading.rubric import Case, selects
+from grading.engine.expect import CheckFailed
+from grading.engine.launch import launch, pick_backend
+from grading.engine.results import CaseRun
+from grading.engine.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.

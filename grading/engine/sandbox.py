@@ -2,7 +2,7 @@
 
 Two halves:
 
-* **child side** (``apply_limits``, called by ``grading.worker`` before any
+* **child side** (``apply_limits``, called by ``grading.engine.worker`` before any
   student module is imported): the rank dies with the grader
   (``PR_SET_PDEATHSIG``), gets ``setrlimit`` limits on memory
   (``RLIMIT_DATA``), CPU seconds, open files and the size of any file it

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grading.rubric import PROBLEMS
-from grading.runner import CriterionResult
+from grading.engine.rubric import PROBLEMS
+from grading.engine.runner import CriterionResult
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_GRADER_ERROR = 0, 1, 2, 3, 4
 

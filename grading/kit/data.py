@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures"
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET_ENV = "GRADING_COURSE_SECRET"
-SECRET_FILE = Path(__file__).resolve().parent / "hidden" / "course_secret.txt"
+SECRET_FILE = Path(__file__).resolve().parent.parent / "hidden" / "course_secret.txt"
 
 
 def fixture_key(*args: Any) -> str:

@@ -15,7 +15,7 @@ import textwrap
 import traceback
 from pathlib import Path
 
-from grading.regions import STUDENT_PACKAGES
+from grading.kit.regions import STUDENT_PACKAGES
 
 # (file prefix or "", regex on "Type: message", hint)
 _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from grading.data import staff_side
-from grading.results import CaseRun
+from grading.kit.data import staff_side
+from grading.engine.results import CaseRun
 
 # Every sub-problem of the kit. Problems 1-3 are the default assignment (100 points); 4 and 5 are optional.
 PROBLEMS = {

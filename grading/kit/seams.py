@@ -16,7 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grading.data import fixture_key
+from grading.kit.data import fixture_key
 
 
 @dataclass(frozen=True)

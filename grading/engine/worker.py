@@ -1,6 +1,6 @@
-"""The child side of ``grading.launch``: one rank of one check.
+"""The child side of ``grading.engine.launch``: one rank of one check.
 
-``python -m grading.worker SPEC.json RANK`` sets up stack dumps and the
+``python -m grading.engine.worker SPEC.json RANK`` sets up stack dumps and the
 process group, then calls the probe with a RankContext. The probe records
 each piece of student work with ``ctx.record``; results go to
 ``<out>/rank<R>/<name>.pt`` and exceptions to ``<name>.error.json``. The
@@ -8,8 +8,8 @@ parent never trusts a verdict from here: it loads the raw values and judges
 them itself.
 
 Before any student code runs, the worker reads a per-run key from stdin and
-applies ``grading.sandbox`` limits. Recording, signing and the ``done``
-marker are the results protocol of ``grading.results``.
+applies ``grading.engine.sandbox`` limits. Recording, signing and the ``done``
+marker are the results protocol of ``grading.engine.results``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from grading.results import RankContext
+from grading.engine.results import RankContext
 
 
 def _init_group(spec: dict, rank: int) -> str:
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     key = _read_key()
-    from grading.sandbox import apply_limits
+    from grading.engine.sandbox import apply_limits
     (rank_dir / "sandbox.json").write_text(json.dumps(apply_limits(spec)))
     try:
         import torch

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from grading.expect import CheckFailed
+from grading.engine.expect import CheckFailed
 
 
 def describe(value: Any) -> str:

@@ -20,17 +20,17 @@ import json
 import shutil
 from pathlib import Path
 
-from grading.course import COURSE_RECORD, parse_problems
+from grading.kit.course import COURSE_RECORD, parse_problems
 from grading.hidden import fixtures
-from grading.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
+from grading.kit.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
                              stub_body, student_files)
-from grading.rubric import DEFAULT_PROBLEMS, PROBLEMS
+from grading.engine.rubric import DEFAULT_PROBLEMS, PROBLEMS
 
 # Never copied into a release (solution-only, staff-only or local state).
 RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "grading/pristine", "__pycache__",
                    ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
-                   COURSE_RECORD, "grading/release.py")
+                   COURSE_RECORD, "grading/commands/release.py")
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
 STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_p[0-9]_*.py")
 # Files that belong to an optional problem: left out unless the course chooses it.
@@ -41,7 +41,7 @@ OPTIONAL_FILES = {
           "project/bench/tensor_parallel.py", "grading/checks/p5_*.py", "grading/references/p5*.py",
           "tests/test_p5_*.py"),
 }
-STUDENT_README = Path(__file__).resolve().parent / "hidden" / "README.student.md"
+STUDENT_README = Path(__file__).resolve().parent.parent / "hidden" / "README.student.md"
 
 
 def _matches(rel: str, pattern: str) -> bool:

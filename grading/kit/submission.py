@@ -20,9 +20,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.course import chosen_problems
-from grading.hints import static_hints
-from grading.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
+from grading.kit.course import chosen_problems
+from grading.engine.hints import static_hints
+from grading.kit.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
                              replace_bodies, stub_body, student_files)
 
 MAX_ZIP_BYTES = 50 * 1024 * 1024          # uncompressed total

@@ -22,11 +22,11 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from grading.expect import CheckFailed
-from grading.hints import likely_cause, student_frame
+from grading.engine.expect import CheckFailed
+from grading.engine.hints import likely_cause, student_frame
 
 if TYPE_CHECKING:
-    from grading.launch import LaunchResult
+    from grading.engine.launch import LaunchResult
 
 PARTS_LOG = "parts.log"
 DONE_MARKER = "done"
