@@ -23,9 +23,10 @@ from pathlib import Path
 from grading import KIT_ROOT
 from grading.commands import benchmarks, report, similarity
 from grading.kit.course import PROBLEMS_ENV, all_cases, chosen_problems, parse_problems
-from grading.kit.data import SECRET_ENV, staff_side
+from grading.kit.secret import SECRET_ENV, staff_side
 from grading.kit.regions import PROTECTED_RECORD, RegionError
-from grading.engine.rubric import PROBLEMS, selects
+from grading.engine.rubric import selects
+from grading.problems import titles
 from grading.engine.runner import CriterionResult, run_cases
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
 
@@ -59,8 +60,8 @@ def _all_failed(status: str, message: str, problem: str | None) -> list[Criterio
 def cmd_grade(args: argparse.Namespace) -> int:
     """``grade``: a report (and --json file) always comes out, even when the grader itself fails."""
     problem = args.problem
-    if problem is not None and problem not in PROBLEMS and problem not in {p.split(".")[0] for p in PROBLEMS}:
-        print(f"error: unknown problem {problem!r}; choose from {', '.join(PROBLEMS)}", file=sys.stderr)
+    if problem is not None and problem not in titles() and problem not in {p.split(".")[0] for p in titles()}:
+        print(f"error: unknown problem {problem!r}; choose from {', '.join(titles())}", file=sys.stderr)
         return report.EXIT_USAGE
     if problem is not None and problem.split(".")[0] not in chosen_problems():
         # an optional problem the course did not pick: grade it when this kit has it (staff), else say so
@@ -124,7 +125,7 @@ def _staff_only(command: str) -> int | None:
     """EXIT_USAGE with a one-line message when ``command`` runs in a student starter (no grading/hidden)."""
     if staff_side():
         return None
-    print(f"error: `python -m grading {command}` is a staff command: it needs the course kit (grading/hidden), "
+    print(f"error: `python -m grading {command}` is a staff command: it needs the course kit (grading/staff), "
           "which a student starter does not have", file=sys.stderr)
     return report.EXIT_USAGE
 
@@ -148,16 +149,16 @@ def cmd_release(args: argparse.Namespace) -> int:
 def cmd_fixtures(args: argparse.Namespace) -> int:
     if (refused := _staff_only("fixtures")) is not None:
         return refused
-    from grading.hidden import fixtures
+    from grading.staff import expected
     if args.check:
-        stale = fixtures.stale()
+        stale = expected.stale()
         if stale:
             print(f"error: public fixtures out of date: {', '.join(stale)} (run `python -m grading fixtures`)",
                   file=sys.stderr)
             return report.EXIT_FAIL
         print("public fixtures match the staff answers")
         return 0
-    for path in fixtures.write():
+    for path in expected.write():
         print(f"wrote {path}")
     return 0
 

@@ -16,7 +16,8 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.kit.course import all_cases
-from grading.engine.rubric import PROBLEMS, criteria_of
+from grading.engine.rubric import criteria_of
+from grading.problems import titles
 from grading.engine.runner import CriterionResult, run_case
 from grading.kit.submission import SpliceReport, build_grading_copy
 
@@ -24,7 +25,7 @@ _NOTES: list[str] = []
 
 
 def pytest_configure(config) -> None:
-    for problem, title in PROBLEMS.items():
+    for problem, title in titles().items():
         config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
 
 

@@ -9,7 +9,9 @@ import importlib.util
 
 import pytest
 
-from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
+from grading.problems.p4_1_ddp import checks as p4_1_ddp
+from grading.problems.p4_2_zero1 import checks as p4_2_zero1
+from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
 from grading.engine.runner import run_case
 from tests.conftest import KIT_ROOT, assert_passed
 

@@ -26,12 +26,12 @@ from typing import Callable
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
 from grading.kit.course import all_cases
-from grading.engine.rubric import PROBLEMS
+from grading.problems import titles
 
 STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
           EXIT_GRADER_ERROR: "grader_error"}
 COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
-           *[f"problem_{p}" for p in PROBLEMS], "notes"]
+           *[f"problem_{p}" for p in titles()], "notes"]
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -89,13 +89,13 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
     by_problem: dict[str, float] = {}
     for test in data.get("tests", []):
         number = str(test.get("number", ""))
-        if number in PROBLEMS:
+        if number in titles():
             by_problem[number] = by_problem.get(number, 0.0) + float(test.get("score", 0.0))
     notes = note or _first_line(str(data.get("output", "")))
     return {"submission": entry.name, "score": f"{float(data.get('score', 0.0)):g}",
             "max_score": f"{float(data.get('max_score', 0.0)):g}", "status": status,
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
-            **{f"problem_{p}": f"{by_problem[p]:g}" if p in by_problem else "" for p in PROBLEMS},
+            **{f"problem_{p}": f"{by_problem[p]:g}" if p in by_problem else "" for p in titles()},
             "notes": notes}
 
 

@@ -6,7 +6,7 @@ same tree unpacked (Gradescope unpacks the zip into ``/autograder/source``)::
     source/setup.sh          installs requirements.txt (pinned; CPU build of torch)
     source/run_autograder    grades /autograder/submission into /autograder/results/results.json
     source/requirements.txt
-    source/grading/ ...      the grader, its staff package grading/hidden included (answers, hidden inputs)
+    source/grading/ ...      the grader, its staff parts included (grading/staff, grading/problems/*/staff.py)
     source/data_parallel/ ... the student files with every region emptied (no reference solution)
 
 The bundle holds no reference solution: the grader splices the submission's
@@ -27,9 +27,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grading.kit.data import SECRET_FILE
-from grading.commands.release import release
-from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.secret import SECRET_FILE
+from grading.commands.release import release, staff_files
+from grading.kit.course import DEFAULT_PROBLEMS
 
 LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 
@@ -77,8 +77,9 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
     """Write ``out_dir/source/`` and ``out_dir/autograder.zip``; return the zip's path.
 
     The tree is the student release of ``kit_root`` for ``problems`` (regions
-    emptied) plus the staff package ``grading/hidden`` (answers and hidden
-    inputs; with ``course_secret`` written to its ``course_secret.txt``, so
+    emptied) plus the staff parts (``grading/staff`` and each chosen folder's
+    ``staff.py``: answers and hidden inputs; with ``course_secret`` written to
+    ``grading/staff/course_secret.txt``, so
     hidden inputs follow this term's secret), ``setup.sh`` and
     ``run_autograder``. Raises FileExistsError when ``out_dir`` exists and is
     not empty, RegionError for malformed markers.
@@ -90,12 +91,11 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
     release(kit_root, source, problems)
     for cache in [p for p in source.rglob("*") if p.is_dir() and p.name in LOCAL_CACHES]:
         shutil.rmtree(cache, ignore_errors=True)
-    hidden = kit_root / "grading" / "hidden"
-    if hidden.is_dir():
-        shutil.copytree(hidden, source / "grading" / "hidden",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", SECRET_FILE.name))
+    for rel in staff_files(kit_root, problems):
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(kit_root / rel, source / rel)
     if course_secret:
-        (source / "grading" / "hidden" / SECRET_FILE.name).write_text(course_secret + "\n")
+        (source / "grading" / "staff" / SECRET_FILE.name).write_text(course_secret + "\n")
     for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
         (source / name).write_text(text)
         (source / name).chmod(0o755)

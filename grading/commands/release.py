@@ -5,11 +5,12 @@ What the starter holds, and why it gives nothing away:
   and a pristine copy of them in ``grading/pristine/`` (what a local grade splices into);
 - the public checks (``grading/checks``) and the references they compare with, which are serial
   computations that are not a student function (a plain model's gradients, an unsplit GPT-2);
-- expected values of the public inputs as data (``grading/fixtures/*.json``, written fresh here
+- expected values of the public inputs as data (``grading/problems/*/expected.json``, written fresh here
   from the staff answers), and isolation stand-ins that are lookups in that data, library classes
   or different computations;
-- a README written for students (``grading/hidden/README.student.md``).
-Left out: the staff answers and hidden checks (``grading/hidden``), the kit's own tests and buggy
+- a README written for students (``grading/staff/README.student.md``).
+Left out: the staff answers and hidden checks (``grading/staff`` and every ``grading/problems/*/staff.py``),
+the kit's own tests and buggy
 variants (``tests/kit`` and the tests of the project code), CI, local state, and the files of the
 optional problems the course did not choose.
 """
@@ -21,14 +22,15 @@ import shutil
 from pathlib import Path
 
 from grading.kit.course import COURSE_RECORD, parse_problems
-from grading.hidden import fixtures
+from grading.staff import expected
 from grading.kit.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
                              stub_body, student_files)
-from grading.engine.rubric import DEFAULT_PROBLEMS, PROBLEMS
+from grading.kit.course import DEFAULT_PROBLEMS
+from grading.problems import titles
 
 # Never copied into a release (solution-only, staff-only or local state).
-RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/hidden", "grading/pristine", "__pycache__",
-                   ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
+RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grading/problems/*/staff.py",
+                   "grading/pristine", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
                    COURSE_RECORD, "grading/commands/release.py")
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
@@ -36,12 +38,11 @@ STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_p[0-9]_*.
 # Files that belong to an optional problem: left out unless the course chooses it.
 OPTIONAL_FILES = {
     "4": ("data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py", "project/run_capstone.py",
-          "project/bench/ddp_peers.py", "grading/checks/p4_*.py", "grading/references/p4*.py", "tests/test_p4_*.py"),
+          "project/bench/ddp_peers.py", "grading/problems/p4_*/*", "tests/test_p4_*.py"),
     "5": ("tensor_parallel/*", "tensor_parallel/**/*", "project/run_tensor_parallel.py",
-          "project/bench/tensor_parallel.py", "grading/checks/p5_*.py", "grading/references/p5*.py",
-          "tests/test_p5_*.py"),
+          "project/bench/tensor_parallel.py", "grading/problems/p5_*/*", "tests/test_p5_*.py"),
 }
-STUDENT_README = Path(__file__).resolve().parent.parent / "hidden" / "README.student.md"
+STUDENT_README = Path(__file__).resolve().parent.parent / "staff" / "README.student.md"
 
 
 def _matches(rel: str, pattern: str) -> bool:
@@ -65,6 +66,24 @@ def released(rel: str, problems: tuple[str, ...]) -> bool:
     return True
 
 
+def staff_files(kit_root: Path, problems: tuple[str, ...]) -> list[str]:
+    """Kit-relative paths of the staff-only files a Gradescope bundle for ``problems`` adds to the starter.
+
+    ``grading/staff`` (without a kit's own course secret) and the ``staff.py`` of every chosen folder.
+    """
+    kit_root = Path(kit_root)
+    found = []
+    for path in sorted((kit_root / "grading").rglob("*")):
+        rel = path.relative_to(kit_root).as_posix()
+        if not path.is_file() or "__pycache__" in rel or rel.endswith(".pyc") or rel.endswith("course_secret.txt"):
+            continue
+        if rel.startswith("grading/staff/") or Path(rel).match("grading/problems/*/staff.py"):
+            if not any(problem not in problems and _matches(rel, pattern)
+                       for problem, patterns in OPTIONAL_FILES.items() for pattern in patterns):
+                found.append(rel)
+    return found
+
+
 def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
     """The starter's README: ``grading/hidden/README.student.md`` with the table of the chosen problems.
 
@@ -79,7 +98,7 @@ def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
     rows = ["| problem | what | file: functions |", "|---|---|---|"]
     for problem in sorted(where, key=lambda p: [int(x) for x in p.split(".")]):
         files = "; ".join(f"`{rel}`: " + ", ".join(f"`{f}`" for f in fns) for rel, fns in where[problem].items())
-        rows.append(f"| {problem} | {PROBLEMS[problem]} | {files} |")
+        rows.append(f"| {problem} | {titles()[problem]} | {files} |")
     return STUDENT_README.read_text().replace("{problem_table}", "\n".join(rows))
 
 
@@ -121,8 +140,8 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             if rel.split("/")[0] in STUDENT_PACKAGES:
                 staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
     staged["README.md"] = student_readme(kit_root, problems).encode()
-    for name, content in fixtures.public_fixtures().items():
-        staged[f"grading/fixtures/{name}.json"] = fixtures.render(content).encode()
+    for rel, text in expected.rendered(problems).items():
+        staged[rel] = text.encode()
     staged[COURSE_RECORD] = (json.dumps({"problems": list(problems)}) + "\n").encode()
     for rel, data in staged.items():
         if rel not in record["student_files"] and not rel.startswith(PRISTINE_DIR + "/"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grading.engine.rubric import PROBLEMS
+from grading.problems import titles
 from grading.engine.runner import CriterionResult
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_GRADER_ERROR = 0, 1, 2, 3, 4
@@ -40,7 +40,7 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
         rows = [r for r in results if r.problem == problem]
         score, max_score = sum(r.score for r in rows), sum(r.max_score for r in rows)
         total, got = total + max_score, got + score
-        lines.append(f"Problem {problem}  {PROBLEMS.get(problem, '')}  [{score:g}/{max_score:g}]")
+        lines.append(f"Problem {problem}  {titles().get(problem, '')}  [{score:g}/{max_score:g}]")
         for r in rows:
             mark = {"passed": "PASS", "failed": "FAIL", "not_implemented": "TODO", "grader_error": "ERR!"}[r.status]
             lines.append(f"  {mark} {r.score:>4g}/{r.max_score:<4g} {r.seconds:6.1f}s  {r.id:<34} {r.title}")

@@ -1,47 +1,30 @@
-"""The rubric as plain data: problems, cases and criteria.
+"""Cases and criteria: the one way a check is written.
 
 A *Case* is one spawn of N rank processes running a probe (child side); a
 *Criterion* judges the probe's raw results in the parent process and is worth
 points. Several criteria share one case, so one spawn serves many of them,
 while each criterion reads only the parts it needs, so one bug costs one
-criterion. Check modules declare criteria where they are written::
+criterion. A sub-problem's ``checks.py`` declares them next to the code::
 
-    CASE = Case("p1_partition", probe_partition, world_size=2)
+    CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2)
 
     @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
-    def check_coverage(run): ...
+    def check_coverage(run: CaseRun, split: str) -> None: ...
 
-A criterion that also has hidden inputs (staff side only) is declared with
-``hidden_points``: the same function then runs twice, on the public data and
-on the hidden data, as two criteria (``<id>`` and ``<id>_hidden``).
+Every criterion function takes the case's run and the data *split* it judges
+(PUBLIC, or HIDDEN for the staff-only copy of it that a sub-problem's
+``staff.py`` asks for; see ``grading.kit.problem``). Probes record the parts
+that depend on the inputs once per split, under ``split_part(P_NAME, split)``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
-from grading.kit.data import staff_side
 from grading.engine.results import CaseRun
 
-# Every sub-problem of the kit. Problems 1-3 are the default assignment (100 points); 4 and 5 are optional.
-PROBLEMS = {
-    "1.1": "Data parallel: dataset partitioning",
-    "1.2": "Data parallel: gradient averaging",
-    "2.1": "Pipeline: schedule and module splitting",
-    "2.2": "Pipeline: Pipe forward on stage workers",
-    "2.3": "Pipeline: GPT-2 as pipeline stages",
-    "3.1": "Fine-tuning: apply LoRA",
-    "3.2": "Fine-tuning: save and load adapters",
-    "3.3": "Fine-tuning: DeepSpeed ZeRO config and micro-batch step",
-    "4.1": "DDP: overlapped bucketed all-reduce",
-    "4.2": "ZeRO-1: sharded optimizer",
-    "4.3": "Sharded checkpoints with exact resume",
-    "5.1": "Tensor parallel: column and row parallel layers",
-    "5.2": "Tensor parallel: a GPT-2 block split across ranks",
-}
-DEFAULT_PROBLEMS = ("1", "2", "3")
-OPTIONAL_PROBLEMS = ("4", "5")
 PUBLIC, HIDDEN = "public", "hidden"
+SPLITS = (PUBLIC, HIDDEN)
 
 
 def split_part(part: str, split: str) -> str:
@@ -50,6 +33,8 @@ def split_part(part: str, split: str) -> str:
     Public and hidden inputs are recorded apart, so an exception on a hidden
     input never costs a public criterion.
     """
+    if split not in SPLITS:
+        raise ValueError(f"split_part: unknown split {split!r}")
     return f"{part}_{split}"
 
 
@@ -63,27 +48,38 @@ def selects(selector: str | None, problem: str) -> bool:
     return selector is None or problem == selector or problem.startswith(selector + ".")
 
 
+Judge = Callable[[CaseRun, str], None]
+
+
 @dataclass(frozen=True)
 class Criterion:
-    """One graded statement about a case's results, worth ``points``."""
+    """One graded statement about a case's results, worth ``points``; ``judge(run, split)`` raises CheckFailed."""
 
     id: str                                   # "1.2.grads_2rank"
     title: str                                # shown in the table
     points: float
-    evaluate: Callable[[CaseRun], None]       # raises CheckFailed; returns None on success
-    hidden: bool = False                      # staff only; Gradescope visibility "after_published"
+    judge: Judge
+    split: str = PUBLIC                       # HIDDEN: staff only; Gradescope visibility "after_published"
+
+    @property
+    def hidden(self) -> bool:
+        return self.split == HIDDEN
 
     @property
     def problem(self) -> str:
         return problem_of(self.id)
 
+    def evaluate(self, run: CaseRun) -> None:
+        """Judge ``run`` on this criterion's split; raises CheckFailed when it does not hold."""
+        self.judge(run, self.split)
+
 
 @dataclass
 class Case:
-    """One spawn: ``probe`` (a module-level function of a check module) runs on ``world_size`` ranks."""
+    """One spawn: ``probe(ctx)`` (a module-level function of a ``checks.py``) runs on ``world_size`` ranks."""
 
     name: str
-    probe: Callable | str
+    probe: Callable
     world_size: int = 1
     init_group: bool = True
     args: dict = field(default_factory=dict)
@@ -93,27 +89,13 @@ class Case:
     @property
     def target(self) -> str:
         """``"module:function"`` of the probe, as the worker imports it."""
-        if isinstance(self.probe, str):
-            return self.probe
         return f"{self.probe.__module__}:{self.probe.__name__}"
 
-    def criterion(self, id: str, title: str, points: float, hidden_points: float = 0.0) -> Callable:
-        """Decorator: register ``fn(run)`` (or ``fn(run, split)`` with ``hidden_points``) as criteria of this case.
-
-        With ``hidden_points`` the function takes the data split (PUBLIC or
-        HIDDEN) as second argument and is registered twice: ``id`` on the
-        public data and ``id + "_hidden"`` on the hidden data, the latter only
-        on the staff side (where ``grading.hidden`` and so hidden inputs exist).
-        """
-        def register(fn: Callable) -> Callable:
-            if hidden_points:
-                self.criteria.append(Criterion(id, title, points, lambda run: fn(run, PUBLIC)))
-                if staff_side():
-                    self.criteria.append(Criterion(id + "_hidden", title + " (hidden inputs)", hidden_points,
-                                                   lambda run: fn(run, HIDDEN), hidden=True))
-            else:
-                self.criteria.append(Criterion(id, title, points, fn))
-            return fn
+    def criterion(self, id: str, title: str, points: float) -> Callable[[Judge], Judge]:
+        """Decorator: register ``judge(run, split)`` as the public criterion ``id`` of this case."""
+        def register(judge: Judge) -> Judge:
+            self.criteria.append(Criterion(id, title, points, judge))
+            return judge
         return register
 
 
@@ -122,8 +104,8 @@ def criteria_of(cases: list[Case], selector: str | None = None) -> list[Criterio
     return [c for case in cases for c in case.criteria if selects(selector, c.problem)]
 
 
-def check_rubric(cases: list[Case]) -> None:
-    """Raise ValueError for duplicate case names or criterion ids, or unknown problems."""
+def check_rubric(cases: list[Case], known: set[str] | frozenset[str]) -> None:
+    """Raise ValueError for duplicate case names or criterion ids, or problems not in ``known``."""
     seen_cases, seen_ids = set(), set()
     for case in cases:
         if case.name in seen_cases:
@@ -132,6 +114,6 @@ def check_rubric(cases: list[Case]) -> None:
         for criterion in case.criteria:
             if criterion.id in seen_ids:
                 raise ValueError(f"duplicate criterion id {criterion.id}")
-            if criterion.problem not in PROBLEMS:
+            if criterion.problem not in known:
                 raise ValueError(f"criterion {criterion.id}: unknown problem {criterion.problem}")
             seen_ids.add(criterion.id)

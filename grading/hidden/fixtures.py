@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grading.checks import p1_1_partition, p2_1_schedule, p2_2_pipe, p2_3_gpt2, p3_3_zero
+from grading.problems.p1_1_partition import checks as p1_1_partition
+from grading.problems.p2_1_schedule import checks as p2_1_schedule
+from grading.problems.p2_2_pipe import checks as p2_2_pipe
+from grading.problems.p2_3_gpt2 import checks as p2_3_gpt2
+from grading.problems.p3_3_zero import checks as p3_3_zero
 from grading.kit.data import FIXTURE_DIR, fixture_key
 from grading.hidden import answers, p4_hidden
 

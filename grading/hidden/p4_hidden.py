@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from torch import nn
 
-from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
+from grading.problems.p4_1_ddp import checks as p4_1_ddp
+from grading.problems.p4_2_zero1 import checks as p4_2_zero1
+from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
 from grading.kit.data import hidden
-from grading.references import p4 as ref
+from grading.problems.p4_1_ddp import reference as ref
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, Criterion
 
@@ -48,7 +50,7 @@ def bucket_cases(sizes: list[float]) -> list[dict]:
 
 def bucket_fixture() -> dict:
     """The content of ``grading/fixtures/p4_buckets.json``."""
-    return {"model": "grading.references.p4.DDPProbeNet(seed=0)", "cases": bucket_cases(PUBLIC_BUCKET_SIZES)}
+    return {"model": "grading.problems.p4_1_ddp.reference.DDPProbeNet(seed=0)", "cases": bucket_cases(PUBLIC_BUCKET_SIZES)}
 
 
 def check_hidden_buckets(run: CaseRun) -> None:
@@ -56,21 +58,21 @@ def check_hidden_buckets(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p4_ddp_3rank", "grading.checks.p4_1_ddp:probe_ddp", world_size=3, init_group=True, timeout_s=90,
+    Case("p4_ddp_3rank", "grading.problems.p4_1_ddp.checks:probe_ddp", world_size=3, init_group=True, timeout_s=90,
          args={"bucket_sizes": HIDDEN_BUCKET_SIZES, "train": False}, criteria=(
              Criterion("4.1.buckets_hidden", "bucket assignment for other bucket sizes", 1, check_hidden_buckets,
                        hidden=True),
              Criterion("4.1.grads_3rank", "3-rank grads equal serial global-batch grads", 1, p4_1_ddp.check_grads,
                        hidden=True),
          )),
-    Case("p4_zero_3rank", "grading.checks.p4_2_zero1:probe_zero", world_size=3, init_group=True, timeout_s=90,
+    Case("p4_zero_3rank", "grading.problems.p4_2_zero1.checks:probe_zero", world_size=3, init_group=True, timeout_s=90,
          criteria=(
              Criterion("4.2.steps_3rank", "3 ranks (212 parameters, padded): 5 Adam and SGD steps equal serial", 1,
                        p4_2_zero1.check_steps, hidden=True),
              Criterion("4.2.memory_3rank", "3 ranks: optimizer state is 12 x ceil(P/3) bytes", 1,
                        p4_2_zero1.check_memory, hidden=True),
          )),
-    Case("p4_checkpoint_3rank", "grading.checks.p4_3_checkpoint:probe_checkpoint", world_size=3, init_group=True,
+    Case("p4_checkpoint_3rank", "grading.problems.p4_3_checkpoint.checks:probe_checkpoint", world_size=3, init_group=True,
          timeout_s=120, args={"resume": False}, criteria=(
              Criterion("4.3.roundtrip_3rank", "3 ranks: round trip restores every rank's own shard", 1,
                        p4_3_checkpoint.check_roundtrip, hidden=True),

@@ -11,17 +11,19 @@ import json
 import os
 
 from grading import KIT_ROOT
-from grading.checks import load_cases
-from grading.engine.rubric import DEFAULT_PROBLEMS, OPTIONAL_PROBLEMS, PROBLEMS, Case
+from grading.engine.rubric import Case
+from grading.problems import folders, load_cases
 
 COURSE_RECORD = "grading/course.json"      # relative to the kit root
 COURSE_FILE = KIT_ROOT / COURSE_RECORD
 PROBLEMS_ENV = "GRADING_PROBLEMS"
+DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points)
+OPTIONAL_PROBLEMS = ("4", "5")            # a course adds them with --problems
 
 
 def parse_problems(text: str) -> tuple[str, ...]:
     """``"1,2,3,4"`` -> ("1", "2", "3", "4"); raises ValueError naming an unknown problem."""
-    known = sorted({p.split(".")[0] for p in PROBLEMS})
+    known = sorted({p.split(".")[0] for p in folders()})
     chosen = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [p for p in chosen if p not in known]
     if not chosen or unknown:
@@ -45,4 +47,4 @@ def all_cases(problems: tuple[str, ...] | None = None) -> list[Case]:
     return load_cases(problems if problems is not None else chosen_problems())
 
 
-__all__ = ["OPTIONAL_PROBLEMS", "all_cases", "chosen_problems", "parse_problems"]
+__all__ = ["DEFAULT_PROBLEMS", "OPTIONAL_PROBLEMS", "all_cases", "chosen_problems", "parse_problems"]

@@ -16,7 +16,6 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grading.kit.data import fixture_key
 
 
 @dataclass(frozen=True)
@@ -47,15 +46,15 @@ def apply(swaps: list[Swap] | tuple[Swap, ...]) -> dict[str, Any]:
 class Recorded:
     """A stand-in that answers from a table of recorded results (keyed by its arguments), computing nothing.
 
-    ``Recorded(table, name)(10, 3, 0)`` returns a copy of ``table["10,3,0"]``; an unrecorded call raises
-    KeyError naming ``name`` and the arguments.
+    ``Recorded(table, name)(10, 3, 0)`` returns a copy of ``table[(10, 3, 0)]`` (the table is keyed by the
+    call's argument tuple); an unrecorded call raises KeyError naming ``name`` and the arguments.
     """
 
-    def __init__(self, table: dict[str, Any], name: str):
+    def __init__(self, table: dict[tuple, Any], name: str):
         self.table, self.name = table, name
 
     def __call__(self, *args: Any) -> Any:
         try:
-            return copy.deepcopy(self.table[fixture_key(*args)])
+            return copy.deepcopy(self.table[tuple(args)])
         except KeyError:
             raise KeyError(f"the grader recorded no {self.name}({', '.join(map(str, args))})") from None

@@ -262,7 +262,7 @@ for param in model.parameters():        # wrong: summed, never divided
 def test_planted_and_altered_result_files_are_rejected(tmp_path):
     # The grader-access rule (a region that names the grader scores zero) is static, so a determined cheater
     # hides the import; the signed result files must still reject what it plants.
-    hidden = ("from grading.references import p1_2_comm as p1\n"
+    hidden = ("from grading.problems.p1_2_comm import reference as p1\n"
               "torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / 'grads.pt')\n"
               "torch.save({'losses': [0.0], 'params': p1.params_of(p1.GradProbeNet(seed=0))}, "
               "rank_dir / 'train_step.pt')\n").encode().hex()

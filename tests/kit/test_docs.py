@@ -1,4 +1,4 @@
-"""One source for the problem list (issue 12): the READMEs' tables follow ``grading.engine.rubric.PROBLEMS``."""
+"""One source for the problem list (issue 12): the READMEs' tables follow the problem folders (``grading.problems.titles()``)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,9 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.commands.release import student_readme
-from grading.engine.rubric import DEFAULT_PROBLEMS, PROBLEMS, selects
+from grading.engine.rubric import selects
+from grading.kit.course import DEFAULT_PROBLEMS
+from grading.problems import titles
 
 pytestmark = pytest.mark.kit
 
@@ -20,6 +22,6 @@ def _table_ids(text: str) -> list[str]:
 def test_readme_tables_list_the_default_problems(readme):
     text = (student_readme(KIT_ROOT, DEFAULT_PROBLEMS) if readme == "student" else (KIT_ROOT / readme).read_text())
     ids = _table_ids(text)
-    default = [p for p in PROBLEMS if any(selects(d, p) for d in DEFAULT_PROBLEMS)]
+    default = [p for p in titles() if any(selects(d, p) for d in DEFAULT_PROBLEMS)]
     assert ids[:len(default)] == default, f"{readme}: the problem table lists {ids}, the rubric {default}"
-    assert set(ids) <= set(PROBLEMS)
+    assert set(ids) <= set(titles())

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import student_files
 from grading.commands.release import release
 from tests.kit.variants import KIT_ROOT

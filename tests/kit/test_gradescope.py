@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from grading.engine.rubric import DEFAULT_PROBLEMS
+from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import parse_regions, student_files
 from tests.kit.variants import KIT_ROOT
 

@@ -11,10 +11,13 @@ import importlib
 import pytest
 import torch
 
-from grading.checks import p1_1_partition, p1_2_comm, p2_2_pipe, p2_3_gpt2
-from grading.references import p1_2_comm as p1_ref
-from grading.references import p2_2_pipe as p2_ref
-from grading.references import p2_3_gpt2 as gpt2_ref
+from grading.problems.p1_1_partition import checks as p1_1_partition
+from grading.problems.p1_2_comm import checks as p1_2_comm
+from grading.problems.p2_2_pipe import checks as p2_2_pipe
+from grading.problems.p2_3_gpt2 import checks as p2_3_gpt2
+from grading.problems.p1_2_comm import reference as p1_ref
+from grading.problems.p2_2_pipe import reference as p2_ref
+from grading.problems.p2_3_gpt2 import reference as gpt2_ref
 from grading.kit.seams import Swap, apply
 
 pytestmark = pytest.mark.kit

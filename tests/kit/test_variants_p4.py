@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grading.checks import p4_1_ddp, p4_2_zero1, p4_3_checkpoint
+from grading.problems.p4_1_ddp import checks as p4_1_ddp
+from grading.problems.p4_2_zero1 import checks as p4_2_zero1
+from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
 from grading.kit.regions import parse_regions, stub_body
 from grading.engine.runner import run_case
 from tests.kit.variants import make_variant_kit

@@ -49,7 +49,7 @@ def grade_variant(variant: Variant, problem: str, work: Path) -> dict[str, Crite
     """Grade ``problem`` on a copy of the kit carrying ``variant``; verdicts by criterion id."""
     kit = make_variant_kit(work / "kit", [(variant.path, variant.function, variant.body)])
     splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
-    return {v.id: v for v in run_cases(all_cases(), work / "graded", work / "runs", problem=problem,
+    return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
                                        barred=splice.barred, hints=splice.hints)}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grading.references.p1_2_comm import grads_of, loss_fn, params_of, shard
+from grading.problems.p1_2_comm.reference import grads_of, loss_fn, params_of, shard
 
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4

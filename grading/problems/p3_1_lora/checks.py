@@ -1,17 +1,17 @@
 """Problem 3.1 checks: ``apply_lora`` with the provided ``LoRALinear``.
 
 The probe applies LoRA to fresh copies of the grader's small residual MLP
-(``grading.references.p3_finetune.LoRANet``) and records which modules were
+(``grading.problems.p3_1_lora.reference.LoRANet``) and records which modules were
 replaced, the outputs before and after, the trainable set and what invalid
 inputs do; on the staff side also with hidden targets, rank and alpha.
 """
 from __future__ import annotations
 
 from grading.kit import data
-from grading.checks.common import call_outcome, expect_refusals, labelled
+from grading.problems.common import call_outcome, expect_refusals, labelled
 from grading.engine.compare import assert_tensor_close
 from grading.engine.expect import expect
-from grading.references import p3_finetune as ref
+from grading.problems.p3_1_lora import reference as ref
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing

@@ -15,7 +15,7 @@ from collections import Counter
 
 from grading.kit import data
 from grading.kit.data import fixture_key
-from grading.checks.common import call_outcome
+from grading.problems.common import call_outcome
 from grading.engine.compare import describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part

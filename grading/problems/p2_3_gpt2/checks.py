@@ -4,7 +4,7 @@ The probe builds the student's stages and pipelines over the grader's tiny
 GPT-2, with ``pipeline.pipe.Pipe`` replaced by a sequential run of the
 stages (``SWAPS``: no micro-batches, no threads), so 2.3 is judged apart
 from the student's 2.2. Logits, loss and gradients are compared with the
-unsplit model (``grading.references.p2_3_gpt2``); the blocks per stage with
+unsplit model (``grading.problems.p2_3_gpt2.reference``); the blocks per stage with
 the expected split stored as data (``grading/fixtures/p2_3.json``) and, on
 the staff side, with a hidden number of layers.
 """
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from torch import nn
 
 from grading.kit import data
-from grading.checks.common import stage_devices
+from grading.problems.common import stage_devices
 from grading.engine.compare import assert_state_close, assert_tensor_close
 from grading.engine.expect import expect
-from grading.references import p2_3_gpt2 as ref
+from grading.problems.p2_3_gpt2 import reference as ref
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 from grading.kit.seams import Swap
 

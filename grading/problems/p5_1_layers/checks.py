@@ -1,7 +1,7 @@
 """Problem 5.1 checks: the parallel-region autograd functions and the column/row parallel layers.
 
 The probe runs on every rank and only *records*; the criteria compare with a
-full ``nn.Linear`` computed in the grader (``grading.references.p5``).
+full ``nn.Linear`` computed in the grader (``grading.problems.p5_1_layers.reference``).
 Isolation: the layer checks run with grader stand-ins for the two autograd
 functions (they all-gather instead of all-reducing), so a bug in a function
 costs the function's criteria, not the layers'. The communication count runs
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grading.checks.common import call_outcome
+from grading.problems.common import call_outcome
 from grading.engine.compare import assert_tensor_close, describe
-from grading.references import p5 as ref
+from grading.problems.p5_1_layers import reference as ref
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import Case, Criterion
 from grading.kit.seams import Swap, apply
@@ -263,7 +263,7 @@ def check_uneven_split(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p5_layers_2rank", "grading.checks.p5_1_layers:probe_layers", world_size=2, init_group=True,
+    Case("p5_layers_2rank", "grading.problems.p5_1_layers.checks:probe_layers", world_size=2, init_group=True,
          timeout_s=90, criteria=(
              Criterion("5.1.region_functions", "copy_to (identity / all-reduce grad), reduce_from (all-reduce / "
                        "identity)", 3, check_region_functions),

@@ -3,7 +3,7 @@
 Isolation from 5.1: the probe swaps the student's ``ColumnParallelLinear``
 and ``RowParallelLinear`` (as ``tensor_parallel.gpt2`` looks them up) for
 grader stand-ins that keep the FULL weight on every rank and take their
-slice of the full output (``grading.references.p5``). What 5.2 decides --
+slice of the full output (``grading.problems.p5_1_layers.reference``). What 5.2 decides --
 which layer is split how, q/k/v by heads, the attention's local sizes -- is
 then judged against the unsplit model computed in the grader: logits, loss,
 the ranks' gradients (see ``assert_split_close``), three SGD steps, and the
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from grading.checks.common import call_outcome
-from grading.checks.p5_1_layers import group_members, join_group
+from grading.problems.common import call_outcome
+from grading.problems.p5_1_layers.checks import group_members, join_group
 from grading.engine.compare import assert_tensor_close, describe
-from grading.references import p5 as ref
+from grading.problems.p5_1_layers import reference as ref
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import Case, Criterion
 from grading.kit.seams import Swap, apply
@@ -202,7 +202,7 @@ def check_param_bytes(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p5_gpt2_2rank", "grading.checks.p5_2_gpt2:probe_gpt2", world_size=2, init_group=True, timeout_s=120,
+    Case("p5_gpt2_2rank", "grading.problems.p5_2_gpt2.checks:probe_gpt2", world_size=2, init_group=True, timeout_s=120,
          criteria=(
              Criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
                        "block unchanged", 1, check_value_errors),

@@ -3,7 +3,7 @@
 The probe wraps the grader's model with the provided ``LoRALinear`` itself
 (so 3.2 does not depend on the student's ``apply_lora``), sets known adapter
 values, and records what the student's functions write and load; the
-criteria compare with those values (``grading.references.p3_finetune``),
+criteria compare with those values (``grading.problems.p3_1_lora.reference``),
 and on the staff side with hidden targets, rank and values.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 
 from grading.kit import data
-from grading.checks.common import call_outcome, expect_refusals, labelled
+from grading.problems.common import call_outcome, expect_refusals, labelled
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import expect
-from grading.references import p3_finetune as ref
+from grading.problems.p3_1_lora import reference as ref
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 P_RESTORE = "restore"

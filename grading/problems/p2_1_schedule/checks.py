@@ -13,7 +13,7 @@ import itertools
 
 from grading.kit import data
 from grading.kit.data import fixture_key
-from grading.checks.common import call_outcome
+from grading.problems.common import call_outcome
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 

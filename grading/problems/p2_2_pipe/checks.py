@@ -1,12 +1,12 @@
 """Problem 2.2 checks: ``Pipe.forward`` on the provided ``StageWorkers`` threads.
 
 The probe runs the student's ``Pipe`` over the grader's layers with the
-schedule replaced by a lookup in recorded waves (``SWAPS``; the waves are
-data in ``grading/fixtures/p2_2.json``, and on the staff side the hidden
-configurations' waves come in the case arguments), so a broken 2.1 schedule
+schedule replaced by a lookup in recorded waves (``swaps``; the waves are
+``Expected.waves``, data in this folder's ``expected.json``, and on the staff
+side the hidden inputs' waves from ``staff.py``), so a broken 2.1 schedule
 costs nothing here. The criteria compare outputs and gradients with the
-plain sequential model (``grading.references.p2_2_pipe``) and the workers'
-recorded events with the expected dispatch order stored as data.
+plain sequential model (``reference.py``) and the workers' recorded events
+with ``Expected.events``.
 
 Devices: with two or more GPUs the stages run on ``cuda:0``, ``cuda:1``, ...;
 otherwise every stage is on ``cpu`` (each still has its own worker thread).
@@ -15,33 +15,56 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
 
 import torch
 
-from grading.kit import data
-from grading.checks.common import stage_devices
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.references import p2_2_pipe as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.results import CaseRun
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
+from grading.problems.common import stage_devices
+from grading.problems.p2_2_pipe import ID, TITLE
+from grading.problems.p2_2_pipe import reference as ref
+
+Config = tuple[int, int, int]                       # (stages, rows, split_size)
+Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the split-dependent probe parts run on: Pipe forwards, and the seed of their batches."""
+
+    forward: tuple[Config, ...]
+    data_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The recorded schedule (the 2.1 stand-in) and a correct forward's StageWorkers events."""
+
+    waves: dict[Schedule, list[list[tuple[int, int]]]]
+    events: dict[Schedule, list[tuple[str, int]]]
+
 
 STAGE_TIMEOUT_S = 8.0    # receive timeout inside the probe: a lost result becomes a TimeoutError, not a hang
-FORWARD_CONFIGS = [(1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1)]           # (stages, rows, split): even splits
-EDGE_FORWARD_CONFIGS = [(3, 7, 2), (2, 5, 8), (2, 8, 3)]                 # a smaller last one; split > batch
+EDGE_FORWARD_CONFIGS: list[Config] = [(3, 7, 2), (2, 5, 8), (2, 8, 3)]     # a smaller last one; split > batch
 # Every other probe uses even splits, so a Pipe that mishandles a smaller last micro-batch loses only
 # 2.2.forward_uneven.
-EVENT_CONFIGS = [(3, 8, 2), (2, 6, 2)]                                   # 4 and 3 micro-batches
-BACKWARD_CONFIG = (3, 8, 2)
-SGD_CONFIG = (2, 8, 4)
+EVENT_CONFIGS: list[Config] = [(3, 8, 2), (2, 6, 2)]                       # 4 and 3 micro-batches
+BACKWARD_CONFIG: Config = (3, 8, 2)
+SGD_CONFIG: Config = (2, 8, 4)
 REPEATS = 3
-OTHER_CONFIGS = [(3, 8, 2), (3, 4, 4), (2, 4, 4), BACKWARD_CONFIG, SGD_CONFIG]   # repeated, no_grad, devices, ...
+OTHER_CONFIGS: list[Config] = [(3, 8, 2), (3, 4, 4), (2, 4, 4), BACKWARD_CONFIG, SGD_CONFIG]   # repeated, no_grad, ...
+
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(forward=((1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1))),   # even splits
+                     expected_type=Expected)
 
 P_DEVICES = "devices"
 P_FORWARD = "forward"    # recorded per split: split_part(P_FORWARD, split)
-
-
-
 P_EDGE_FORWARD = "edge_forward"
 P_REPEATED = "repeated"
 P_NO_GRAD = "no_grad"
@@ -53,15 +76,23 @@ P_BACKWARD = "backward"
 P_SGD = "sgd"
 
 
-def schedule_key(stages: int, rows: int, split: int) -> str:
-    """The fixture key ``"m,n"`` of the schedule a Pipe of ``stages`` runs for ``rows`` rows in ``split``."""
-    return f"{math.ceil(rows / split)},{stages}"
+def schedule_of(config: Config) -> Schedule:
+    """The ``clock_cycles(microbatches, stages)`` call a Pipe of ``config`` makes."""
+    stages, rows, split = config
+    return math.ceil(rows / split), stages
 
 
-def public_schedule_keys() -> list[str]:
-    """Every schedule the public probe's Pipes need (the fixture holds their waves)."""
-    configs = FORWARD_CONFIGS + EDGE_FORWARD_CONFIGS + EVENT_CONFIGS + OTHER_CONFIGS
-    return sorted({schedule_key(*c) for c in configs})
+def schedules(inputs: Inputs) -> list[Schedule]:
+    """Every schedule the probe's Pipes need on ``inputs`` (the recorded waves cover exactly these)."""
+    configs = [*inputs.forward, *EDGE_FORWARD_CONFIGS, *EVENT_CONFIGS, *OTHER_CONFIGS]
+    return sorted({schedule_of(c) for c in configs})
+
+
+def swaps(*expected: Expected) -> list[Swap]:
+    """The swaps of this case: the schedule replays the recorded waves of ``expected`` (every split's)."""
+    table = {key: waves for e in expected for key, waves in e.waves.items()}
+    return [Swap("pipeline.schedule", "clock_cycles", lambda: _recorded_schedule(table),
+                 "2.2 is judged apart from the student's clock_cycles (2.1)")]
 
 
 def _recorded_schedule(table: dict):
@@ -95,15 +126,16 @@ def probe_pipe(ctx) -> None:
 
     from grading.kit import seams
     from pipeline import runtime
-    seams.apply(swaps_for(ctx.args.get("hidden_waves", {})))
+    splits = PROBLEM.splits(ctx)
+    seams.apply(swaps(*(PROBLEM.rank_expected(ctx, split) for split in splits)))
     runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S
     from pipeline.pipe import Pipe
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})
-    seed = ctx.args.get("data_seed", 0)
-    for split, configs in ctx.args["configs"].items():
-        ctx.record(split_part(P_FORWARD, split), lambda configs=configs, split=split: [
-            _pipe_run(Pipe, *c, seed=seed if split == HIDDEN else 0) for c in configs])
+    for split in splits:
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_FORWARD, split), lambda inputs=inputs: [
+            _pipe_run(Pipe, *c, seed=inputs.data_seed) for c in inputs.forward])
     ctx.record(P_EDGE_FORWARD, lambda: [_pipe_run(Pipe, *c) for c in EDGE_FORWARD_CONFIGS])
 
     def repeated():
@@ -160,12 +192,11 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_MOVES, device_moves)
 
     def events():
-        found = {}
+        found = []
         for stages, rows, split in EVENT_CONFIGS:
             with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
                 pipe(ref.batch(rows)[0])
-                found[schedule_key(stages, rows, split)] = [[str(kind), int(stage)]
-                                                            for kind, stage in pipe.workers.events]
+                found.append([[str(kind), int(stage)] for kind, stage in pipe.workers.events])
         return found
     ctx.record(P_EVENTS, events)
 
@@ -210,27 +241,7 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_SGD, sgd)
 
 
-def swaps_for(hidden_waves: dict) -> list[Swap]:
-    """The swaps of this case: the schedule replays the public fixture's waves (and the hidden ones, staff side)."""
-    return [Swap("pipeline.schedule", "clock_cycles",
-                 lambda: _recorded_schedule({**data.fixture("p2_2")["waves"], **hidden_waves}),
-                 "2.2 is judged apart from the student's clock_cycles (2.1)")]
-
-
-SWAPS = swaps_for({})
-
-
-def _case_args() -> dict:
-    args = {"configs": {PUBLIC: FORWARD_CONFIGS}}
-    hidden = data.hidden("p2_2")
-    if hidden:
-        args["configs"][HIDDEN] = hidden["forward_configs"]
-        args["hidden_waves"] = hidden["waves"]
-        args["data_seed"] = hidden["data_seed"]
-    return args
-
-
-CASE = Case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, args=_case_args())
+CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180)
 
 
 # ================================================================ criteria
@@ -239,14 +250,13 @@ def _check_output(what: str, got: dict, rows: int, split: int, seed: int = 0) ->
 
 
 @CASE.criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, repeated calls, no_grad)",
-                points=3, hidden_points=1)
-def check_pipe_forward(run, split: str) -> None:
-    hidden = data.hidden("p2_2") if split == HIDDEN else None
-    configs = hidden["forward_configs"] if hidden else FORWARD_CONFIGS
-    seed = hidden["data_seed"] if hidden else 0
-    for (stages, rows, size), got in zip(configs, run.part(split_part(P_FORWARD, split))):
-        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size, seed)
-    if split == HIDDEN:
+                points=3)
+def check_pipe_forward(run: CaseRun, split: str) -> None:
+    inputs = PROBLEM.inputs_for(split)
+    for (stages, rows, size), got in zip(inputs.forward, run.part(split_part(P_FORWARD, split))):
+        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size,
+                      inputs.data_seed)
+    if split != PUBLIC:
         return
     outputs = run.part(P_REPEATED)
     expect(isinstance(outputs, list) and len(outputs) == REPEATS, f"repeated calls: got {describe(outputs)}")
@@ -260,13 +270,13 @@ def check_pipe_forward(run, split: str) -> None:
 
 @CASE.criterion("2.2.forward_uneven", "Pipe output with a smaller last micro-batch, and split_size > batch",
                 points=1)
-def check_pipe_forward_uneven(run) -> None:
+def check_pipe_forward_uneven(run: CaseRun, split: str) -> None:
     for (stages, rows, size), got in zip(EDGE_FORWARD_CONFIGS, run.part(P_EDGE_FORWARD)):
         _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size)
 
 
 @CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1)
-def check_pipe_device(run) -> None:
+def check_pipe_device(run: CaseRun, split: str) -> None:
     devices = run.part(P_DEVICES)[3]
     got = run.part(P_OUTPUT_DEVICE)
     expect(got["device"] == devices[-1], f"Pipe output (stages on {devices}, a cpu input) is on {got['device']}, "
@@ -278,7 +288,7 @@ def check_pipe_device(run) -> None:
 
 @CASE.criterion("2.2.moves_in_worker", "each task moves its input to its stage's device inside the worker",
                 points=1)
-def check_moves_in_worker(run) -> None:
+def check_moves_in_worker(run: CaseRun, split: str) -> None:
     got = run.part(P_MOVES)
     expect(got["threads"], "Pipe with stages on [cpu, meta]: no tensor was moved to the second stage's device"
            + (f" (the forward raised {got['failure']})" if got["failure"] else ""))
@@ -289,13 +299,13 @@ def check_moves_in_worker(run) -> None:
 
 
 @CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3)
-def check_pipe_waves(run) -> None:
+def check_pipe_waves(run: CaseRun, split: str) -> None:
     found = run.part(P_EVENTS)
-    for stages, rows, split in EVENT_CONFIGS:
-        label = schedule_key(stages, rows, split)
-        micro = math.ceil(rows / split)
-        want = data.fixture("p2_2")["events"][label]
-        got = found.get(label, [])
+    expected = PROBLEM.expected_for(split).events
+    for k_config, config in enumerate(EVENT_CONFIGS):
+        micro, stages = schedule_of(config)
+        want = [list(event) for event in expected[micro, stages]]
+        got = found[k_config] if isinstance(found, list) and k_config < len(found) else []
         if got == want:
             continue
         k = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
@@ -307,7 +317,7 @@ def check_pipe_waves(run) -> None:
 
 
 @CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2)
-def check_pipe_exception(run) -> None:
+def check_pipe_exception(run: CaseRun, split: str) -> None:
     got = run.part(P_STAGE_EXCEPTION)
     kind, message = got["outcome"]
     expect(kind == "ValueError" and ref.FailingStage.MESSAGE in message,
@@ -320,20 +330,18 @@ def check_pipe_exception(run) -> None:
 
 
 @CASE.criterion("2.2.backward", "input/parameter gradients and 3 SGD steps equal the plain model", points=3)
-def check_pipe_backward(run) -> None:
-    stages, rows, split = BACKWARD_CONFIG
+def check_pipe_backward(run: CaseRun, split: str) -> None:
+    stages, rows, size = BACKWARD_CONFIG
     want_input, want_params = ref.sequential_gradients(rows)
     got = run.part(P_BACKWARD)
-    where = f"({stages} stages, batch {rows}, split_size {split})"
+    where = f"({stages} stages, batch {rows}, split_size {size})"
     expect(got["input"] is not None, f"Pipe backward {where}: the input got no gradient (detached between stages?)")
     assert_tensor_close(f"Pipe backward {where}: input gradient", got["input"], want_input, atol=1e-6, rtol=1e-4)
     for name, grad in got["params"].items():
         expect(grad is not None, f"Pipe backward {where}: parameter '{name}' got no gradient "
                "(detached between stages?)")
     assert_state_close(f"Pipe backward {where}: gradient of", got["params"], want_params, atol=1e-6, rtol=1e-4)
-    stages, rows, split = SGD_CONFIG
-    assert_state_close(f"Pipe training ({stages} stages, batch {rows}, split_size {split}): after {ref.SGD_STEPS} "
+    stages, rows, size = SGD_CONFIG
+    assert_state_close(f"Pipe training ({stages} stages, batch {rows}, split_size {size}): after {ref.SGD_STEPS} "
                        "SGD steps, parameter", run.part(P_SGD), ref.sequential_sgd(rows), atol=1e-6, rtol=1e-4)
 
-
-CASES = [CASE]

@@ -5,7 +5,7 @@ construction, its ``buckets``, the gradients after
 ``finish_gradient_synchronization``, the order in which gradient hooks fired
 and all-reduces were launched (events, never times), and the parameters after
 five SGD and five Adam steps. The criteria compare with serial computations
-on the whole global batch (``grading.references.p4``) and with the expected
+on the whole global batch (``grading.problems.p4_1_ddp.reference``) and with the expected
 bucket assignment stored as data (``grading/fixtures/p4_buckets.json``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from grading.kit import data
 from grading.engine.compare import assert_state_close, describe
-from grading.references import p4 as ref
+from grading.problems.p4_1_ddp import reference as ref
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, Criterion
@@ -183,7 +183,7 @@ def check_train(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p4_ddp_2rank", "grading.checks.p4_1_ddp:probe_ddp", world_size=2, init_group=True, timeout_s=90,
+    Case("p4_ddp_2rank", "grading.problems.p4_1_ddp.checks:probe_ddp", world_size=2, init_group=True, timeout_s=90,
          criteria=(
              Criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", 2,
                        check_broadcast),

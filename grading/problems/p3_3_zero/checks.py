@@ -13,11 +13,11 @@ import os
 
 from grading.kit import data
 from grading.kit.data import fixture_key
-from grading.checks.common import call_outcome, labelled
-from grading.checks.p3_2_adapter import grader_lora_model
+from grading.problems.common import call_outcome, labelled
+from grading.problems.p3_2_adapter.checks import grader_lora_model
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.references import p3_finetune as ref
+from grading.problems.p3_1_lora import reference as ref
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
 
 # (world_size, micro_batch, grad_accum, precision) for build_config

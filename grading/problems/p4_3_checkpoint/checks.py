@@ -8,7 +8,7 @@ random noise into the inputs, so every rank's shard (optimizer state, RNG
 state in ``extra``) differs and must come back to the rank that saved it.
 
 The resumed half of the exact-resume check runs in *new processes*: each
-rank starts ``python -m grading.checks.p4_3_checkpoint`` which joins a fresh
+rank starts ``python -m grading.problems.p4_3_checkpoint.checks`` which joins a fresh
 process group, loads the checkpoint into a differently initialised model and
 trains the last steps.
 """
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from grading.engine.compare import assert_state_close, describe
-from grading.references import p4 as ref
+from grading.problems.p4_1_ddp import reference as ref
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, Criterion
@@ -206,7 +206,7 @@ def _resume_in_new_process(ctx, saved: Path) -> dict:
     out = Path(ctx.out_dir) / "resumed.pt"
     spec = {"rank": ctx.rank, "world_size": ctx.world_size, "store": f"{ctx.store}.resume",
             "checkpoint": str(saved), "out": str(out)}
-    done = subprocess.run([sys.executable, "-m", "grading.checks.p4_3_checkpoint", json.dumps(spec)],
+    done = subprocess.run([sys.executable, "-m", "grading.problems.p4_3_checkpoint.checks", json.dumps(spec)],
                           cwd=os.getcwd(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=CHILD_TIMEOUT_S)
     if done.returncode != 0:
@@ -310,7 +310,7 @@ def check_resume(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p4_checkpoint_2rank", "grading.checks.p4_3_checkpoint:probe_checkpoint", world_size=2, init_group=True,
+    Case("p4_checkpoint_2rank", "grading.problems.p4_3_checkpoint.checks:probe_checkpoint", world_size=2, init_group=True,
          timeout_s=120, criteria=(
              Criterion("4.3.roundtrip", "a round trip restores model, optimizer shard state and extra bit for bit",
                        2, check_roundtrip),

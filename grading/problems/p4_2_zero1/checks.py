@@ -15,7 +15,7 @@ import math
 import torch
 
 from grading.engine.compare import assert_state_close, describe
-from grading.references import p4 as ref
+from grading.problems.p4_1_ddp import reference as ref
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, Criterion
@@ -140,7 +140,7 @@ def check_bf16(run: CaseRun) -> None:
 
 
 CASES = [
-    Case("p4_zero_2rank", "grading.checks.p4_2_zero1:probe_zero", world_size=2, init_group=True, timeout_s=90,
+    Case("p4_zero_2rank", "grading.problems.p4_2_zero1.checks:probe_zero", world_size=2, init_group=True, timeout_s=90,
          criteria=(
              Criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", 3,
                        check_steps),

@@ -6,7 +6,7 @@ records the averaged gradients of a small model on each rank's shard, then
 runs ``train_step`` with the averaging replaced by a serial recomputation
 (``SWAPS``), so ``train_step`` is judged apart from ``average_gradients``.
 The criteria compare with serial global-batch gradients and SGD computed in
-the grader (``grading.references.p1_2_comm``). On the staff side a hidden
+the grader (``grading.problems.p1_2_comm.reference``). On the staff side a hidden
 case averages on 3 or 4 ranks with other seeds.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from grading.kit import data
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.references import p1_2_comm as ref
+from grading.problems.p1_2_comm import reference as ref
 from grading.engine.rubric import HIDDEN, PUBLIC, Case, Criterion
 from grading.kit.seams import Swap
 

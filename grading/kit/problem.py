@@ -1,0 +1,164 @@
+"""A sub-problem of the assignment, as its folder ``grading/problems/pX_Y_name/`` declares it.
+
+    __init__.py     ID ("2.2") and TITLE: all the kit needs to list the sub-problem
+    checks.py       PROBLEM = SubProblem(...), the probe(s) and the criteria (one style for all)
+    reference.py    the serial computation the criteria compare with (never a student function's answer)
+    expected.json   the expected values of the public inputs, as data (written by ``grading fixtures``)
+    staff.py        staff only, never released: the answers, the hidden inputs, which criteria run hidden
+
+The inputs a probe runs on are one frozen dataclass (``Inputs``), the values
+the criteria expect another (``Expected``). The public ones are
+``PROBLEM.inputs`` and ``expected.json``; on the staff side, ``staff.py``
+adds hidden ones of the same types::
+
+    def expected(inputs: Inputs) -> Expected: ...          # the answer key (computes what students must return)
+    def hidden_inputs(rng: random.Random) -> Inputs: ...   # drawn from the course secret
+    HIDDEN_POINTS = {checks.check_exact: 1}                # these criteria also run on the hidden inputs
+    HIDDEN_SPAWN = Spawn(world_size=3)                     # optional: the hidden inputs need their own spawn
+
+That is the one mechanism for hidden criteria: the same judge, run on the
+HIDDEN split, as ``<id>_hidden`` worth the given points. Both splits reach the
+ranks as case arguments (``PROBLEM.splits(ctx)``, ``PROBLEM.rank_inputs``,
+``PROBLEM.rank_expected``); the criteria read them with ``PROBLEM.inputs_for``
+and ``PROBLEM.expected_for``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, Criterion
+from grading.kit.secret import course_secret, secret_rng
+from grading.kit.typed import from_data, to_data
+
+EXPECTED_FILE = "expected.json"
+STAFF_MODULE = "staff"
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """How the hidden inputs run when they need their own spawn (another world size)."""
+
+    world_size: int
+    timeout_s: float | None = None        # default: the public case's
+
+
+@dataclass
+class SubProblem:
+    """One sub-problem's grading: its id, its input and expected-value types, its cases."""
+
+    id: str                                       # "2.2"
+    title: str
+    package: str                                  # __package__ of its folder
+    inputs: Any = None                            # the public inputs (an ``Inputs`` instance), or None
+    expected_type: type | None = None             # the ``Expected`` dataclass, or None when nothing is stored
+    cases: list[Case] = field(default_factory=list)
+
+    # ------------------------------------------------------------ declaring
+    def case(self, name: str, probe: Callable, **options: Any) -> Case:
+        """A new case of this sub-problem (``Case`` options: world_size, init_group, args, timeout_s)."""
+        case = Case(name, probe, **options)
+        self.cases.append(case)
+        return case
+
+    @property
+    def folder(self) -> Path:
+        return Path(importlib.import_module(self.package).__file__).resolve().parent
+
+    # ------------------------------------------------------------ staff side
+    def staff(self) -> ModuleType | None:
+        """The folder's ``staff.py`` module, or None where it is absent (a student starter)."""
+        name = f"{self.package}.{STAFF_MODULE}"
+        return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+    # ------------------------------------------------------------ parent side
+    def inputs_for(self, split: str) -> Any:
+        """The inputs of ``split``: the public ones, or the staff's hidden ones under the course secret."""
+        if split == PUBLIC:
+            return self.inputs
+        return _hidden_inputs(self, course_secret())
+
+    def expected_for(self, split: str) -> Any:
+        """The expected values of ``split``: ``expected.json`` (public), or the staff answers for the hidden inputs."""
+        if split == PUBLIC:
+            return _public_expected(self)
+        return _hidden_expected(self, course_secret())
+
+    def graded_cases(self) -> list[Case]:
+        """The cases to run: each public case with its inputs, plus the hidden criteria on the staff side."""
+        staff = self.staff()
+        hidden_points: dict = getattr(staff, "HIDDEN_POINTS", {}) if staff else {}
+        spawn: Spawn | None = getattr(staff, "HIDDEN_SPAWN", None) if staff else None
+        out = []
+        for case in self.cases:
+            hidden = [Criterion(c.id + "_hidden", c.title + " (hidden inputs)", hidden_points[c.judge], c.judge, HIDDEN)
+                      for c in case.criteria if c.judge in hidden_points]
+            same_spawn = bool(hidden) and spawn is None
+            public = dataclasses.replace(case, criteria=[*case.criteria, *(hidden if same_spawn else [])],
+                                         args={**case.args, **self._split_args([PUBLIC, HIDDEN] if same_spawn
+                                                                                else [PUBLIC])})
+            out.append(public)
+            if hidden and spawn is not None:
+                out.append(dataclasses.replace(
+                    case, name=case.name + "_hidden", world_size=spawn.world_size,
+                    timeout_s=spawn.timeout_s or case.timeout_s, criteria=hidden,
+                    args={**case.args, **self._split_args([HIDDEN])}))
+        return out
+
+    def _split_args(self, splits: list[str]) -> dict:
+        args: dict = {"splits": splits, "inputs": {s: to_data(self.inputs_for(s)) for s in splits}}
+        if self.expected_type is not None:
+            args["expected"] = {s: to_data(self.expected_for(s)) for s in splits}
+        return args
+
+    # ------------------------------------------------------------ rank side
+    def splits(self, ctx) -> list[str]:
+        """The splits this spawn runs (PUBLIC, and HIDDEN on the staff side)."""
+        return list(ctx.args.get("splits", [PUBLIC]))
+
+    def rank_inputs(self, ctx, split: str) -> Any:
+        """In a rank: the typed inputs of ``split`` (sent by the parent as case arguments)."""
+        data = ctx.args.get("inputs", {}).get(split)
+        return self.inputs if data is None else from_data(type(self.inputs), data)
+
+    def rank_expected(self, ctx, split: str) -> Any:
+        """In a rank: the typed expected values of ``split`` (for stand-ins that replay recorded answers)."""
+        return from_data(self.expected_type, ctx.args["expected"][split])
+
+
+def render_expected(value: Any) -> str:
+    """The canonical JSON text of an ``expected.json``."""
+    return json.dumps(to_data(value), indent=1, sort_keys=True) + "\n"
+
+
+@functools.cache
+def _public_expected(problem: SubProblem) -> Any:
+    path = problem.folder / EXPECTED_FILE
+    try:
+        return from_data(problem.expected_type, json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing: run `python -m grading fixtures` (staff) to write it") from None
+
+
+@functools.cache
+def _hidden_inputs(problem: SubProblem, secret: str) -> Any:
+    staff = problem.staff()
+    if staff is None:
+        raise LookupError(f"{problem.id}: hidden inputs exist only on the staff side")
+    make = getattr(staff, "hidden_inputs", None)
+    return make(secret_rng(problem.id, secret)) if make else problem.inputs
+
+
+@functools.cache
+def _hidden_expected(problem: SubProblem, secret: str) -> Any:
+    return problem.staff().expected(_hidden_inputs(problem, secret))
+
+
+SubProblem.__hash__ = object.__hash__      # one object per folder: cache by identity

@@ -1,0 +1,65 @@
+"""The sub-problems, one folder each, found by import (no list to keep in step).
+
+    p1_1_partition  p1_2_comm                       Problem 1 (data parallel)
+    p2_1_schedule   p2_2_pipe   p2_3_gpt2           Problem 2 (pipeline)
+    p3_1_lora       p3_2_adapter  p3_3_zero         Problem 3 (LoRA + DeepSpeed ZeRO)
+    p4_1_ddp        p4_2_zero1  p4_3_checkpoint     Problem 4 (optional)
+    p5_1_layers     p5_2_gpt2                       Problem 5 (optional)
+
+A folder is a package whose ``__init__.py`` sets ``ID`` and ``TITLE``; its
+``checks.py`` defines ``PROBLEM`` (a ``grading.kit.problem.SubProblem``).
+What a folder holds is described in ``grading/kit/problem.py``; how to add
+one, in the README's "Adding a sub-problem". A starter holds only the
+folders of the problems its course chose, so discovery finds just those.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from types import ModuleType
+
+from grading.engine.rubric import Case, check_rubric, selects
+from grading.kit.problem import SubProblem
+
+
+def _order(problem: str) -> list[int]:
+    return [int(part) for part in problem.split(".")]
+
+
+@functools.cache
+def folders() -> dict[str, ModuleType]:
+    """Sub-problem id ("2.2") -> its folder's package, in rubric order (imports only the ``__init__`` files)."""
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if not info.ispkg:
+            continue
+        package = importlib.import_module(f"{__name__}.{info.name}")
+        if package.ID in found:
+            raise ValueError(f"two folders declare sub-problem {package.ID}: {found[package.ID].__name__}, "
+                             f"{package.__name__}")
+        found[package.ID] = package
+    return dict(sorted(found.items(), key=lambda item: _order(item[0])))
+
+
+def titles() -> dict[str, str]:
+    """Sub-problem id -> title, for every folder present."""
+    return {problem: package.TITLE for problem, package in folders().items()}
+
+
+def sub_problem(problem: str) -> SubProblem:
+    """The ``SubProblem`` of ``problem`` ("2.2"), declared in its folder's ``checks.py``."""
+    declared = importlib.import_module(f"{folders()[problem].__name__}.checks").PROBLEM
+    if declared.id != problem:
+        raise ValueError(f"{folders()[problem].__name__}: checks.py declares {declared.id}, the folder {problem}")
+    return declared
+
+
+def load_cases(problems: tuple[str, ...] | list[str]) -> list[Case]:
+    """Every case to run for the chosen ``problems`` (e.g. ("1", "2", "3")), hidden ones on the staff side."""
+    cases: list[Case] = []
+    for problem in folders():
+        if any(selects(p, problem) for p in problems):
+            cases.extend(sub_problem(problem).graded_cases())
+    check_rubric(cases, set(folders()))
+    return cases
