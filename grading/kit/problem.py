@@ -44,10 +44,18 @@ STAFF_MODULE = "staff"
 
 @dataclass(frozen=True)
 class Spawn:
-    """How the hidden inputs run when they need their own spawn (another world size)."""
+    """How the hidden inputs run when they need their own spawn (another world size).
 
-    world_size: int
+    ``world_size`` is a number, or a function of the hidden inputs (when the
+    secret draws the world size too).
+    """
+
+    world_size: int | Callable[[Any], int]
     timeout_s: float | None = None        # default: the public case's
+
+    def size_for(self, inputs: Any) -> int:
+        """The number of ranks the hidden spawn runs on ``inputs``."""
+        return self.world_size(inputs) if callable(self.world_size) else self.world_size
 
 
 @dataclass
@@ -107,7 +115,7 @@ class SubProblem:
             out.append(public)
             if hidden and spawn is not None:
                 out.append(dataclasses.replace(
-                    case, name=case.name + "_hidden", world_size=spawn.world_size,
+                    case, name=case.name + "_hidden", world_size=spawn.size_for(self.inputs_for(HIDDEN)),
                     timeout_s=spawn.timeout_s or case.timeout_s, criteria=hidden,
                     args={**case.args, **self._split_args([HIDDEN])}))
         return out
