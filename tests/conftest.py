@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.engine.rubric import criteria_of
 from grading.problems import titles
 from grading.engine.runner import CriterionResult, run_case

@@ -25,7 +25,7 @@ from typing import Callable
 
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.problems import titles
 
 STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",

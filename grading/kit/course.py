@@ -11,19 +11,24 @@ import json
 import os
 
 from grading import KIT_ROOT
-from grading.engine.rubric import Case
-from grading.problems import folders, load_cases
 
 COURSE_RECORD = "grading/course.json"      # relative to the kit root
 COURSE_FILE = KIT_ROOT / COURSE_RECORD
 PROBLEMS_ENV = "GRADING_PROBLEMS"
+PROBLEM_FOLDERS = KIT_ROOT / "grading" / "problems"
 DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points)
 OPTIONAL_PROBLEMS = ("4", "5")            # a course adds them with --problems
 
 
+def present_problems() -> list[str]:
+    """The problems ("1", "2", ...) whose folders this kit or starter has (``grading/problems/p<N>_<M>_<name>``)."""
+    found = {folder.name[1:].split("_")[0] for folder in PROBLEM_FOLDERS.glob("p*_*_*") if folder.is_dir()}
+    return sorted(found, key=int)
+
+
 def parse_problems(text: str) -> tuple[str, ...]:
     """``"1,2,3,4"`` -> ("1", "2", "3", "4"); raises ValueError naming an unknown problem."""
-    known = sorted({p.split(".")[0] for p in folders()})
+    known = present_problems()
     chosen = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [p for p in chosen if p not in known]
     if not chosen or unknown:
@@ -42,9 +47,4 @@ def chosen_problems() -> tuple[str, ...]:
         return DEFAULT_PROBLEMS
 
 
-def all_cases(problems: tuple[str, ...] | None = None) -> list[Case]:
-    """Every case of ``problems`` (default: this course's), hidden ones where ``grading.hidden`` exists."""
-    return load_cases(problems if problems is not None else chosen_problems())
-
-
-__all__ = ["DEFAULT_PROBLEMS", "OPTIONAL_PROBLEMS", "all_cases", "chosen_problems", "parse_problems"]
+__all__ = ["DEFAULT_PROBLEMS", "OPTIONAL_PROBLEMS", "chosen_problems", "parse_problems", "present_problems"]

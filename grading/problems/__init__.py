@@ -20,6 +20,7 @@ import pkgutil
 from types import ModuleType
 
 from grading.engine.rubric import Case, check_rubric, selects
+from grading.kit.course import chosen_problems
 from grading.kit.problem import SubProblem
 
 
@@ -35,6 +36,8 @@ def folders() -> dict[str, ModuleType]:
         if not info.ispkg:
             continue
         package = importlib.import_module(f"{__name__}.{info.name}")
+        if not info.name.startswith("p" + package.ID.replace(".", "_") + "_"):
+            raise ValueError(f"folder {info.name} declares ID {package.ID!r}: name it p{package.ID.replace('.', '_')}_<name>")
         if package.ID in found:
             raise ValueError(f"two folders declare sub-problem {package.ID}: {found[package.ID].__name__}, "
                              f"{package.__name__}")
@@ -63,3 +66,8 @@ def load_cases(problems: tuple[str, ...] | list[str]) -> list[Case]:
             cases.extend(sub_problem(problem).graded_cases())
     check_rubric(cases, set(folders()))
     return cases
+
+
+def all_cases(problems: tuple[str, ...] | None = None) -> list[Case]:
+    """Every case of ``problems`` (default: this course's choice), hidden ones on the staff side."""
+    return load_cases(problems if problems is not None else chosen_problems())

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.engine.runner import run_cases
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.hidden import answers, fixtures
 from grading.hidden.inputs import hidden_data
 from grading.kit.regions import parse_regions, student_files

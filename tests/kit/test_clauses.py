@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from tests.kit import test_variants_p1, test_variants_p2, test_variants_p3
 
 pytestmark = pytest.mark.kit

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.kit.regions import parse_regions, replace_bodies
 from grading.engine.runner import CriterionResult, run_cases
 from grading.kit.submission import build_grading_copy
