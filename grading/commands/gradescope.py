@@ -151,7 +151,8 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "finalize":
         finalize(Path(argv[1]), int(argv[2]))
         return 0
-    print("usage: python -m grading.commands.gradescope placeholder RESULTS | finalize RESULTS EXIT_CODE", file=sys.stderr)
+    print("usage: python -m grading.commands.gradescope placeholder RESULTS | finalize RESULTS EXIT_CODE",
+          file=sys.stderr)
     return 2
 
 

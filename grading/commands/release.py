@@ -30,7 +30,8 @@ from grading.problems import titles
 
 # Never copied into a release (solution-only, staff-only or local state).
 RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grading/problems/*/staff.py",
-                   "grading/pristine", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv", ".ipynb_checkpoints", ".DS_Store",
+                   "grading/pristine", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "venv",
+                   ".ipynb_checkpoints", ".DS_Store",
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
                    COURSE_RECORD, "grading/commands/release.py")
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).

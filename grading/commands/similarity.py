@@ -25,153 +25,23 @@ from __future__ import annotations
 
 import argparse
 import ast
-import builtins
 import csv
-import hashlib
-import html
-import keyword
-import re
 import shutil
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading import KIT_ROOT
 
 from grading.kit.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
 from grading.kit.submission import MAX_STUDENT_FILE_BYTES, SubmissionError, extract_zip, find_root
-
-K_GRAM = 5          # tokens per fingerprinted k-gram
-WINDOW = 4          # winnowing window: any shared run of K_GRAM + WINDOW - 1 tokens is always detected
-TOP_PAIRS = 10      # pairs per problem shown side by side in index.html
-HIGHLIGHT_RUN = 8   # k-grams in a row, in the same order in both (K_GRAM + 7 = 12 tokens), mark a shared passage
-PIECE_SEPARATOR = "<region>"   # the token between two regions of one problem (tokens_of never yields it)
-
-_TOKEN_RE = re.compile(r"""
-    (?P<comment>\#[^\n]*)
-  | (?P<string>[rRbBuUfF]{0,2}(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
-  | (?P<number>(?:\d|\.\d)(?:[eE][+-]|[\w.])*)
-  | (?P<name>[^\W\d]\w*)
-  | (?P<newline>\n)
-  | (?P<continuation>\\\n)
-  | (?P<space>[ \t\f\r]+)
-  | (?P<op>\*\*=?|//=?|->|:=|<<=?|>>=?|[-+*/%&|^<>!=@]=|\S)
-""", re.VERBOSE)
-_KEPT_ALWAYS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
+from grading.commands.similarity_page import TOP_PAIRS, Entry, Piece, Report, render_html
+from grading.commands.fingerprints import (PIECE_SEPARATOR, Token, content_hashes, gram_hashes, tokens_of,
+                                           winnow)
 
 
-@dataclass(slots=True)
-class Token:
-    """One normalised token and where it came from: piece index and 1-based line within that piece."""
 
-    text: str
-    piece: int
-    line: int
-
-
-@dataclass
-class Piece:
-    """One region body of a submission, as shown in the report."""
-
-    path: str
-    function: str
-    body: str
-
-
-@dataclass
-class Entry:
-    """One submission's code for one problem: its pieces, normalised tokens and winnowed fingerprints."""
-
-    submission: str
-    problem: str
-    pieces: list[Piece]
-    tokens: list[Token] = field(default_factory=list)
-    fingerprints: frozenset[int] = frozenset()
-
-
-@dataclass
-class Report:
-    """The result of a similarity pass: ranked rows, the entries per problem and the inputs left out."""
-
-    rows: list[tuple[str, str, str, float]]         # (problem, a, b, similarity), ranked per problem
-    entries: dict[str, dict[str, Entry]]            # problem -> submission -> entry
-    skipped: list[tuple[str, str]]                  # (entry name, reason)
-    empty: list[str]                                # submissions with nothing beyond the starter
-    submissions: int
-    starter: dict[str, frozenset[int]]              # problem -> the starter's k-gram hashes (starter_hashes)
-
-
-def tokens_of(text: str, kept: frozenset[str], piece: int = 0) -> list[Token]:
-    """Normalised tokens of Python ``text`` (any text: never raises on bad syntax).
-
-    Comments, blank lines, indentation and line breaks inside brackets are
-    dropped; a logical line ends with ``;``; names outside ``kept`` (plus
-    keywords and builtins) become ``V``, except after a ``.``; numbers become
-    ``N`` and strings ``S``.
-    """
-    out: list[Token] = []
-    line, depth, previous = 1, 0, ""
-    for match in _TOKEN_RE.finditer(text):
-        kind, value = match.lastgroup, match.group()
-        start_line = line
-        line += value.count("\n")
-        if kind in ("comment", "space", "continuation"):
-            continue
-        if kind == "newline":
-            if depth == 0 and out and out[-1].text != ";":
-                out.append(Token(";", piece, start_line))
-            continue
-        if kind == "string":
-            if previous == "S":      # implicit concatenation "a" "b" is one literal
-                continue
-            norm = "S"
-        elif kind == "number":
-            norm = "N"
-        elif kind == "name":
-            norm = value if value in kept or value in _KEPT_ALWAYS or previous == "." else "V"
-        else:
-            norm = value
-            depth += value in "([{"
-            depth = max(0, depth - (value in ")]}"))
-        out.append(Token(norm, piece, start_line))
-        previous = norm
-    return out
-
-
-def _gram_hashes(tokens: list[Token]) -> list[int]:
-    """A stable 64-bit hash of every K_GRAM-token window, in order (one hash for a shorter stream)."""
-    texts = [t.text for t in tokens]
-    if not texts:
-        return []
-    grams = [texts[i:i + K_GRAM] for i in range(max(1, len(texts) - K_GRAM + 1))]
-    return [int.from_bytes(hashlib.blake2b("\x1f".join(g).encode(), digest_size=8).digest(), "big")
-            for g in grams]
-
-
-def content_hashes(tokens: list[Token], starter: frozenset[int]) -> list[int | None]:
-    """The k-gram hashes of ``tokens`` with the starter's part blanked out (None).
-
-    A k-gram is blanked when the starter has it, or when every one of its
-    tokens lies inside some k-gram the starter has: code glued together from
-    pieces of the starter (a stub, then a copied provided helper) adds nothing.
-    The separator between two regions of a problem counts as starter text.
-    """
-    hashes = _gram_hashes(tokens)
-    covered = [t.text == PIECE_SEPARATOR for t in tokens]
-    for start, value in enumerate(hashes):
-        if value in starter:
-            covered[start:start + K_GRAM] = [True] * len(covered[start:start + K_GRAM])
-    return [None if value in starter or all(covered[start:start + K_GRAM]) else value
-            for start, value in enumerate(hashes)]
-
-
-def winnow(hashes: list[int], window: int = WINDOW) -> frozenset[int]:
-    """The winnowed fingerprints of ``hashes``: the minimum of every ``window`` consecutive hashes."""
-    if len(hashes) <= window:
-        return frozenset(hashes)
-    return frozenset(min(hashes[i:i + window]) for i in range(len(hashes) - window + 1))
 
 
 def kept_names(kit_root: Path) -> frozenset[str]:
@@ -205,10 +75,10 @@ def starter_hashes(kit_root: Path, kept: frozenset[str]) -> dict[str, frozenset[
         text = kit_text(kit_root, rel)
         regions = parse_regions(text, rel)
         starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
-        provided.update(_gram_hashes(tokens_of(starter, kept)))
+        provided.update(gram_hashes(tokens_of(starter, kept)))
         for region in regions:
             stub = textwrap.dedent(stub_body(region))
-            stubs.setdefault(region.id, set()).update(_gram_hashes(tokens_of(stub, kept)))
+            stubs.setdefault(region.id, set()).update(gram_hashes(tokens_of(stub, kept)))
     return {problem: frozenset(provided | hashes) for problem, hashes in stubs.items()}
 
 
@@ -325,84 +195,6 @@ def build_report(submissions_dir: Path, kit_root: Path = KIT_ROOT) -> Report:
     base = starter_hashes(kit_root, kept)
     entries, skipped, empty, read = collect(Path(submissions_dir), kit_root, kept, base)
     return Report(rank_pairs(entries), entries, skipped, empty, read, base)
-
-
-def _shared_lines(a: Entry, b: Entry, base: frozenset[int]) -> set[tuple[int, int]]:
-    """(piece, line) of ``a`` inside a passage it shares with ``b``: HIGHLIGHT_RUN or more consecutive
-    k-grams in the same order in both, outside the starter. Shorter or scattered matches are common
-    idioms (``x[-1].append(y)``) and stay unmarked, though they count in the score."""
-    where: dict[int, list[int]] = {}
-    for position, value in enumerate(content_hashes(b.tokens, base)):
-        if value is not None:
-            where.setdefault(value, []).append(position)
-    marked: set[tuple[int, int]] = set()
-    previous: dict[int, int] = {}          # position in b -> length of the common run ending there
-    for position, value in enumerate(content_hashes(a.tokens, base)):
-        current = {p: previous.get(p - 1, 0) + 1 for p in where.get(value, ())} if value is not None else {}
-        longest = max(current.values(), default=0)
-        if longest >= HIGHLIGHT_RUN:
-            start = position - longest + 1
-            marked.update((t.piece, t.line) for t in a.tokens[start:position + K_GRAM] if t.line)
-        previous = current
-    return marked
-
-
-def _pane(entry: Entry, marked: set[tuple[int, int]]) -> str:
-    parts = []
-    for k, piece in enumerate(entry.pieces):
-        lines = textwrap.dedent(piece.body).splitlines()
-        body = "\n".join(f'<span class="m">{html.escape(text) or " "}</span>' if (k, n) in marked
-                         else html.escape(text) for n, text in enumerate(lines, start=1))
-        parts.append(f"<figure><figcaption>{html.escape(entry.submission)}: {html.escape(piece.path)} "
-                     f"({html.escape(piece.function)})</figcaption><pre>{body}</pre></figure>")
-    return "".join(parts)
-
-
-_STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}
-td,th{border:1px solid #bbb;padding:2px 8px;vertical-align:top}.pair{display:flex;gap:1em}
-.pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:4px;overflow-x:auto;font-size:12px}
-.m{background:#ffd54f}figure{margin:0 0 .5em 0}figcaption{font-weight:bold;font-size:13px}"""
-
-
-def render_html(report: Report, top: int = TOP_PAIRS) -> str:
-    """The static report page: per problem, the ``top`` pairs ranked, each side by side with shared lines marked.
-
-    Every piece of submission text (names, code, error messages) is HTML-escaped.
-    """
-    base = report.starter
-    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similarity report</title>",
-           f"<style>{_STYLE}</style></head><body><h1>Similarity report</h1>",
-           f"<p>{report.submissions} submission(s) read. A score is the share of normalised code fingerprints two "
-           "submissions have in common on one problem (1.0: the same code up to names, literals, comments and "
-           "layout). Starter and provided text are ignored. Highlighted lines hold a passage of "
-           f"{K_GRAM + HIGHLIGHT_RUN - 1} or more normalised tokens that both have in the same order. <b>A high "
-           "score is a reason to look, not a verdict</b>: short problems leave little room for different "
-           "solutions.</p>"]
-    if report.skipped:
-        out.append("<h2>Inputs left out</h2><ul>" + "".join(
-            f"<li>{html.escape(name)}: {html.escape(reason)}</li>" for name, reason in report.skipped) + "</ul>")
-    if report.empty:
-        out.append("<p>Nothing implemented beyond the starter: " + ", ".join(html.escape(n) for n in report.empty)
-                   + "</p>")
-    by_problem: dict[str, list] = {}
-    for row in report.rows:
-        by_problem.setdefault(row[0], []).append(row)
-    for problem, rows in by_problem.items():
-        shown = rows[:top]
-        out.append(f"<h2>Problem {html.escape(problem)}</h2><table><tr><th>#</th><th>a</th><th>b</th>"
-                   "<th>similarity</th></tr>")
-        out += [f"<tr><td><a href='#p{html.escape(problem)}-{n}'>{n}</a></td><td>{html.escape(a)}</td>"
-                f"<td>{html.escape(b)}</td><td>{sim:.3f}</td></tr>" for n, (_, a, b, sim) in enumerate(shown, 1)]
-        out.append(f"</table><p>{len(rows)} pair(s) in pairs.csv.</p>")
-        entries = report.entries[problem]
-        for n, (_, a, b, sim) in enumerate(shown, 1):
-            left, right = entries[a], entries[b]
-            out.append(f"<h3 id='p{html.escape(problem)}-{n}'>Problem {html.escape(problem)} #{n}: "
-                       f"{html.escape(a)} vs {html.escape(b)} ({sim:.3f})</h3><div class='pair'>"
-                       f"<div>{_pane(left, _shared_lines(left, right, base[problem]))}</div>"
-                       f"<div>{_pane(right, _shared_lines(right, left, base[problem]))}</div></div>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
 
 
 def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = KIT_ROOT, top: int = TOP_PAIRS) -> Report:

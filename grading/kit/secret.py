@@ -36,7 +36,10 @@ def course_secret() -> str:
 
 
 def secret_rng(problem: str, secret: str) -> random.Random:
-    """The random source of sub-problem ``problem``'s ("1.1") hidden inputs under ``secret`` (same secret, same draw)."""
+    """The random source of sub-problem ``problem``'s ("1.1") hidden inputs under ``secret``.
+
+    The same secret always gives the same draw; another secret, other inputs.
+    """
     name = "p" + problem.replace(".", "_")
     digest = hashlib.sha256(f"{secret}\x00{name}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))

@@ -36,8 +36,9 @@ def folders() -> dict[str, ModuleType]:
         if not info.ispkg:
             continue
         package = importlib.import_module(f"{__name__}.{info.name}")
-        if not info.name.startswith("p" + package.ID.replace(".", "_") + "_"):
-            raise ValueError(f"folder {info.name} declares ID {package.ID!r}: name it p{package.ID.replace('.', '_')}_<name>")
+        prefix = "p" + package.ID.replace(".", "_") + "_"
+        if not info.name.startswith(prefix):
+            raise ValueError(f"folder {info.name} declares ID {package.ID!r}: name it {prefix}<name>")
         if package.ID in found:
             raise ValueError(f"two folders declare sub-problem {package.ID}: {found[package.ID].__name__}, "
                              f"{package.__name__}")
