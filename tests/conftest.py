@@ -1,12 +1,14 @@
 """Shared pytest plumbing: grade exactly as the course does, once per session, and look up criteria.
 
-The tests are thin wrappers: every check lives in ``grading/checks``; a test
-only asks the cached runner for one criterion's verdict. Like ``python -m
-grading grade``, the session first splices the region bodies of this folder
-into a fresh copy of the kit (in a starter: into the pristine files), so a
-helper added outside a region, or a changed provided file, counts here
-exactly as it counts for the course; every such change is listed at the end.
-Markers (``p1_1`` ... ``p5_2``) come from the rubric's problem list.
+``tests/test_problems.py`` is one thin wrapper: every check lives in
+``grading/problems/<folder>/checks.py``; a test only asks the cached runner
+for one criterion's verdict. Like ``python -m grading grade``, the session
+first splices the region bodies of this folder into a fresh copy of the kit
+(in a starter: into the pristine files), so a helper added outside a region,
+or a changed provided file, counts here exactly as it counts for the course;
+every such change is listed at the end. The problems under test are those
+whose folders are present: in a starter, exactly the course's choice; in the
+kit, all of them. Markers (``p1_1`` ... ``p5_2``) come from the folders.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.problems import all_cases
 from grading.engine.rubric import criteria_of
-from grading.problems import titles
 from grading.engine.runner import CriterionResult, run_case
+from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
+from grading.problems import all_cases, titles
 
 _NOTES: list[str] = []
 
@@ -34,10 +36,15 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"NOTE (graded as the course grades it): {note}")
 
 
-def criterion_params(problem: str) -> list:
-    """pytest params (one per criterion of ``problem`` in this course), marked ``p<problem with _>``, e.g. p1_2."""
-    marker = getattr(pytest.mark, "p" + problem.replace(".", "_"))
-    return [pytest.param(c.id, id=c.id, marks=marker) for c in criteria_of(all_cases(), problem)]
+def graded_cases() -> list:
+    """The cases of every problem present (hidden ones on the staff side)."""
+    return all_cases(tuple(present_problems()))
+
+
+def criterion_params(problem: str | None = None) -> list:
+    """pytest params, one per criterion (of ``problem``, or all), each marked ``p<sub-problem with _>``, e.g. p1_2."""
+    return [pytest.param(c.id, id=c.id, marks=getattr(pytest.mark, "p" + c.problem.replace(".", "_")))
+            for c in criteria_of(graded_cases(), problem)]
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +60,7 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 def grade(tmp_path_factory, graded_copy):
     """``grade(criterion_id) -> CriterionResult``, spawning each case at most once per session."""
     code_root, splice = graded_copy
-    cases = {c.id: case for case in all_cases() for c in case.criteria}
+    cases = {c.id: case for case in graded_cases() for c in case.criteria}
     results: dict[str, dict[str, CriterionResult]] = {}
     work = tmp_path_factory.mktemp("grading")
 

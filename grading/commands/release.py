@@ -35,13 +35,13 @@ RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grad
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
                    COURSE_RECORD, "grading/commands/release.py")
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
-STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_p[0-9]_*.py")
+STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_problems.py")
 # Files that belong to an optional problem: left out unless the course chooses it.
 OPTIONAL_FILES = {
     "4": ("data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py", "project/run_capstone.py",
-          "project/bench/ddp_peers.py", "grading/problems/p4_*/*", "tests/test_p4_*.py"),
+          "project/bench/ddp_peers.py", "grading/problems/p4_*/*"),
     "5": ("tensor_parallel/*", "tensor_parallel/**/*", "project/run_tensor_parallel.py",
-          "project/bench/tensor_parallel.py", "grading/problems/p5_*/*", "tests/test_p5_*.py"),
+          "project/bench/tensor_parallel.py", "grading/problems/p5_*/*"),
 }
 STUDENT_README = Path(__file__).resolve().parent.parent / "staff" / "README.student.md"
 

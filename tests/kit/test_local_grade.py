@@ -8,6 +8,7 @@ same score on every public criterion, and both must list the edits outside the r
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -29,9 +30,9 @@ def _fill(starter, rel: str, body_of=None) -> None:
     (starter / rel).write_text(replace_bodies(text, rel, bodies))
 
 
-def _scores(cwd, *args) -> tuple[dict[str, float], list[str]]:
+def _scores(cwd, *args, problem: str = "1") -> tuple[dict[str, float], list[str]]:
     out = cwd / "results.json"
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", *args, "--problem", "1", "--quiet", "--json",
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", *args, "--problem", problem, "--quiet", "--json",
                            str(out)], cwd=cwd, capture_output=True, text=True, timeout=600)
     assert out.is_file(), done.stdout + done.stderr
     results = json.loads(out.read_text())
@@ -96,3 +97,50 @@ def test_the_reference_regions_score_full_public_marks_in_a_starter(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert results["score"] == results["max_score"] > 80
     assert not any(t["visibility"] == "after_published" for t in results["tests"])     # no hidden checks here
+
+
+ZERO1, LAYERS = "data_parallel/zero1.py", "tensor_parallel/layers.py"
+PLANTED = {   # a region body that calls a helper the student wrote at module level, outside every region
+    ZERO1: ("_flat", "        return _flatten_all(self, tensors, device)\n",
+            "\n\ndef _flatten_all(optimizer, tensors, device):\n"
+            "    flat = torch.zeros(optimizer.world_size * optimizer.shard_numel, dtype=torch.float32, device=device)\n"
+            "    offset = 0\n"
+            "    for param, tensor in zip(optimizer.params, tensors):\n"
+            "        if tensor is not None:\n"
+            "            flat[offset:offset + param.numel()] = tensor.reshape(-1).float()\n"
+            "        offset += param.numel()\n"
+            "    return flat\n"),
+    LAYERS: ("backward", "        return _summed(grad, ctx.group), None\n",
+             "\n\ndef _summed(grad, group):\n    grad = grad.contiguous().clone()\n"
+             "    dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)\n    return grad\n"),
+}
+
+
+def _pytest_verdicts(cwd, marker: str) -> dict[str, bool]:
+    """criterion id -> passed, from ``pytest -m marker`` run in ``cwd`` (the student's view)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", marker,
+                           "tests/test_problems.py"], cwd=cwd, capture_output=True, text=True, timeout=900)
+    found = {m.group(2): m.group(1) == "PASSED" for m in re.finditer(
+        r"^(PASSED|FAILED) tests/test_problems.py::test_criterion\[(.+?)\]", done.stdout, flags=re.M)}
+    assert found, done.stdout[-3000:] + done.stderr[-2000:]
+    return found
+
+
+def test_pytest_markers_equal_the_course_grade_for_problems_4_and_5(tmp_path):
+    """Issue 19: in a starter with Problems 4 and 5, ``pytest -m p4_2`` / ``-m p5_1`` give the verdicts of
+    ``grading grade --problem 4.2`` / ``5.1``, criterion by criterion, for regions that call a module-level helper
+    (absent from the graded copy, so both fail the same criteria)."""
+    starter = tmp_path / "starter"
+    release(KIT_ROOT, starter, ("1", "2", "3", "4", "5"))
+    for rel, (function, body, helper) in PLANTED.items():
+        kit_regions = parse_regions((KIT_ROOT / rel).read_text(), rel)
+        text = (starter / rel).read_text()
+        planted = [k for k, r in enumerate(kit_regions) if r.function == function][:1]
+        bodies = {k: body if k in planted else r.body for k, r in enumerate(kit_regions)}
+        (starter / rel).write_text(replace_bodies(text, rel, bodies) + helper)
+    for problem in ("4.2", "5.1"):
+        local = _pytest_verdicts(starter, "p" + problem.replace(".", "_"))
+        course, _ = _scores(KIT_ROOT, str(starter), "--problems", "1,2,3,4,5", problem=problem)
+        public = {cid: score > 0 for cid, score in course.items() if not cid.endswith("_hidden")}
+        assert local == public, (problem, local, public)
+        assert not all(local.values()) and any(local.values()), (problem, local)   # the helper costs some, not all
