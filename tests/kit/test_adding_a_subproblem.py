@@ -1,0 +1,120 @@
+"""Issue 19.5: the README's "Adding a sub-problem" walk-through, followed literally on a copy of the kit.
+
+The test reads every file block of that README section (``File `PATH`:`` or
+``File `PATH` (append):`` followed by a ```python block), writes them into a
+temporary copy of the kit and checks what the guide promises: the expected
+values are written by ``grading fixtures``, the reference scores full marks
+(the hidden criterion included), a released starter scores zero and holds
+neither the staff part nor anything shaped like the answer, and the variant
+the guide names loses exactly its criterion.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grading import KIT_ROOT
+from grading.kit.regions import parse_regions, replace_bodies
+from tests.kit.test_answer_key import MIN_NODES, _node_count, _shape
+
+pytestmark = pytest.mark.kit
+SECTION = "### Adding a sub-problem"
+TOY_FILE, TOY_FUNCTION = "data_parallel/dataset.py", "chunk_sizes"
+BUGGY_BODY = """
+        if total < 0 or parts < 1:
+            raise ValueError("bad sizes")
+        base, extra = divmod(total, parts)
+        return [base] * parts
+"""
+
+
+def guide_files() -> list[tuple[str, bool, str]]:
+    """(path, append, code) for every file block of the README's walk-through, in order."""
+    readme = (KIT_ROOT / "README.md").read_text()
+    start = readme.index(SECTION)
+    end = readme.find("\n## ", start)
+    section = readme[start:end if end != -1 else len(readme)]
+    blocks = re.finditer(r"File `(?P<path>[^`]+)`(?P<append> \(append\))?:\s*\n+```python\n(?P<code>.*?)```",
+                         section, flags=re.S)
+    return [(m.group("path"), bool(m.group("append")), m.group("code")) for m in blocks]
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grading", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _grade(cwd: Path, *args: str) -> dict[str, float]:
+    out = cwd / "toy_results.json"
+    done = _run(cwd, "grade", *args, "--problem", "1.3", "--quiet", "--json", str(out))
+    assert out.is_file(), done.stdout[-2000:] + done.stderr[-2000:]
+    return {t["name"].split(":")[0]: t["score"] for t in json.loads(out.read_text())["tests"]}
+
+
+@pytest.fixture(scope="module")
+def toy_kit(tmp_path_factory) -> Path:
+    kit = tmp_path_factory.mktemp("toy") / "kit"
+    shutil.copytree(KIT_ROOT, kit, ignore=shutil.ignore_patterns(".git", "__pycache__", "workdir", "*.pyc",
+                                                                   ".pytest_cache", "submit_figures"))
+    (kit / "submit_figures").mkdir()
+    for path, append, code in guide_files():
+        target = kit / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text((target.read_text() + "\n\n" if append else "") + code)
+    done = _run(kit, "fixtures")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return kit
+
+
+def test_the_guide_has_a_block_for_every_step():
+    paths = [path for path, _, _ in guide_files()]
+    assert paths == [TOY_FILE, "grading/problems/p1_3_chunks/__init__.py", "grading/problems/p1_3_chunks/checks.py",
+                     "grading/problems/p1_3_chunks/staff.py"]
+
+
+def test_fixtures_write_the_expected_values(toy_kit):
+    expected = json.loads((toy_kit / "grading/problems/p1_3_chunks/expected.json").read_text())
+    assert [[10, 3], [4, 3, 3]] in expected["sizes"]
+
+
+def test_the_reference_scores_full_marks_hidden_criterion_included(toy_kit):
+    scores = _grade(toy_kit)
+    assert scores == {"1.3.sizes": 2, "1.3.errors": 1, "1.3.sizes_hidden": 1}
+
+
+def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
+    starter = tmp_path / "starter"
+    done = _run(toy_kit, "release", str(starter))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (starter / "grading/problems/p1_3_chunks/staff.py").exists()
+    assert (starter / "grading/problems/p1_3_chunks/expected.json").is_file()
+    assert set(_grade(starter).values()) == {0}
+    region = next(r for r in parse_regions((toy_kit / TOY_FILE).read_text(), TOY_FILE)
+                  if r.function == TOY_FUNCTION)
+    answer = ast.parse(textwrap.dedent(region.body)).body
+    assert _node_count(answer) >= MIN_NODES
+    for path in starter.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                assert not body or _shape(body) != _shape(answer), f"{path}: {node.name} is shaped like the answer"
+
+
+def test_the_guides_variant_loses_exactly_its_criterion(toy_kit, tmp_path):
+    buggy = tmp_path / "buggy"
+    shutil.copytree(toy_kit, buggy, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (buggy / TOY_FILE).read_text()
+    regions = parse_regions(text, TOY_FILE)
+    index = next(k for k, r in enumerate(regions) if r.function == TOY_FUNCTION)
+    body = textwrap.indent(textwrap.dedent(BUGGY_BODY).strip("\n") + "\n", regions[index].indent)
+    (buggy / TOY_FILE).write_text(replace_bodies(text, TOY_FILE, {index: body}))
+    scores = _grade(toy_kit, str(buggy))
+    assert scores == {"1.3.sizes": 0, "1.3.errors": 1, "1.3.sizes_hidden": 0}
