@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.engine.runner import run_cases
 from tests.kit.variants import Variant, assert_verdicts, grade_variant, make_variant_kit
 
@@ -172,8 +172,9 @@ def _grade_group(group: tuple, work: Path) -> dict:
     assert len(problems) == 1 and len({(v.path, v.function) for v in group}) == len(group)
     if len(group) == 1:
         return grade_variant(group[0], problems.pop(), work)
+    problem = problems.pop()
     kit = make_variant_kit(work / "kit", [(v.path, v.function, v.body) for v in group])
-    return {r.id: r for r in run_cases(all_cases(), kit, work / "runs", problem=problems.pop())}
+    return {r.id: r for r in run_cases(all_cases((problem,)), kit, work / "runs", problem=problem)}
 
 
 @pytest.mark.kit

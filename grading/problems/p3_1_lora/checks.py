@@ -1,18 +1,37 @@
 """Problem 3.1 checks: ``apply_lora`` with the provided ``LoRALinear``.
 
 The probe applies LoRA to fresh copies of the grader's small residual MLP
-(``grading.problems.p3_1_lora.reference.LoRANet``) and records which modules were
-replaced, the outputs before and after, the trainable set and what invalid
-inputs do; on the staff side also with hidden targets, rank and alpha.
+(``LoRANet`` in this folder's ``reference.py``, shared by all of Problem 3)
+and records which modules were replaced, the outputs before and after, the
+trainable set and what invalid inputs do. The replacement runs once per
+split: on ``Inputs`` (targets, rank, alpha), and on the staff side also on
+hidden ones (``staff.py``). Nothing is stored as expected data: every
+criterion compares with the inputs themselves and with ``LoRANet``.
 """
 from __future__ import annotations
 
-from grading.kit import data
-from grading.problems.common import call_outcome, expect_refusals, labelled
+from dataclasses import dataclass
+
 from grading.engine.compare import assert_tensor_close
 from grading.engine.expect import expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import HIDDEN, split_part
+from grading.kit.problem import SubProblem
+from grading.problems.common import call_outcome, expect_refusals, labelled
+from grading.problems.p3_1_lora import ID, TITLE
 from grading.problems.p3_1_lora import reference as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The split-dependent apply_lora call: dotted target names (in ``LoRANet``), rank and alpha."""
+
+    targets: tuple[str, ...]
+    rank: int
+    alpha: float
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs(targets=tuple(ref.NESTED_TARGETS), rank=3, alpha=6.0))
 
 # (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing
 BAD_APPLY = [
@@ -23,21 +42,16 @@ BAD_APPLY = [
     ("ModuleList target", ["blocks"], 2),
     ("rank 0", ["embed", "head"], 0),
 ]
-PUBLIC_REPLACE = (ref.NESTED_TARGETS, 3, 6.0)       # (targets, rank, alpha)
 
+P_REPLACE = "replace"    # recorded per split: split_part(P_REPLACE, split)
 P_OUTPUTS = "outputs"
 P_TRAINABLE = "trainable"
 P_INVALID = "invalid"
 
 
-P_REPLACE = "replace"    # recorded per split: split_part(P_REPLACE, split)
-
-
-def _replace_inputs(split: str) -> tuple[list[str], int, float]:
-    if split == PUBLIC:
-        return PUBLIC_REPLACE
-    hidden = data.hidden("p3_1")
-    return hidden["targets"], hidden["rank"], hidden["alpha"]
+def _call(inputs: Inputs) -> str:
+    """The apply_lora call of ``inputs``, as messages name it."""
+    return f"apply_lora(model, {list(inputs.targets)}, rank={inputs.rank}, alpha={inputs.alpha})"
 
 
 # ---------------------------------------------------------------- probe
@@ -48,11 +62,11 @@ def probe_apply(ctx) -> None:
     from finetune.lora import LoRALinear, apply_lora
     device = ctx.device
 
-    def replace(targets, rank, alpha):
+    def replace(inputs: Inputs) -> dict:
+        targets, rank, alpha = inputs.targets, inputs.rank, inputs.alpha
         model = ref.LoRANet(0).to(device, torch.float64)
         before = dict(model.named_modules())
-        result = labelled(f"apply_lora(model, {targets}, rank={rank}, alpha={alpha})", apply_lora, model,
-                          list(targets), rank=rank, alpha=alpha)
+        result = labelled(_call(inputs), apply_lora, model, list(targets), rank=rank, alpha=alpha)
         after = dict(model.named_modules())
         wrapped = {}
         for name in targets:
@@ -69,8 +83,9 @@ def probe_apply(ctx) -> None:
         trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
         return {"same_object": result is model, "wrapped": wrapped, "others_moved": sorted(others_moved),
                 "lora_modules": new_lora, "trainable": trainable}
-    for split, (targets, rank, alpha) in ctx.args["replace"].items():
-        ctx.record(split_part(P_REPLACE, split), lambda t=targets, r=rank, a=alpha: replace(t, r, a))
+    for split in PROBLEM.splits(ctx):
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_REPLACE, split), lambda inputs=inputs: replace(inputs))
 
     def outputs():
         model = ref.LoRANet(0).to(device, torch.float64)
@@ -110,23 +125,17 @@ def probe_apply(ctx) -> None:
     ctx.record(P_INVALID, invalid)
 
 
-def _case_args() -> dict:
-    replace = {PUBLIC: PUBLIC_REPLACE}
-    if data.staff_side():
-        replace[HIDDEN] = _replace_inputs(HIDDEN)
-    return {"replace": replace}
-
-
-CASE = Case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60, args=_case_args())
+CASE = PROBLEM.case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60)
 
 
 # ---------------------------------------------------------------- criteria
 @CASE.criterion("3.1.replaces_targets", "dotted targets become LoRALinear around the original layer; nothing "
-                "else moves; same model returned", points=3, hidden_points=1)
-def check_replace(run, split: str) -> None:
-    targets, rank, alpha = _replace_inputs(split)
+                "else moves; same model returned", points=3)
+def check_replace(run: CaseRun, split: str) -> None:
+    inputs = PROBLEM.inputs_for(split)
+    targets, rank, alpha = list(inputs.targets), inputs.rank, inputs.alpha
     got = run.part(split_part(P_REPLACE, split))
-    call = f"apply_lora(model, {targets}, rank={rank}, alpha={alpha})"
+    call = _call(inputs)
     expect(got["same_object"], f"{call} must return the model it was given (modified in place), not a copy")
     for name, info in got["wrapped"].items():
         expect(info["is_provided_lora"], f"{call}: module '{name}' is {info['type']}, expected finetune.lora."
@@ -140,14 +149,14 @@ def check_replace(run, split: str) -> None:
            f"{got['lora_modules']}, expected exactly {sorted(targets)}")
     expect(not got["others_moved"], f"{call}: modules other than the targets were replaced or removed: "
            f"{got['others_moved']}")
-    if split == HIDDEN:
+    if split == HIDDEN:       # publicly the trainable set is 3.1.only_adapters_trainable's (one bug, one criterion)
         want = sorted(f"{t}.{p}" for t in targets for p in ("lora_A", "lora_B"))
         expect(got["trainable"] == want, f"{call}: trainable parameters are {got['trainable']}, expected {want}")
 
 
 @CASE.criterion("3.1.outputs_dtype_device", "outputs unchanged right after apply; adapters keep dtype/device",
                 points=2)
-def check_outputs(run) -> None:
+def check_outputs(run: CaseRun, split: str) -> None:
     got = run.part(P_OUTPUTS)
     call = f"apply_lora(float64 model on {got['device']}, {ref.TOP_TARGETS})"
     for name, (dtype, device) in got["adapters"].items():
@@ -160,7 +169,7 @@ def check_outputs(run) -> None:
 
 
 @CASE.criterion("3.1.only_adapters_trainable", "only lora_A/lora_B require grad", points=2)
-def check_trainable(run) -> None:
+def check_trainable(run: CaseRun, split: str) -> None:
     got = run.part(P_TRAINABLE)
     want = sorted(f"{t}.{p}" for t in ref.TOP_TARGETS for p in ("lora_A", "lora_B"))
     expect(got["trainable"] == want, f"apply_lora(model, {ref.TOP_TARGETS}): trainable parameters are "
@@ -169,10 +178,8 @@ def check_trainable(run) -> None:
 
 @CASE.criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
                 points=2)
-def check_invalid(run) -> None:
+def check_invalid(run: CaseRun, split: str) -> None:
     expect_refusals(run.part(P_INVALID), "apply_lora with", {
         "swapped": "validate every target before changing the model",
         "requires_grad": "validate before freezing"})
 
-
-CASES = [CASE]

@@ -1,15 +1,17 @@
-"""Problem 3 references: the LoRA probe model, adapter values, inputs and serial training.
+"""Problem 3 references: the LoRA probe model, adapter values and inputs (shared by 3.1, 3.2 and 3.3).
 
-Never imports student code (``finetune/``).
-
-The probes (children) wrap ``LoRANet`` with the kit's provided ``LoRALinear``
-and load the adapter values from ``adapter_state``; the criteria (parent)
-recompute every expected value here with ``reference_forward``, which does
-the same arithmetic without any kit code. Nothing here computes what a
-student function returns: the expected configs of 3.3 are data
-(``grading/fixtures/p3_3.json``).
+Never imports student code (``finetune/``) and computes nothing a student
+function returns. The probes (children) build ``LoRANet`` and wrap its
+layers with a LoRA layer class they pass in (``lora_model``: the kit's
+provided ``LoRALinear`` in 3.2, the grader's own in 3.3), loading the adapter
+values from ``adapter_state``; the criteria (parent) recompute the expected
+values here with ``reference_forward``, which does the same arithmetic
+without any kit code. 3.2 and 3.3 import this module explicitly; what only
+3.3 uses (its training data and serial SGD) is in ``p3_3_zero/reference.py``.
 """
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -19,12 +21,8 @@ RANK, ALPHA = 2, 4.0
 
 # Targets: top-level only (3.1 outputs/trainable/validation) and with dotted names (3.1 replace, 3.2, 3.3).
 TOP_TARGETS = ["embed", "head"]
-NESTED_TARGETS = ["embed", "blocks.0.fc", "blocks.1.fc", "head"]
+NESTED_TARGETS = ["embed", "blocks.0.fc", "blocks.1.fc", "head"]      # every nn.Linear of LoRANet
 ADAPTER_TARGETS = ["embed", "blocks.1.fc", "head"]
-
-# 3.3: two ranks, two micro-batches of two samples per rank, three optimizer steps.
-WORLD_SIZE, MICRO_BATCH, GRAD_ACCUM, STEPS = 2, 2, 2, 3
-LEARNING_RATE = 0.2
 
 
 class _Block(nn.Module):
@@ -66,28 +64,6 @@ class LoRANet(nn.Module):
         return self.head(h)
 
 
-class GraderLoRALinear(nn.Module):
-    """The grader's own LoRA layer: ``base(x) + (alpha / rank) * (x @ lora_A.T) @ lora_B.T``.
-
-    Same parameter names and arithmetic as the kit's ``LoRALinear``; the 3.3
-    probe uses it so that Problem 3.3 does not depend on ``finetune/lora.py``
-    (whose student regions belong to 3.1 and 3.2). Adapters start at zero;
-    callers load values from ``adapter_state``.
-    """
-
-    def __init__(self, base: nn.Linear, rank: int = RANK, alpha: float = ALPHA) -> None:
-        super().__init__()
-        self.base = base
-        self.scale = alpha / rank
-        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
-        self.lora_A = nn.Parameter(torch.zeros(rank, base.in_features, **factory))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, **factory))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        update = nn.functional.linear(nn.functional.linear(x, self.lora_A), self.lora_B)
-        return self.base(x) + update * self.scale
-
-
 def base_state(seed: int = 0) -> dict[str, torch.Tensor]:
     """``LoRANet(seed)``'s parameters by name (the frozen base weights)."""
     return {name: p.detach().clone() for name, p in LoRANet(seed).named_parameters()}
@@ -110,6 +86,7 @@ def adapter_state(seed: int, targets: list[str] = ADAPTER_TARGETS, rank: int = R
 
 
 def inputs(seed: int, batch: int = 5) -> torch.Tensor:
+    """A (batch, IN_FEATURES) input batch for ``LoRANet``, the same for the same ``seed``."""
     g = torch.Generator().manual_seed(900 + seed)
     return torch.randn(batch, IN_FEATURES, generator=g)
 
@@ -133,46 +110,6 @@ def reference_forward(base: dict[str, torch.Tensor], adapters: dict[str, torch.T
     return linear("head", h)
 
 
-# ---------------------------------------------------------------- 3.3
-def micro_batch(step: int, rank: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank ``rank``'s micro-batch ``micro`` of optimizer step ``step``: (inputs, targets)."""
-    g = torch.Generator().manual_seed(10_000 + 100 * step + 10 * rank + micro)
-    return torch.randn(MICRO_BATCH, IN_FEATURES, generator=g), torch.randn(MICRO_BATCH, OUT_FEATURES, generator=g)
-
-
-def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(output, target)
-
-
-def serial_sgd(seed: int = 3, lr: float = LEARNING_RATE) -> tuple[dict[str, torch.Tensor], list[list[list[float]]]]:
-    """Adapters after ``STEPS`` SGD steps on the global batches (base frozen), and the micro-batch losses.
-
-    Each step's global batch is every rank's micro-batches together; its loss
-    is the mean over all of them (equal sizes), the loss whose gradient a
-    2-rank ZeRO run with accumulation averages. ``losses[step][rank][micro]``
-    is the micro-batch loss at the weights of that step.
-    """
-    base = base_state(0)
-    adapters = {name: value.clone().requires_grad_(True) for name, value in adapter_state(seed).items()}
-    optimizer = torch.optim.SGD(list(adapters.values()), lr=lr)
-    losses = []
-    for step in range(STEPS):
-        optimizer.zero_grad()
-        micro_losses, per_rank = [], []
-        for rank in range(WORLD_SIZE):
-            row = []
-            for micro in range(GRAD_ACCUM):
-                x, y = micro_batch(step, rank, micro)
-                loss = loss_fn(reference_forward(base, adapters, x), y)
-                micro_losses.append(loss)
-                row.append(loss.item())
-            per_rank.append(row)
-        torch.stack(micro_losses).mean().backward()
-        optimizer.step()
-        losses.append(per_rank)
-    return {name: value.detach() for name, value in adapters.items()}, losses
-
-
 def wrapped_base_state(seed: int = 0, targets: list[str] = ADAPTER_TARGETS) -> dict[str, torch.Tensor]:
     """``base_state(seed)`` named as in the model with ``LoRALinear`` at ``targets`` (``head.weight`` ->
     ``head.base.weight``)."""
@@ -181,3 +118,24 @@ def wrapped_base_state(seed: int = 0, targets: list[str] = ADAPTER_TARGETS) -> d
         module, _, leaf = name.rpartition(".")
         renamed[f"{module}.base.{leaf}" if module in targets else name] = value
     return renamed
+
+
+def lora_model(layer: Callable[[nn.Linear, int, float], nn.Module], adapters: dict[str, torch.Tensor],
+               targets: Sequence[str] = ADAPTER_TARGETS, rank: int = RANK, device: str | torch.device = "cpu"
+               ) -> nn.Module:
+    """``LoRANet(0)`` on ``device`` with ``layer(linear, rank, ALPHA)`` at ``targets``, adapters set to ``adapters``.
+
+    The grader wraps the layers itself, so 3.2 and 3.3 do not depend on the
+    student's ``apply_lora``; ``layer`` is the LoRA class to wrap with.
+    """
+    model = LoRANet(0)
+    for name in targets:
+        parent, _, child = name.rpartition(".")
+        holder = model.get_submodule(parent)
+        setattr(holder, child, layer(getattr(holder, child), rank, ALPHA))
+    model.to(device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in adapters:
+                param.copy_(adapters[name])
+    return model

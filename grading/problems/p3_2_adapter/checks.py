@@ -1,51 +1,55 @@
 """Problem 3.2 checks: ``save_adapter`` and ``load_adapter``.
 
 The probe wraps the grader's model with the provided ``LoRALinear`` itself
-(so 3.2 does not depend on the student's ``apply_lora``), sets known adapter
-values, and records what the student's functions write and load; the
-criteria compare with those values (``grading.problems.p3_1_lora.reference``),
-and on the staff side with hidden targets, rank and values.
+(``lora_model`` of ``p3_1_lora/reference.py``, the model all of Problem 3
+shares; so 3.2 does not depend on the student's ``apply_lora``), sets known
+adapter values, and records what the student's functions write and load.
+The criteria compare with those values (``adapter_state``, same module). The
+save runs once per split: on ``Inputs`` (targets, rank, adapter seed), and on
+the staff side also on hidden ones (``staff.py``). Nothing is stored as
+expected data.
 """
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from grading.kit import data
-from grading.problems.common import call_outcome, expect_refusals, labelled
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import split_part
+from grading.kit.problem import SubProblem
+from grading.problems.common import call_outcome, expect_refusals, labelled
 from grading.problems.p3_1_lora import reference as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.problems.p3_2_adapter import ID, TITLE
 
+
+@dataclass(frozen=True)
+class Inputs:
+    """The split-dependent save: LoRA at ``targets`` (names in ``LoRANet``) of ``rank``, adapters of ``seed``."""
+
+    targets: tuple[str, ...]
+    rank: int
+    seed: int                    # ref.adapter_state(seed, targets, rank): the values the model holds
+
+
+SAVED_SEED, OTHER_SEED = 1, 2    # the grader's file holds adapter_state(1); models load it over adapter_state(2)
+
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(targets=tuple(ref.ADAPTER_TARGETS), rank=ref.RANK, seed=SAVED_SEED))
+
+P_SAVE = "save"    # recorded per split: split_part(P_SAVE, split)
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
 
 
-P_SAVE = "save"    # recorded per split: split_part(P_SAVE, split)
-
-
 # ---------------------------------------------------------------- probe
-def grader_lora_model(device, adapters: dict, layer=None, targets: list[str] = ref.ADAPTER_TARGETS,
-                      rank: int = ref.RANK):
-    """``LoRANet(0)`` with ``layer`` (default: the kit's provided ``LoRALinear``) at ``targets``, adapters set to
-    ``adapters`` (the grader wraps the layers itself: 3.2 and 3.3 do not depend on the student's apply_lora)."""
-    import torch
-
-    if layer is None:
-        from finetune.lora import LoRALinear as layer
-    model = ref.LoRANet(0)
-    for name in targets:
-        parent, _, child = name.rpartition(".")
-        holder = model.get_submodule(parent)
-        setattr(holder, child, layer(getattr(holder, child), rank, ref.ALPHA))
-    model.to(device)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name in adapters:
-                param.copy_(adapters[name])
-    return model
+def _kit_lora_model(device, adapters: dict, targets=ref.ADAPTER_TARGETS, rank: int = ref.RANK):
+    """``ref.lora_model`` with the kit's provided ``LoRALinear`` (child side: imports ``finetune.lora``)."""
+    from finetune.lora import LoRALinear
+    return ref.lora_model(LoRALinear, adapters, targets, rank, device)
 
 
 def _snapshot(model) -> dict:
@@ -64,13 +68,14 @@ def probe_adapter_io(ctx) -> None:
     from finetune.lora import load_adapter, save_adapter
     device = ctx.device
     folder = Path(tempfile.mkdtemp(prefix="p3_adapters_", dir=ctx.out_dir))
-    saved, other = ref.adapter_state(1), ref.adapter_state(2)
+    saved, other = ref.adapter_state(SAVED_SEED), ref.adapter_state(OTHER_SEED)
     grader_file = folder / "grader.pt"
     torch.save(saved, grader_file)
     x = ref.inputs(1).to(device)
 
-    def save(adapters, targets, rank, name):
-        model = grader_lora_model(device, adapters, targets=targets, rank=rank)
+    def save(inputs: Inputs, name: str) -> dict:
+        adapters = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
+        model = _kit_lora_model(device, adapters, inputs.targets, inputs.rank)
         before = _snapshot(model)
         path = folder / f"{name}.pt"
         labelled("save_adapter(model, path)", save_adapter, model, path)
@@ -81,16 +86,13 @@ def probe_adapter_io(ctx) -> None:
         values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
                    for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
         return {"values": values, "meta": meta, "model_changed": _changed(model, before)}
-    ctx.record(split_part(P_SAVE, PUBLIC), lambda: save(saved, ref.ADAPTER_TARGETS, ref.RANK, "student"))
-    hidden = ctx.args.get("hidden")
-    if hidden:
-        ctx.record(split_part(P_SAVE, HIDDEN), lambda: save(
-            ref.adapter_state(hidden["seed"], hidden["targets"], hidden["rank"]), hidden["targets"], hidden["rank"],
-            "student_hidden"))
+    for split in PROBLEM.splits(ctx):
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_SAVE, split), lambda inputs=inputs, split=split: save(inputs, f"student_{split}"))
 
     def restore():
-        source = grader_lora_model(device, saved)
-        model = grader_lora_model(device, other)
+        source = _kit_lora_model(device, saved)
+        model = _kit_lora_model(device, other)
         with torch.no_grad():
             want = source(x).cpu()
         labelled("load_adapter(model, path)", load_adapter, model, grader_file)
@@ -100,13 +102,13 @@ def probe_adapter_io(ctx) -> None:
     ctx.record(P_RESTORE, restore)
 
     def in_place():
-        model = grader_lora_model(device, other)
+        model = _kit_lora_model(device, other)
         objects = dict(model.named_parameters())
         labelled("load_adapter(model, path)", load_adapter, model, grader_file)
         now = dict(model.named_parameters())
         double_file = folder / "float64.pt"
         torch.save({k: v.double() for k, v in saved.items()}, double_file)
-        cast = grader_lora_model(device, other)
+        cast = _kit_lora_model(device, other)
         labelled("load_adapter(float32 model, float64 file)", load_adapter, cast, double_file)
         return {
             "replaced": sorted(n for n, p in objects.items() if now.get(n) is not p),
@@ -128,7 +130,7 @@ def probe_adapter_io(ctx) -> None:
         for label, state in bad.items():
             path = folder / f"bad_{len(results)}.pt"
             torch.save(state, path)
-            model = grader_lora_model(device, other)
+            model = _kit_lora_model(device, other)
             before = _snapshot(model)
             outcome = call_outcome(lambda: load_adapter(model, path))
             results.append({"label": label, "outcome": outcome, "changed": _changed(model, before)})
@@ -136,21 +138,15 @@ def probe_adapter_io(ctx) -> None:
     ctx.record(P_REJECTS, rejects)
 
 
-def _case_args() -> dict:
-    hidden = data.hidden("p3_2")
-    return {"hidden": hidden} if hidden else {}
-
-
-CASE = Case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60, args=_case_args())
+CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60)
 
 
 # ---------------------------------------------------------------- criteria
-@CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable", points=3,
-                hidden_points=1)
-def check_save(run, split: str) -> None:
+@CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable", points=3)
+def check_save(run: CaseRun, split: str) -> None:
+    inputs = PROBLEM.inputs_for(split)
     got = run.part(split_part(P_SAVE, split))
-    hidden = data.hidden("p3_2") if split == HIDDEN else None
-    expected = ref.adapter_state(hidden["seed"], hidden["targets"], hidden["rank"]) if hidden else ref.adapter_state(1)
+    expected = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
     values = got["values"]
     expect(isinstance(values, dict), f"save_adapter: the file holds {values}, expected a dict name -> tensor")
     extra, missing = sorted(set(values) - set(expected)), sorted(set(expected) - set(values))
@@ -167,16 +163,16 @@ def check_save(run, split: str) -> None:
 
 
 @CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2)
-def check_restore(run) -> None:
+def check_restore(run: CaseRun, split: str) -> None:
     got = run.part(P_RESTORE)
     assert_tensor_close("load_adapter: outputs after loading the adapter of another model (must equal that "
                         "model's outputs)", got["loaded_out"], got["source_out"], atol=0.0, rtol=0.0)
-    expected = {**ref.wrapped_base_state(0), **ref.adapter_state(1)}
+    expected = {**ref.wrapped_base_state(0), **ref.adapter_state(SAVED_SEED)}
     assert_state_close("load_adapter: parameter after loading", got["params"], expected, atol=0.0, rtol=0.0)
 
 
 @CASE.criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", points=2)
-def check_in_place(run) -> None:
+def check_in_place(run: CaseRun, split: str) -> None:
     got = run.part(P_IN_PLACE)
     expect(not got["replaced"], f"load_adapter replaced the Parameter objects {got['replaced']}; copy into the "
            "existing parameters (param.copy_ under torch.no_grad()) so optimizers keep working")
@@ -187,9 +183,7 @@ def check_in_place(run) -> None:
 
 @CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
                 points=3)
-def check_rejects(run) -> None:
+def check_rejects(run: CaseRun, split: str) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
                     {"changed": "check the whole file before copying anything"})
 
-
-CASES = [CASE]

@@ -1,49 +1,80 @@
 """Problem 3.3 checks: ``build_config`` (DeepSpeed ZeRO-2) and ``train_microbatch``.
 
 One 2-rank case with the real DeepSpeed engine (gloo on CPU). Rank 0 records
-``build_config`` results, compared with the expected entries stored as data
-(``grading/fixtures/p3_3.json``; hidden sizes on the staff side). Both ranks
-then train with ``train_microbatch`` in an engine built from a config that is
-data too (``engine_config`` in the fixture), so a config bug costs only the
-config criteria, and build one engine from the student's config.
+``build_config`` results once per split (``Inputs.configs``; hidden sizes on
+the staff side), compared with ``Expected.entries`` (data in this folder's
+``expected.json``; the hidden ones from ``staff.py``). Both ranks then train
+with ``train_microbatch`` in an engine built from a config that is data too
+(``Expected.engine_config``), so a config bug costs only the config
+criteria, and build one engine from the student's config. The model is
+``LoRANet`` (``p3_1_lora/reference.py``, shared by Problem 3) wrapped with
+the grader's own LoRA layer (``reference.py`` here), so 3.3 does not depend
+on ``finetune/lora.py``.
 """
 from __future__ import annotations
 
+import copy
 import os
+from dataclasses import dataclass
+from typing import Any
 
-from grading.kit import data
-from grading.kit.data import fixture_key
-from grading.problems.common import call_outcome, labelled
-from grading.problems.p3_2_adapter.checks import grader_lora_model
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.problems.p3_1_lora import reference as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.results import CaseRun
+from grading.engine.rubric import HIDDEN, split_part
+from grading.kit.problem import SubProblem
+from grading.problems.common import call_outcome, labelled
+from grading.problems.p3_1_lora import reference as lora_ref
+from grading.problems.p3_3_zero import ID, TITLE
+from grading.problems.p3_3_zero import reference as ref
 
-# (world_size, micro_batch, grad_accum, precision) for build_config
-CONFIGS = [(2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"), (3, 5, 2, "bf16"), (8, 2, 4, "fp32")]
+Call = tuple[int, int, int, str]       # build_config(world_size, micro_batch, grad_accum, precision)
+ConfigPath = tuple[str, ...]           # a path into a config dict: ("zero_optimization", "stage")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The split-dependent ``build_config`` calls."""
+
+    configs: tuple[Call, ...]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The entries each ``build_config`` result must hold, and the fp32 config the training engine runs in."""
+
+    entries: dict[Call, dict[ConfigPath, bool | int | float]]
+    engine_config: dict[str, Any]       # a DeepSpeed config for ENGINE_SIZES, fp32 (not the student's)
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(configs=((2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"),
+                                            (3, 5, 2, "bf16"), (8, 2, 4, "fp32"))),
+                     expected_type=Expected)
+
 ENGINE_SIZES = (ref.WORLD_SIZE, ref.MICRO_BATCH, ref.GRAD_ACCUM)     # the engine train_microbatch runs in
 BAD_CONFIGS = [(0, 2, 2, "fp32"), (2, 0, 2, "fp32"), (2, 2, 0, "fp32"), (-1, 2, 2, "fp32"), (2, 2, 2, "fp8"),
                (2, 2, 2, "float64"), (True, 2, 2, "fp32"), (2, 2.0, 2, "fp32")]
+PRECISION_FLAGS: tuple[ConfigPath, ...] = (("fp16", "enabled"), ("bf16", "enabled"))
 
+P_CONFIG_VALUES = "config_values"    # recorded per split (rank 0): split_part(P_CONFIG_VALUES, split)
 P_CONFIG_ERRORS = "config_errors"
 P_TRAIN = "train"
 P_STUDENT_ENGINE = "student_engine"
 
 
-P_CONFIG_VALUES = "config_values"    # recorded per split: split_part(P_CONFIG_VALUES, split)
-
-
 # ---------------------------------------------------------------- probe
 def _lora_model_for_training():
-    """The 3.3 model: ``LoRANet(0)`` with the grader's LoRA layers holding ``adapter_state(3)``, base frozen."""
-    model = grader_lora_model("cpu", ref.adapter_state(3), ref.GraderLoRALinear)
+    """The 3.3 model: ``LoRANet(0)`` with the grader's LoRA layers holding ``adapter_state(ADAPTER_SEED)``,
+    base frozen."""
+    model = lora_ref.lora_model(ref.GraderLoRALinear, lora_ref.adapter_state(ref.ADAPTER_SEED))
     for name, param in model.named_parameters():
         param.requires_grad_(name.rpartition(".")[2] in ("lora_A", "lora_B"))
     return model
 
 
 def _engine(config: dict):
+    """A DeepSpeed engine (the kit's provided ``init_engine``) over the 3.3 model and SGD, from ``config``."""
     import torch
 
     from finetune.zero import init_engine
@@ -62,13 +93,16 @@ def probe_zero(ctx) -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"      # before DeepSpeed is imported: ranks may share one GPU
     from finetune.zero import build_config, train_microbatch
 
+    splits = PROBLEM.splits(ctx)
     if ctx.rank == 0:
-        for split, configs in ctx.args["configs"].items():
-            ctx.record(split_part(P_CONFIG_VALUES, split), lambda configs=configs: [build_config(*c) for c in configs])
+        for split in splits:
+            inputs = PROBLEM.rank_inputs(ctx, split)
+            ctx.record(split_part(P_CONFIG_VALUES, split),
+                       lambda inputs=inputs: [build_config(*c) for c in inputs.configs])
         ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
     def train():
-        engine, model = _engine(dict(data.fixture("p3_3")["engine_config"]))
+        engine, model = _engine(copy.deepcopy(PROBLEM.rank_expected(ctx, splits[0]).engine_config))
         losses = []
         for step in range(ref.STEPS):
             row = []
@@ -95,21 +129,14 @@ def probe_zero(ctx) -> None:
     ctx.record(P_STUDENT_ENGINE, student_engine)
 
 
-def _case_args() -> dict:
-    configs = {PUBLIC: CONFIGS}
-    hidden = data.hidden("p3_3")
-    if hidden:
-        configs[HIDDEN] = hidden["configs"]
-    return {"configs": configs}
-
-
-CASE = Case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150, args=_case_args())
+CASE = PROBLEM.case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150)
 
 
 # ---------------------------------------------------------------- criteria
-def _lookup(config, dotted: str):
+def _lookup(config, path: ConfigPath):
+    """The value at ``path`` in the nested dict ``config``, or "<absent>"."""
     value = config
-    for key in dotted.split("."):
+    for key in path:
         if not isinstance(value, dict) or key not in value:
             return "<absent>"
         value = value[key]
@@ -125,28 +152,21 @@ def _same_value(got, want) -> bool:
     return type(got) in (int, float) and got == want
 
 
-def _expected_configs(split: str) -> tuple[list, list[dict]]:
-    if split == PUBLIC:
-        return CONFIGS, [data.fixture("p3_3")["entries"][fixture_key(*c)] for c in CONFIGS]
-    hidden = data.hidden("p3_3")
-    return hidden["configs"], hidden["expected"]
-
-
 @CASE.criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine from it",
-                points=6, hidden_points=1)
-def check_config(run, split: str) -> None:
-    configs, expected = _expected_configs(split)
-    for (w, m, a, p), config, entries in zip(configs, run.part(split_part(P_CONFIG_VALUES, split)), expected):
+                points=6)
+def check_config(run: CaseRun, split: str) -> None:
+    configs, expected = PROBLEM.inputs_for(split).configs, PROBLEM.expected_for(split).entries
+    for (w, m, a, p), config in zip(configs, run.part(split_part(P_CONFIG_VALUES, split))):
         call = f"build_config({w}, {m}, {a}, {p!r})"
         expect(isinstance(config, dict), f"{call} returned {describe(config)}, expected a dict")
-        for key, want in entries.items():
-            got = _lookup(config, key)
-            if got == "<absent>" and key in ("fp16.enabled", "bf16.enabled") and want is False:
+        for path, want in expected[w, m, a, p].items():
+            got = _lookup(config, path)
+            if got == "<absent>" and path in PRECISION_FLAGS and want is False:
                 continue                          # a missing section is disabled in DeepSpeed too
-            expect(_same_value(got, want), f"{call}: '{key}' is {got!r}, expected {want!r}")
+            expect(_same_value(got, want), f"{call}: '{'.'.join(path)}' is {got!r}, expected {want!r}")
         zero = config.get("zero_optimization", {})
         for key in ("offload_optimizer", "offload_param"):
-            device = _lookup(zero, f"{key}.device") if isinstance(zero, dict) else "<absent>"
+            device = _lookup(zero, (key, "device")) if isinstance(zero, dict) else "<absent>"
             expect(device in ("<absent>", "none", None), f"{call}: zero_optimization.{key} offloads to "
                    f"{device!r}; ZeRO-2 here runs without offload")
     if split == HIDDEN:
@@ -162,16 +182,16 @@ def check_config(run, split: str) -> None:
 
 
 @CASE.criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", points=2)
-def check_config_errors(run) -> None:
+def check_config_errors(run: CaseRun, split: str) -> None:
     for args, outcome in zip(BAD_CONFIGS, run.part(P_CONFIG_ERRORS)):
         expect(outcome == "ValueError", f"build_config{args} must raise ValueError, got {outcome}")
 
 
 @CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
                 "base frozen; global_steps == 3", points=8)
-def check_update(run) -> None:
-    expected_adapters, expected_losses = ref.serial_sgd(seed=3)
-    base = ref.wrapped_base_state(0)
+def check_update(run: CaseRun, split: str) -> None:
+    expected_adapters, expected_losses = ref.serial_sgd()
+    base = lora_ref.wrapped_base_state(0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN, rank)
         what = f"train_microbatch: rank {rank}"
@@ -205,7 +225,7 @@ def check_update(run) -> None:
 
 def _accumulation_hint(params) -> str:
     """A likely cause when the adapters moved as if the learning rate were divided by the accumulation steps."""
-    scaled, _ = ref.serial_sgd(seed=3, lr=ref.LEARNING_RATE / ref.GRAD_ACCUM)
+    scaled, _ = ref.serial_sgd(lr=ref.LEARNING_RATE / ref.GRAD_ACCUM)
     try:
         assert_state_close("", params, scaled, atol=1e-6, rtol=1e-5)
     except CheckFailed:
@@ -213,5 +233,3 @@ def _accumulation_hint(params) -> str:
     return (f"\nlikely cause: the loss divided by the accumulation steps ({ref.GRAD_ACCUM}) before "
             "engine.backward; DeepSpeed already scales it, so the updates came out that many times too small")
 
-
-CASES = [CASE]
