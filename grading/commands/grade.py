@@ -13,6 +13,7 @@ from pathlib import Path
 from grading import KIT_ROOT
 from grading.commands import benchmarks, report
 from grading.commands.options import add_course_options
+from grading.engine import profile
 from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_cases
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
@@ -100,6 +101,9 @@ def _grade(args: argparse.Namespace, problem: str | None) -> int:
         results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
                             barred=splice.barred, hints=splice.hints)
         print(report.table(results, notes, verbose=args.verbose))
+        if args.profile:
+            print("\nwhere the time went (seconds; per case, the rank that finished last):")
+            print(profile.table(scratch / "runs"))
         if args.json:
             report.write_json(Path(args.json), results, notes)
         return report.exit_code(results)
@@ -134,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grade.add_argument("--verbose", "-v", action="store_true", help="show full failure messages")
     grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")
+    grade.add_argument("--profile", action="store_true", help="also print where each case's time went")
     add_course_options(grade)
     grade.set_defaults(func=cmd_grade)
     listing = subparsers.add_parser("list", help="list cases and criteria")

@@ -157,10 +157,12 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     child_env["PYTHONFAULTHANDLER"] = "1"
     child_env[sandbox.RUN_MARKER] = run_id
     procs: list[subprocess.Popen] = []
+    spawned: list[float] = []
     start = time.monotonic()
     timed_out, codes = False, []
     try:
         for rank in range(world_size):
+            spawned.append(time.time())
             stdout = open(out_dir / f"rank{rank}.stdout", "wb")
             stderr = open(out_dir / f"rank{rank}.stderr", "wb")
             try:
@@ -195,6 +197,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         leftovers = sandbox.kill_marked(run_id)   # what left the process groups (setsid, double fork)
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers)
+    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s}))
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(

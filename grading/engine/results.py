@@ -18,6 +18,7 @@ import io
 import json
 import os
 import secrets
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -54,6 +55,7 @@ class RankContext:
         self.device = device
         self.store = store                  # file-store path for probes that set up their own group
         self.out_dir = out_dir              # this rank's result folder
+        self.saving_s = 0.0                 # time spent writing result files (for grade --profile)
         self._key = key
 
     def record(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -71,12 +73,14 @@ class RankContext:
             self._save_error(name, exc)
             return None
         scratch = self.out_dir / f".{name}.{secrets.token_hex(4)}.tmp"
+        started = time.perf_counter()
         try:
             torch.save(value, scratch)
             self._commit(name, "pt", scratch)
         except Exception as exc:  # noqa: BLE001
             scratch.unlink(missing_ok=True)
             self._save_error(name, TypeError(f"returned a value that cannot be saved: {exc}"))
+        self.saving_s += time.perf_counter() - started
         return value
 
     def finish(self) -> None:

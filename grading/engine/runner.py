@@ -1,8 +1,10 @@
 """Run cases against a kit tree and turn their results into scored criteria."""
 from __future__ import annotations
 
+import json
 import re
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,7 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
                     args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                     backend=pick_backend(case.world_size, backend))
     run = CaseRun(case.world_size, result)
+    judging = time.perf_counter()
     verdicts = []
     for criterion in case.criteria:
         if criterion.problem in barred:
@@ -80,6 +83,7 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
                                         criterion.points if status == "passed" else 0.0, status, message,
                                         result.wall_s, criterion.hidden))
+    (work_dir / case.name / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
     return verdicts
 
 
