@@ -54,8 +54,9 @@ def test_partition_dataset_calls_its_swapped_helpers():
     def run(_):
         batches = list(partition_dataset(0, 2, p1_1_partition.DATASET, 8, collate_fn=list))
         assert batches and batches[0][0].startswith("example")
-    calls = _swapped_run(p1_1_partition.SWAPS, run)
-    assert set(calls) == {f"{s.module}.{s.name}" for s in p1_1_partition.SWAPS}
+    swaps = p1_1_partition.swaps(p1_1_partition.PROBLEM.expected_for("public"))
+    calls = _swapped_run(swaps, run)
+    assert set(calls) == {f"{s.module}.{s.name}" for s in swaps}
 
 
 def test_train_step_calls_the_swapped_averaging():
@@ -88,7 +89,8 @@ def test_pipe_runs_the_recorded_schedule():
         with Pipe(p2_ref.stage_layers(p2_ref.build_layers(0), 3), ["cpu"] * 3, 2) as pipe:
             out = pipe(p2_ref.batch(8)[0])
         assert torch.allclose(out, p2_ref.sequential_forward(8), atol=1e-6)
-    assert _swapped_run(p2_2_pipe.SWAPS, run) == ["pipeline.schedule.clock_cycles"]
+    swaps = p2_2_pipe.swaps(p2_2_pipe.PROBLEM.expected_for("public"))
+    assert _swapped_run(swaps, run) == ["pipeline.schedule.clock_cycles"]
 
 
 def test_gpt2_pipeline_builds_the_swapped_pipe():

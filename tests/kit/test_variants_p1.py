@@ -121,13 +121,13 @@ VARIANTS = [
         for param in model.parameters():
             if param.grad is not None:
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-    """, frozenset({"1.2.grads_2rank", "1.2.grads_hidden"}), hint="likely cause: a sum without the division"),
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"}), hint="likely cause: a sum without the division"),
     Variant("only_weights_averaged", COMM, "average_gradients", """
         for name, param in model.named_parameters():
             if param.grad is not None and name.endswith("weight"):
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
                 param.grad /= dist.get_world_size()
-    """, frozenset({"1.2.grads_2rank", "1.2.grads_hidden"})),
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"})),
     Variant("zero_fill_none_grads", COMM, "average_gradients", """
         for param in model.parameters():
             if param.grad is None:

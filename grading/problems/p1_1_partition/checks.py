@@ -2,40 +2,62 @@
 
 The probe runs on two ranks whose *global* random states differ and records
 what the student functions return; the criteria judge it in the grader
-against expected partitions stored as data (``grading/fixtures/p1_1.json``,
-made from the staff reference) and, on the staff side, against hidden
-inputs. ``partition_dataset`` runs on recorded partitions and torch's own
-``Subset`` instead of the student's ``partition_indices`` and ``Partition``
-(see ``SWAPS``), so it is judged on its own.
+against expected partitions stored as data (``Expected.partitions``, in this
+folder's ``expected.json``, made from the staff answers; on the staff side
+also the hidden inputs' partitions from ``staff.py``). ``partition_dataset``
+runs on recorded partitions (``Expected.loader``) and torch's own ``Subset``
+instead of the student's ``partition_indices`` and ``Partition`` (see
+``swaps``), so it is judged on its own.
 """
 from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import dataclass
 
-from grading.kit import data
-from grading.kit.data import fixture_key
-from grading.problems.common import call_outcome
 from grading.engine.compare import describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.expect import expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
+from grading.problems.common import call_outcome
+from grading.problems.p1_1_partition import ID, TITLE
 
-# (size, world_size, seed): the main inputs, and the edge cases judged by their own criterion
-CONFIGS = [(10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234)]
-EDGE_CONFIGS = [(2, 5, 3), (0, 3, 3), (3, 3, 5)]
+Call = tuple[int, int, int]                # (size, world_size, seed): one partition_indices call
+Parts = list[list[int]]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the split-dependent probe part runs on: the main partition_indices calls."""
+
+    partitions: tuple[Call, ...]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The parts of every call the criteria compare with, and the ones the partition_dataset stand-in replays."""
+
+    partitions: dict[Call, Parts]
+    loader: dict[Call, Parts]
+
+
+DEFAULT_SEED = 1234                      # the contract's default seed (data_parallel.dataset.DEFAULT_SEED)
+EDGE_CONFIGS: list[Call] = [(2, 5, 3), (0, 3, 3), (3, 3, 5)]     # judged by their own criterion
 DEFAULT_SEED_CALL = (30, 3)              # partition_indices(30, 3): the default seed
 BAD_ARGS = [(-1, 2), (10, 0), (10, -3)]
 DATASET = [f"example{k}" for k in range(22)]
 GLOBAL_BATCH = 8
+LOADER_WORLD_SIZES = (2, 3)
 # (rank, world_size, batch_size): a rank out of range, a global batch smaller than the world
 BAD_LOADER_ARGS = [(2, 2, 8), (-1, 2, 8), (0, 4, 3)]
 
-# Parts recorded by the probe and read by the criteria.
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(partitions=((10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234))),
+                     expected_type=Expected)
+
 P_PARTITIONS = "partitions"    # recorded per split: split_part(P_PARTITIONS, split)
-
-
-
 P_EDGE = "edge_partitions"
 P_DEFAULT_SEED = "default_seed"
 P_SEED_PAIR = "seed_pair"
@@ -47,11 +69,32 @@ P_LOADER_3 = "loader_3"
 P_LOADER_ERRORS = "loader_errors"
 
 
+def partition_calls(inputs: Inputs) -> list[Call]:
+    """Every partition_indices call whose parts the criteria compare with on ``inputs``."""
+    return [*inputs.partitions, *EDGE_CONFIGS, (*DEFAULT_SEED_CALL, DEFAULT_SEED)]
+
+
+def loader_calls() -> list[Call]:
+    """The partition_indices calls partition_dataset makes in the probe (the recorded table covers exactly these)."""
+    return [(len(DATASET), world_size, DEFAULT_SEED) for world_size in LOADER_WORLD_SIZES]
+
+
+def swaps(*expected: Expected) -> list[Swap]:
+    """The swaps of this case: partition_indices replays the recorded loader parts of ``expected``; Subset."""
+    table = {call: parts for e in expected for call, parts in e.loader.items()}
+    return [
+        Swap("data_parallel.dataset", "partition_indices", lambda: _recorded_partitions(table),
+             "1.1.partition_dataset is judged apart from the student's partition_indices"),
+        Swap("data_parallel.dataset", "Partition", _subset,
+             "1.1.partition_dataset is judged apart from the student's Partition (torch's Subset stands in)"),
+    ]
+
+
 def _recorded_partitions(table: dict):
     """Stand-in for ``partition_indices``: a lookup in the recorded partitions (no shuffling, no splitting)."""
     recorded = Recorded(table, "partition_indices")
 
-    def partition_indices(size: int, world_size: int, seed: int = 1234) -> list[list[int]]:
+    def partition_indices(size: int, world_size: int, seed: int = DEFAULT_SEED) -> list[list[int]]:
         return recorded(size, world_size, seed)
     return partition_indices
 
@@ -61,22 +104,9 @@ def _subset():
     return Subset
 
 
-SWAPS = [
-    Swap("data_parallel.dataset", "partition_indices", lambda: _recorded_partitions(data.fixture("p1_1")["loader"]),
-         "1.1.partition_dataset is judged apart from the student's partition_indices"),
-    Swap("data_parallel.dataset", "Partition", _subset,
-         "1.1.partition_dataset is judged apart from the student's Partition (torch's Subset stands in)"),
-]
-
-
 def _tagged_batch(items: list) -> dict:
     """The probe's ``collate_fn``: a batch it can recognise (the loader must use it)."""
     return {"items": list(items)}
-
-
-def _hidden_configs() -> list:
-    hidden = data.hidden("p1_1")
-    return hidden["configs"] if hidden else []
 
 
 # ---------------------------------------------------------------- probe
@@ -87,9 +117,12 @@ def probe_partition(ctx) -> None:
 
     from data_parallel.dataset import Partition, partition_dataset, partition_indices
 
+    splits = PROBLEM.splits(ctx)
     before = random.getstate()
-    for split, configs in ctx.args["configs"].items():
-        ctx.record(split_part(P_PARTITIONS, split), lambda configs=configs: [partition_indices(*c) for c in configs])
+    for split in splits:
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_PARTITIONS, split), lambda inputs=inputs: [partition_indices(*c)
+                                                                           for c in inputs.partitions])
     ctx.record(P_EDGE, lambda: [partition_indices(*c) for c in EDGE_CONFIGS])
     ctx.record(P_DEFAULT_SEED, lambda: partition_indices(*DEFAULT_SEED_CALL))
     ctx.record(P_SEED_PAIR, lambda: [partition_indices(100, 2, seed=1), partition_indices(100, 2, seed=2)])
@@ -98,7 +131,7 @@ def probe_partition(ctx) -> None:
     ctx.record(P_PARTITION_CLASS, lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
         Partition(list("abcdefg"), [3, 1, 4])))
 
-    seams.apply(SWAPS)
+    seams.apply(swaps(*(PROBLEM.rank_expected(ctx, split) for split in splits)))
 
     def loader_batches(rank, world_size):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch)
@@ -111,8 +144,7 @@ def probe_partition(ctx) -> None:
                                              for a in BAD_LOADER_ARGS])
 
 
-CASE = Case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60,
-            args={"configs": {PUBLIC: CONFIGS, **({HIDDEN: _hidden_configs()} if data.staff_side() else {})}})
+CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60)
 
 
 # ---------------------------------------------------------------- criteria
@@ -132,78 +164,72 @@ def _check_cover(label: str, parts, size: int, world_size: int) -> None:
     expect(not extra, f"{label}: indices {extra[:5]} are out of range")
 
 
-def _check_sizes(label: str, parts, expected: list[list[int]]) -> None:
+def _check_sizes(label: str, parts, expected: Parts) -> None:
     want = [len(p) for p in expected]
     got = [len(p) for p in parts]
     expect(got == want, f"{label}: part sizes {got}, expected {want} (size // world_size each, one more for the "
            "first size % world_size parts)")
 
 
-def _expected(config) -> list[list[int]]:
-    return data.fixture("p1_1")["partitions"][fixture_key(*config)]
-
-
 @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
-def check_coverage(run) -> None:
-    for config, parts in zip(CONFIGS, run.part(split_part(P_PARTITIONS, PUBLIC))):
+def check_coverage(run: CaseRun, split: str) -> None:
+    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
         _check_cover(_label(*config), parts, config[0], config[1])
 
 
 @CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1)
-def check_sizes(run) -> None:
-    for config, parts in zip(CONFIGS, run.part(split_part(P_PARTITIONS, PUBLIC))):
-        _check_sizes(_label(*config), parts, _expected(config))
+def check_sizes(run: CaseRun, split: str) -> None:
+    expected = PROBLEM.expected_for(split).partitions
+    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
+        _check_sizes(_label(*config), parts, expected[config])
 
 
-@CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1,
-                hidden_points=1)
-def check_exact(run, split: str) -> None:
-    if split == PUBLIC:
-        configs, expected = CONFIGS, [_expected(c) for c in CONFIGS]
-    else:
-        hidden = data.hidden("p1_1")
-        configs, expected = hidden["configs"], hidden["expected"]
-    for config, parts, want in zip(configs, run.part(split_part(P_PARTITIONS, split)), expected):
-        label = _label(*config)
+@CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1)
+def check_exact(run: CaseRun, split: str) -> None:
+    expected = PROBLEM.expected_for(split).partitions
+    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
+        label, want = _label(*config), expected[config]
         _check_cover(label, parts, config[0], config[1])
         _check_sizes(label, parts, want)
         for rank, (got, ref) in enumerate(zip(parts, want)):
             expect(list(got) == ref, f"{label}: part {rank} is {list(got)[:8]}..., expected {ref[:8]}... "
                    "(shuffle list(range(size)) with random.Random(seed), then rank r takes the next "
                    "contiguous slice, rank 0 first)")
-    if split == PUBLIC:
-        got = run.part(P_DEFAULT_SEED)
-        want = _expected((*DEFAULT_SEED_CALL, 1234))
-        expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
-               "the default seed is DEFAULT_SEED")
+    if split != PUBLIC:
+        return
+    got = run.part(P_DEFAULT_SEED)
+    want = expected[(*DEFAULT_SEED_CALL, DEFAULT_SEED)]
+    expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
+           "the default seed is DEFAULT_SEED")
 
 
 @CASE.criterion("1.1.edge_cases", "empty parts (size < world_size) and size 0", points=1)
-def check_edge_cases(run) -> None:
+def check_edge_cases(run: CaseRun, split: str) -> None:
+    expected = PROBLEM.expected_for(split).partitions
     for config, parts in zip(EDGE_CONFIGS, run.part(P_EDGE)):
         _check_cover(_label(*config), parts, config[0], config[1])
-        _check_sizes(_label(*config), parts, _expected(config))
+        _check_sizes(_label(*config), parts, expected[config])
 
 
 @CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
-def check_deterministic(run) -> None:
-    for name in (split_part(P_PARTITIONS, PUBLIC), P_DEFAULT_SEED, P_SEED_PAIR):
+def check_deterministic(run: CaseRun, split: str) -> None:
+    for name in (split_part(P_PARTITIONS, split), P_DEFAULT_SEED, P_SEED_PAIR):
         a, b = run.part(name, 0), run.part(name, 1)
         expect(a == b, f"partition_indices gives different parts in two processes whose global random "
                f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
 
 
 @CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1)
-def check_rng_untouched(run) -> None:
+def check_rng_untouched(run: CaseRun, split: str) -> None:
     for rank in range(run.world_size):
-        run.part(split_part(P_PARTITIONS, PUBLIC), rank)          # only meaningful once partition_indices runs
+        run.part(split_part(P_PARTITIONS, split), rank)          # only meaningful once partition_indices runs
         before, after = run.part(P_RNG_STATE, rank)
         expect(before == after, f"rank {rank}: the global random state changed during partition_indices: "
                "use a private random.Random(seed)")
 
 
 @CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1)
-def check_seed_sensitivity(run) -> None:
+def check_seed_sensitivity(run: CaseRun, split: str) -> None:
     first, second = run.part(P_SEED_PAIR, 0)
     expect(first != second, "partition_indices(100, 2) gives the same parts for seed=1 and seed=2")
     unshuffled = [list(range(50)), list(range(50, 100))]
@@ -212,21 +238,21 @@ def check_seed_sensitivity(run) -> None:
 
 
 @CASE.criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", points=1)
-def check_value_errors(run) -> None:
+def check_value_errors(run: CaseRun, split: str) -> None:
     for (size, ws), outcome in zip(BAD_ARGS, run.part(P_BAD_ARGS, 0)):
         expect(outcome == "ValueError", f"partition_indices({size}, {ws}) must raise ValueError, got {outcome}")
 
 
 @CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1)
-def check_partition_class(run) -> None:
+def check_partition_class(run: CaseRun, split: str) -> None:
     got = run.part(P_PARTITION_CLASS, 0)
     expect(got == [3, ["d", "b", "e"]], f"Partition(list('abcdefg'), [3, 1, 4]): len and items {got}, "
            "expected 3 and ['d', 'b', 'e']")
 
 
-def _check_loaders(label: str, per_rank: list, world_size: int) -> None:
+def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expected) -> None:
     local = GLOBAL_BATCH // world_size
-    parts = data.fixture("p1_1")["loader"][fixture_key(len(DATASET), world_size, 1234)]
+    parts = expected.loader[len(DATASET), world_size, DEFAULT_SEED]
     for rank, batches in enumerate(per_rank):
         odd = [b for b in batches if isinstance(b, str)]
         expect(not odd, f"{label}: rank {rank} got {odd[0] if odd else ''} (pass collate_fn to the DataLoader)")
@@ -242,18 +268,15 @@ def _check_loaders(label: str, per_rank: list, world_size: int) -> None:
 
 @CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part in order",
                 points=1)
-def check_partition_dataset(run) -> None:
-    _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2)
-    _check_loaders("partition_dataset(world_size=3)", run.part(P_LOADER_3, 0), 3)
+def check_partition_dataset(run: CaseRun, split: str) -> None:
+    expected = PROBLEM.expected_for(split)
+    _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2, expected)
+    _check_loaders("partition_dataset(world_size=3)", run.part(P_LOADER_3, 0), 3, expected)
 
 
 @CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world",
                 points=1)
-def check_partition_dataset_errors(run) -> None:
+def check_partition_dataset_errors(run: CaseRun, split: str) -> None:
     for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, run.part(P_LOADER_ERRORS, 0)):
         expect(outcome == "ValueError", f"partition_dataset(rank={rank}, world_size={ws}, batch_size={batch}) "
                f"must raise ValueError, got {outcome}")
-
-
-CASES = [CASE]
-__all__ = ["CASES", "CheckFailed"]

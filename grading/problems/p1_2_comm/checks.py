@@ -6,25 +6,43 @@ records the averaged gradients of a small model on each rank's shard, then
 runs ``train_step`` with the averaging replaced by a serial recomputation
 (``SWAPS``), so ``train_step`` is judged apart from ``average_gradients``.
 The criteria compare with serial global-batch gradients and SGD computed in
-the grader (``grading.problems.p1_2_comm.reference``). On the staff side a hidden
-case averages on 3 or 4 ranks with other seeds.
+the grader (``reference.py``); nothing is stored as expected data. On the
+staff side ``staff.py`` adds hidden inputs (3 or 4 ranks, other seeds) that
+run in their own spawn, where the probe records only the averaged gradients.
 """
 from __future__ import annotations
 
 import copy
 import datetime
+from dataclasses import dataclass
 
 import torch
 
-from grading.kit import data
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.problems.p1_2_comm import reference as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, Criterion
+from grading.engine.results import CaseRun
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
+from grading.problems.p1_2_comm import ID, TITLE
+from grading.problems.p1_2_comm import reference as ref
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the averaged-gradient part runs on: the number of ranks, the model's and the batch's seeds."""
+
+    world_size: int = 2
+    model_seed: int = 0
+    batch_seed: int = 0
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
+
+PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
 
 P_SETUP = "setup"
-P_GRADS = "grads"
+P_GRADS = "grads"        # recorded per split: split_part(P_GRADS, split)
 P_ALL_REDUCE_CALLS = "all_reduce_calls"
 P_TRAIN_STEP = "train_step"
 
@@ -65,7 +83,11 @@ SWAPS = [Swap("data_parallel.comm", "average_gradients", _SerialGradients,
 
 # ---------------------------------------------------------------- probe
 def probe_comm(ctx) -> None:
-    """Student setup (grader fallback), then average_gradients and an isolated train_step."""
+    """Student setup (grader fallback), then average_gradients and an isolated train_step.
+
+    A spawn of the hidden inputs alone (their own world size) joins the grader's
+    group and records only the averaged gradients: nothing else runs hidden.
+    """
     import torch.distributed as dist
 
     from grading.kit import seams
@@ -78,8 +100,8 @@ def probe_comm(ctx) -> None:
     dist.all_reduce = counting_all_reduce     # before the student module binds any name
     from data_parallel import comm
 
-    timeout = datetime.timedelta(seconds=ctx.args.get("pg_timeout_s", 30))
-    model_seed, batch_seed = ctx.args.get("model_seed", 0), ctx.args.get("batch_seed", 0)
+    splits = PROBLEM.splits(ctx)
+    timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
 
     def setup():
         comm.setup_process_group(ctx.rank, ctx.world_size, "gloo", init_method=f"file://{ctx.store}",
@@ -87,23 +109,26 @@ def probe_comm(ctx) -> None:
         value = torch.tensor([float(ctx.rank + 1)])
         real_all_reduce(value)
         return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item()]
-    if ctx.args.get("student_setup", True):
+    if PUBLIC in splits:
         ctx.record(P_SETUP, setup)
-    if not dist.is_initialized():            # the student's setup failed (or is not graded here)
+    if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
         dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout)
 
-    def grads():
-        model = ref.GradProbeNet(seed=model_seed)
-        inputs, targets = ref.batch(0, batch_seed)
-        rank_inputs, rank_targets = (ref.shard(t, ctx.rank, ctx.world_size) for t in (inputs, targets))
+    def grads(inputs: Inputs):
+        model = ref.GradProbeNet(seed=inputs.model_seed)
+        batch_inputs, targets = ref.batch(0, inputs.batch_seed)
+        rank_inputs, rank_targets = (ref.shard(t, ctx.rank, ctx.world_size) for t in (batch_inputs, targets))
         ref.loss_fn(model(rank_inputs), rank_targets).backward()
         calls["all_reduce"] = 0
         comm.average_gradients(model)
         return ref.grads_of(model)
-    ctx.record(P_GRADS, grads)
-    ctx.record(P_ALL_REDUCE_CALLS, lambda: calls["all_reduce"])
-    if not ctx.args.get("train_step", True):
+    for split in splits:
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_GRADS, split), lambda inputs=inputs: grads(inputs))
+        if split == PUBLIC:
+            ctx.record(P_ALL_REDUCE_CALLS, lambda: calls["all_reduce"])
+    if PUBLIC not in splits:                 # train_step has no hidden criterion
         return
 
     def train():
@@ -120,12 +145,13 @@ def probe_comm(ctx) -> None:
     ctx.record(P_TRAIN_STEP, train)
 
 
-CASE = Case("p1_comm_2rank", probe_comm, world_size=2, init_group=False, timeout_s=90)
+CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
+                    timeout_s=90)
 
 
 # ---------------------------------------------------------------- criteria
 @CASE.criterion("1.2.setup", "setup_process_group joins the group (rank, world, backend)", points=2)
-def check_setup(run) -> None:
+def check_setup(run: CaseRun, split: str) -> None:
     for rank in range(run.world_size):
         got = run.part(P_SETUP, rank)
         want = [rank, run.world_size, "gloo", float(sum(range(1, run.world_size + 1)))]
@@ -133,19 +159,16 @@ def check_setup(run) -> None:
                f"rank+1] = {got}, expected {want}")
 
 
-def _seeds(split: str) -> tuple[int, int]:
-    hidden = data.hidden("p1_2") if split == HIDDEN else None
-    return (hidden["model_seed"], hidden["batch_seed"]) if hidden else (0, 0)
-
-
-def check_grads(run, split: str = PUBLIC) -> None:
+@CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)
+def check_grads(run: CaseRun, split: str) -> None:
     """Every rank's averaged gradients equal the serial gradients of the global batch."""
-    model_seed, batch_seed = _seeds(split)
-    expected = ref.serial_gradients(seed=model_seed, step=0, batch_seed=batch_seed)
+    inputs = PROBLEM.inputs_for(split)
+    expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
     for rank in range(run.world_size):
-        got = run.part(P_GRADS, rank)
+        got = run.part(split_part(P_GRADS, split), rank)
         try:
-            assert_state_close(f"average_gradients: rank {rank} grad of", got, expected, atol=1e-6, rtol=1e-5)
+            assert_state_close(f"average_gradients ({run.world_size} ranks): rank {rank} grad of", got, expected,
+                               atol=1e-6, rtol=1e-5)
         except CheckFailed as failure:
             raise CheckFailed(f"{failure}{_averaging_hint(got, expected, run.world_size)}") from None
 
@@ -163,14 +186,12 @@ def _averaging_hint(got, expected: dict, world_size: int) -> str:
     return ""
 
 
-CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)(check_grads)
-
-
 @CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=2)
-def check_unused_grads_none(run) -> None:
-    expected = ref.serial_gradients(seed=0, step=0)
+def check_unused_grads_none(run: CaseRun, split: str) -> None:
+    inputs = PROBLEM.inputs_for(split)
+    expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
     for rank in range(run.world_size):
-        got = run.part(P_GRADS, rank)
+        got = run.part(split_part(P_GRADS, split), rank)
         expect(isinstance(got, dict), f"rank {rank}: gradients missing")
         for name, ref_grad in expected.items():
             if ref_grad is None:
@@ -179,16 +200,16 @@ def check_unused_grads_none(run) -> None:
 
 
 @CASE.criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", points=1)
-def check_uses_all_reduce(run) -> None:
+def check_uses_all_reduce(run: CaseRun, split: str) -> None:
     for rank in range(run.world_size):
-        run.part(P_GRADS, rank)               # only meaningful once average_gradients runs
+        run.part(split_part(P_GRADS, split), rank)     # only meaningful once average_gradients runs
         calls = run.part(P_ALL_REDUCE_CALLS, rank)
         expect(isinstance(calls, int) and calls >= 1,
                f"average_gradients: rank {rank} never called torch.distributed.all_reduce")
 
 
 @CASE.criterion("1.2.train_step_updates", "3 train_step updates equal serial SGD on the global batch", points=3)
-def check_train_step_updates(run) -> None:
+def check_train_step_updates(run: CaseRun, split: str) -> None:
     expected, _ = ref.serial_sgd(seed=0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN_STEP, rank)
@@ -198,7 +219,7 @@ def check_train_step_updates(run) -> None:
 
 
 @CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1)
-def check_train_step_loss(run) -> None:
+def check_train_step_loss(run: CaseRun, split: str) -> None:
     _, losses = ref.serial_sgd(seed=0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN_STEP, rank)["losses"]
@@ -210,14 +231,3 @@ def check_train_step_loss(run) -> None:
         expect(abs(got[0] - want) <= 1e-5 * max(1.0, abs(want)), f"train_step: rank {rank} returned loss "
                f"{got[0]:.6g} on its first step, expected this rank's local loss {want:.6g}")
 
-
-CASES = [CASE]
-if data.staff_side():
-    _hidden = data.hidden("p1_2")
-    CASES.append(Case(
-        "p1_comm_hidden", probe_comm, world_size=_hidden["world_size"], init_group=True, timeout_s=90,
-        args={"student_setup": False, "train_step": False, "model_seed": _hidden["model_seed"],
-              "batch_seed": _hidden["batch_seed"]},
-        criteria=[Criterion("1.2.grads_hidden", f"{_hidden['world_size']}-rank averaged grads on hidden inputs "
-                            "equal the serial global-batch grads", 2, lambda run: check_grads(run, HIDDEN),
-                            hidden=True)]))

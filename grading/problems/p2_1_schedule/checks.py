@@ -3,29 +3,49 @@
 The probe records the student's schedules (bounded, so a runaway generator
 stops) and ``split_module`` on layers placed on ``cpu`` and ``meta`` (real
 tensors without data: distinct devices on a CPU-only machine). Schedules are
-compared with the expected waves stored as data (``grading/fixtures/p2_1.json``)
-and, on the staff side, with hidden sizes; splits with the groups written
-below, by original layer index.
+compared with the expected waves stored as data (``Expected.waves``, in this
+folder's ``expected.json``; on the staff side also the hidden sizes' waves
+from ``staff.py``); splits with the groups written below, by original layer
+index.
 """
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
-from grading.kit import data
-from grading.kit.data import fixture_key
-from grading.problems.common import call_outcome
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.results import CaseRun
+from grading.engine.rubric import split_part
+from grading.kit.problem import SubProblem
+from grading.problems.common import call_outcome
+from grading.problems.p2_1_schedule import ID, TITLE
 
-# (micro-batches, stages): the main inputs, and the edge cases judged by their own criterion
-SCHEDULE_CONFIGS = [(1, 1), (3, 2), (2, 3), (4, 4), (5, 1), (1, 5), (6, 3), (3, 7)]
+Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the split-dependent probe part runs on: the main clock_cycles calls (m >= 1)."""
+
+    schedules: tuple[Schedule, ...]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The waves each main clock_cycles call must yield."""
+
+    waves: dict[Schedule, list[list[tuple[int, int]]]]
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(schedules=((1, 1), (3, 2), (2, 3), (4, 4), (5, 1), (1, 5), (6, 3), (3, 7))),
+                     expected_type=Expected)
+
+# (micro-batches, stages): edge cases judged by their own criterion, and calls that must raise
 EDGE_SCHEDULE_CONFIGS = [(0, 1), (0, 3)]
 BAD_SCHEDULE_ARGS = [(-1, 2), (3, 0), (2, -1), (0, 0)]
 
 P_SCHEDULES = "schedules"    # recorded per split: split_part(P_SCHEDULES, split)
-
-
-
 P_EDGE_SCHEDULES = "edge_schedules"
 P_SCHEDULE_ERRORS = "schedule_errors"
 P_SPLIT_PLAIN = "split_plain"
@@ -108,9 +128,10 @@ def probe_schedule_split(ctx) -> None:
 
     from pipeline import partition, schedule
 
-    for split, configs in ctx.args["configs"].items():
-        ctx.record(split_part(P_SCHEDULES, split), lambda configs=configs: [_waves(schedule.clock_cycles, m, n)
-                                                                   for m, n in configs])
+    for split in PROBLEM.splits(ctx):
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_SCHEDULES, split), lambda inputs=inputs: [_waves(schedule.clock_cycles, m, n)
+                                                                          for m, n in inputs.schedules])
     ctx.record(P_EDGE_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n) for m, n in EDGE_SCHEDULE_CONFIGS])
     ctx.record(P_SCHEDULE_ERRORS, lambda: [
         call_outcome(lambda m=m, n=n: list(itertools.islice(schedule.clock_cycles(m, n), 50)))
@@ -135,18 +156,13 @@ def probe_schedule_split(ctx) -> None:
     ctx.record(P_SPLIT_SPANNING, spanning)
 
 
-def _hidden_configs() -> list:
-    hidden = data.hidden("p2_1")
-    return hidden["configs"] if hidden else []
-
-
-CASE = Case("p2_schedule_split", probe_schedule_split, init_group=False, timeout_s=60,
-            args={"configs": {PUBLIC: SCHEDULE_CONFIGS, **({HIDDEN: _hidden_configs()} if data.staff_side() else {})}})
+CASE = PROBLEM.case("p2_schedule_split", probe_schedule_split, init_group=False, timeout_s=60)
 
 
 # ================================================================ criteria
-def _compare_schedule(m: int, n: int, got, want: list) -> None:
+def _compare_schedule(m: int, n: int, got, expected: list[list[tuple[int, int]]]) -> None:
     expect(not isinstance(got, str), f"clock_cycles({m}, {n}) raised {got}")
+    want = [[list(task) for task in wave] for wave in expected]        # the probe records tasks as [i, j]
     if got == want:
         return
     if len(got) != len(want):
@@ -157,32 +173,26 @@ def _compare_schedule(m: int, n: int, got, want: list) -> None:
                       "(all (i, j) with i + j == k, by increasing j)")
 
 
-@CASE.criterion("2.1.clock_cycles", "clock_cycles: every cycle's tasks for many (m >= 1, n)", points=3,
-                hidden_points=1)
-def check_schedule(run, split: str) -> None:
-    if split == PUBLIC:
-        configs = SCHEDULE_CONFIGS
-        expected = [data.fixture("p2_1")["schedules"][fixture_key(m, n)] for m, n in configs]
-    else:
-        hidden = data.hidden("p2_1")
-        configs, expected = hidden["configs"], hidden["expected"]
-    for (m, n), got, want in zip(configs, run.part(split_part(P_SCHEDULES, split)), expected):
-        _compare_schedule(m, n, got, want)
+@CASE.criterion("2.1.clock_cycles", "clock_cycles: every cycle's tasks for many (m >= 1, n)", points=3)
+def check_schedule(run: CaseRun, split: str) -> None:
+    waves = PROBLEM.expected_for(split).waves
+    for (m, n), got in zip(PROBLEM.inputs_for(split).schedules, run.part(split_part(P_SCHEDULES, split))):
+        _compare_schedule(m, n, got, waves[m, n])
 
 
 @CASE.criterion("2.1.clock_cycles_empty", "clock_cycles: nothing for zero micro-batches", points=1)
-def check_schedule_empty(run) -> None:
+def check_schedule_empty(run: CaseRun, split: str) -> None:
     for (m, n), got in zip(EDGE_SCHEDULE_CONFIGS, run.part(P_EDGE_SCHEDULES)):
         expect(got == [], f"clock_cycles({m}, {n}) must yield nothing (zero micro-batches), got {got}")
 
 
 @CASE.criterion("2.1.clock_cycles_errors", "clock_cycles: ValueError for m < 0 or stages < 1", points=1)
-def check_schedule_errors(run) -> None:
+def check_schedule_errors(run: CaseRun, split: str) -> None:
     for (m, n), outcome in zip(BAD_SCHEDULE_ARGS, run.part(P_SCHEDULE_ERRORS)):
         expect(outcome == "ValueError", f"clock_cycles({m}, {n}) must raise ValueError, got {outcome}")
 
 
-def _check_split(run, part: str, cases: dict) -> None:
+def _check_split(run: CaseRun, part: str, cases: dict) -> None:
     got_all = run.part(part)
     for name, (devices, groups) in cases.items():
         got = got_all.get(name) if isinstance(got_all, dict) else None
@@ -203,20 +213,18 @@ def _check_split(run, part: str, cases: dict) -> None:
 
 
 @CASE.criterion("2.1.split_module", "split_module groups consecutive layers by parameter device", points=2)
-def check_split_plain(run) -> None:
+def check_split_plain(run: CaseRun, split: str) -> None:
     _check_split(run, P_SPLIT_PLAIN, SPLIT_PLAIN)
 
 
 @CASE.criterion("2.1.with_device", "split_module honours WithDevice (moves and unwraps the layer)", points=1)
-def check_split_with_device(run) -> None:
+def check_split_with_device(run: CaseRun, split: str) -> None:
     _check_split(run, P_SPLIT_WITH_DEVICE, SPLIT_WITH_DEVICE)
 
 
 @CASE.criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", points=1)
-def check_split_spanning(run) -> None:
+def check_split_spanning(run: CaseRun, split: str) -> None:
     outcome = run.part(P_SPLIT_SPANNING)
     expect(outcome == "ValueError", "split_module must raise ValueError for a layer whose parameters are on "
            f"cpu and meta, got {outcome}")
 
-
-CASES = [CASE]

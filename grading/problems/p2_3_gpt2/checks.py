@@ -4,29 +4,55 @@ The probe builds the student's stages and pipelines over the grader's tiny
 GPT-2, with ``pipeline.pipe.Pipe`` replaced by a sequential run of the
 stages (``SWAPS``: no micro-batches, no threads), so 2.3 is judged apart
 from the student's 2.2. Logits, loss and gradients are compared with the
-unsplit model (``grading.problems.p2_3_gpt2.reference``); the blocks per stage with
-the expected split stored as data (``grading/fixtures/p2_3.json``) and, on
-the staff side, with a hidden number of layers.
+unsplit model (``reference.py``); the blocks per stage with the expected
+split stored as data (``Expected.blocks_per_stage``, in this folder's
+``expected.json``) and, on the staff side, with a GPT-2 of a hidden number of
+layers (``staff.py``), whose pipeline_parallel logits are judged too.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from torch import nn
 
-from grading.kit import data
-from grading.problems.common import stage_devices
 from grading.engine.compare import assert_state_close, assert_tensor_close
 from grading.engine.expect import expect
-from grading.problems.p2_3_gpt2 import reference as ref
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, split_part
+from grading.engine.results import CaseRun
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
+from grading.problems.common import stage_devices
+from grading.problems.p2_3_gpt2 import ID, TITLE
+from grading.problems.p2_3_gpt2 import reference as ref
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the split-dependent probe parts run on: a tiny GPT-2 (blocks, seed) and the stage counts to cut it in."""
+
+    layers: int
+    stage_counts: tuple[int, ...]
+    model_seed: int
+
+
+@dataclass(frozen=True)
+class Expected:
+    """GPT-2 blocks per stage, by number of stages."""
+
+    blocks_per_stage: dict[int, list[int]]
+
 
 STAGE_COUNTS = (1, 2, 3)
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     inputs=Inputs(layers=ref.GPT2_LAYERS, stage_counts=STAGE_COUNTS, model_seed=ref.GPT2_SEED),
+                     expected_type=Expected)
 
 P_DEVICES = "devices"
 P_STAGES = "stages"    # recorded per split: split_part(P_STAGES, split)
-
+# pipeline_parallel logits of the split's GPT-2 over 3 stages, recorded for the hidden split only (the public
+# GPT-2's logits are judged by 2.3.pipeline_parallel): split_part(P_STAGES_LOGITS, HIDDEN)
+P_STAGES_LOGITS = "stages_logits"
 
 
 def logits_part(mode: str) -> str:
@@ -36,7 +62,6 @@ def logits_part(mode: str) -> str:
 
 
 P_TUPLE_BLOCKS = "logits_tuple_blocks"
-P_HIDDEN_LOGITS = "hidden_logits"
 P_TRAINING_STEP = "training_step"
 P_MORE_STAGES = "more_stages_than_blocks"
 MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
@@ -77,17 +102,20 @@ def probe_gpt2(ctx) -> None:
     seams.apply(SWAPS)
     from pipeline import gpt2
 
-    hidden = ctx.args.get("hidden")
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
-
-    ctx.record(split_part(P_STAGES, PUBLIC), lambda: {n: _describe_stages(gpt2, ref.tiny_gpt2(), n)
-                                                      for n in STAGE_COUNTS})
-    if hidden:
-        ctx.record(split_part(P_STAGES, HIDDEN), lambda: {
-            n: _describe_stages(gpt2, ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"]), n)
-            for n in hidden["stage_counts"]})
-
     ids = ref.gpt2_batch()
+
+    def split_logits(inputs: Inputs):
+        model = ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers)
+        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+            return net(ids).detach().cpu()
+    for split in PROBLEM.splits(ctx):
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_STAGES, split), lambda inputs=inputs: {
+            n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
+            for n in inputs.stage_counts})
+        if split != PUBLIC:
+            ctx.record(split_part(P_STAGES_LOGITS, split), lambda inputs=inputs: split_logits(inputs))
 
     def logits(mode):
         found = {}
@@ -111,13 +139,6 @@ def probe_gpt2(ctx) -> None:
             return net(ids).detach().cpu()
     ctx.record(P_MORE_STAGES, more_stages)
 
-    if hidden:
-        def hidden_logits():
-            model = ref.tiny_gpt2(seed=hidden["model_seed"], layers=hidden["layers"])
-            with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
-                return net(ids).detach().cpu()
-        ctx.record(P_HIDDEN_LOGITS, hidden_logits)
-
     def training_step():
         model = ref.tiny_gpt2("sdpa")
         with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
@@ -129,12 +150,7 @@ def probe_gpt2(ctx) -> None:
     ctx.record(P_TRAINING_STEP, training_step)
 
 
-def _case_args() -> dict:
-    hidden = data.hidden("p2_3")
-    return {"hidden": {k: hidden[k] for k in ("layers", "stage_counts", "model_seed")}} if hidden else {}
-
-
-CASE = Case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, args=_case_args())
+CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120)
 
 
 # ================================================================ criteria
@@ -165,27 +181,23 @@ def _check_stages(label: str, stages: list, layers: int, want_split: list, devic
 
 
 @CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, on its device",
-                points=2, hidden_points=1)
-def check_gpt2_stages(run, split: str) -> None:
+                points=2)
+def check_gpt2_stages(run: CaseRun, split: str) -> None:
+    inputs, expected = PROBLEM.inputs_for(split), PROBLEM.expected_for(split).blocks_per_stage
     found = run.part(split_part(P_STAGES, split))
-    if split == PUBLIC:
-        layers, seed, counts = ref.GPT2_LAYERS, ref.GPT2_SEED, STAGE_COUNTS
-        expected = data.fixture("p2_3")["blocks_per_stage"]
-    else:
-        hidden = data.hidden("p2_3")
-        layers, seed, counts, expected = hidden["layers"], hidden["model_seed"], hidden["stage_counts"], \
-            hidden["expected_split"]
-    all_names = {name for name, _ in ref.tiny_gpt2(seed=seed, layers=layers).named_parameters()}
-    for n in counts:
+    layers = inputs.layers
+    all_names = {name for name, _ in ref.tiny_gpt2(seed=inputs.model_seed, layers=layers).named_parameters()}
+    for n in inputs.stage_counts:
         _check_stages(f"gpt2_stages of a {layers}-block GPT-2 over {n} device(s)", found[n], layers,
-                      expected[str(n)], stage_devices(n), all_names)
-    if split == HIDDEN:
-        got = run.part(P_HIDDEN_LOGITS)
-        assert_tensor_close(f"pipeline_parallel logits of a {layers}-block GPT-2 over 3 stages", got,
-                            ref.gpt2_logits("sdpa", seed, layers), atol=1e-5, rtol=1e-4)
+                      expected[n], stage_devices(n), all_names)
+    if split == PUBLIC:
+        return
+    got = run.part(split_part(P_STAGES_LOGITS, split))
+    assert_tensor_close(f"pipeline_parallel logits of a {layers}-block GPT-2 over 3 stages", got,
+                        ref.gpt2_logits("sdpa", inputs.model_seed, layers), atol=1e-5, rtol=1e-4)
 
 
-def _check_logits(run, mode: str) -> None:
+def _check_logits(run: CaseRun, mode: str) -> None:
     devices = run.part(P_DEVICES)
     found = run.part(logits_part(mode))
     for impl in ("sdpa", "eager"):
@@ -197,19 +209,19 @@ def _check_logits(run, mode: str) -> None:
 
 @CASE.criterion("2.3.model_parallel", "model_parallel logits equal the unsplit GPT-2 (causal, tuple blocks)",
                 points=2)
-def check_gpt2_model_parallel(run) -> None:
+def check_gpt2_model_parallel(run: CaseRun, split: str) -> None:
     _check_logits(run, "model_parallel")
     assert_tensor_close("model_parallel GPT-2 logits when blocks return tuples (older transformers)",
                         run.part(P_TUPLE_BLOCKS), ref.gpt2_logits("eager"), atol=1e-5, rtol=1e-4)
 
 
 @CASE.criterion("2.3.pipeline_parallel", "pipeline_parallel logits equal the unsplit GPT-2", points=2)
-def check_gpt2_pipeline_parallel(run) -> None:
+def check_gpt2_pipeline_parallel(run: CaseRun, split: str) -> None:
     _check_logits(run, "pipeline_parallel")
 
 
 @CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks pass their input through", points=1)
-def check_more_stages_than_blocks(run) -> None:
+def check_more_stages_than_blocks(run: CaseRun, split: str) -> None:
     assert_tensor_close(f"model_parallel logits of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} stages "
                         "(some stages hold no block)", run.part(P_MORE_STAGES), ref.gpt2_logits("eager"),
                         atol=1e-5, rtol=1e-4)
@@ -217,7 +229,7 @@ def check_more_stages_than_blocks(run) -> None:
 
 @CASE.criterion("2.3.training_step", "one pipeline_parallel training step's loss and gradients equal the unsplit "
                 "GPT-2", points=2)
-def check_gpt2_training_step(run) -> None:
+def check_gpt2_training_step(run: CaseRun, split: str) -> None:
     want_loss, want_grads = ref.gpt2_training_step()
     got = run.part(P_TRAINING_STEP)
     expect(abs(got["loss"] - want_loss) <= 1e-5 * max(1.0, abs(want_loss)),
@@ -227,5 +239,3 @@ def check_gpt2_training_step(run) -> None:
     assert_state_close("pipeline_parallel GPT-2 training step: gradient of", got["grads"], want_grads,
                        atol=1e-5, rtol=1e-4)
 
-
-CASES = [CASE]
