@@ -1,8 +1,8 @@
 """Problem 4 buggy variants: each bug loses exactly its intended criteria; the starter loses every criterion.
 
-Runs the public Problem 4 cases directly (``grading.checks.p4_*.CASES``) on a
-kit copy whose regions are replaced; a variant may edit several regions of
-one bug (e.g. a blocking all-reduce changes the hook and what finish waits for).
+Runs the Problem 4 cases directly (``PROBLEM.graded_cases()`` of each folder: the public cases and, on the
+staff side, the hidden 3-rank ones) on a kit copy whose regions are replaced; a variant may edit several
+regions of one bug (e.g. a blocking all-reduce changes the hook and what finish waits for).
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from grading.engine.runner import run_case
 from tests.kit.variants import make_variant_kit
 
 DDP, ZERO, CKPT = "data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py"
-CASES = {DDP: p4_1_ddp.CASES, ZERO: p4_2_zero1.CASES, CKPT: p4_3_checkpoint.CASES}
+CASES = {DDP: p4_1_ddp.PROBLEM.graded_cases(), ZERO: p4_2_zero1.PROBLEM.graded_cases(),
+         CKPT: p4_3_checkpoint.PROBLEM.graded_cases()}
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ BUGS = [
                 param.grad.copy_(buffer[offset:offset + n].view_as(param.grad))
                 offset += n
         self._reset()
-    """),), frozenset({"4.1.grads", "4.1.train"})),
+    """),), frozenset({"4.1.grads", "4.1.train", "4.1.grads_hidden"})),
     Bug("launch_in_finish", DDP, (("_grad_ready", """
         self._arrived[self._bucket_of[id(param)]] += 1
     """), ("finish_gradient_synchronization", """
@@ -140,11 +141,11 @@ BUGS = [
                 n = param.numel()
                 param.copy_(full[offset:offset + n].view_as(param).to(param.dtype))
                 offset += n
-    """),), frozenset({"4.2.steps"})),
+    """),), frozenset({"4.2.steps", "4.2.steps_hidden"})),
     Bug("no_padding", ZERO, (("_flat", """
         return torch.cat([(t if t is not None else torch.zeros_like(p)).reshape(-1).float().to(device)
                           for p, t in zip(self.params, tensors)])
-    """),), frozenset({"4.2.uneven"})),
+    """),), frozenset({"4.2.uneven", "4.2.steps_hidden", "4.2.memory_hidden"})),   # 212 parameters on 3 ranks
     Bug("replicated_optimizer_state", ZERO, (("__init__", """
         device = self.params[0].device
         with torch.no_grad():
@@ -164,7 +165,7 @@ BUGS = [
                 n = param.numel()
                 param.copy_(self.master[offset:offset + n].view_as(param).to(param.dtype))
                 offset += n
-    """)), frozenset({"4.2.memory"})),
+    """)), frozenset({"4.2.memory", "4.2.memory_hidden"})),
     Bug("master_in_model_dtype", ZERO, (("__init__", """
         device = self.params[0].device
         with torch.no_grad():
@@ -249,7 +250,7 @@ BUGS += [
         model.load_state_dict(torch.load(directory / MODEL_FILE, weights_only=True))
     except Exception as exc:
         raise RuntimeError(f"cannot load the model: {exc}") from None
-""" + _LOAD_REST),), frozenset({"4.3.refuse"})),
+""" + _LOAD_REST),), frozenset({"4.3.refuse", "4.3.refuse_hidden"})),
     Bug("model_loaded_before_checks", CKPT, (("load_sharded", _LOAD_HEAD + """
     try:
         model.load_state_dict(torch.load(directory / MODEL_FILE, weights_only=True))
@@ -261,7 +262,7 @@ BUGS += [
     shard = torch.load(directory / shard_name(rank), weights_only=True)
     optimizer.load_state_dict(shard["optimizer"])
     return step, torch.load(directory / shard_name(0), weights_only=True)["extra"]
-"""),), frozenset({"4.3.roundtrip", "4.3.resume"})),
+"""),), frozenset({"4.3.roundtrip", "4.3.resume", "4.3.roundtrip_hidden"})),
 ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.kit.course import all_cases
+from grading.problems import all_cases
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from grading.engine.runner import run_cases
 from tests.kit.variants import Variant, assert_verdicts, make_variant_kit
@@ -25,17 +25,17 @@ CASES = all_cases(("5",))
 VARIANTS = [
     Variant("copy_backward_without_all_reduce", LAYERS, "backward#0", """
         return grad, None
-    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_3rank"})),
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_hidden"})),
     Variant("reduce_forward_in_place", LAYERS, "forward#1", """
         dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
         return x
-    """, frozenset({"5.1.region_functions", "5.1.region_functions_3rank"})),
+    """, frozenset({"5.1.region_functions", "5.1.region_functions_hidden"})),
     Variant("column_forward_skips_copy", LAYERS, "forward#2", """
         return F.linear(x, self.weight, self.bias)
-    """, frozenset({"5.1.input_grads", "5.1.comm_counts", "5.1.input_grads_3rank"})),
+    """, frozenset({"5.1.input_grads", "5.1.comm_counts", "5.1.input_grads_hidden"})),
     Variant("row_bias_on_every_rank", LAYERS, "forward#3", """
         return reduce_from_parallel_region(F.linear(x, self.weight, self.bias), self.group)
-    """, frozenset({"5.1.row_forward", "5.1.row_forward_3rank"})),
+    """, frozenset({"5.1.row_forward", "5.1.row_forward_hidden"})),
     Variant("row_bias_split_over_ranks", LAYERS, "forward#3", """
         share = self.bias / dist.get_world_size(self.group)
         return reduce_from_parallel_region(F.linear(x, self.weight, share), self.group)
@@ -52,8 +52,8 @@ VARIANTS = [
             weight = linear.weight[rows].clone()
             bias = linear.bias[rows].clone() if linear.bias is not None else None
         return cls(weight, bias, group)
-    """, frozenset({"5.1.column_forward", "5.1.input_grads", "5.1.column_forward_3rank",
-                    "5.1.input_grads_3rank"})),
+    """, frozenset({"5.1.column_forward", "5.1.input_grads", "5.1.column_forward_hidden",
+                    "5.1.input_grads_hidden"})),
     Variant("row_uneven_split_accepted", LAYERS, "from_linear#1", """
         part = linear.in_features // world_size
         with torch.no_grad():
@@ -65,10 +65,10 @@ VARIANTS = [
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad, None
-    """, frozenset({"5.1.region_functions_3rank"})),
+    """, frozenset({"5.1.region_functions_hidden"})),
     Variant("column_forward_ignores_group", LAYERS, "forward#2", """
         return F.linear(copy_to_parallel_region(x), self.weight, self.bias)
-    """, frozenset({"5.1.input_grads_3rank"})),
+    """, frozenset({"5.1.input_grads_hidden"})),
     Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
@@ -81,7 +81,7 @@ VARIANTS = [
         mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
         attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
         return block
-    """, frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_3rank", "5.2.grads_3rank"})),
+    """, frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"})),
     Variant("mlp_left_whole", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
@@ -92,7 +92,7 @@ VARIANTS = [
         attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
         attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
         return block
-    """, frozenset({"5.2.grads", "5.2.sgd_steps", "5.2.param_bytes", "5.2.grads_3rank"})),
+    """, frozenset({"5.2.grads", "5.2.sgd_steps", "5.2.param_bytes", "5.2.grads_hidden"})),
     Variant("group_not_passed_on", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
@@ -105,7 +105,7 @@ VARIANTS = [
         mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj)
         attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
         return block
-    """, frozenset({"5.2.forward_3rank", "5.2.grads_3rank"})),
+    """, frozenset({"5.2.forward_hidden", "5.2.grads_hidden"})),
     Variant("sizes_not_checked", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         conv1d_to_linear(block)

@@ -1,37 +1,62 @@
 """Problem 4.1 checks: BucketedDDP (broadcast, buckets, averaged gradients, overlap, reset, training).
 
 The probe records what ``BucketedDDP`` does on each rank: the weights after
-construction, its ``buckets``, the gradients after
-``finish_gradient_synchronization``, the order in which gradient hooks fired
-and all-reduces were launched (events, never times), and the parameters after
-five SGD and five Adam steps. The criteria compare with serial computations
-on the whole global batch (``grading.problems.p4_1_ddp.reference``) and with the expected
-bucket assignment stored as data (``grading/fixtures/p4_buckets.json``).
+construction, its ``buckets`` for each cap of ``Inputs.bucket_sizes``, the
+gradients after ``finish_gradient_synchronization``, the order in which
+gradient hooks fired and all-reduces were launched (events, never times), and
+the parameters after five SGD and five Adam steps. The criteria compare with
+serial computations on the whole global batch (``reference.py``) and with the
+expected bucket assignment stored as data (``Expected.buckets``, this
+folder's ``expected.json``; on the staff side the hidden caps' buckets come
+from ``staff.py``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-from grading.kit import data
 from grading.engine.compare import assert_state_close, describe
-from grading.problems.p4_1_ddp import reference as ref
-from grading.engine.expect import CheckFailed, expect
+from grading.engine.expect import expect
 from grading.engine.results import CaseRun
-from grading.engine.rubric import Case, Criterion
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
+from grading.problems.p4_1_ddp import ID, TITLE
+from grading.problems.p4_1_ddp import reference as ref
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The bucket caps (``bucket_mb``, MiB) whose ``BucketedDDP.buckets`` on ``DDPProbeNet(seed=0)`` are judged."""
+
+    bucket_sizes: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """``BucketedDDP(DDPProbeNet(seed=0), bucket_mb).buckets`` for each cap of the inputs, keyed by the cap."""
+
+    buckets: dict[float, list[list[str]]]
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__,
+                     # per parameter, exact fit of fc3 (272 bytes), mid, one bucket
+                     inputs=Inputs(bucket_sizes=(1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0)),
+                     expected_type=Expected)
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
 GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0}
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
 IO = (ref.DDP_IN, ref.DDP_OUT)
 
+P_BROADCAST = "broadcast"
+P_BUCKETS = "buckets"         # recorded per split: split_part(P_BUCKETS, split)
+P_GRADS = "grads"             # one part per GRAD_BUCKETS label: grads_part(label)
+P_RESET = "reset"
+P_TRAIN = "train"
+
 
 def grads_part(label: str) -> str:
     """The part name under which the probe records the gradients of ``GRAD_BUCKETS[label]``."""
-    return "grads_" + label
-
-
-def bucket_fixture() -> list[dict]:
-    """The public bucket cases: ``[{"bucket_mb": float, "buckets": [[names], ...]}, ...]`` for DDPProbeNet."""
-    return data.fixture("p4_buckets")["cases"]
+    return f"{P_GRADS}_{label}"
 
 
 # ---------------------------------------------------------------- probe (rank side)
@@ -46,7 +71,11 @@ def _backward(ctx, wrapper, step: int) -> None:
 
 
 def probe_ddp(ctx) -> None:
-    """Record broadcast, buckets, gradients (with the hook/launch event order), reset and training on this rank."""
+    """Record broadcast, buckets, gradients (with the hook/launch event order), reset and training on this rank.
+
+    Broadcast, reset and training are read by public criteria only: a spawn
+    without the PUBLIC split (the hidden one, on another world size) skips them.
+    """
     import torch.distributed as dist
 
     events: list = []
@@ -59,15 +88,20 @@ def probe_ddp(ctx) -> None:
     dist.all_reduce = recording_all_reduce      # before the student module binds any name
     from data_parallel.ddp import BucketedDDP
 
+    splits = PROBLEM.splits(ctx)
+    public = PUBLIC in splits
+
     def broadcast():
         model = ref.DDPProbeNet(seed=BROADCAST_SEED + ctx.rank)
         BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
         return ref.state_of(model)
-    ctx.record("broadcast", broadcast)
+    if public:
+        ctx.record(P_BROADCAST, broadcast)
 
-    bucket_sizes = ctx.args.get("bucket_sizes") or [case["bucket_mb"] for case in bucket_fixture()]
-    ctx.record("buckets", lambda: [BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets
-                                   for mb in bucket_sizes])
+    for split in splits:
+        inputs = PROBLEM.rank_inputs(ctx, split)
+        ctx.record(split_part(P_BUCKETS, split), lambda inputs=inputs: [
+            BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes])
 
     wrappers = {}
     for label, mb in GRAD_BUCKETS.items():
@@ -93,8 +127,8 @@ def probe_ddp(ctx) -> None:
         _backward(ctx, wrapper, 0)              # same batch, same weights: a fresh state gives the same grads
         wrapper.finish_gradient_synchronization()
         return {"first": first, "second": ref.grads_of(model)}
-    if OVERLAP_BUCKET in wrappers:
-        ctx.record("reset", reset)
+    if public and OVERLAP_BUCKET in wrappers:
+        ctx.record(P_RESET, reset)
 
     def train(optimizer_name: str):
         model = ref.DDPProbeNet(seed=0)
@@ -106,37 +140,41 @@ def probe_ddp(ctx) -> None:
             wrapper.finish_gradient_synchronization()
             optimizer.step()
         return ref.params_of(model)
-    if ctx.args.get("train", True):
-        ctx.record("train", lambda: {name: train(name) for name in ("sgd", "adam")})
+    if public:
+        ctx.record(P_TRAIN, lambda: {name: train(name) for name in ("sgd", "adam")})
+
+
+CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90)
 
 
 # ---------------------------------------------------------------- criteria (grader side)
-def check_broadcast(run: CaseRun) -> None:
+@CASE.criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", points=2)
+def check_broadcast(run: CaseRun, split: str) -> None:
+    """Every rank's parameters and buffers after construction equal rank 0's model (seed BROADCAST_SEED)."""
     expected = ref.state_of(ref.DDPProbeNet(seed=BROADCAST_SEED))
     for rank in range(run.world_size):
         assert_state_close(f"BucketedDDP: rank {rank} after construction, parameter/buffer",
-                           run.part("broadcast", rank), expected, atol=0, rtol=0)
+                           run.part(P_BROADCAST, rank), expected, atol=0, rtol=0)
 
 
-def judge_buckets(run: CaseRun, cases: list[dict]) -> None:
-    """Each rank's ``buckets`` for each case's ``bucket_mb`` equal the case's expected buckets."""
+@CASE.criterion("4.1.buckets", "bucket assignment: reverse order, byte cap, frozen excluded", points=2)
+def check_buckets(run: CaseRun, split: str) -> None:
+    """Each rank's ``buckets`` for each cap of the split's inputs equal ``Expected.buckets`` of that cap."""
+    sizes, expected = PROBLEM.inputs_for(split).bucket_sizes, PROBLEM.expected_for(split).buckets
     for rank in range(run.world_size):
-        got = run.part("buckets", rank)
-        expect(isinstance(got, list) and len(got) == len(cases),
-               f"BucketedDDP: rank {rank} recorded {describe(got)} for {len(cases)} bucket sizes")
-        for case, buckets in zip(cases, got):
-            want = case["buckets"]
-            expect(buckets == want, f"BucketedDDP(DDPProbeNet, bucket_mb={case['bucket_mb']:.6g} "
-                   f"= {case['bucket_mb'] * 2 ** 20:.0f} bytes): rank {rank} buckets {buckets}, expected {want} "
-                   "(trainable parameters in reverse registration order, a new bucket when the next one "
-                   "would exceed the cap)")
+        got = run.part(split_part(P_BUCKETS, split), rank)
+        expect(isinstance(got, list) and len(got) == len(sizes),
+               f"BucketedDDP: rank {rank} recorded {describe(got)} for {len(sizes)} bucket sizes")
+        for mb, buckets in zip(sizes, got):
+            want = expected[mb]
+            expect(buckets == want, f"BucketedDDP(DDPProbeNet, bucket_mb={mb:.6g} = {mb * 2 ** 20:.0f} bytes): "
+                   f"rank {rank} buckets {buckets}, expected {want} (trainable parameters in reverse registration "
+                   "order, a new bucket when the next one would exceed the cap)")
 
 
-def check_buckets(run: CaseRun) -> None:
-    judge_buckets(run, bucket_fixture())
-
-
-def check_grads(run: CaseRun) -> None:
+@CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket)", points=3)
+def check_grads(run: CaseRun, split: str) -> None:
+    """After ``finish_gradient_synchronization`` every rank holds the serial gradients of the global batch."""
     expected = ref.serial_gradients(ref.DDPProbeNet(seed=0), 0, *IO)
     for label, mb in GRAD_BUCKETS.items():
         for rank in range(run.world_size):
@@ -146,7 +184,9 @@ def check_grads(run: CaseRun) -> None:
                                "finish_gradient_synchronization of", got["grads"], expected, atol=1e-6, rtol=1e-5)
 
 
-def check_overlap(run: CaseRun) -> None:
+@CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2)
+def check_overlap(run: CaseRun, split: str) -> None:
+    """An async all-reduce is launched during backward, before the last gradient hook fires."""
     for rank in range(run.world_size):
         got = run.part(grads_part(OVERLAP_BUCKET), rank)
         events, after = got["events"], got["after"]
@@ -163,39 +203,24 @@ def check_overlap(run: CaseRun) -> None:
                "last gradient hook fired: launch each bucket as soon as its last gradient is ready")
 
 
-def check_reset(run: CaseRun) -> None:
+@CASE.criterion("4.1.reset", "a second backward after finish gives the same grads", points=1)
+def check_reset(run: CaseRun, split: str) -> None:
+    """A second backward on the same batch and weights gives the first backward's gradients."""
     for rank in range(run.world_size):
         run.part(grads_part(OVERLAP_BUCKET), rank)      # the first backward's own error, when it failed
-        got = run.part("reset", rank)
+        got = run.part(P_RESET, rank)
         assert_state_close(f"BucketedDDP: rank {rank}, second backward on the same batch and weights (after "
                            "finish_gradient_synchronization), grad of", got["second"], got["first"],
                            atol=1e-7, rtol=1e-6)
 
 
-def check_train(run: CaseRun) -> None:
+@CASE.criterion("4.1.train", "5 SGD and 5 Adam steps equal serial training", points=2)
+def check_train(run: CaseRun, split: str) -> None:
+    """Five SGD and five Adam steps through BucketedDDP equal serial training on the global batches."""
     for name in ("sgd", "adam"):
         expected = ref.serial_training(ref.DDPProbeNet(seed=0), name, *IO)
         for rank in range(run.world_size):
-            got = run.part("train", rank)
+            got = run.part(P_TRAIN, rank)
             expect(isinstance(got, dict) and name in got, f"rank {rank}: training results missing")
             assert_state_close(f"BucketedDDP + {name.upper()}: rank {rank} after {ref.TRAIN_STEPS} steps, "
                                "parameter", got[name], expected, atol=1e-5, rtol=1e-4)
-
-
-CASES = [
-    Case("p4_ddp_2rank", "grading.problems.p4_1_ddp.checks:probe_ddp", world_size=2, init_group=True, timeout_s=90,
-         criteria=(
-             Criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", 2,
-                       check_broadcast),
-             Criterion("4.1.buckets", "bucket assignment: reverse order, byte cap, frozen excluded", 2,
-                       check_buckets),
-             Criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket)", 3,
-                       check_grads),
-             Criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", 2,
-                       check_overlap),
-             Criterion("4.1.reset", "a second backward after finish gives the same grads", 1, check_reset),
-             Criterion("4.1.train", "5 SGD and 5 Adam steps equal serial training", 2, check_train),
-         )),
-]
-
-__all__ = ["CASES", "CheckFailed"]

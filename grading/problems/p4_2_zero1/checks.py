@@ -7,6 +7,10 @@ serial ``torch.optim.Adam``/``SGD`` on the whole global batch, and measure
 the optimizer state a rank holds from the tensors it recorded (master shard
 + every state tensor of the inner optimizer): ZeRO-1's ``12 * ceil(P / N)``
 bytes for Adam in fp32.
+
+No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
+3 ranks (212 parameters, padded), where the spawn without the PUBLIC split
+skips the parts only public criteria read.
 """
 from __future__ import annotations
 
@@ -15,16 +19,25 @@ import math
 import torch
 
 from grading.engine.compare import assert_state_close, describe
-from grading.problems.p4_1_ddp import reference as ref
-from grading.engine.expect import CheckFailed, expect
+from grading.engine.expect import expect
 from grading.engine.results import CaseRun
-from grading.engine.rubric import Case, Criterion
+from grading.engine.rubric import PUBLIC
+from grading.kit.problem import SubProblem
+from grading.problems.p4_1_ddp import reference as ref
+from grading.problems.p4_2_zero1 import ID, TITLE
+
+PROBLEM = SubProblem(ID, TITLE, __package__)
 
 EVEN_SIZES = (8, 16, 4)         # 212 parameters: divisible by 2, not by 3
 ODD_SIZES = (7, 5, 3)           # 55 parameters (no last bias): divisible by neither 2 nor 3
 ADAM_BYTES_PER_ELEMENT = 12     # fp32 master + exp_avg + exp_avg_sq
 TOLERANCE = {"atol": 1e-6, "rtol": 1e-5}   # fp32; ranks sum gradients in another order than one process
 BF16_TOLERANCE = {"atol": 3e-2, "rtol": 0.0}
+
+P_STEPS = "steps"
+P_MEMORY = "memory"
+P_BF16 = "bf16"
+P_UNEVEN = "uneven"
 
 
 def _model(sizes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -58,22 +71,31 @@ def held_state(optimizer) -> dict:
 
 
 def probe_zero(ctx) -> None:
-    """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, bf16, Adam (odd P)."""
+    """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, bf16, Adam (odd P).
+
+    bf16 and the odd parameter count are read by public criteria only: a spawn
+    without the PUBLIC split (the hidden one, on 3 ranks) skips them.
+    """
     def steps():
         return {name: ref.params_of(_train(ctx, EVEN_SIZES, name)[0]) for name in ("sgd", "adam")}
-    ctx.record("steps", steps)
+    ctx.record(P_STEPS, steps)
 
     def memory():
         _, optimizer = _train(ctx, EVEN_SIZES, "adam")
         return held_state(optimizer)
-    ctx.record("memory", memory)
+    ctx.record(P_MEMORY, memory)
+    if PUBLIC not in PROBLEM.splits(ctx):
+        return
 
     def bf16():
         model, optimizer = _train(ctx, EVEN_SIZES, "adam", torch.bfloat16)
         return {"params": ref.params_of(model), "master": optimizer.master.detach().clone()}
-    ctx.record("bf16", bf16)
+    ctx.record(P_BF16, bf16)
     # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
-    ctx.record("uneven", lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
+    ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
+
+
+CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90)
 
 
 # ---------------------------------------------------------------- criteria (grader side)
@@ -81,31 +103,37 @@ def _serial(sizes: tuple[int, ...], name: str) -> dict:
     return ref.serial_training(_model(sizes), name, sizes[0], sizes[-1])
 
 
-def check_steps(run: CaseRun) -> None:
+@CASE.criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", points=3)
+def check_steps(run: CaseRun, split: str) -> None:
+    """Every rank's parameters after 5 Adam and 5 SGD steps equal serial training on the global batches."""
     for name in ("adam", "sgd"):
         expected = _serial(EVEN_SIZES, name)
         for rank in range(run.world_size):
-            got = run.part("steps", rank)
+            got = run.part(P_STEPS, rank)
             expect(isinstance(got, dict) and name in got, f"rank {rank}: training results missing")
             assert_state_close(f"ShardedOptimizer({name.upper()}): rank {rank} after {ref.TRAIN_STEPS} steps, "
                                "parameter", got[name], expected, **TOLERANCE)
 
 
-def check_uneven(run: CaseRun) -> None:
+@CASE.criterion("4.2.uneven", "a parameter count not divisible by the world size works", points=2)
+def check_uneven(run: CaseRun, split: str) -> None:
+    """Adam on 55 parameters (divisible by neither 2 nor 3) equals serial training on every rank."""
     expected = _serial(ODD_SIZES, "adam")
     numel = sum(t.numel() for t in expected.values())
     for rank in range(run.world_size):
         assert_state_close(f"ShardedOptimizer(Adam) on {numel} parameters over {run.world_size} ranks (not "
                            f"divisible): rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
-                           run.part("uneven", rank), expected, **TOLERANCE)
+                           run.part(P_UNEVEN, rank), expected, **TOLERANCE)
 
 
-def check_memory(run: CaseRun) -> None:
+@CASE.criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", points=3)
+def check_memory(run: CaseRun, split: str) -> None:
+    """Each rank holds a 1-D fp32 master shard of ceil(P / N) and 12 x that many bytes of optimizer state."""
     numel = ref.flat_numel(_model(EVEN_SIZES))
     shard = math.ceil(numel / run.world_size)
     want = ADAM_BYTES_PER_ELEMENT * shard
     for rank in range(run.world_size):
-        held = run.part("memory", rank)
+        held = run.part(P_MEMORY, rank)
         expect(isinstance(held, dict) and "master" in held, f"rank {rank}: optimizer state missing")
         master = held["master"]
         expect(isinstance(master, torch.Tensor) and master.dtype == torch.float32 and master.dim() == 1
@@ -120,10 +148,12 @@ def check_memory(run: CaseRun) -> None:
                f"N = {run.world_size})")
 
 
-def check_bf16(run: CaseRun) -> None:
+@CASE.criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", points=2)
+def check_bf16(run: CaseRun, split: str) -> None:
+    """A bf16 model keeps bf16 parameters, an fp32 master that is not bf16-rounded, and tracks fp32 Adam."""
     expected = {k: v.to(torch.bfloat16) for k, v in _serial(EVEN_SIZES, "adam").items()}
     for rank in range(run.world_size):
-        got = run.part("bf16", rank)
+        got = run.part(P_BF16, rank)
         master = got["master"]
         expect(isinstance(master, torch.Tensor) and master.dtype == torch.float32,
                f"ShardedOptimizer on a bf16 model: rank {rank} master is {describe(master)}, expected fp32")
@@ -138,17 +168,3 @@ def check_bf16(run: CaseRun) -> None:
         assert_state_close(f"ShardedOptimizer(Adam) on a bf16 model: rank {rank} after {ref.TRAIN_STEPS} steps, "
                            "parameter", params, expected, **BF16_TOLERANCE)
 
-
-CASES = [
-    Case("p4_zero_2rank", "grading.problems.p4_2_zero1.checks:probe_zero", world_size=2, init_group=True, timeout_s=90,
-         criteria=(
-             Criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", 3,
-                       check_steps),
-             Criterion("4.2.uneven", "a parameter count not divisible by the world size works", 2, check_uneven),
-             Criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", 3,
-                       check_memory),
-             Criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", 2, check_bf16),
-         )),
-]
-
-__all__ = ["CASES", "CheckFailed"]

@@ -11,6 +11,10 @@ The resumed half of the exact-resume check runs in *new processes*: each
 rank starts ``python -m grading.problems.p4_3_checkpoint.checks`` which joins a fresh
 process group, loads the checkpoint into a differently initialised model and
 trains the last steps.
+
+No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
+3 ranks, where the spawn without the PUBLIC split skips the exact resume
+(read by a public criterion only).
 """
 from __future__ import annotations
 
@@ -27,10 +31,15 @@ import torch
 import torch.distributed as dist
 
 from grading.engine.compare import assert_state_close, describe
-from grading.problems.p4_1_ddp import reference as ref
-from grading.engine.expect import CheckFailed, expect
+from grading.engine.expect import expect
 from grading.engine.results import CaseRun
-from grading.engine.rubric import Case, Criterion
+from grading.engine.rubric import PUBLIC
+from grading.kit.problem import SubProblem
+from grading.problems.p4_1_ddp import reference as ref
+from grading.problems.p4_3_checkpoint import ID, TITLE
+from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
+
+PROBLEM = SubProblem(ID, TITLE, __package__)
 
 SIZES = (8, 16, 4)
 TOTAL_STEPS, SAVE_STEP, EARLY_STEP = 20, 10, 5
@@ -42,37 +51,11 @@ FILE_NAMED = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "mod
               "other_step_manifest": None, "truncated_manifest": "manifest.json"}
 CHILD_TIMEOUT_S = 60
 
-
-class OwnerAdam:
-    """Isolation stand-in for ``ShardedOptimizer`` in the 4.3 checks: per-parameter ownership, not flat shards.
-
-    Parameter i belongs to rank ``i % world_size``, which alone keeps its
-    ``torch.optim.Adam`` state and updates it from its *own* gradient; then
-    every parameter is broadcast from its owner. ``state_dict`` /
-    ``load_state_dict`` carry this rank's Adam state only.
-    """
-
-    def __init__(self, model: torch.nn.Module):
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.params = list(model.parameters())
-        self.adam = torch.optim.Adam([p for i, p in enumerate(self.params) if i % self.world_size == self.rank],
-                                     lr=ref.ADAM_LR)
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    def step(self) -> None:
-        self.adam.step()
-        with torch.no_grad():
-            for i, p in enumerate(self.params):
-                dist.broadcast(p.data, src=i % self.world_size)
-
-    def state_dict(self) -> dict:
-        return {"adam": self.adam.state_dict(), "owner": self.rank}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.adam.load_state_dict(state["adam"])
+P_STRAIGHT = "straight"
+P_MANIFEST = "manifest"
+P_ROUNDTRIP = "roundtrip"
+P_REFUSALS = "refusals"
+P_RESUME = "resume"
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -134,27 +117,16 @@ def _corrupt(source: Path, dest: Path, kind: str, early: Path) -> None:
         (dest / "manifest.json").write_text(text[:len(text) // 2])
 
 
-def _same(a: dict, b: dict) -> bool:
-    """Bitwise equality of two nested dicts/lists of tensors and plain values."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    return a == b
-
-
 # ---------------------------------------------------------------- probe (rank side)
 def probe_checkpoint(ctx) -> None:
-    """Round trip, manifest, refusals and exact resume (resumed half in new processes) on this rank."""
+    """Round trip, manifest, refusals and exact resume (resumed half in new processes; public split only)."""
     from data_parallel.checkpoint import load_sharded, save_sharded
 
     root = Path(ctx.store).parent / "checkpoints"
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
-    optimizer = OwnerAdam(model)
+    optimizer = OwnerAdam(model, ref.ADAM_LR)
     at_save: dict = {}
 
     def straight():
@@ -165,18 +137,18 @@ def probe_checkpoint(ctx) -> None:
         save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
         losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
         return {"losses": losses, "params": ref.params_of(model)}
-    if ctx.record("straight", straight) is None:
+    if ctx.record(P_STRAIGHT, straight) is None:
         return
 
     def manifest():
         return {"manifest": json.loads((saved / "manifest.json").read_text()),
                 "files": {p.name: _digest(p) for p in sorted(saved.iterdir()) if p.is_file()}}
-    ctx.record("manifest", manifest)
+    ctx.record(P_MANIFEST, manifest)
 
     def roundtrip():
         step, extra = load_sharded(saved, model, optimizer)
         return {"step": step, "extra": extra, "loaded": _snapshot(model, optimizer), "saved": at_save}
-    ctx.record("roundtrip", roundtrip)
+    ctx.record(P_ROUNDTRIP, roundtrip)
 
     def refusals():
         _steps(model, optimizer, 0, 1)          # a state that differs from every checkpoint
@@ -193,12 +165,12 @@ def probe_checkpoint(ctx) -> None:
             except Exception as exc:  # noqa: BLE001 - a submission may raise anything
                 outcome = {"raised": type(exc).__name__, "value_error": isinstance(exc, ValueError),
                            "message": str(exc)[:500]}
-            outcome["untouched"] = _same(before, _snapshot(model, optimizer))
+            outcome["untouched"] = same(before, _snapshot(model, optimizer))
             outcomes[kind] = outcome
         return outcomes
-    ctx.record("refusals", refusals)
-    if ctx.args.get("resume", True):
-        ctx.record("resume", lambda: _resume_in_new_process(ctx, saved))
+    ctx.record(P_REFUSALS, refusals)
+    if PUBLIC in PROBLEM.splits(ctx):           # only a public criterion reads it
+        ctx.record(P_RESUME, lambda: _resume_in_new_process(ctx, saved))
 
 
 def _resume_in_new_process(ctx, saved: Path) -> dict:
@@ -223,7 +195,7 @@ def resume_child(spec: dict) -> None:
 
     torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
     model = _model(seed=7)
-    optimizer = OwnerAdam(model)
+    optimizer = OwnerAdam(model, ref.ADAM_LR)
     step, extra = load_sharded(spec["checkpoint"], model, optimizer)
     torch.set_rng_state(extra["torch_rng"])
     losses = _steps(model, optimizer, extra["position"], TOTAL_STEPS)
@@ -233,24 +205,32 @@ def resume_child(spec: dict) -> None:
     os._exit(0)
 
 
+CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=True, timeout_s=120)
+
+
 # ---------------------------------------------------------------- criteria (grader side)
-def check_roundtrip(run: CaseRun) -> None:
+@CASE.criterion("4.3.roundtrip", "a round trip restores model, optimizer shard state and extra bit for bit",
+                points=2)
+def check_roundtrip(run: CaseRun, split: str) -> None:
+    """``load_sharded`` gives every rank back its own step, extra, model and optimizer state, bit for bit."""
     for rank in range(run.world_size):
-        run.part("straight", rank)             # save_sharded's own error, when it raised
-        got = run.part("roundtrip", rank)
+        run.part(P_STRAIGHT, rank)             # save_sharded's own error, when it raised
+        got = run.part(P_ROUNDTRIP, rank)
         expect(got["step"] == SAVE_STEP, f"load_sharded: rank {rank} returned step {got['step']!r}, "
                f"expected {SAVE_STEP}")
-        expect(_same(got["extra"], got["saved"]["extra"]), f"load_sharded: rank {rank} returned an extra that "
+        expect(same(got["extra"], got["saved"]["extra"]), f"load_sharded: rank {rank} returned an extra that "
                "differs from the one this rank saved (each rank saves and gets back its own)")
         assert_state_close(f"load_sharded: rank {rank} model after loading, tensor", got["loaded"]["model"],
                            got["saved"]["model"], atol=0, rtol=0)
-        expect(_same(got["loaded"]["optimizer"], got["saved"]["optimizer"]), f"load_sharded: rank {rank}'s "
+        expect(same(got["loaded"]["optimizer"], got["saved"]["optimizer"]), f"load_sharded: rank {rank}'s "
                "optimizer state after loading differs from the state this rank saved (bit for bit)")
 
 
-def check_manifest(run: CaseRun) -> None:
-    run.part("straight", 0)
-    got = run.part("manifest", 0)
+@CASE.criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size", points=2)
+def check_manifest(run: CaseRun, split: str) -> None:
+    """manifest.json holds the step, the world size and every file's digest; no stray files remain."""
+    run.part(P_STRAIGHT, 0)
+    got = run.part(P_MANIFEST, 0)
     manifest, files = got["manifest"], got["files"]
     expect(isinstance(manifest, dict), f"manifest.json holds {describe(manifest)}, expected an object")
     expect(manifest.get("step") == SAVE_STEP and manifest.get("world_size") == run.world_size,
@@ -268,10 +248,13 @@ def check_manifest(run: CaseRun) -> None:
            "must be renamed or removed)")
 
 
-def check_refuse(run: CaseRun) -> None:
-    run.part("straight", 0)
+@CASE.criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
+                "CheckpointError naming the file", points=3)
+def check_refuse(run: CaseRun, split: str) -> None:
+    """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file."""
+    run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
-        outcomes = run.part("refusals", rank)
+        outcomes = run.part(P_REFUSALS, rank)
         for kind in CORRUPTIONS:
             got = outcomes[kind]
             what = f"load_sharded on a checkpoint with a {kind.replace('_', ' ')}: rank {rank}"
@@ -284,10 +267,12 @@ def check_refuse(run: CaseRun) -> None:
                    f"does not name the file ({' or '.join(names)})")
 
 
-def check_untouched(run: CaseRun) -> None:
-    run.part("straight", 0)
+@CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=2)
+def check_untouched(run: CaseRun, split: str) -> None:
+    """A refused ``load_sharded`` changed neither the model nor the optimizer."""
+    run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
-        outcomes = run.part("refusals", rank)
+        outcomes = run.part(P_REFUSALS, rank)
         refused = [kind for kind in CORRUPTIONS if outcomes[kind]["raised"] is not None]
         expect(refused, f"load_sharded: rank {rank} refused none of the damaged checkpoints, so none left the "
                "model untouched")
@@ -296,10 +281,12 @@ def check_untouched(run: CaseRun) -> None:
                f"{', '.join(changed)}: check everything first, then load")
 
 
-def check_resume(run: CaseRun) -> None:
+@CASE.criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", points=3)
+def check_resume(run: CaseRun, split: str) -> None:
+    """Save, new processes, load and the remaining steps reproduce the straight run's losses and weights."""
     for rank in range(run.world_size):
-        straight = run.part("straight", rank)
-        resumed = run.part("resume", rank)
+        straight = run.part(P_STRAIGHT, rank)
+        resumed = run.part(P_RESUME, rank)
         expect(resumed["step"] == SAVE_STEP, f"rank {rank}: the resumed process loaded step {resumed['step']!r}")
         want = straight["losses"][SAVE_STEP:]
         expect(resumed["losses"] == want, f"exact resume: rank {rank} losses of steps {SAVE_STEP}..{TOTAL_STEPS - 1} "
@@ -308,23 +295,6 @@ def check_resume(run: CaseRun) -> None:
         assert_state_close(f"exact resume: rank {rank} after {TOTAL_STEPS} steps, parameter", resumed["params"],
                            straight["params"], atol=0, rtol=0)
 
-
-CASES = [
-    Case("p4_checkpoint_2rank", "grading.problems.p4_3_checkpoint.checks:probe_checkpoint", world_size=2, init_group=True,
-         timeout_s=120, criteria=(
-             Criterion("4.3.roundtrip", "a round trip restores model, optimizer shard state and extra bit for bit",
-                       2, check_roundtrip),
-             Criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size", 2,
-                       check_manifest),
-             Criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
-                       "CheckpointError naming the file", 3, check_refuse),
-             Criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", 2, check_untouched),
-             Criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", 3,
-                       check_resume),
-         )),
-]
-
-__all__ = ["CASES", "CheckFailed"]
 
 if __name__ == "__main__":
     resume_child(json.loads(sys.argv[1]))

@@ -3,31 +3,55 @@
 Isolation from 5.1: the probe swaps the student's ``ColumnParallelLinear``
 and ``RowParallelLinear`` (as ``tensor_parallel.gpt2`` looks them up) for
 grader stand-ins that keep the FULL weight on every rank and take their
-slice of the full output (``grading.problems.p5_1_layers.reference``). What 5.2 decides --
+slice of the full output (``reference.py``). What 5.2 decides --
 which layer is split how, q/k/v by heads, the attention's local sizes -- is
 then judged against the unsplit model computed in the grader: logits, loss,
 the ranks' gradients (see ``assert_split_close``), three SGD steps, and the
 bytes of block matrices each rank would hold with real parallel layers
 (1/N of a split layer's weight).
+
+Every part depends on the inputs (``Inputs``: the group the blocks split
+over, the attention implementation), so each is recorded per split. On the
+staff side the hidden inputs split 3 ways inside a subgroup of 4 ranks with
+PyTorch's fused (sdpa) attention (``staff.py``); the SGD steps, read by a
+public criterion only, run for the PUBLIC split alone.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
+from grading.engine.compare import assert_tensor_close, describe
+from grading.engine.expect import expect
+from grading.engine.results import CaseRun
+from grading.engine.rubric import PUBLIC, split_part
+from grading.kit.problem import SubProblem
+from grading.kit.seams import Swap, apply
 from grading.problems.common import call_outcome
 from grading.problems.p5_1_layers.checks import group_members, join_group
-from grading.engine.compare import assert_tensor_close, describe
-from grading.problems.p5_1_layers import reference as ref
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import Case, Criterion
-from grading.kit.seams import Swap, apply
+from grading.problems.p5_2_gpt2 import ID, TITLE
+from grading.problems.p5_2_gpt2 import reference as ref
 
-if TYPE_CHECKING:
-    from grading.engine.results import CaseRun
+
+@dataclass(frozen=True)
+class Inputs:
+    """The ranks of the group the blocks split over (empty: the whole default group) and the attention kind."""
+
+    group_ranks: tuple[int, ...] = ()
+    attention: str = "eager"            # or "sdpa" (PyTorch's fused attention)
+
+
+PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
 
 ATOL, RTOL = 1e-5, 1e-4
+# every part is recorded per split: split_part(P_X, split)
+P_VALUE_ERRORS = "value_errors"
+P_SPLIT = "split"
+P_FORWARD = "forward"
+P_GRADS = "grads"
+P_SGD = "sgd"                           # PUBLIC split only
+P_SGD_PARAMS = "sgd_params"             # PUBLIC split only
 
 
 def bad_sizes(world_size: int) -> dict[str, dict[str, int]]:
@@ -47,16 +71,23 @@ SWAPS = [
 
 # ---------------------------------------------------------------- probe
 def probe_gpt2(ctx) -> None:
-    """Split every block (stand-in layers), then forward, backward and SGD steps; record what a rank holds."""
+    """Split every block (stand-in layers), then forward, backward and SGD steps; record what a rank holds.
+
+    Each split's group is joined first (every rank takes part); a rank outside
+    a split's group records nothing for it.
+    """
     from tensor_parallel import gpt2 as student
 
     apply(SWAPS)
-    group, members = join_group(ctx)
-    if ctx.rank not in members:
-        return
-    world = len(members)
-    attention = ctx.args.get("attention", "eager")
+    inputs = {split: PROBLEM.rank_inputs(ctx, split) for split in PROBLEM.splits(ctx)}
+    joined = {split: join_group(ctx, split, inputs[split].group_ranks) for split in inputs}
+    for split, (group, members) in joined.items():
+        if ctx.rank in members:
+            _probe_split(ctx, split, student, inputs[split].attention, group, len(members))
 
+
+def _probe_split(ctx, split: str, student, attention: str, group, world: int) -> None:
+    """This rank's parts of ``split``: refusals, the split, forward, gradients (and SGD for the PUBLIC split)."""
     def value_errors():
         out = {}
         for key, sizes in bad_sizes(world).items():
@@ -66,17 +97,17 @@ def probe_gpt2(ctx) -> None:
             after = [(name, id(module)) for name, module in block.named_modules()] + [block.attn.split_size]
             out[key] = {"outcome": outcome, "unchanged": before == after}
         return out
-    ctx.record("value_errors", value_errors)
+    ctx.record(split_part(P_VALUE_ERRORS, split), value_errors)
 
     model = ref.build_gpt2(0, attention)
 
-    def split():
+    def split_blocks():
         for block in model.transformer.h:
             student.parallelize_block(block, group)
         return {"layers": {name: getattr(module, "stands_for", type(module).__name__)
                            for name, module in model.named_modules() if ref.split_layer_of(name + ".weight")},
                 "block_matrix_bytes": ref.held_block_matrix_bytes(model, world)}
-    if ctx.record("split", split) is None:
+    if ctx.record(split_part(P_SPLIT, split), split_blocks) is None:
         return                               # the criteria report the split's error
     optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
     losses = []
@@ -88,10 +119,10 @@ def probe_gpt2(ctx) -> None:
         losses.append(loss.item())
         loss.backward()
         return {"logits": logits.detach(), "loss": loss.item()}
-    if ctx.record("forward", lambda: step(0)) is None:
+    if ctx.record(split_part(P_FORWARD, split), lambda: step(0)) is None:
         return
-    ctx.record("grads", lambda: ref.full_values(model, "grad"))
-    if not ctx.args.get("sgd", True):
+    ctx.record(split_part(P_GRADS, split), lambda: ref.full_values(model, "grad"))
+    if split != PUBLIC:
         return
 
     def sgd():
@@ -100,18 +131,21 @@ def probe_gpt2(ctx) -> None:
             step(index)
             optimizer.step()
         return list(losses)
-    if ctx.record("sgd", sgd) is not None:
-        ctx.record("sgd_params", lambda: ref.full_values(model, "data"))
+    if ctx.record(split_part(P_SGD, split), sgd) is not None:
+        ctx.record(split_part(P_SGD_PARAMS, split), lambda: ref.full_values(model, "data"))
+
+
+CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120)
 
 
 # ---------------------------------------------------------------- criteria
-def _split(run: CaseRun) -> None:
+def _split(run: CaseRun, split: str) -> None:
     """Raise CheckFailed with parallelize_block's own error when the split failed on some rank."""
-    for _, rank, _ in group_members(run):
-        run.part("split", rank)
+    for _, rank, _ in group_members(run, split):
+        run.part(split_part(P_SPLIT, split), rank)
 
 
-def assert_split_close(what: str, run: CaseRun, part: str, expected: dict[str, torch.Tensor],
+def assert_split_close(what: str, run: CaseRun, split: str, part: str, expected: dict[str, torch.Tensor],
                        initial: dict[str, torch.Tensor] | None = None) -> None:
     """Compare what the ranks hold with the unsplit model's ``expected`` values, parameter by parameter.
 
@@ -122,10 +156,10 @@ def assert_split_close(what: str, run: CaseRun, part: str, expected: dict[str, t
     every rank computes, biases added after the all-reduce, layer norms,
     embeddings -- must equal the serial value on every rank.
     """
-    members = group_members(run)
+    members = group_members(run, split)
     world = len(members)
-    per_rank = [run.part(part, rank) for _, rank, _ in members]
-    layers = run.part("split", members[0][1])["layers"]
+    per_rank = [run.part(split_part(part, split), rank) for _, rank, _ in members]
+    layers = run.part(split_part(P_SPLIT, split), members[0][1])["layers"]
     for (_, _, who), values in zip(members, per_rank):
         expect(isinstance(values, dict), f"{what}: {who} recorded {describe(values)}")
     for name, full in expected.items():
@@ -149,10 +183,13 @@ def assert_split_close(what: str, run: CaseRun, part: str, expected: dict[str, t
                                 atol=ATOL, rtol=RTOL)
 
 
-def check_value_errors(run: CaseRun) -> None:
-    members = group_members(run)
+@CASE.criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
+                "block unchanged", points=1)
+def check_value_errors(run: CaseRun, split: str) -> None:
+    """Heads or MLP inner size that do not split: ValueError naming the sizes, the block left unchanged."""
+    members = group_members(run, split)
     world = len(members)
-    got = run.part("value_errors", members[0][1])
+    got = run.part(split_part(P_VALUE_ERRORS, split), members[0][1])
     for key, sizes in bad_sizes(world).items():
         outcome, unchanged = got[key]["outcome"], got[key]["unchanged"]
         label = (f"parallelize_block on a block with {sizes['bad']} "
@@ -163,57 +200,48 @@ def check_value_errors(run: CaseRun) -> None:
         expect(unchanged, f"{label}: the block was changed before the ValueError (check every size first)")
 
 
-def check_forward(run: CaseRun) -> None:
-    _split(run)
+@CASE.criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", points=4)
+def check_forward(run: CaseRun, split: str) -> None:
+    """Every rank's logits and loss of the split GPT-2 equal the unsplit model's."""
+    _split(run, split)
     serial = ref.serial_gpt2()
-    for _, rank, who in group_members(run):
-        got = run.part("forward", rank)
+    for _, rank, who in group_members(run, split):
+        got = run.part(split_part(P_FORWARD, split), rank)
         assert_tensor_close(f"split GPT-2: {who} logits", got["logits"], serial["logits"], atol=ATOL, rtol=RTOL)
         expect(abs(got["loss"] - serial["loss"]) <= 1e-5 * max(1.0, abs(serial["loss"])), f"split GPT-2: {who} "
                f"loss {got['loss']:.6g}, unsplit model {serial['loss']:.6g}")
 
 
-def check_grads(run: CaseRun) -> None:
-    _split(run)
-    assert_split_close("split GPT-2: gradient of", run, "grads", ref.serial_gpt2()["grads"])
+@CASE.criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", points=4)
+def check_grads(run: CaseRun, split: str) -> None:
+    """The ranks' gradients make up the unsplit model's (see ``assert_split_close``)."""
+    _split(run, split)
+    assert_split_close("split GPT-2: gradient of", run, split, P_GRADS, ref.serial_gpt2()["grads"])
 
 
-def check_sgd(run: CaseRun) -> None:
-    _split(run)
+@CASE.criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", points=2)
+def check_sgd(run: CaseRun, split: str) -> None:
+    """Losses and parameters over three SGD steps stay equal to the unsplit model's."""
+    _split(run, split)
     serial = ref.serial_gpt2()
-    for _, rank, who in group_members(run):
-        for step, (mine, want) in enumerate(zip(run.part("sgd", rank), serial["losses"])):
+    for _, rank, who in group_members(run, split):
+        for step, (mine, want) in enumerate(zip(run.part(split_part(P_SGD, split), rank), serial["losses"])):
             expect(abs(mine - want) <= 1e-5 * max(1.0, abs(want)), f"split GPT-2: {who} loss at SGD step "
                    f"{step} is {mine:.6g}, unsplit model {want:.6g}")
-    assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, "sgd_params",
+    assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, split, P_SGD_PARAMS,
                        serial["params"], initial=serial["initial"])
 
 
-def check_param_bytes(run: CaseRun) -> None:
-    _split(run)
-    members = group_members(run)
+@CASE.criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", points=2)
+def check_param_bytes(run: CaseRun, split: str) -> None:
+    """Each rank would hold 1/N of the blocks' matrix bytes with real parallel layers."""
+    _split(run, split)
+    members = group_members(run, split)
     world = len(members)
     full = ref.serial_block_matrix_bytes()
     for _, rank, who in members:
-        got = run.part("split", rank)
+        got = run.part(split_part(P_SPLIT, split), rank)
         held = got["block_matrix_bytes"]
         expect(held * world == full, f"{who} holds {held:,} bytes of block matrices, expected "
                f"{full // world:,} (1/{world} of the unsplit {full:,}); layers: {got['layers']}")
 
-
-CASES = [
-    Case("p5_gpt2_2rank", "grading.problems.p5_2_gpt2.checks:probe_gpt2", world_size=2, init_group=True, timeout_s=120,
-         criteria=(
-             Criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
-                       "block unchanged", 1, check_value_errors),
-             Criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", 4,
-                       check_forward),
-             Criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", 4,
-                       check_grads),
-             Criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", 2, check_sgd),
-             Criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", 2,
-                       check_param_bytes),
-         )),
-]
-
-__all__ = ["CASES", "CheckFailed"]

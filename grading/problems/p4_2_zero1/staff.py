@@ -1,0 +1,8 @@
+"""Staff only (never released): the 4.2 hidden criteria (the same probe on 3 ranks; no answers needed)."""
+from __future__ import annotations
+
+from grading.kit.problem import Spawn
+from grading.problems.p4_2_zero1 import checks
+
+HIDDEN_POINTS = {checks.check_steps: 1, checks.check_memory: 1}
+HIDDEN_SPAWN = Spawn(world_size=3)            # 212 parameters over 3 ranks: the flat buffer is padded
