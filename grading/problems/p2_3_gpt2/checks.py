@@ -60,7 +60,6 @@ def logits_part(mode: str) -> str:
     return f"logits_{mode}"
 
 
-
 P_TUPLE_BLOCKS = "logits_tuple_blocks"
 P_TRAINING_STEP = "training_step"
 P_MORE_STAGES = "more_stages_than_blocks"
