@@ -1,8 +1,10 @@
 """Start N rank processes for one check, bounded in time, and collect what happened.
 
-Each rank is a fresh ``python -m grading.engine.worker`` in its own session (process
-group), with stdout/stderr going to files (a chatty submission cannot block a
-pipe). Ranks rendezvous over a private file store inside the run folder, so
+Each rank is a fresh process in its own session (process group): forked by the
+run's fork server (``grading.engine.forkserver``: torch already imported), or
+a cold ``python -m grading.engine.worker``; either way it runs the same
+``worker.main``, with stdout/stderr going to files (a chatty submission cannot
+block a pipe). Ranks rendezvous over a private file store inside the run folder, so
 no port is ever fixed. At the wall-clock limit every live rank is asked for a
 Python stack dump (faulthandler on SIGUSR1), then killed with its whole
 process group.
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.engine import sandbox
+from grading.engine.forkserver import ForkServer, ForkServers
 from grading.engine.results import is_finished
 
 STDERR_TAIL_CHARS = 2000
@@ -129,7 +132,7 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, env: dict | None = None,
-           limits: sandbox.Limits | None = None) -> LaunchResult:
+           limits: sandbox.Limits | None = None, servers: ForkServers | None = None) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
 
     Each rank calls ``function(ctx)`` with a ``grading.engine.results.RankContext``;
@@ -137,7 +140,10 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     file-store rendezvous in ``out_dir``, collective timeout ``pg_timeout_s``,
     default: half the wall limit). ``cwd`` is the kit copy whose code is
     imported. ``limits`` bounds each rank (default:
-    ``sandbox.default_limits(timeout_s)``). ``out_dir`` must not exist yet.
+    ``sandbox.default_limits(timeout_s)``). With ``servers`` (the run's fork
+    servers, for ``cwd``) the ranks are forked warm; without, or with an
+    ``env`` of its own, each is a cold ``python -m grading.engine.worker``:
+    the same worker either way. ``out_dir`` must not exist yet.
     Never raises for anything a rank does: crashes, hangs and exceptions are
     reported in the LaunchResult; no process of the run survives it.
     """
@@ -151,53 +157,44 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(5.0, timeout_s / 2),
             "run_id": run_id, "limits": sandbox.limits_to_spec(limits), "namespaces": namespaces.paths}
     (out_dir / "spec.json").write_text(json.dumps(spec))
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = str(Path(cwd).resolve())
-    child_env.setdefault("OMP_NUM_THREADS", "1")
-    child_env["PYTHONFAULTHANDLER"] = "1"
-    child_env[sandbox.RUN_MARKER] = run_id
-    procs: list[subprocess.Popen] = []
+    warm = servers if env is None else None
+    ranks: list[_Rank] = []
     spawned: list[float] = []
     start = time.monotonic()
     timed_out, codes = False, []
     try:
         for rank in range(world_size):
             spawned.append(time.time())
-            stdout = open(out_dir / f"rank{rank}.stdout", "wb")
-            stderr = open(out_dir / f"rank{rank}.stderr", "wb")
-            try:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "grading.engine.worker", str(out_dir / "spec.json"), str(rank)],
-                    cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
-                    start_new_session=True))
-                _send_key(procs[-1], key)
-            finally:
-                stdout.close()
-                stderr.close()
+            files = (out_dir / f"rank{rank}.stdout", out_dir / f"rank{rank}.stderr")
+            if warm is not None:
+                ranks.append(_Rank.forked(warm.server(rank), out_dir / "spec.json", rank, key, run_id, files, cwd))
+            else:
+                ranks.append(_Rank.cold(out_dir / "spec.json", rank, key, run_id, files, cwd, env))
         deadline = start + timeout_s
-        while any(p.poll() is None for p in procs):
+        while any(r.poll() is None for r in ranks):
             if time.monotonic() > deadline:
                 timed_out = True
                 break
             time.sleep(0.05)
         if timed_out:
-            for p in procs:
-                if p.poll() is None:
-                    _signal_group(p, signal.SIGUSR1)
+            for r in ranks:
+                if r.poll() is None:
+                    r.signal_group(signal.SIGUSR1)
             time.sleep(STACK_DUMP_WAIT_S)
-        codes = [p.poll() if not timed_out or p.poll() is not None else None for p in procs]
+        codes = [r.poll() if not timed_out or r.poll() is not None else None for r in ranks]
     finally:
-        for p in procs:                # kill stragglers and anything they spawned
-            _signal_group(p, signal.SIGKILL)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        for r in ranks:                # kill stragglers and anything they spawned
+            r.signal_group(signal.SIGKILL)
+        for r in ranks:
+            r.wait(10)
+        leftovers = [pid for server in {id(r.server): r.server for r in ranks if r.server}.values()
+                     for pid in server.sweep()]          # what setsid'ed or double-forked away from its group
         namespaces.close()
-        leftovers = sandbox.kill_marked(run_id)   # what left the process groups (setsid, double fork)
+        leftovers += sandbox.kill_marked(run_id)          # what left the process groups (setsid, double fork)
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers)
-    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s}))
+    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
+                                                     "warm": warm is not None}))
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(
@@ -206,6 +203,58 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             error=_read(rank_dir / "error.txt", tail=8000), stack=_read(out_dir / f"rank{rank}.stack", tail=20000),
             stderr_tail=_read(out_dir / f"rank{rank}.stderr", tail=STDERR_TAIL_CHARS)))
     return result
+
+
+class _Rank:
+    """One rank process, cold (a child of ours) or forked by a fork server (a child of the server)."""
+
+    def __init__(self, pid: int, proc: subprocess.Popen | None = None, server: ForkServer | None = None):
+        self.pid, self.proc, self.server = pid, proc, server
+
+    @classmethod
+    def cold(cls, spec: Path, rank: int, key: bytes, run_id: str, files: tuple[Path, Path], cwd: Path,
+             env: dict | None) -> _Rank:
+        """A fresh ``python -m grading.engine.worker SPEC RANK``; the key goes over its stdin."""
+        child_env = dict(os.environ if env is None else env)
+        child_env["PYTHONPATH"] = str(Path(cwd).resolve())
+        child_env.setdefault("OMP_NUM_THREADS", "1")
+        child_env["PYTHONFAULTHANDLER"] = "1"
+        child_env[sandbox.RUN_MARKER] = run_id
+        with open(files[0], "wb") as stdout, open(files[1], "wb") as stderr:
+            proc = subprocess.Popen([sys.executable, "-m", "grading.engine.worker", str(spec), str(rank)],
+                                    cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+                                    start_new_session=True)
+        _send_key(proc, key)
+        return cls(proc.pid, proc=proc)
+
+    @classmethod
+    def forked(cls, server: ForkServer, spec: Path, rank: int, key: bytes, run_id: str,
+               files: tuple[Path, Path], cwd: Path) -> _Rank:
+        """A rank forked by ``server`` (the key goes over the new process's stdin pipe)."""
+        pid = server.spawn(spec, rank, key, {sandbox.RUN_MARKER: run_id}, files[0], files[1], Path(cwd).resolve())
+        return cls(pid, server=server)
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs."""
+        if self.proc is not None:
+            return self.proc.poll()
+        code = self.server.poll().get(self.pid)
+        if code is None and not self.server.alive():
+            return -signal.SIGKILL                   # its server died, and it with it (PR_SET_PDEATHSIG)
+        return code
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the rank's process group (it leads its own session)."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait (bounded) until the rank has exited and been reaped."""
+        deadline = time.monotonic() + timeout_s
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def _send_key(proc: subprocess.Popen, key: bytes) -> None:
@@ -219,13 +268,6 @@ def _send_key(proc: subprocess.Popen, key: bytes) -> None:
             proc.stdin.close()
         except OSError:
             pass
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read(path: Path, tail: int | None = None) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -10,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.engine.expect import CheckFailed
+from grading.engine.forkserver import ForkServers
 from grading.engine.launch import launch, pick_backend
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
+FORKSERVER_ENV = "GRADING_FORKSERVER"        # "0": every rank a cold interpreter (e.g. to compare)
 NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
 
 
@@ -40,10 +43,11 @@ class CriterionResult:
 
 def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
              backend: str = "auto", barred: dict[str, str] | None = None,
-             hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
+             hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None) -> list[CriterionResult]:
     """Spawn ``case`` with ``kit_root`` as the code under test and judge each criterion.
 
     ``work_dir`` receives the run folder (a fresh temporary one when None).
+    ``servers`` are the run's fork servers for ``kit_root`` (``warm_servers``); without, every rank starts cold.
     ``barred`` maps a problem ("1.2") to the reason it scores zero (its region
     code reaches into the grader): its criteria fail with that reason, and a
     case whose criteria are all barred is not run. ``hints`` maps a problem to
@@ -57,11 +61,11 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
                 for c in case.criteria]
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints)
+            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints, servers)
     work_dir = Path(work_dir)
     result = launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
                     args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
-                    backend=pick_backend(case.world_size, backend))
+                    backend=pick_backend(case.world_size, backend), servers=servers)
     run = CaseRun(case.world_size, result)
     judging = time.perf_counter()
     verdicts = []
@@ -87,17 +91,29 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
     return verdicts
 
 
+def warm_servers(kit_root: Path) -> ForkServers | None:
+    """Fork servers for a grading run on ``kit_root`` (close them after the run), or None when
+    ``GRADING_FORKSERVER=0`` asks for cold rank processes."""
+    return None if os.environ.get(FORKSERVER_ENV, "1") == "0" else ForkServers(kit_root)
+
+
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
               timeout_scale: float = 1.0, progress=None, barred: dict[str, str] | None = None,
               hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
     """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in order."""
     verdicts = []
-    for case in cases:
-        if not any(selects(problem, c.problem) for c in case.criteria):
-            continue
-        if progress:
-            progress(case)
-        for verdict in run_case(case, kit_root, work_dir, timeout_scale, barred=barred, hints=hints):
-            if selects(problem, verdict.problem):
-                verdicts.append(verdict)
+    servers = warm_servers(kit_root)
+    try:
+        for case in cases:
+            if not any(selects(problem, c.problem) for c in case.criteria):
+                continue
+            if progress:
+                progress(case)
+            for verdict in run_case(case, kit_root, work_dir, timeout_scale, barred=barred, hints=hints,
+                                    servers=servers):
+                if selects(problem, verdict.problem):
+                    verdicts.append(verdict)
+    finally:
+        if servers is not None:
+            servers.close()
     return verdicts

@@ -67,6 +67,7 @@ class SubProblem:
     package: str                                  # __package__ of its folder
     inputs: Any = None                            # the public inputs (an ``Inputs`` instance), or None
     expected_type: type | None = None             # the ``Expected`` dataclass, or None when nothing is stored
+    expected_in_ranks: tuple[str, ...] = ()       # splits whose expected values a stand-in replays in the ranks
     cases: list[Case] = field(default_factory=list)
 
     # ------------------------------------------------------------ declaring
@@ -121,9 +122,12 @@ class SubProblem:
         return out
 
     def _split_args(self, splits: list[str]) -> dict:
+        """The case arguments for ``splits``: their inputs, and the expected values only of the splits that
+        ``expected_in_ranks`` names (the answers stay in the grader unless a stand-in must replay them)."""
         args: dict = {"splits": splits, "inputs": {s: to_data(self.inputs_for(s)) for s in splits}}
-        if self.expected_type is not None:
-            args["expected"] = {s: to_data(self.expected_for(s)) for s in splits}
+        shipped = [s for s in splits if s in self.expected_in_ranks]
+        if shipped:
+            args["expected"] = {s: to_data(self.expected_for(s)) for s in shipped}
         return args
 
     # ------------------------------------------------------------ rank side
@@ -137,8 +141,15 @@ class SubProblem:
         return self.inputs if data is None else from_data(type(self.inputs), data)
 
     def rank_expected(self, ctx, split: str) -> Any:
-        """In a rank: the typed expected values of ``split`` (for stand-ins that replay recorded answers)."""
-        return from_data(self.expected_type, ctx.args["expected"][split])
+        """In a rank: the typed expected values of ``split`` (for stand-ins that replay recorded answers).
+
+        Only the splits named in ``expected_in_ranks`` are sent; asking for another raises LookupError.
+        """
+        shipped = ctx.args.get("expected", {})
+        if split not in shipped:
+            raise LookupError(f"{self.id}: the expected values of the {split} split are not sent to the ranks "
+                              "(add it to expected_in_ranks)")
+        return from_data(self.expected_type, shipped[split])
 
 
 def render_expected(value: Any) -> str:

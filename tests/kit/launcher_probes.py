@@ -37,3 +37,32 @@ def exits_early(ctx):
 def spawns_sleeper(ctx):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     (ctx.out_dir / "child_pid.txt").write_text(str(child.pid))
+
+
+def forks_a_setsid_daemon(ctx):
+    """A bare fork (no exec, so the run marker is not in the daemon's own start-up environment when the rank
+    was forked warm) that double-forks, leaves its session and lingers; records the daemon's pid."""
+    path = ctx.out_dir / "daemon_pid.txt"
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            (ctx.out_dir / "daemon_pid.tmp").write_text(str(os.getpid()))
+            os.replace(ctx.out_dir / "daemon_pid.tmp", path)
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    for _ in range(200):
+        if path.exists():
+            break
+        time.sleep(0.02)
+    ctx.record("daemon", lambda: int(path.read_text()))
+
+
+def reports_fresh_state(ctx):
+    """What a fresh interpreter draws anew: the str hash seed, the random module, the run marker, the threads."""
+    import random
+    ctx.record("state", lambda: {"hash": hash("grading"), "random": random.random(),
+                                 "marker": os.environ.get("GRADING_RUN_ID", ""),
+                                 "torch_seed": torch.initial_seed(), "modules": sorted(
+                                     m for m in sys.modules if m.startswith(("data_parallel", "pipeline")))})

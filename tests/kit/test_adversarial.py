@@ -263,7 +263,7 @@ def test_planted_and_altered_result_files_are_rejected(tmp_path):
     # The grader-access rule (a region that names the grader scores zero) is static, so a determined cheater
     # hides the import; the signed result files must still reject what it plants.
     hidden = ("from grading.problems.p1_2_comm import reference as p1\n"
-              "torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / 'grads.pt')\n"
+              "torch.save(p1.serial_gradients(seed=0, step=0), rank_dir / 'grads_public.pt')\n"
               "torch.save({'losses': [0.0], 'params': p1.params_of(p1.GradProbeNet(seed=0))}, "
               "rank_dir / 'train_step.pt')\n").encode().hex()
     plant = f"""
@@ -354,7 +354,7 @@ def test_result_on_the_wrong_device_is_named(tmp_path):
 def test_a_crashing_grader_still_writes_results_json(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the grader")
-    monkeypatch.setattr("grading.__main__.run_cases", broken)
+    monkeypatch.setattr("grading.commands.grade.run_cases", broken)
     code, results = grade_cli(tmp_path, make_variant_kit(tmp_path / "sub", []), "--problem", "1.1")
     assert code == 4
     assert results["score"] == 0 and results["max_score"] > 0

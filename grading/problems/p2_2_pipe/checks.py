@@ -22,7 +22,7 @@ import torch
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
 from grading.problems.common import stage_devices
@@ -61,7 +61,7 @@ OTHER_CONFIGS: list[Config] = [(3, 8, 2), (3, 4, 4), (2, 4, 4), BACKWARD_CONFIG,
 
 PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(forward=((1, 8, 4), (2, 8, 4), (3, 8, 2), (3, 6, 1))),   # even splits
-                     expected_type=Expected)
+                     expected_type=Expected, expected_in_ranks=(PUBLIC, HIDDEN))   # waves for the schedule stand-in
 
 P_DEVICES = "devices"
 P_FORWARD = "forward"    # recorded per split: split_part(P_FORWARD, split)

@@ -21,7 +21,7 @@ from typing import Any
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
-from grading.engine.rubric import HIDDEN, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.problems.common import call_outcome, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
@@ -50,7 +50,7 @@ class Expected:
 PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(configs=((2, 2, 2, "fp32"), (1, 4, 1, "fp32"), (4, 1, 8, "fp16"),
                                             (3, 5, 2, "bf16"), (8, 2, 4, "fp32"))),
-                     expected_type=Expected)
+                     expected_type=Expected, expected_in_ranks=(PUBLIC,))   # the engine's fp32 config
 
 ENGINE_SIZES = (ref.WORLD_SIZE, ref.MICRO_BATCH, ref.GRAD_ACCUM)     # the engine train_microbatch runs in
 BAD_CONFIGS = [(0, 2, 2, "fp32"), (2, 0, 2, "fp32"), (2, 2, 0, "fp32"), (-1, 2, 2, "fp32"), (2, 2, 2, "fp8"),
@@ -102,7 +102,7 @@ def probe_zero(ctx) -> None:
         ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
     def train():
-        engine, model = _engine(copy.deepcopy(PROBLEM.rank_expected(ctx, splits[0]).engine_config))
+        engine, model = _engine(copy.deepcopy(PROBLEM.rank_expected(ctx, PUBLIC).engine_config))
         losses = []
         for step in range(ref.STEPS):
             row = []
