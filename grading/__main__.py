@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from grading.commands import benchmarks, grade, report, similarity, staff
+from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
 
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (grade, staff, similarity, benchmarks):
+    for command in (grade, manage, similarity, benchmarks):
         command.register(sub)
     args = parser.parse_args(argv)
     try:

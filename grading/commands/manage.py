@@ -20,7 +20,7 @@ from grading.kit.secret import SECRET_ENV, staff_side
 
 
 def _staff_only(command: str) -> int | None:
-    """EXIT_USAGE with a one-line message when ``command`` runs in a student starter (no grading/hidden)."""
+    """EXIT_USAGE with a one-line message when ``command`` runs in a student starter (no grading/staff)."""
     if staff_side():
         return None
     print(f"error: `python -m grading {command}` is a staff command: it needs the course kit (grading/staff), "

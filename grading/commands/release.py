@@ -86,7 +86,7 @@ def staff_files(kit_root: Path, problems: tuple[str, ...]) -> list[str]:
 
 
 def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
-    """The starter's README: ``grading/hidden/README.student.md`` with the table of the chosen problems.
+    """The starter's README: ``grading/staff/README.student.md`` with the table of the chosen problems.
 
     The table is made from the regions themselves (problem, title, files, functions), so it cannot drift.
     """

@@ -23,7 +23,7 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.kit.regions import parse_regions, replace_bodies
-from tests.kit.test_answer_key import MIN_NODES, _node_count, _shape
+from tests.kit.shapes import MIN_NODES, node_count, shape
 
 pytestmark = pytest.mark.kit
 SECTION = "### Adding a sub-problem"
@@ -100,12 +100,12 @@ def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
     region = next(r for r in parse_regions((toy_kit / TOY_FILE).read_text(), TOY_FILE)
                   if r.function == TOY_FUNCTION)
     answer = ast.parse(textwrap.dedent(region.body)).body
-    assert _node_count(answer) >= MIN_NODES
+    assert node_count(answer) >= MIN_NODES
     for path in starter.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
                 body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-                assert not body or _shape(body) != _shape(answer), f"{path}: {node.name} is shaped like the answer"
+                assert not body or shape(body) != shape(answer), f"{path}: {node.name} is shaped like the answer"
 
 
 def test_the_guides_variant_loses_exactly_its_criterion(toy_kit, tmp_path):

@@ -19,45 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from grading.problems import all_cases
-from grading.hidden import answers, fixtures
-from grading.hidden.inputs import hidden_data
-from grading.kit.regions import parse_regions, student_files
 from grading.commands.release import release
+from grading.engine.rubric import HIDDEN, PUBLIC
 from grading.engine.runner import run_cases
+from grading.kit.problem import SubProblem
+from grading.kit.regions import parse_regions, student_files
+from grading.kit.secret import SECRET_ENV
 from grading.kit.submission import build_grading_copy, grader_access
+from grading.staff import expected as expected_files
+from grading.problems import all_cases, folders, sub_problem
+from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
-MIN_NODES = 12        # regions smaller than this (``return len(self.index)``) have no distinctive shape
-
-
-class _Shape(ast.NodeTransformer):
-    """Forget names, attributes and constants: what is left is the shape of the code."""
-
-    def visit_Name(self, node):
-        return ast.copy_location(ast.Name(id="_", ctx=node.ctx), node)
-
-    def visit_arg(self, node):
-        return ast.copy_location(ast.arg(arg="_"), node)
-
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        node.attr = "_"
-        return node
-
-    def visit_Constant(self, node):
-        return ast.copy_location(ast.Constant(value=0), node)
-
-
-def _shape(statements: list[ast.stmt]) -> str:
-    module = ast.Module(body=[_Shape().visit(ast.parse(ast.unparse(s)).body[0]) for s in statements],
-                        type_ignores=[])
-    return ast.dump(module, annotate_fields=False)
-
-
-def _node_count(statements: list[ast.stmt]) -> int:
-    return sum(1 for s in statements for _ in ast.walk(s))
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +46,8 @@ def test_no_function_in_the_starter_is_shaped_like_a_reference_region(starter):
     for rel in student_files(KIT_ROOT):
         for region in parse_regions((KIT_ROOT / rel).read_text(), rel):
             body = ast.parse(textwrap.dedent(region.body)).body
-            if _node_count(body) >= MIN_NODES:
-                regions.append((f"{rel}:{region.begin_line} ({region.id}, {region.function})", _shape(body)))
+            if node_count(body) >= MIN_NODES:
+                regions.append((f"{rel}:{region.begin_line} ({region.id}, {region.function})", shape(body)))
     assert len(regions) >= 10, "the scan must cover most regions"
     shapes = {}
     for path in sorted(starter.rglob("*.py")):
@@ -82,15 +56,16 @@ def test_no_function_in_the_starter_is_shaped_like_a_reference_region(starter):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
                 for start in range(len(body)):          # any run of statements that ends the function
-                    shapes.setdefault(_shape(body[start:]), f"{path.relative_to(starter)}:{node.lineno}")
+                    shapes.setdefault(shape(body[start:]), f"{path.relative_to(starter)}:{node.lineno}")
     leaks = [(where, shapes[shape]) for where, shape in regions if shape in shapes]
     assert not leaks, f"starter functions shaped like reference regions: {leaks}"
 
 
 def test_the_starter_leaves_out_the_staff_answers_and_keeps_data(starter):
-    assert not (starter / "grading" / "hidden").exists()
-    for name in fixtures.public_fixtures():
-        assert json.loads((starter / "grading" / "fixtures" / f"{name}.json").read_text())
+    assert not (starter / "grading" / "staff").exists()
+    assert not list((starter / "grading" / "problems").rglob("staff.py"))
+    for rel in expected_files.rendered():
+        assert json.loads((starter / rel).read_text())
     text = "\n".join(p.read_text() for p in (starter / "grading").rglob("*.py") if "pristine" not in p.parts)
     for answer in ("def partition_indices", "def clock_cycles", "def config_entries", "def block_split"):
         assert not re.search(f"^{answer}", text, flags=re.MULTILINE), answer       # the staff answers' names
@@ -101,16 +76,17 @@ def test_the_starter_leaves_out_the_staff_answers_and_keeps_data(starter):
     assert "BEGIN_STUDENT" in readme and "For staff" not in readme and "release" not in readme
 
 
-def test_committed_fixtures_match_the_staff_answers():
-    assert fixtures.stale() == [], "run `python -m grading fixtures`"
+def test_committed_expected_values_match_the_staff_answers():
+    assert expected_files.stale() == [], "run `python -m grading fixtures`"
 
 
 @pytest.mark.parametrize("body, caught", [
-    ("from grading.hidden import answers\nreturn answers.partition_indices(size, world_size, seed)", "grading"),
-    ("import importlib\nm = importlib.import_module('grad' + 'ing.hidden.answers')\n"
+    ("from grading.problems.p1_1_partition import staff\nreturn staff.partition_indices(size, world_size, seed)",
+     "grading"),
+    ("import importlib\nm = importlib.import_module('grad' + 'ing.problems.p1_1_partition.staff')\n"
      "return m.partition_indices(size, world_size, seed)", "importlib"),
     ("m = __import__('grad' + 'ing')\nreturn m", "__import__"),
-    ("text = open('grading/fixtures/p1_1.json').read()\nreturn text", "grading"),
+    ("text = open('grading/problems/p1_1_partition/expected.json').read()\nreturn text", "grading"),
 ])
 def test_grader_access_is_found_in_code_not_comments(body, caught):
     assert grader_access(body)[1].lower() == caught
@@ -118,8 +94,8 @@ def test_grader_access_is_found_in_code_not_comments(body, caught):
 
 
 def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_path):
-    body = ("from grading.hidden import answers  # the staff answers, only present on the course's grader\n"
-            "return answers.partition_indices(size, world_size, seed)")
+    body = ("from grading.problems.p1_1_partition import staff  # the answers, only on the course's grader\n"
+            "return staff.partition_indices(size, world_size, seed)")
     kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
     splice = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
     assert set(splice.barred) == {"1.1"}
@@ -128,16 +104,22 @@ def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_p
     assert verdicts and all(v.score == 0 and "reaches into the grader" in v.message for v in verdicts)
 
 
-def test_hidden_inputs_follow_the_course_secret():
-    names = ["p1_1", "p1_2", "p2_1", "p2_2", "p2_3", "p3_1", "p3_2", "p3_3", "p4", "p5"]
-    for name in names:
-        assert hidden_data(name, "term-a") == hidden_data(name, "term-a")
+def _hidden(problem: SubProblem, secret: str, monkeypatch) -> object:
+    monkeypatch.setenv(SECRET_ENV, secret)
+    return problem.inputs_for(HIDDEN)
+
+
+def test_hidden_inputs_follow_the_course_secret(monkeypatch):
+    """Every sub-problem whose hidden criteria run on other inputs draws them anew for every secret."""
+    drawn = [sub_problem(p) for p in folders() if getattr(sub_problem(p).staff(), "hidden_inputs", None)]
+    assert len(drawn) >= 10, [p.id for p in drawn]
     secrets = ["term-a", "term-b", "term-c", "term-d"]
-    same = [name for name in names if len({repr(hidden_data(name, secret)) for secret in secrets}) == 1]
-    assert not same, f"the same hidden inputs under every secret: {same}"
-    assert sum(hidden_data(n, "term-a") != hidden_data(n, "term-b") for n in names) >= len(names) - 1
-    public = set(json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())["partitions"])
-    assert not public & {",".join(map(str, c)) for c in hidden_data("p1_1", "term-a")["configs"]}
+    for problem in drawn:
+        assert _hidden(problem, "term-a", monkeypatch) == _hidden(problem, "term-a", monkeypatch)
+        assert len({repr(_hidden(problem, s, monkeypatch)) for s in secrets}) > 1, f"{problem.id}: same under all"
+        assert type(_hidden(problem, "term-a", monkeypatch)) is type(problem.inputs_for(PUBLIC))
+    p1_1 = sub_problem("1.1")
+    assert not set(p1_1.inputs_for(PUBLIC).partitions) & set(_hidden(p1_1, "term-a", monkeypatch).partitions)
 
 
 def _grade_1_1(kit: Path, secret: str, out: Path) -> dict[str, float]:
@@ -148,12 +130,14 @@ def _grade_1_1(kit: Path, secret: str, out: Path) -> dict[str, float]:
     return {t["name"].split(":")[0]: t["score"] for t in json.loads(out.read_text())["tests"]}
 
 
-def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path):
-    table = {key: value for key, value in json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())
-             ["partitions"].items()}
-    table.update({",".join(map(str, c)): e for c, e in zip(hidden_data("p1_1", "term-a")["configs"],
-                                                           hidden_data("p1_1", "term-a")["expected"])})
-    table.update(json.loads((KIT_ROOT / "grading/fixtures/p1_1.json").read_text())["loader"])
+def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path, monkeypatch):
+    p1_1 = sub_problem("1.1")
+    public = p1_1.expected_for(PUBLIC)
+    monkeypatch.setenv(SECRET_ENV, "term-a")
+    hidden = p1_1.expected_for(HIDDEN)
+    monkeypatch.delenv(SECRET_ENV)
+    table = {",".join(map(str, call)): parts for e in (public, hidden) for table in (e.partitions, e.loader)
+             for call, parts in table.items()}
     body = f"""
         if size < 0 or world_size < 1:
             raise ValueError("bad arguments")
@@ -173,6 +157,7 @@ def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path
 
 
 def test_answers_agree_with_the_contract_examples():
-    assert answers.block_split(4, 3) == [2, 1, 1]
-    assert answers.schedule(2, 2) == [[[0, 0]], [[1, 0], [0, 1]], [[1, 1]]]
-    assert sorted(i for part in answers.partition_indices(10, 3, 0) for i in part) == list(range(10))
+    p1_1, p2_1, p2_3 = (sub_problem(p).staff() for p in ("1.1", "2.1", "2.3"))
+    assert p2_3.block_split(4, 3) == [2, 1, 1]
+    assert p2_1.schedule(2, 2) == [[(0, 0)], [(1, 0), (0, 1)], [(1, 1)]]
+    assert sorted(i for part in p1_1.partition_indices(10, 3, 0) for i in part) == list(range(10))

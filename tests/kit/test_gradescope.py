@@ -44,8 +44,10 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
         for script in ("setup.sh", "run_autograder"):
             assert script in names
             assert (archive.getinfo(script).external_attr >> 16) & 0o111, f"{script} is not executable"
-        assert {"grading/hidden/answers.py", "grading/hidden/inputs.py", "grading/__main__.py"} <= names
-        assert "grading/hidden/course_secret.txt" not in names        # no --course-secret given
+        assert {"grading/staff/expected.py", "grading/problems/p1_1_partition/staff.py",
+                "grading/problems/p3_3_zero/staff.py", "grading/__main__.py"} <= names
+        assert not any(n.startswith(("grading/problems/p4_", "grading/problems/p5_")) for n in names)  # not chosen
+        assert "grading/staff/course_secret.txt" not in names        # no --course-secret given
         assert not any("__pycache__" in n or n.startswith((".git/", "tests/kit/")) for n in names)
         requirements = archive.read("requirements.txt").decode()
     assert "torch==" in requirements
@@ -69,8 +71,8 @@ def test_run_autograder_grades_the_submission_into_results_json(tmp_path, bundle
 def test_a_course_secret_goes_into_the_bundle_only(tmp_path):
     from grading.commands.gradescope import build_bundle
     build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026")
-    assert (tmp_path / "b" / "source" / "grading" / "hidden" / "course_secret.txt").read_text().strip() == "fall-2026"
-    assert not (KIT_ROOT / "grading" / "hidden" / "course_secret.txt").exists()
+    assert (tmp_path / "b" / "source" / "grading" / "staff" / "course_secret.txt").read_text().strip() == "fall-2026"
+    assert not (KIT_ROOT / "grading" / "staff" / "course_secret.txt").exists()
 
 
 def test_run_autograder_reports_a_rejected_submission(tmp_path, bundle):
