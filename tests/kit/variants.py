@@ -20,7 +20,11 @@ from grading.kit.submission import build_grading_copy
 
 @dataclass(frozen=True)
 class Variant:
-    """A named bug: ``body`` replaces the region inside ``function`` of ``path``; ``fails`` lists criterion ids."""
+    """A named bug: ``body`` replaces the region inside ``function`` of ``path``; ``fails`` lists criterion ids.
+
+    A bug that spans regions (a blocking all-reduce changes the hook and what finish waits for) lists its
+    other region edits in ``also`` as (path, function, body).
+    """
 
     name: str
     path: str
@@ -28,6 +32,12 @@ class Variant:
     body: str
     fails: frozenset[str]
     hint: str = ""          # text a failed criterion's message must contain (a likely cause, a file:line)
+    also: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def edits(self) -> list[tuple[str, str, str]]:
+        """Every (path, function, body) this bug writes."""
+        return [(self.path, self.function, self.body), *self.also]
 
 
 def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
@@ -47,7 +57,7 @@ def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
 
 def grade_variant(variant: Variant, problem: str, work: Path) -> dict[str, CriterionResult]:
     """Grade ``problem`` on a copy of the kit carrying ``variant``; verdicts by criterion id."""
-    kit = make_variant_kit(work / "kit", [(variant.path, variant.function, variant.body)])
+    kit = make_variant_kit(work / "kit", variant.edits)
     splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
     return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
                                        barred=splice.barred, hints=splice.hints)}
