@@ -134,7 +134,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grade.add_argument("submission", nargs="?", help="submission folder or zip (default: this kit itself)")
     grade.add_argument("--problem", help="only this problem, e.g. 1.2 or 1")
     grade.add_argument("--json", help="write Gradescope results.json here")
-    grade.add_argument("--timeout", type=float, help="wall-clock limit per case in seconds (default: each case's)")
+    grade.add_argument("--timeout", type=float, help="limit per case in seconds, counted on an idle machine's "
+                       "clock (default: each case's)")
     grade.add_argument("--verbose", "-v", action="store_true", help="show full failure messages")
     grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")

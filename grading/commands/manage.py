@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     batch.add_argument("--results", help="folder for each submission's results.json and report "
                        "(default: next to the CSV, <name>_results/)")
     batch.add_argument("--problem", help="only this problem, e.g. 1.2 or 1")
-    batch.add_argument("--timeout", type=float, help="wall-clock limit per case in seconds")
+    batch.add_argument("--timeout", type=float, help="limit per case in seconds (an idle machine's clock)")
     batch.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     add_course_options(batch)
     batch.add_argument("--similarity", metavar="DIR", help="also write the similarity report (pairs.csv, index.html)")

@@ -5,9 +5,10 @@ run's fork server (``grading.engine.forkserver``: torch already imported), or
 a cold ``python -m grading.engine.worker``; either way it runs the same
 ``worker.main``, with stdout/stderr going to files (a chatty submission cannot
 block a pipe). Ranks rendezvous over a private file store inside the run folder, so
-no port is ever fixed. At the wall-clock limit every live rank is asked for a
-Python stack dump (faulthandler on SIGUSR1), then killed with its whole
-process group.
+no port is ever fixed. At the case's limit (counted on an idle machine's
+clock, ``LoadClock``, so a busy machine does not turn a slow correct rank into
+a timeout) every live rank is asked for a Python stack dump (faulthandler on
+SIGUSR1), then killed with its whole process group.
 
 Each run also gets (see ``grading.engine.sandbox``) per-rank resource limits, a
 private network and PID namespace shared by its ranks where the platform
@@ -56,6 +57,7 @@ class LaunchResult:
     ranks: list[RankOutcome] = field(default_factory=list)
     timed_out: bool = False
     wall_s: float = 0.0
+    limit_s: float = 0.0            # the case's limit, in load-discounted seconds (see LoadClock)
     key: bytes = b""                # the run's signing key (parts.log HMACs); b"": accept unsigned files
     sandbox_note: str = ""          # why namespaces were not used ("" when they were)
     leftovers: list[int] = field(default_factory=list)   # pids found by the run marker and killed
@@ -71,7 +73,8 @@ class LaunchResult:
         reasons = []
         if self.timed_out:
             stuck = [r for r in self.ranks if r.returncode is None]
-            reasons.append(f"timed out after {self.wall_s:.0f} s with rank(s) "
+            reasons.append(f"timed out after {self.wall_s:.0f} s (the limit of {self.limit_s:.0f} s, counted on an "
+                           f"idle machine's clock) with rank(s) "
                            f"{', '.join(str(r.rank) for r in stuck) or '?'} still running")
             for r in stuck:
                 if r.stack:
@@ -116,6 +119,37 @@ def _last_frames(stack: str, keep: int = 6) -> str:
     return "\n".join(frames[:keep]) if frames else stack.strip()[-600:]
 
 
+class LoadClock:
+    """Seconds since creation as an idle machine would count them: wall time divided by how busy the machine is.
+
+    Sampled from ``/proc/loadavg`` (runnable tasks right now, this process excluded) against the CPUs this
+    process may use: with 8 runnable tasks on 2 cores everything runs about 4 times slower, so 4 wall seconds
+    count as 1. A limit on this clock cuts a hang (sleeping ranks accrue time as fast as on an idle machine)
+    without also cutting a correct submission that a busy machine slows down: no verdict depends on load.
+    """
+
+    def __init__(self):
+        self._last = time.monotonic()
+        self._elapsed = 0.0
+
+    @staticmethod
+    def slowdown() -> float:
+        """How many times slower than on an idle machine a runnable process runs now (>= 1)."""
+        try:
+            runnable = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+            cpus = len(os.sched_getaffinity(0))
+        except (OSError, ValueError, IndexError, AttributeError):
+            return 1.0
+        return max(1.0, (runnable - 1) / max(1, cpus))
+
+    def elapsed(self) -> float:
+        """Load-discounted seconds so far (call it often: each call weighs the time since the last one)."""
+        now = time.monotonic()
+        self._elapsed += (now - self._last) / self.slowdown()
+        self._last = now
+        return self._elapsed
+
+
 def pick_backend(world_size: int, requested: str = "auto") -> str:
     """``nccl`` when asked, or when ``auto`` and every rank can have its own GPU; else ``gloo``."""
     if requested != "auto":
@@ -154,7 +188,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     namespaces = sandbox.Namespaces(network=limits.network)
     spec = {"target": target, "world_size": world_size, "args": args or {}, "init_group": init_group,
             "backend": backend, "store": str(out_dir / "store"),
-            "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(5.0, timeout_s / 2),
+            "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": sandbox.limits_to_spec(limits), "namespaces": namespaces.paths}
     (out_dir / "spec.json").write_text(json.dumps(spec))
     warm = servers if env is None else None
@@ -170,9 +204,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
                 ranks.append(_Rank.forked(warm.server(rank), out_dir / "spec.json", rank, key, run_id, files, cwd))
             else:
                 ranks.append(_Rank.cold(out_dir / "spec.json", rank, key, run_id, files, cwd, env))
-        deadline = start + timeout_s
+        clock = LoadClock()
         while any(r.poll() is None for r in ranks):
-            if time.monotonic() > deadline:
+            if clock.elapsed() > timeout_s:
                 timed_out = True
                 break
             time.sleep(0.05)
@@ -191,7 +225,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
                      for pid in server.sweep()]          # what setsid'ed or double-forked away from its group
         namespaces.close()
         leftovers += sandbox.kill_marked(run_id)          # what left the process groups (setsid, double fork)
-    result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start, key=key,
+    result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start,
+                          limit_s=timeout_s, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
                                                      "warm": warm is not None}))
