@@ -240,9 +240,16 @@ class ForkServer:
         return self.exits
 
     def sweep(self) -> list[int]:
-        """Kill every process the server's ranks left behind (re-parented to it); return their pids."""
-        self._socket.sendall(b'{"op": "sweep"}\n')
-        reply = self._next(lambda m: "swept" in m, 30.0)
+        """Kill every process the server's ranks left behind (re-parented to it); return their pids.
+
+        A server that is gone (a rank killed it: its parent) sweeps nothing; its ranks died with it
+        (``PR_SET_PDEATHSIG``) and what they started is left to the run marker's sweep.
+        """
+        try:
+            self._socket.sendall(b'{"op": "sweep"}\n')
+            reply = self._next(lambda m: "swept" in m, 30.0)
+        except (OSError, RuntimeError):
+            return []
         return reply["swept"] if reply else []
 
     def alive(self) -> bool:

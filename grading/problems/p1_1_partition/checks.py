@@ -166,6 +166,8 @@ def _check_cover(label: str, parts, size: int, world_size: int) -> None:
 
 def _check_sizes(label: str, parts, expected: Parts) -> None:
     want = [len(p) for p in expected]
+    expect(isinstance(parts, list) and all(isinstance(p, list) for p in parts),
+           f"{label}: expected a list of {len(want)} lists, got {describe(parts)}")
     got = [len(p) for p in parts]
     expect(got == want, f"{label}: part sizes {got}, expected {want} (size // world_size each, one more for the "
            "first size % world_size parts)")
