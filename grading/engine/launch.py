@@ -61,16 +61,17 @@ class LaunchResult:
     key: bytes = b""                # the run's signing key (parts.log HMACs); b"": accept unsigned files
     sandbox_note: str = ""          # why namespaces were not used ("" when they were)
     leftovers: list[int] = field(default_factory=list)   # pids found by the run marker and killed
+    lost: str = ""                  # why no result of this run counts (a rank killed its fork server)
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and all(r.finished and r.returncode == 0 for r in self.ranks)
+        return not self.timed_out and not self.lost and all(r.finished and r.returncode == 0 for r in self.ranks)
 
     def failure(self) -> str:
         """One human-readable reason why the run did not finish cleanly ("" when it did)."""
         if self.ok:
             return ""
-        reasons = []
+        reasons = [self.lost] if self.lost else []
         if self.timed_out:
             stuck = [r for r in self.ranks if r.returncode is None]
             reasons.append(f"timed out after {self.wall_s:.0f} s (the limit of {self.limit_s:.0f} s, counted on an "
@@ -221,13 +222,16 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             r.signal_group(signal.SIGKILL)
         for r in ranks:
             r.wait(10)
-        leftovers = [pid for server in {id(r.server): r.server for r in ranks if r.server}.values()
-                     for pid in server.sweep()]          # what setsid'ed or double-forked away from its group
+        servers_used = {id(r.server): r.server for r in ranks if r.server}.values()
+        lost = "" if all(server.alive() for server in servers_used) else (
+            "a rank killed the process that started it (its fork server), which ends every rank of the run at an "
+            "unpredictable point: no result of this run is counted")
+        leftovers = [pid for server in servers_used for pid in server.sweep()]   # setsid'ed or double-forked away
         namespaces.close()
         leftovers += sandbox.kill_marked(run_id)          # what left the process groups (setsid, double fork)
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start,
                           limit_s=timeout_s, key=key,
-                          sandbox_note=namespaces.reason, leftovers=leftovers)
+                          sandbox_note=namespaces.reason, leftovers=leftovers, lost=lost)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
                                                      "warm": warm is not None}))
     for rank, code in enumerate(codes):

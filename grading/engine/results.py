@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from grading.engine.expect import CheckFailed
-from grading.engine.hints import likely_cause, student_frame
+from grading.engine.hints import format_error, student_frame
 
 if TYPE_CHECKING:
     from grading.engine.launch import LaunchResult
@@ -117,11 +117,9 @@ def is_finished(rank_dir: Path, key: bytes, rank: int) -> bool:
 
 
 def describe_error(info: dict) -> str:
-    """``Type: message (at path:line (in fn))`` plus a likely cause when one is known."""
-    where = info.get("where") or ""
-    text = f"{info.get('type', 'Error')}: {info.get('message', '')}" + (f" (at {where})" if where else "")
-    hint = likely_cause(str(info.get("type", "")), str(info.get("message", "")), where)
-    return text + (f"\n{hint}" if hint else "")
+    """``Type: message (at path:line (in fn))`` plus a likely cause when one is known (``hints.format_error``
+    of an exception ``record`` saved)."""
+    return format_error(str(info.get("type", "Error")), str(info.get("message", "")), info.get("where") or "")
 
 
 class CaseRun:
@@ -162,6 +160,8 @@ class CaseRun:
         by student code, or changed after it was recorded, is rejected with a
         message that says so.
         """
+        if self.launch.lost:
+            raise CheckFailed(f"no result for '{name}': {self.launch.lost}")
         rank_dir = self.launch.out_dir / f"rank{rank}"
         error_file = rank_dir / f"{name}.error.json"
         value_file = rank_dir / f"{name}.pt"

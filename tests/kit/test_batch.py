@@ -33,22 +33,30 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     hang = make_variant_kit(tmp_path / "k1", [(DATASET, "partition_indices",
                                                "import time\nwhile True:\n    time.sleep(0.1)\n")])
     _folder(subs / "dave", (hang / DATASET).read_text())                      # hangs: cut off per case
+    grader_of_server = "int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1])"
     killer = make_variant_kit(tmp_path / "k2", [(DATASET, "partition_indices",
-                                                 "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")])
+                                                 f"import os, signal\nos.kill({grader_of_server}, signal.SIGKILL)\n")])
     _folder(subs / "eve", (killer / DATASET).read_text())                     # kills its own grader
+    parent_killer = make_variant_kit(tmp_path / "k3", [(DATASET, "partition_indices",
+                                                        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")])
+    _folder(subs / "frank", (parent_killer / DATASET).read_text())            # kills its parent: the fork server
     (subs / ".DS_Store").write_text("ignored")
     out = tmp_path / "grades.csv"
     code = grading_main(["batch", str(subs), "--out", str(out), "--jobs", "2", "--problem", "1.1", "--timeout", "6",
                          "--quiet"])
     assert code == 0
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
-    assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve"]
+    assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve", "frank"]
     expected = {"alice": ("passed", "13"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),
-                "dave": ("failed", "0"), "eve": ("grader_error", "0")}
+                "dave": ("failed", "0"), "eve": ("grader_error", "0"), "frank": ("failed", "0")}
     assert {name: (row["status"], row["score"]) for name, row in rows.items()} == expected, rows
     assert rows["alice"]["problem_1.1"] == "13" and rows["alice"]["max_score"] == "13"
     assert "unsafe path" in rows["carol.zip"]["notes"]
     assert "did not finish" in rows["eve"]["notes"]
+    # the rank's parent is its fork server: killing it voids the whole run (whatever its ranks recorded before
+    # they died with the server would depend on timing), and the grader goes on with a fresh server
+    frank = json.loads((tmp_path / "grades_results" / "frank" / "results.json").read_text())
+    assert all("killed the process that started it" in t["output"] for t in frank["tests"]), frank
     for name in rows:
         results = json.loads((tmp_path / "grades_results" / name / "results.json").read_text())
         assert "tests" in results and "score" in results
