@@ -1,9 +1,13 @@
 """Entry points of the kit (``run_*.py``, ``plot.py``) and the library they share.
 
-Entry points are thin: parse (``cli``), check readiness (``readiness``), then
-call the library: ``data`` and ``model`` (what to train), ``devices`` (where),
-``loop`` (how: accumulation, ``precision``, ``checkpoint``, ``guard``,
-``metrics``), ``train_lib`` (shared arguments, loss, evaluation, launch).
+Entry points are thin: parse (``cli``, ``options``), check readiness
+(``readiness``), then call the library: ``data`` and ``model`` (what to
+train), ``devices`` (where: backend, rank and stage devices, threads),
+``launch`` (starting ranks and joining their group: the runners and the
+benchmarks alike), ``loop`` (the one training loop, with its strategies in
+``updates`` and ``zero_engine`` and its state in ``run_state``; ``precision``,
+``checkpoint``, ``guard``, ``metrics``), ``loss`` (training and validation
+loss) and ``output`` (progress, log lines, JSON files, the closing report).
 """
 from pathlib import Path
 

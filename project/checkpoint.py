@@ -10,12 +10,13 @@ Every rank writes into ``step_<n>.tmp/``; after a barrier rank 0 renames it
 to ``step_<n>/`` and then rewrites ``latest``, so a run killed at any
 moment leaves either the previous checkpoint or the new one, never half of
 one. The oldest folders beyond ``keep`` are removed. ``--resume DIR``
-accepts the root (its ``latest``) or one ``step_<n>`` folder.
+accepts the root (its ``latest``) or one ``step_<n>`` folder. Single files
+are written with ``grading.kit.files`` (temporary name, fsync, rename).
+``StepFolders`` is this layout as the store of ``project.loop``.
 """
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -24,7 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from project.data import ConfigError
+from grading.kit.files import atomic_path, atomic_write
+from project.cli import ConfigError
 
 LATEST = "latest"
 _STEP_RE = re.compile(r"^step_(\d+)$")
@@ -44,9 +46,8 @@ def staging_dir(root: Path, step: int) -> Path:
 
 def save_file(obj: Any, path: Path) -> None:
     """``torch.save(obj)`` to ``path`` through a temporary file and a rename (atomic)."""
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as scratch:
+        torch.save(obj, scratch)
 
 
 def commit(root: Path, step: int, keep: int = 3) -> Path:
@@ -57,10 +58,8 @@ def commit(root: Path, step: int, keep: int = 3) -> Path:
     root, final = Path(root), step_dir(root, step)
     if final.exists():
         shutil.rmtree(final)
-    (root / f"step_{step:08d}.tmp").replace(final)
-    tmp = root / f"{LATEST}.tmp{os.getpid()}"
-    tmp.write_text(final.name + "\n")
-    tmp.replace(root / LATEST)
+    (root / f"step_{step:08d}.tmp").replace(final)   # the folder every rank wrote into, published at once
+    atomic_write(root / LATEST, final.name + "\n")
     for _, old in checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -126,9 +125,7 @@ def save(root: Path, step: int, rank: int, state: dict | None, rank_state: dict,
     if state is not None:
         save_file(state, folder / "state.pt")
     if meta is not None:
-        tmp = folder / f"meta.json.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(meta, indent=1) + "\n")
-        tmp.replace(folder / "meta.json")
+        atomic_write(folder / "meta.json", json.dumps(meta, indent=1) + "\n")
     save_file(rank_state, folder / f"rng_rank{rank}.pt")
     barrier()
     if rank == 0:
@@ -151,3 +148,38 @@ def load(folder: Path, rank: int) -> tuple[dict, dict]:
         raise ConfigError(f"checkpoint {folder} has no RNG state for rank {rank}: it was written by a run with "
                           f"fewer ranks; resume with the same --world_size")
     return state, torch.load(rng_file, map_location="cpu", weights_only=True)
+
+
+class StepFolders:
+    """The checkpoints of a training run in this module's layout under ``root`` (``project.loop``'s default store).
+
+    ``update`` (the loop's update strategy) adds what it holds: its
+    ``state_dict()`` goes into rank 0's ``state.pt`` next to the run's state,
+    its ``save_files(folder)``/``load_files(folder)`` (DeepSpeed's own
+    checkpoint, a collective) run on every rank. ``barrier`` synchronises the
+    ranks around the commit.
+    """
+
+    def __init__(self, root: Path, rank: int, barrier: Callable[[], None], update: Any, keep: int = 3):
+        self.root, self.rank, self.barrier, self.update, self.keep = Path(root), rank, barrier, update, keep
+
+    def save(self, step: int, state: dict, rank_state: dict, meta: dict) -> None:
+        """Write step ``step``: ``state`` (+ the update's) from rank 0, ``rank_state`` from every rank."""
+        mine = {**state, **self.update.state_dict()} if self.rank == 0 else None
+        save(self.root, step, self.rank, mine, rank_state, self.barrier, meta=meta if self.rank == 0 else None,
+             extra=self.update.save_files, keep=self.keep)
+
+    def load(self, folder: Path) -> tuple[dict, dict]:
+        """``(state, rank_state)`` of a checkpoint folder, after loading the update's part of it."""
+        state, rank_state = load(folder, self.rank)
+        self.update.load_files(Path(folder))
+        self.update.load_state_dict(state)
+        return state, rank_state
+
+    def saved_steps(self) -> list[int]:
+        """The steps of the complete checkpoints, oldest first."""
+        return [step for step, _ in checkpoints(self.root)]
+
+    def folder(self, step: int) -> Path:
+        """The folder of step ``step``'s checkpoint."""
+        return step_dir(self.root, step)

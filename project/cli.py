@@ -1,10 +1,14 @@
-"""Command lines of the entry points: a parser whose errors are one line, and value checkers for its options.
+"""Command lines of the entry points: a parser whose errors are one line, value checkers, and the error exit.
 
 Every bad value is refused while the arguments are parsed, before any data
 is read or any rank starts, with one line that names the option and what it
 accepts, and exit code 2::
 
     error: argument --lr: expected a finite number > 0, got 'nan'
+
+Choices that can only be judged later (a dataset that does not exist, a
+world size larger than the data) raise ``ConfigError``; ``run_cli`` turns it
+into the same one line and exit code 2.
 """
 from __future__ import annotations
 
@@ -12,6 +16,20 @@ import argparse
 import math
 import sys
 from typing import Callable, NoReturn
+
+
+class ConfigError(ValueError):
+    """A bad command-line choice; entry points print it and exit with code 2 (no traceback)."""
+
+
+def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> int:
+    """Run ``main(argv)``; a ConfigError becomes one line ``error: ...`` on stderr and exit code 2 (no traceback)."""
+    try:
+        main(argv)
+    except ConfigError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return 0
 
 
 class Parser(argparse.ArgumentParser):

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from grading.kit.files import atomic_path, atomic_write
+from project.cli import ConfigError   # also importable from here, as before
 from project.corpus import generate_pairs
 
 EMBEDDED = "embedded"
@@ -33,10 +33,6 @@ SRC_LANG, TGT_LANG = "de", "en"
 IGNORE_INDEX = -100
 PAD, SEP, EOS = "<pad>", "<sep>", "<eos>"
 DEFAULT_N_TRAIN, DEFAULT_N_VALID = 4000, 200
-
-
-class ConfigError(ValueError):
-    """A bad command-line choice; entry points print it and exit with code 2 (no traceback)."""
 
 
 def write_embedded_corpus(out_dir: Path, n_train: int, n_valid: int, seed: int = 0) -> dict[str, str]:
@@ -52,9 +48,7 @@ def write_embedded_corpus(out_dir: Path, n_train: int, n_valid: int, seed: int =
         path = out_dir / f"{split}.jsonl"
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in generate_pairs(n, split_seed))
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)  # atomic: several ranks may write at once
+            atomic_write(path, text)  # several ranks may write at once
         files[split] = str(path)
     return files
 
@@ -170,12 +164,13 @@ def load_tokenizer(name: str, train_texts: list[str], workdir: Path, vocab_size:
         if not (folder / "tokenizer.json").exists():
             tok = PreTrainedTokenizerFast(tokenizer_object=_train_bpe(sorted(train_texts), vocab_size)._tokenizer,
                                           pad_token=PAD, sep_token=SEP, eos_token=EOS)
-            tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-            tok.save_pretrained(tmp)
+            folder.parent.mkdir(parents=True, exist_ok=True)
             try:
-                tmp.replace(folder)  # atomic; another rank may have won the race, which is fine
+                with atomic_path(folder) as scratch:
+                    tok.save_pretrained(scratch)
             except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
+                if not (folder / "tokenizer.json").exists():   # else another rank won the race, which is fine
+                    raise
         return PreTrainedTokenizerFast.from_pretrained(folder)
     try:
         tok = AutoTokenizer.from_pretrained(name)

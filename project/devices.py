@@ -1,7 +1,10 @@
-"""Where the entry points and the benchmark run: backend, stage devices, CPU threads, peak memory.
+"""Where the entry points and the benchmark run: backend, rank and stage devices, CPU threads, peak memory.
 
-One definition of each choice, shared by ``project/run_*.py`` and ``project/bench``:
+The one place these choices are made, for ``project/run_*.py`` and ``project/bench`` alike
+(``project.launch.join_group`` applies them to a rank process):
 - backend ``auto``: NCCL when there is a GPU per local rank, else gloo on the CPU;
+- a rank's device: ``cuda:<local rank>`` with NCCL, else the CPU (benchmark workers that share one
+  GPU over gloo ask for ``cuda:0``);
 - pipeline stages ``auto``: one GPU per stage when there are enough, else all on ``cuda:0``, else the CPU;
 - the CPU thread policy (``THREAD_POLICY``): every CPU rank or pipeline stage is one simulated
   device with ``cpu_count // max(devices, 2)`` torch threads (at least 1), so a 1-rank baseline
@@ -14,7 +17,7 @@ import resource
 
 import torch
 
-from project.data import ConfigError
+from project.cli import ConfigError
 
 THREAD_POLICY = "cpu: cpu_count // max(devices, 2) torch threads per rank or stage (at least 1); gpu: torch default"
 
@@ -48,6 +51,35 @@ def resolve_backend(backend: str, local_ranks: int) -> str:
     if backend == "auto":
         return "nccl" if gpus >= local_ranks else "gloo"
     return backend
+
+
+def rank_device(backend: str, local_rank: int, share_gpu: bool = False) -> torch.device:
+    """The device a rank computes on: ``cuda:<local_rank>`` with NCCL; with gloo the CPU, or ``cuda:0``
+    when ``share_gpu`` and this machine has a GPU (ranks that share one GPU, as the benchmark's do)."""
+    if backend == "nccl":
+        return torch.device(f"cuda:{local_rank}")
+    return torch.device("cuda:0") if share_gpu and gpu_count() else torch.device("cpu")
+
+
+def bind_rank(backend: str, local_rank: int, local_ranks: int, threads: int | None = None,
+              share_gpu: bool = False) -> torch.device:
+    """Bind this process to its rank's device (``rank_device``) and return it.
+
+    A GPU rank makes its device current; a CPU rank points DeepSpeed at the
+    CPU (``DS_ACCELERATOR=cpu``, should it be imported later). Torch threads:
+    ``threads`` when given (0 keeps torch's default), else ``THREAD_POLICY``
+    (``cpu_threads_per_rank(local_ranks)`` with gloo, torch's default with NCCL).
+    """
+    device = rank_device(backend, local_rank, share_gpu)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")   # gloo means CPU tensors (matters only to DeepSpeed)
+    if threads is None:
+        threads = cpu_threads_per_rank(local_ranks) if backend == "gloo" else 0
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return device
 
 
 def stage_devices(spec: str, n_stages: int) -> list[torch.device]:

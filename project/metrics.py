@@ -5,10 +5,16 @@ flushed at once::
 
     {"step": 12, "epoch": 1, "loss": 3.91, "grad_norm": 0.84, "lr": 0.001, "step_time_s": 0.21,
      "tokens_per_s": 5310.0, "peak_mem_bytes": 612630528, "micro_batches": 1}
-    {"event": "rollback", "step": 13, "loss": 51.2, "reason": "...", "restored_step": 10}
+    {"event": "divergence", "step": 13, "epoch": 1, "action": "rollback", "reason": "...", "loss": 51.2,
+     "restored_step": 10}
 
-Step lines have the keys of ``STEP_KEYS``; event lines (divergence guard)
-have ``event``. ``project/plot.py`` draws the loss and gradient-norm curves.
+Step lines have the keys of ``STEP_KEYS``; event lines have ``event``. The
+divergence guard's event (``GUARD_EVENT``) says what became of the refused
+step (``GUARD_ACTIONS``): ``rollback`` to ``restored_step``, ``skip`` (no
+checkpoint old enough: its update is dropped) or ``keep`` (an engine such as
+DeepSpeed had applied the update before the loss was known, and there was
+no checkpoint to return to). ``project/plot.py`` draws the loss and
+gradient-norm curves.
 """
 from __future__ import annotations
 
@@ -16,8 +22,11 @@ import importlib.util
 import json
 from pathlib import Path
 
-from project.data import ConfigError
+from grading.kit.files import atomic_write
+from project.cli import ConfigError
 
+GUARD_EVENT = "divergence"
+GUARD_ACTIONS = ("rollback", "skip", "keep")
 STEP_KEYS = ("step", "loss", "grad_norm", "lr", "step_time_s", "tokens_per_s", "peak_mem_bytes")
 METRICS_FILE = "metrics.jsonl"
 
@@ -52,7 +61,7 @@ class StepLog:
         if resume_step is not None and self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        atomic_write(self.path, "".join(line + "\n" for line in kept))
         if tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter
 

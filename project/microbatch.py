@@ -15,7 +15,7 @@ import math
 
 from torch import nn
 
-from project.data import ConfigError
+from project.cli import ConfigError
 
 
 def split_size(batch_size: int, n_chunk: int) -> int:

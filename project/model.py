@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from project.data import ConfigError
+from project.cli import ConfigError
 
 if TYPE_CHECKING:   # transformers is imported where a model is built: entry points refuse bad options faster
     from transformers import GPT2LMHeadModel

@@ -7,7 +7,7 @@
 - ``pipeline_timeline.png``: one recorded training step per mode, a bar per
   stage task (forward passes only: backward runs in autograd's own threads);
 - ``training_curves.png``: loss and gradient norm per optimizer step of every
-  run with a ``metrics.jsonl``, divergence-guard rollbacks marked.
+  run with a ``metrics.jsonl``, the steps the divergence guard refused marked (its ``divergence`` events).
 For the graded figures and ``performance_summary.json`` use
 ``scripts/run_benchmarks.py``; this script only draws your own runs.
 """
@@ -22,10 +22,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python project/plot.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from project.cli import Parser
-from project.data import ConfigError
-from project.metrics import METRICS_FILE, read_steps
-from project.train_lib import run_cli
+from project.cli import ConfigError, Parser, run_cli
+from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
 
 
 def collect(out: Path) -> dict[str, dict]:
@@ -49,7 +47,7 @@ def step_logs(out: Path) -> dict[str, tuple[list[dict], list[dict]]]:
 
 
 def draw_curves(logs: dict[str, tuple[list[dict], list[dict]]], path: Path) -> Path:
-    """Loss and gradient norm against the optimizer step, one line per run; rollbacks as red crosses."""
+    """Loss and gradient norm against the optimizer step, one line per run; guard events as red crosses."""
     import matplotlib.pyplot as plt
 
     fig, (ax_loss, ax_norm) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
@@ -58,14 +56,15 @@ def draw_curves(logs: dict[str, tuple[list[dict], list[dict]]], path: Path) -> P
         ax_loss.plot([s["step"] for s in steps], [s["loss"] for s in steps], color=color, label=label, lw=1)
         normed = [s for s in steps if s["grad_norm"] is not None]
         ax_norm.plot([s["step"] for s in normed], [s["grad_norm"] for s in normed], color=color, lw=1)
-        marks = [e for e in events if isinstance(e.get("loss"), (int, float))]
+        marks = [e for e in events if e["event"] == GUARD_EVENT and isinstance(e.get("loss"), (int, float))]
         ax_loss.scatter([e["step"] for e in marks], [e["loss"] for e in marks], marker="x", color="red", zorder=3)
     ax_loss.set_ylabel("training loss")
     ax_loss.set_yscale("log")
     ax_norm.set_ylabel("gradient norm")
     ax_norm.set_xlabel("optimizer step")
     ax_loss.legend(fontsize=7)
-    ax_loss.set_title("per optimizer step (metrics.jsonl); x = step refused by the divergence guard", fontsize=9)
+    ax_loss.set_title("per optimizer step (metrics.jsonl); x = the divergence guard's loss (rolled back, skipped "
+                      "or kept)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

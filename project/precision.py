@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from project.data import ConfigError
+from project.cli import ConfigError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grading.kit.regions import STUDENT_PACKAGES, RegionError, parse_regions
 from project import KIT_ROOT
-from project.data import ConfigError
+from project.cli import ConfigError
 
 # problem id -> the functions (region hosts) an entry point calls, or None for every region of the problem
 Needs = dict[str, "tuple[str, ...] | None"]

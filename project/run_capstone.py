@@ -8,7 +8,9 @@ Each rank trains the tiny GPT-2 on its rows of every global batch with your
 sharded checkpoint at ``--save_step`` with ``save_sharded`` (4.3). Then new
 processes load that checkpoint with ``load_sharded`` and train to the end
 again; ``RESUME VERIFIED`` is printed when their losses and final parameters
-equal the straight run's bit for bit. Exit codes: 0 every invariant holds,
+equal the straight run's bit for bit. Training runs through the one loop
+(``project/loop.py``): ``finish_gradient_synchronization`` is its gradient
+reduction and ``ShardedCheckpoint`` its checkpoint store. Exit codes: 0 every invariant holds,
 1 one failed (the message says which: loss not decreasing, parameters that
 differ across ranks, optimizer memory off 12P/N, resume mismatch), 2 bad
 arguments.
@@ -27,10 +29,14 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 
 import torch
 
-from project.data import ConfigError, make_collate, prepare_data
+from project.cli import ConfigError, run_cli
+from project.data import make_collate, prepare_data
+from project.devices import resolve_backend
+from project.launch import RankEnv, all_reduce_sum, join_group, launch
+from project.loop import LoopParts, LoopSpec, train
+from project.loss import lm_loss
 from project.model import build_model
-from project.train_lib import (join_group, launch, lm_loss, quiet_libraries, resolve_backend, run_cli,
-                               write_json)
+from project.output import quiet_libraries, write_json
 
 NAME = "capstone"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
@@ -77,16 +83,16 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _data(args: argparse.Namespace):
     """(training examples, collate): exactly ``steps * batch_size`` pairs, global batch k = pairs [kB, (k+1)B)."""
-    train, _, tokenizer = prepare_data("embedded", "bpe", Path(args.workdir), args.steps * args.batch_size, 16,
+    pairs, _, tokenizer = prepare_data("embedded", "bpe", Path(args.workdir), args.steps * args.batch_size, 16,
                                        args.seed)
-    return train, make_collate(tokenizer, args.max_len), tokenizer
+    return pairs, make_collate(tokenizer, args.max_len), tokenizer
 
 
-def _rows(args: argparse.Namespace, train: list, collate, position: int, rank: int, world_size: int):
+def _rows(args: argparse.Namespace, pairs: list, collate, position: int, rank: int, world_size: int):
     """This rank's contiguous rows of global batch ``position``."""
     share = args.batch_size // world_size
     start = position * args.batch_size + rank * share
-    return collate(train[start:start + share])
+    return collate(pairs[start:start + share])
 
 
 def _tensor_bytes(tensors) -> int:
@@ -110,46 +116,68 @@ def params_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
-               args: argparse.Namespace) -> None:
-    """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
+class ShardedCheckpoint:
+    """The loop's checkpoint store here: your ``save_sharded``/``load_sharded`` (4.3), written once, at ``step``.
 
+    The run's own state (data position, RNG states, loss history) travels in
+    ``extra``. ``directory`` None: nothing is saved. No rollback target is
+    ever offered (the capstone's guard only refuses non-finite losses).
+    """
+
+    def __init__(self, directory: str | None, step: int, model: torch.nn.Module, optimizer):
+        self.directory, self.step, self.model, self.optimizer = directory, step, model, optimizer
+
+    def save(self, step: int, state: dict, rank_state: dict, meta: dict) -> None:
+        """``save_sharded`` at ``self.step`` (every rank); other steps are not saved."""
+        from data_parallel.checkpoint import save_sharded
+
+        if self.directory is not None and step == self.step:
+            save_sharded(self.directory, step, self.model, self.optimizer, extra={"run": state, "rank": rank_state})
+
+    def load(self, folder: Path) -> tuple[dict, dict]:
+        """``load_sharded`` into the model and optimizer; the run's ``(state, rank_state)`` from ``extra``."""
+        from data_parallel.checkpoint import load_sharded
+
+        _, extra = load_sharded(folder, self.model, self.optimizer)
+        return extra["run"], extra["rank"]
+
+    def saved_steps(self) -> list[int]:
+        """None to roll back to."""
+        return []
+
+    def folder(self, step: int) -> Path:
+        """The checkpoint folder."""
+        return Path(self.directory)
+
+
+def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
+    """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
     import torch.distributed as dist
 
-    from data_parallel.checkpoint import load_sharded, save_sharded
     from data_parallel.ddp import BucketedDDP
     from data_parallel.zero1 import ShardedOptimizer
 
     quiet_libraries()
-    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend,
-                                 student_setup=False)
-    train, collate, tokenizer = _data(args)
+    backend, device = join_group(env, args.backend, student_setup=False)
+    rank, world_size = env.rank, env.world_size
+    train_set, collate, tokenizer = _data(args)
     torch.manual_seed(args.seed + rank + (1000 if args.load else 0))   # a resumed rank must get its RNG back
     model = build_model(args.preset, tokenizer, seed=args.seed + (7 if args.load else 0)).to(device)
     ddp = BucketedDDP(model, bucket_mb=args.bucket_mb)
     optimizer = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=args.lr)
-    start = 0
-    if args.load:
-        start, extra = load_sharded(args.load, model, optimizer)
-        torch.set_rng_state(extra["torch_rng"])
-        start = extra["position"]
-    losses = []
-    for position in range(start, args.steps):
-        batch = _rows(args, train, collate, position, rank, world_size)
-        optimizer.zero_grad()
-        loss = lm_loss(ddp(batch["input_ids"].to(device)), batch["labels"].to(device))
-        loss.backward()
-        ddp.finish_gradient_synchronization()
-        optimizer.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        losses.append((mean / world_size).item())
-        if position + 1 == args.save_step and not args.load:
-            save_sharded(args.checkpoint, position + 1, model, optimizer,
-                         extra={"torch_rng": torch.get_rng_state(), "position": position + 1})
+    batches = [_rows(args, train_set, collate, position, rank, world_size) for position in range(args.steps)]
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=None, loader=batches, device=device,
+                      loss_of=lambda batch, epoch, index: lm_loss(ddp(batch["input_ids"].to(device)),
+                                                                  batch["labels"].to(device)),
+                      reduce_grads=ddp.finish_gradient_synchronization, rank=rank, world_size=world_size,
+                      all_reduce_sum=all_reduce_sum, barrier=dist.barrier,
+                      checkpoints=ShardedCheckpoint(args.checkpoint, args.save_step, model, optimizer))
+    result = train(parts, LoopSpec(n_epochs=1, save_every=0 if args.load else args.save_step, spike_factor=0.0,
+                                   resume=Path(args.load) if args.load else None))
+    losses = result["losses"]
     norm = torch.sqrt(sum((p.detach().double() ** 2).sum() for p in model.parameters())).item()
     write_json(Path(args.run_dir) / f"rank{rank}.json",
-               {"rank": rank, "start": start, "losses": losses, "param_norm": norm,
+               {"rank": rank, "start": result["steps"] - len(losses), "losses": losses, "param_norm": norm,
                 "params_sha256": params_digest(model), "memory": memory_profile(model, optimizer),
                 "backend": backend})
     dist.barrier()

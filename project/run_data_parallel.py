@@ -26,15 +26,19 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
 
 import torch
 
+from grading.kit.files import atomic_path
 from project import readiness
-from project.cli import Parser
-from project.data import ConfigError, make_collate, prepare_data
+from project.cli import ConfigError, Parser, run_cli
+from project.data import make_collate, prepare_data
 from project.devices import thread_facts
+from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, world_of
+from project.loop import LoopParts, train
+from project.loss import lm_loss, validation_loss
 from project.metrics import summarize
 from project.model import build_model, count_parameters, enable_activation_checkpointing
-from project.train_lib import (add_common_args, add_launch_args, add_training_args, check_training_args,
-                               check_world, join_group, launch_and_summarise, lm_loss, out_dir,
-                               print_outcome, quiet_libraries, run_cli, validation_loss, world_of, write_json)
+from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
+                             make_scheduler, out_dir, prepare_run, steps_per_epoch)
+from project.output import print_outcome, quiet_libraries, write_json
 
 NAME = "data_parallel"
 COMMAND = "project/run_data_parallel.py"
@@ -73,17 +77,15 @@ def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
             "preset": args.preset, "optimizer": args.optimizer, "seed": args.seed}
 
 
-def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
-               args: argparse.Namespace) -> None:
+def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank, top to bottom: join the group, load data and model, train, evaluate, write metrics."""
     from data_parallel.comm import average_gradients
     from data_parallel.dataset import partition_dataset
     import torch.distributed as dist
 
-    from project.loop import LoopParts, make_scheduler, prepare_run, steps_per_epoch, train
-
     quiet_libraries()
-    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend)
+    backend, device = join_group(env, args.backend)
+    rank, world_size = env.rank, env.world_size
     quiet = args.quiet or rank != 0
 
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
@@ -101,11 +103,6 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
     scheduler = make_scheduler(optimizer, args.lr_schedule,
                                args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
     folder = out_dir(args, f"{NAME}/world{world_size}")
-
-    def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(t)
-        return t
-
     spec, step_log, before = prepare_run(args, folder, rank, resume_meta(args, world_size),
                                          lambda: validation_loss(model, valid, collate, device, quiet))
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
@@ -113,10 +110,10 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
                "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
                **thread_facts(),
                "examples_on_rank": len(loader.dataset), "val_loss_before": before}
-    parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader,
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
                                                                   batch["labels"]),
-                      device=device, rank=rank, world_size=world_size, reduce_grads=lambda: average_gradients(model),
+                      reduce_grads=lambda: average_gradients(model), rank=rank, world_size=world_size,
                       all_reduce_sum=all_reduce_sum, barrier=dist.barrier, step_log=step_log)
     dist.barrier()
     result = train(parts, spec)
@@ -127,7 +124,8 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
     write_json(folder / f"metrics_rank{rank}.json", metrics)
     if args.save_state and rank == 0:
         Path(args.save_state).parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.save_state)
+        with atomic_path(args.save_state) as scratch:
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, scratch)
     dist.barrier()   # every rank's metrics file is written
     if rank == 0:
         per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]

@@ -15,7 +15,8 @@ validation loss is the same. Reported: trainable parameters, and each
 rank's optimizer-state bytes against the ZeRO formula (Adam keeps two fp32
 states per trainable parameter, split over the ranks: 8 * P / N bytes).
 ``--zero_stage``/``--offload`` adapt a copy of your ``build_config``'s
-result (``project/zero_loop.py``). Writes ``metrics_rank<r>.json``,
+result (``project/zero_engine.py``); training runs through the one loop
+(``project/loop.py``). Writes ``metrics_rank<r>.json``,
 ``summary.json`` and ``metrics.jsonl`` (one line per optimizer step) to
 ``<workdir>/out/finetune/``. Start from a full-model checkpoint with
 ``--base_state`` (e.g. one written by ``run_data_parallel.py --save_state``).
@@ -35,15 +36,18 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 import torch
 
 from project import readiness
-from project.cli import Parser, float_above, int_at_least
-from project.data import ConfigError, make_collate, prepare_data
+from project.cli import ConfigError, Parser, float_above, int_at_least, run_cli
+from project.data import make_collate, prepare_data
 from project.devices import thread_facts
+from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, world_of
+from project.loop import REDUCED_BY_ENGINE, LoopParts, train
+from project.loss import lm_loss, validation_loss
 from project.metrics import summarize
 from project.model import build_model, count_parameters, enable_activation_checkpointing
-from project.train_lib import (add_common_args, add_launch_args, add_training_args, check_training_args,
-                               check_world, join_group, launch_and_summarise, lm_loss, out_dir,
-                               print_outcome, quiet_libraries, run_cli, validation_loss, world_of, write_json)
-from project.zero_loop import OFFLOADS, ZERO_STAGES
+from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
+                             make_scheduler, out_dir, prepare_run, steps_per_epoch)
+from project.output import print_outcome, quiet_libraries, write_json
+from project.zero_engine import OFFLOADS, ZERO_STAGES, DeepSpeedUpdate, gathered, zero_config
 
 NAME = "finetune"
 COMMAND = "project/run_finetune.py"
@@ -117,8 +121,7 @@ def optimizer_state_bytes(engine) -> tuple[int, int]:
     return state_bytes, partition
 
 
-def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
-                  args: argparse.Namespace) -> None:
+def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank: group, data, LoRA model, DeepSpeed engine, training, metrics; rank 0 checks the adapter."""
     from data_parallel.dataset import partition_dataset
     from finetune.lora import adapter_parameters, load_adapter, save_adapter
@@ -126,18 +129,16 @@ def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int,
     from finetune.zero import build_config, init_engine, train_microbatch
     import torch.distributed as dist
 
-    from project.loop import make_scheduler, prepare_run, steps_per_epoch
-    from project.zero_loop import gathered, train_engine, zero_config
-
     quiet_libraries()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*",
                             category=FutureWarning)
-    backend, _ = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend)
+    backend, _ = join_group(env, args.backend)
+    rank, world_size = env.rank, env.world_size
     quiet = args.quiet or rank != 0
 
-    train, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                           args.n_valid, args.seed)
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)
     collate = make_collate(tokenizer, args.max_len)
     model = lora_model(args, tokenizer)
     if args.grad_ckpt:
@@ -145,7 +146,7 @@ def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int,
     trainable, n_params = count_parameters(model, trainable_only=True), count_parameters(model)   # before ZeRO-3
     adapters = list(adapter_parameters(model).values())
     optimizer = torch.optim.AdamW(adapters, lr=args.lr)
-    loader = partition_dataset(rank, world_size, train, world_size * args.micro_batch, collate)
+    loader = partition_dataset(rank, world_size, train_set, world_size * args.micro_batch, collate)
     scheduler = make_scheduler(optimizer, args.lr_schedule,
                                args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
     config = zero_config(build_config(world_size, args.micro_batch, args.grad_accum, args.precision),
@@ -164,9 +165,12 @@ def finetune_rank(rank: int, world_size: int, local_rank: int, local_ranks: int,
                **thread_facts()}
     spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, rank, resume_meta(args, world_size),
                                                              lambda: val_loss(engine.module))
+    update = DeepSpeedUpdate(engine, lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), device)
+    parts = LoopParts(model=engine.module, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
+                      update=update, reduce_grads=REDUCED_BY_ENGINE, rank=rank, world_size=world_size,
+                      all_reduce_sum=all_reduce_sum, barrier=dist.barrier, step_log=step_log)
     dist.barrier()
-    result = train_engine(engine, loader, spec, rank, world_size, device,
-                          lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), step_log, scheduler)
+    result = train(parts, spec)
     step_log.close()
     metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
                 "stopped_early": result["stopped_early"], "val_loss_after": val_loss(engine.module)}
@@ -216,9 +220,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     world_size, local_ranks, backend = world_of(args)
     check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
     quiet_libraries()
-    train, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                       args.n_valid, args.seed)
-    check_args(args, world_size, len(train))
+    train_set, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                           args.n_valid, args.seed)
+    check_args(args, world_size, len(train_set))
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME)

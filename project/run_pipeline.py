@@ -29,13 +29,15 @@ if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
 import torch
 
 from project import microbatch, readiness
-from project.cli import Parser, int_at_least
-from project.data import ConfigError, make_collate, prepare_data
+from project.cli import ConfigError, Parser, int_at_least, run_cli
+from project.data import make_collate, prepare_data
 from project.devices import cpu_threads_per_rank, stage_devices, thread_facts
+from project.loop import SINGLE_REPLICA, LoopParts, train
+from project.loss import lm_loss, validation_loss
 from project.model import build_model, count_parameters, enable_activation_checkpointing
-from project.train_lib import (add_common_args, add_training_args, check_training_args, lm_loss,
-                               out_dir, print_outcome, quiet_libraries, run_cli, validation_loss,
-                               write_json)
+from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, out_dir,
+                             prepare_run, steps_per_epoch)
+from project.output import print_outcome, quiet_libraries, write_json
 
 NAME = "pipeline"
 COMMAND = "project/run_pipeline.py"
@@ -84,8 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     readiness.ensure_ready(COMMAND, {**NEEDS["model_parallel"], **NEEDS["pipeline_parallel"]}, stubs_too=False)
     args = parse_args(argv)
     from pipeline.gpt2 import build_pipeline_gpt2
-
-    from project.loop import LoopParts, make_scheduler, prepare_run, steps_per_epoch, train
 
     mode = args.model_parallel_mode
     readiness.ensure_ready(f"{COMMAND} --model_parallel_mode {mode}", NEEDS[mode])
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
         return loss
 
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_of=loss_of,
-                      device=devices[0], step_log=step_log)
+                      device=devices[0], reduce_grads=SINGLE_REPLICA, step_log=step_log)
     with net:
         result = train(parts, spec)
         metrics["val_loss_after"] = val_loss()

@@ -31,13 +31,16 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 import torch
 
 from project import readiness
-from project.cli import Parser, int_at_least
-from project.data import ConfigError, make_collate, prepare_data
-from project.devices import THREAD_POLICY, resolve_backend
+from project.cli import ConfigError, Parser, int_at_least, run_cli
+from project.data import make_collate, prepare_data
+from project.devices import THREAD_POLICY
+from project.launch import RankEnv, join_group, launch_and_summarise, torchrun_env, world_of
+from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
+from project.loss import lm_loss, validation_loss
 from project.metrics import StepLog, summarize
 from project.model import PRESETS, build_model
-from project.train_lib import (add_common_args, evaluate, join_group, launch_and_summarise, lm_loss, out_dir,
-                               print_epochs, quiet_libraries, run_cli, torchrun_env, write_json)
+from project.options import add_common_args, make_scheduler, out_dir
+from project.output import print_epochs, quiet_libraries, write_json
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -82,16 +85,13 @@ def parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
             "block_matrices": sum(p.numel() * p.element_size() for n, p in named if ".h." in n and p.dim() == 2)}
 
 
-def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, init_method: str,
-               args: argparse.Namespace) -> None:
+def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank, top to bottom: join the group, build and split the model, train, evaluate, write metrics."""
     import torch.distributed as dist
 
-    from project.loop import LoopParts, LoopSpec, make_scheduler, train
-
     quiet_libraries()
-    backend, device = join_group(rank, world_size, local_rank, local_ranks, init_method, args.backend,
-                                 student_setup=False)
+    backend, device = join_group(env, args.backend, student_setup=False)
+    rank, world_size = env.rank, env.world_size
     quiet = args.quiet or rank != 0
 
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
@@ -113,27 +113,26 @@ def train_rank(rank: int, world_size: int, local_rank: int, local_ranks: int, in
                                          generator=torch.Generator().manual_seed(args.seed))
     folder = out_dir(args, f"{NAME}/world{world_size}")
 
-    def validation_loss() -> float:
-        model.eval()
-        loss = evaluate(model, valid, collate, 64, device, quiet)
-        model.train()
-        return loss
+    def val_loss() -> float:
+        return validation_loss(model, valid, collate, device, quiet)
 
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
                "preset": args.preset, "optimizer": args.optimizer, "global_batch_size": args.batch_size,
                "torch_threads": torch.get_num_threads(), "thread_policy": THREAD_POLICY,
                "parameter_bytes": parameter_bytes(model), "unsplit_parameter_bytes": unsplit,
-               "val_loss_before": validation_loss()}
+               "val_loss_before": val_loss()}
     step_log = StepLog(folder, enabled=rank == 0)
-    # The loop's data-parallel world is 1: every rank sees the same batch and computes the same loss.
+    # The loop's data-parallel world is 1: every rank sees the same batch and computes the same loss, and
+    # the layers' own all-reduces give each rank the gradients of the part it holds (one copy of the model).
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=make_scheduler(optimizer, "constant", 1),
-                      loader=loader, device=device, rank=rank, barrier=dist.barrier, step_log=step_log,
+                      loader=loader, device=device, reduce_grads=SINGLE_REPLICA, rank=rank, barrier=dist.barrier,
+                      step_log=step_log,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
                                                                   batch["labels"]))
     dist.barrier()
     result = train(parts, LoopSpec(n_epochs=args.n_epochs, quiet=args.quiet))
     step_log.close()
-    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": validation_loss()}
+    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": val_loss()}
     write_json(folder / f"metrics_rank{rank}.json", metrics)
     dist.barrier()   # every rank's metrics file is written
     if rank == 0:
@@ -155,12 +154,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     args = build_parser().parse_args(argv)
     env = torchrun_env()
-    world_size, local_ranks = (env[1], env[3]) if env else (args.world_size, args.world_size)
+    world_size = env.world_size if env else args.world_size
     if world_size > 1:
         readiness.ensure_ready(COMMAND, NEEDS)
         if not args.pretrained and args.preset in PRESETS:
             check_split(PRESETS[args.preset], world_size)
-    resolve_backend(args.backend, local_ranks)
+    world_of(args)   # resolves --backend: nccl without a GPU per rank is refused here
     quiet_libraries()
     _, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
                                    args.seed)   # fails early on a bad dataset, and fills the caches the ranks read

@@ -39,7 +39,7 @@ def test_run_tensor_parallel_two_ranks_match_one_rank(project_work, capsys):
 def test_run_tensor_parallel_refuses_sizes_that_do_not_split(project_work, capsys):
     """The tiny preset has 4 heads: 3 ranks cannot split them; exit code 2 and one line naming the sizes."""
     from project import run_tensor_parallel as runner
-    from project.train_lib import run_cli
+    from project.cli import run_cli
 
     assert run_cli(runner.main, _tiny_run(project_work, 3)) == 2
     err = capsys.readouterr().err.strip()

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from project import run_data_parallel, run_pipeline
-from project.metrics import read_steps
+from project.loop import REDUCED_BY_ENGINE, SINGLE_REPLICA, LoopParts
+from project.metrics import GUARD_EVENT, read_steps
 
 pytestmark = pytest.mark.project
 
@@ -130,7 +131,9 @@ def test_divergence_guard_rolls_back_after_a_forced_spike(work):
     run_pipeline.main(_args(work, "spike", "--model_parallel_mode", "model_parallel", "--batch_size", "4",
                             "--n_epochs", "2", "--save_every", "2", "--lr_spike", "6:10000"))
     steps, events = read_steps(work / "spike" / "model_parallel" / "metrics.jsonl")
-    assert [(e["event"], e["step"], e["restored_step"]) for e in events] == [("rollback", 7, 4)]
+    assert GUARD_EVENT == "divergence"
+    assert [(e["event"], e["action"], e["step"], e["restored_step"]) for e in events] == [("divergence", "rollback",
+                                                                                           7, 4)]
     assert "median" in events[0]["reason"] or "loss is" in events[0]["reason"]
     by_step: dict[int, list[float]] = {}
     for s in steps:
@@ -140,3 +143,35 @@ def test_divergence_guard_rolls_back_after_a_forced_spike(work):
     assert sorted(by_step) == list(range(1, 17))
     metrics = json.loads((work / "spike" / "metrics_model_parallel.json").read_text())
     assert metrics["rollbacks"] == 1 and metrics["val_loss_after"] < metrics["val_loss_before"]
+
+
+def test_divergence_guard_without_a_checkpoint_skips_the_step(work):
+    """The same spike without checkpoints: nothing to roll back to, so the refused update is dropped ("skip")."""
+    run_pipeline.main(_args(work, "spike_skip", "--model_parallel_mode", "model_parallel", "--batch_size", "4",
+                            "--n_epochs", "1", "--lr_spike", "6:10000"))
+    steps, events = read_steps(work / "spike_skip" / "model_parallel" / "metrics.jsonl")
+    skipped = [e["step"] for e in events if e["event"] == GUARD_EVENT and e["action"] == "skip"]
+    assert skipped and all(e["restored_step"] is None for e in events)
+    assert not set(skipped) & {s["step"] for s in steps}          # a skipped step has no step line
+    metrics = json.loads((work / "spike_skip" / "metrics_model_parallel.json").read_text())
+    assert metrics["optimizer_steps"] == 8 and metrics["rollbacks"] == 0
+    assert metrics["epochs"][0]["steps"] == 8 - len(skipped) == len(steps)
+
+
+def _parts(**overrides) -> dict:
+    model = torch.nn.Linear(2, 2)
+    return {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "scheduler": None,
+            "loader": [], "device": torch.device("cpu"), "loss_of": lambda batch, epoch, index: model.weight.sum(),
+            **overrides}
+
+
+def test_loop_parts_refuse_a_missing_gradient_reduction():
+    """Forgetting ``reduce_grads`` is an error at construction, not a run that trains without averaging."""
+    with pytest.raises(TypeError, match="LoopParts needs reduce_grads: a function that averages the gradients"):
+        LoopParts(**_parts(world_size=2))
+    with pytest.raises(TypeError, match="reduce_grads is None"):
+        LoopParts(**_parts(reduce_grads=None))
+    with pytest.raises(ValueError, match="SINGLE_REPLICA but world_size is 2"):
+        LoopParts(**_parts(reduce_grads=SINGLE_REPLICA, world_size=2))
+    for reduction in (SINGLE_REPLICA, REDUCED_BY_ENGINE, lambda: None):   # said explicitly: accepted
+        assert LoopParts(**_parts(reduce_grads=reduction)).reduce_grads is reduction

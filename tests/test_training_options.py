@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from project import run_data_parallel, run_finetune, run_pipeline
-from project.train_lib import run_cli
+from project.cli import run_cli
 
 pytestmark = pytest.mark.project
 

@@ -5,10 +5,13 @@
 Modules (each small, one concept):
 - ``stats``     pure arithmetic: run time from step stamps, paired ratios, medians, bubbles;
 - ``workload``  the one fixed workload (model weights + global batches) every run trains on;
-- ``tasks``     what a worker process runs on the student API (ours) and on the reference peers;
-- ``pool``      the worker processes (one solo rank, a pair of ranks) and the command loop;
+- ``context``   one worker's world (role, rank, device, workload) and the stepper pieces;
+- ``tasks``     what a worker process runs on the student API (ours), its command loop (``serve``);
+- ``peers``     the reference implementations (DDP, flat all-reduce, torch GPipe, PEFT) and gradient checks;
+- ``pool``      the worker processes (one solo rank, a pair of ranks), started by ``project.launch``;
 - ``suite``     the measurement plan (warm-up, alternating repeats) and the summary JSON;
 - ``memory``    one step's peak memory with and without activation checkpointing (fresh processes);
+- ``ddp_peers`` (Problem 4) and ``tensor_parallel`` (Problem 5): groups with rank processes of their own;
 - ``figures``   the PNG plots;
 - ``submission`` the submission zip (student files + ``submit_figures/``).
 """

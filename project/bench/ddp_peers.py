@@ -2,7 +2,8 @@
 
     python scripts/run_benchmarks.py --peers     # adds the "ddp_zero" group to performance_summary.json
 
-Two rank processes of their own (gloo on CPU, NCCL with 2 GPUs) load the
+Two rank processes of their own (started by ``project.launch.spawn_ranks``;
+gloo on CPU, NCCL with 2 GPUs, threads by ``THREAD_POLICY``) load the
 benchmark's workload (same GPT-2 weights, same global batches) and, per
 repeat, run every variant for ``steps`` timed steps in ``rotation`` order::
 
@@ -19,9 +20,7 @@ next to the formula 12P/N.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
-import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -29,8 +28,11 @@ import torch
 import torch.distributed as dist
 
 from project.bench import stats
-from project.bench.tasks import Context, local_step
+from project.bench.context import Context, local_step
 from project.bench.workload import load_workload
+from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
+from project.loss import lm_loss
+from project.output import quiet_libraries, write_json
 
 VARIANTS = ("bucketed_ddp", "ddp", "average_gradients")
 RATIOS = [("bucketed_over_ddp", "bucketed_ddp", "ddp", "BucketedDDP step time / torch DDP's (>1: ours slower)"),
@@ -43,8 +45,6 @@ BUCKET_MB = 25.0
 
 def _stepper(ctx: Context, variant: str) -> Callable[[int], None]:
     """One training step of ``variant`` on this rank's rows of global batch ``i``."""
-    from project.train_lib import lm_loss
-
     model = ctx.model()
     if variant == "bucketed_ddp":
         from data_parallel.ddp import BucketedDDP
@@ -79,7 +79,6 @@ def _zero_memory(ctx: Context) -> dict:
     """Optimizer-state bytes this rank holds after one step: ShardedOptimizer(Adam), DeepSpeed ZeRO-1 and -2."""
     from data_parallel.zero1 import ShardedOptimizer
     from finetune.zero import init_engine
-    from project.train_lib import lm_loss
 
     x, y = ctx.batch(0)
     model = ctx.model()
@@ -107,86 +106,48 @@ def _zero_memory(ctx: Context) -> dict:
     return out
 
 
-def _rank(rank: int, world_size: int, init_method: str, workload_path: str, plan: list, steps: int,
-          warmup: int, conn) -> None:
-    """One rank: join the group, build the variants, obey ``plan`` (order per repeat), send stamps and memory."""
-    import datetime
+def _rank(env: RankEnv, workload_path: str, plan: list, steps: int, warmup: int) -> dict:
+    """One rank: join the group, build the variants, obey ``plan`` (order per repeat); return stamps and memory."""
     import warnings
 
-    from project.train_lib import quiet_libraries
-
-    try:
-        quiet_libraries()
-        warnings.filterwarnings("ignore")     # torch's deprecation notes from inside DeepSpeed, once per rank
-        torch.set_num_threads(1)
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        backend = "nccl" if gpus >= world_size else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(minutes=10))
-        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
-        ctx = Context("pair", rank, world_size, device, Path(workload_path).parent, load_workload(Path(workload_path)))
-        steppers = {variant: _stepper(ctx, variant) for variant in VARIANTS}
-        for variant in VARIANTS:
-            for i in range(warmup):
-                steppers[variant](i % steps)
-        runs = []
-        for repeat, order in enumerate(plan):
-            for variant in order:
-                stamps = []
-                for i in range(steps):
-                    dist.barrier()
-                    ctx.sync()
-                    t0 = time.perf_counter()
-                    steppers[variant](i)
-                    ctx.sync()
-                    stamps.append([t0, time.perf_counter()])
-                runs.append({"repeat": repeat, "variant": variant, "stamps": stamps})
-        conn.send(("ok", {"runs": runs, "memory": _zero_memory(ctx), "backend": backend}))
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", traceback.format_exc()))
+    quiet_libraries()
+    warnings.filterwarnings("ignore")     # torch's deprecation notes from inside DeepSpeed, once per rank
+    backend, device = join_group(env, "auto", student_setup=False)
+    ctx = Context("pair", env.rank, env.world_size, device, Path(workload_path).parent,
+                  load_workload(Path(workload_path)))
+    steppers = {variant: _stepper(ctx, variant) for variant in VARIANTS}
+    for variant in VARIANTS:
+        for i in range(warmup):
+            steppers[variant](i % steps)
+    runs = []
+    for repeat, order in enumerate(plan):
+        for variant in order:
+            stamps = []
+            for i in range(steps):
+                dist.barrier()
+                ctx.sync()
+                t0 = time.perf_counter()
+                steppers[variant](i)
+                ctx.sync()
+                stamps.append([t0, time.perf_counter()])
+            runs.append({"repeat": repeat, "variant": variant, "stamps": stamps})
+    memory = _zero_memory(ctx)
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"runs": runs, "memory": memory, "backend": backend}
 
 
 def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: float = 600.0) -> dict:
     """Measure the Problem 4 group on 2 fresh rank processes; return its summary (JSON-ready).
 
     ``{"variants": {name: {"run_times_s": [...]}}, "ratios": {name: {"paired": [...], "median": m,
-    "what": ...}}, "memory_bytes": {...}, "backend": ...}``. Raises RuntimeError with a rank's
-    traceback when a rank fails or gives no answer within ``timeout_s``.
+    "what": ...}}, "memory_bytes": {...}, "backend": ...}``. Raises RuntimeError (``RankError``) with a
+    rank's traceback when a rank fails or gives no answer within ``timeout_s``.
     """
     plan = [stats.rotation(list(VARIANTS), r) for r in range(repeats)]
-    context = multiprocessing.get_context("spawn")
-    store = Path(workload_path).parent / f"store_ddp_zero_{time.monotonic_ns()}"
-    procs, conns = [], []
-    for rank in range(2):
-        parent, child = context.Pipe()
-        proc = context.Process(target=_rank, daemon=True, args=(rank, 2, f"file://{store.resolve()}",
-                                                                str(workload_path), plan, steps, warmup, child))
-        proc.start()
-        child.close()
-        procs.append(proc)
-        conns.append(parent)
-    replies = []
-    try:
-        for rank, conn in enumerate(conns):
-            if not conn.poll(timeout_s):
-                raise RuntimeError(f"ddp_zero: rank {rank} gave no answer within {timeout_s:g} s")
-            try:
-                status, value = conn.recv()
-            except (EOFError, OSError):
-                raise RuntimeError(f"ddp_zero: rank {rank} died (exit code {procs[rank].exitcode})") from None
-            if status != "ok":
-                raise RuntimeError(f"ddp_zero: rank {rank} failed:\n{value}")
-            replies.append(value)
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-    return summarize(replies)
+    ranks = spawn_ranks(_rank, 2, file_rendezvous(Path(workload_path).parent, "store_ddp_zero"),
+                        (str(workload_path), plan, steps, warmup), name="ddp_zero")
+    return summarize(ranks.wait(timeout_s))
 
 
 def summarize(replies: list[dict]) -> dict:
@@ -225,8 +186,6 @@ def extend_summary(summary: dict, opts, figures_dir: Path) -> str:
     ["ddp_zero"]`` and the returned text says so; nothing is raised.
     Returns the lines to print.
     """
-    import json
-
     from project.bench import SUMMARY_NAME
 
     folder = Path(summary["raw_log"]).parent
@@ -237,5 +196,5 @@ def extend_summary(summary: dict, opts, figures_dir: Path) -> str:
         summary.setdefault("errors", {})["ddp_zero"] = str(exc)
         text = f"Problem 4 group not measured: {str(exc).strip().splitlines()[-1]}"
     for target in (Path(figures_dir) / SUMMARY_NAME, folder / SUMMARY_NAME):
-        target.write_text(json.dumps(summary, indent=1) + "\n")
+        write_json(target, summary, indent=1)
     return text

@@ -57,6 +57,7 @@ def _threshold_note(summary: dict, key: str) -> str:
 
 
 def draw_data_parallel(summary: dict, path: Path) -> None:
+    """``data_parallel.png``: step time and tokens/s of world size 1 vs 2 (and the peers), with the speedup."""
     dp = summary["data_parallel"]
     rows = [(label, dp["variants"][name], kind) for name, label, kind in DP_SHOWN if name in dp["variants"]]
     r = dp["ratios"]["speedup"]
@@ -67,6 +68,7 @@ def draw_data_parallel(summary: dict, path: Path) -> None:
 
 
 def draw_pipeline(summary: dict, path: Path) -> None:
+    """``pipeline.png``: step time and tokens/s of model_parallel vs pipeline_parallel per n_chunk (and GPipe)."""
     pp = summary["pipeline"]
     rows = []
     for name, v in pp["variants"].items():
@@ -84,6 +86,7 @@ def draw_pipeline(summary: dict, path: Path) -> None:
 
 
 def draw_timeline(summary: dict, path: Path) -> None:
+    """``pipeline_timeline.png``: a Gantt chart of one step per mode, measured bubble next to (K-1)/(M+K-1)."""
     tl = summary["pipeline"]["timeline"]
     panels = [v for v in ("model_parallel", f"pipeline_parallel_m{tl['microbatches']}") if v in tl]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.4 * len(panels) + 0.6), squeeze=False)
@@ -123,6 +126,7 @@ PEER_LABELS = {"ours_over_ddp": "DP step: ours / DistributedDataParallel",
 
 
 def draw_peers(summary: dict, path: Path) -> None:
+    """``peers.png``: each reference's time relative to ours (log scale), with the machine's parallel capacity."""
     rows = []
     for group in ("data_parallel", "pipeline", "finetune"):
         for key, r in summary.get(group, {}).get("ratios", {}).items():

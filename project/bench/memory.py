@@ -1,7 +1,8 @@
 """Peak memory of one training step with and without activation checkpointing (``--grad_ckpt``).
 
-Each variant runs in a fresh process (spawned), so the peak belongs to that
-step alone::
+Each variant runs in a fresh process (``project.launch.spawn_ranks``, one
+rank that joins no group, on the device ``project.devices`` picks for one
+rank), so the peak belongs to that step alone::
 
     GPU:  torch.cuda.max_memory_allocated() after one step, minus the allocation before it
     CPU:  peak RSS (ru_maxrss) after one step, minus the RSS before it
@@ -12,11 +13,12 @@ Same model weights and batch in both variants; the ratio is reported.
 """
 from __future__ import annotations
 
-import multiprocessing
 import resource
 from pathlib import Path
 
 import torch
+
+from project.launch import RankEnv, RankError, spawn_ranks
 
 VARIANTS = ("plain", "grad_ckpt")
 
@@ -25,50 +27,47 @@ def _rss_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
 
 
-def _one_step(preset: str, batch_size: int, max_len: int, checkpointing: bool, threads: int, queue) -> None:
+def _one_step(env: RankEnv, preset: str, batch_size: int, max_len: int, checkpointing: bool, threads: int) -> dict:
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from project.devices import gpu_count
+    from project.devices import stage_devices
+    from project.loss import lm_loss
     from project.model import PRESETS, enable_activation_checkpointing
-    from project.train_lib import lm_loss
 
     transformers.logging.set_verbosity_error()
-    try:
-        if threads > 0:
-            torch.set_num_threads(threads)
-        device = torch.device("cuda:0" if gpu_count() else "cpu")
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=2000, bos_token_id=0, eos_token_id=0, use_cache=False,
-                                                   **PRESETS[preset])).to(device).train()
-        if checkpointing:
-            enable_activation_checkpointing(model)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        x = torch.randint(0, 2000, (batch_size, max_len), device=device)
-        saved: list[int] = []
+    if threads > 0:
+        torch.set_num_threads(threads)
+    device = stage_devices("auto", 1)[0]   # one device: cuda:0 with a GPU, else the CPU
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=2000, bos_token_id=0, eos_token_id=0, use_cache=False,
+                                       **PRESETS[preset])).to(device).train()
+    if checkpointing:
+        enable_activation_checkpointing(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 2000, (batch_size, max_len), device=device)
+    saved: list[int] = []
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            saved.append(t.numel() * t.element_size())
-            return t
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-        else:
-            before = _rss_bytes()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = lm_loss(model(x), x)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated() - before
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-        queue.put({"device": str(device), "peak_step_bytes": int(peak), "saved_for_backward_bytes": sum(saved),
-                   "measure": "cuda max_memory_allocated" if device.type == "cuda" else "peak RSS (ru_maxrss)"})
-    except BaseException as exc:   # noqa: BLE001 - reported to the parent
-        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel() * t.element_size())
+        return t
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    else:
+        before = _rss_bytes()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = lm_loss(model(x), x)
+    loss.backward()
+    optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    return {"device": str(device), "peak_step_bytes": int(peak), "saved_for_backward_bytes": sum(saved),
+            "measure": "cuda max_memory_allocated" if device.type == "cuda" else "peak RSS (ru_maxrss)"}
 
 
 def measure(preset: str, batch_size: int, max_len: int, threads: int, timeout_s: float = 300.0) -> dict:
@@ -76,23 +75,14 @@ def measure(preset: str, batch_size: int, max_len: int, threads: int, timeout_s:
 
     Raises RuntimeError when a variant fails or does not answer in ``timeout_s``.
     """
-    context = multiprocessing.get_context("spawn")
     out: dict = {"preset": preset, "batch_size": batch_size, "max_len": max_len}
     for variant in VARIANTS:
-        queue = context.Queue()
-        proc = context.Process(target=_one_step, args=(preset, batch_size, max_len, variant == "grad_ckpt", threads,
-                                                       queue), daemon=True)
-        proc.start()
+        ranks = spawn_ranks(_one_step, 1, None, (preset, batch_size, max_len, variant == "grad_ckpt", threads),
+                            name=f"memory-{variant}")
         try:
-            result = queue.get(timeout=timeout_s)
-        except Exception:  # noqa: BLE001 - queue.Empty
-            result = {"error": f"no answer within {timeout_s:g} s"}
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-        if "error" in result:
-            raise RuntimeError(f"memory measurement ({variant}): {result['error']}")
-        out[variant] = result
+            out[variant] = ranks.wait(timeout_s)[0]
+        except RankError as exc:
+            raise RuntimeError(f"memory measurement ({variant}): {exc}") from None
     out["ratio_peak"] = out["plain"]["peak_step_bytes"] / max(out["grad_ckpt"]["peak_step_bytes"], 1)
     out["ratio_saved"] = out["plain"]["saved_for_backward_bytes"] / max(out["grad_ckpt"]["saved_for_backward_bytes"], 1)
     return out

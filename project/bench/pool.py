@@ -8,23 +8,18 @@ process start, an import or a rendezvous::
     pair[1]   rank 1 of a 2-rank group         (...                                  GPipe stage 1)
 
 Only the processes named by a command work; the others wait on their pipe
-(no CPU). Groups meet over file stores in the run folder (no port).
+(no CPU). They are started by the runners' launcher
+(``project.launch.spawn_ranks``) and run ``project.bench.tasks.serve``;
+groups meet over file stores in the run folder (no port).
 """
 from __future__ import annotations
 
-import multiprocessing
-import time
 from pathlib import Path
 
+from project.bench.tasks import serve
+from project.launch import RankError, Ranks, file_rendezvous, spawn_ranks
 
-class BenchError(RuntimeError):
-    """A worker raised, died or timed out; the message holds its traceback or the reason."""
-
-
-def _child(role: str, rank: int, world_size: int, init_method: str, folder: str, threads: int, conn) -> None:
-    from project.bench.tasks import serve
-
-    serve(role, rank, world_size, init_method, folder, threads, conn)
+BenchError = RankError   # a worker raised, died or timed out; the message holds its traceback or the reason
 
 
 class Pool:
@@ -38,8 +33,7 @@ class Pool:
     def __init__(self, folder: Path, threads: int, timeout_s: float = 600.0):
         self.folder = Path(folder)
         self.threads, self.timeout_s = threads, timeout_s
-        self.procs: dict[str, list] = {}
-        self.conns: dict[str, list] = {}
+        self.ranks: dict[str, Ranks] = {}
         self.info: dict[str, list[dict]] = {}
         try:
             self._start()
@@ -48,40 +42,11 @@ class Pool:
             raise
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
         for role, world_size in (("solo", 1), ("pair", 2)):
-            store = self.folder / f"store_{role}_{time.monotonic_ns()}"
-            self.procs[role], self.conns[role] = [], []
-            for rank in range(world_size):
-                parent, child = context.Pipe()
-                proc = context.Process(target=_child, name=f"bench-{role}{rank}", daemon=True,
-                                       args=(role, rank, world_size, f"file://{store.resolve()}",
-                                             str(self.folder), self.threads, child))
-                proc.start()
-                child.close()
-                self.procs[role].append(proc)
-                self.conns[role].append(parent)
+            self.ranks[role] = spawn_ranks(serve, world_size, file_rendezvous(self.folder, f"store_{role}"),
+                                           (role, str(self.folder), self.threads), name=f"bench-{role}")
         for role in ("solo", "pair"):
-            self.info[role] = self._collect(role, "start")
-
-    def _collect(self, role: str, what: str) -> list:
-        results, errors = [], []
-        deadline = time.monotonic() + self.timeout_s
-        for rank, conn in enumerate(self.conns[role]):
-            if not conn.poll(max(0.0, deadline - time.monotonic())):
-                raise BenchError(f"{what}: {role} rank {rank} gave no answer within {self.timeout_s:g} s")
-            try:
-                status, value = conn.recv()
-            except (EOFError, OSError):
-                code = self.procs[role][rank].exitcode
-                raise BenchError(f"{what}: {role} rank {rank} died (exit code {code})") from None
-            if status == "ok":
-                results.append(value)
-            else:
-                errors.append(f"{role} rank {rank}:\n{value}")
-        if errors:
-            raise BenchError(f"{what} failed on " + "\n".join(errors))
-        return results
+            self.info[role] = self.ranks[role].replies("start", self.timeout_s)
 
     def call(self, role: str, command: str, **kwargs) -> list:
         """Send ``(command, kwargs)`` to every rank of ``role`` and return their results, rank by rank.
@@ -97,9 +62,8 @@ class Pool:
         For untimed work only (set-up, checks): the roles run concurrently.
         """
         for role, message in commands.items():
-            for conn in self.conns[role]:
-                conn.send(message)
-        return {role: self._collect(role, message[0]) for role, message in commands.items()}
+            self.ranks[role].send(message)
+        return {role: self.ranks[role].replies(message[0], self.timeout_s) for role, message in commands.items()}
 
     def restart(self) -> None:
         """Stop every worker (killing stuck ones) and start fresh ones."""
@@ -108,22 +72,11 @@ class Pool:
 
     def close(self) -> None:
         """Ask the workers to stop; kill those that do not within a few seconds."""
-        for conns in self.conns.values():
-            for conn in conns:
-                try:
-                    conn.send(None)
-                except (BrokenPipeError, OSError):
-                    pass
-        for procs in self.procs.values():
-            for proc in procs:
-                proc.join(10)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join(5)
-        for conns in self.conns.values():
-            for conn in conns:
-                conn.close()
-        self.procs, self.conns = {}, {}
+        for ranks in self.ranks.values():
+            ranks.send(None)
+        for ranks in self.ranks.values():
+            ranks.close(grace_s=10.0)
+        self.ranks = {}
 
     def __enter__(self) -> Pool:
         return self

@@ -19,6 +19,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from grading.kit.files import atomic_path
 from project.bench import REQUIRED_FIGURES, REQUIRED_FILES, SUMMARY_NAME
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -69,12 +70,9 @@ def create_zip(root: Path, figures_dir: Path, output: Path) -> list[str]:
     root = Path(root)
     members = [(root / rel, rel) for rel in student_files(root)]
     members += [(path, f"{FIGURES_ARCDIR}/{path.name}") for path in figure_files(figures_dir)]
-    output = Path(output)
-    tmp = output.with_name(output.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with atomic_path(output) as scratch, zipfile.ZipFile(scratch, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path, name in members:
             archive.write(path, name)
-    tmp.replace(output)
     return [name for _, name in members]
 
 

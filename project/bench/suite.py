@@ -25,8 +25,9 @@ from project.bench import SUMMARY_NAME, report
 from project.bench.pool import BenchError, Pool
 from project.bench.stats import rotation
 from project.bench.workload import WorkloadSpec
-from project.devices import THREAD_POLICY, cpu_threads_per_rank
+from project.devices import THREAD_POLICY, cpu_threads_per_rank, gpu_count
 from project.microbatch import check_n_chunk
+from project.output import write_json
 
 GRAD_TOLERANCE = 1e-5   # max abs gradient difference accepted as "the same" (fp32, other summation orders)
 
@@ -57,10 +58,8 @@ class Options:
 
     def resolved(self) -> Options:
         """A copy with every ``None`` replaced by its default (smaller ones under ``quick``)."""
-        import torch
-
         q = self.quick
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = gpu_count()
         return Options(**{**asdict(self),
                           "batch_size": self.batch_size or (16 if q else 32), "steps": self.steps or (2 if q else 4),
                           "warmup": self.warmup if self.warmup is not None else (1 if q else 2),
@@ -211,7 +210,7 @@ def _hardware(pool: Pool) -> dict:
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
                  platform.processor())
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     return {"cpu": model, "cpu_count": os.cpu_count(),
             "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "gpus": [torch.cuda.get_device_name(k) for k in range(gpus)], "platform": platform.platform(),
@@ -226,8 +225,6 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     in grader mode on 2 GPUs, 2 a group could not run (its error is in the
     summary; the other groups are still measured).
     """
-    import torch
-
     from project.bench import figures, memory
 
     opts = opts.resolved()
@@ -261,13 +258,13 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     summary["wall_time_s"] = time.perf_counter() - t_start
     if "pipeline" in summary:
         summary["pipeline"]["timeline"] = _timeline(log_path, opts)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     summary["thresholds"] = report.judge(summary, opts.dp_threshold, opts.pp_threshold, gpus)
     out = Path(opts.figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary["figures"] = figures.draw_all(summary, out)
-    (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=1) + "\n")
-    (folder / SUMMARY_NAME).write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(out / SUMMARY_NAME, summary, indent=1)
+    write_json(folder / SUMMARY_NAME, summary, indent=1)
     return summary, report.exit_code(summary)
 
 

@@ -8,68 +8,23 @@ warm-up run warms it. ``timed`` then stamps every step::
 
 (barrier on multi-rank workers, so the ranks start each step together;
 ``sync`` waits for a GPU). Peers (DDP, torch pipelining, PEFT) live in
-``project.bench.peers`` and plug into the same loop.
+``project.bench.peers`` and plug into the same loop; ``Context``, ``Stepper``
+and ``local_step`` in ``project.bench.context``.
 """
 from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from project.bench.workload import fresh_model, load_workload
-
-
-@dataclass
-class Stepper:
-    """``step(batch_index)`` runs one training step; ``prepare()`` (untimed) runs before every run."""
-
-    step: Callable[[int], Any]
-    prepare: Callable[[], None] = lambda: None
-    close: Callable[[], None] = lambda: None
-    timeline: Callable[[], list] | None = None   # per-step tasks of the last step, when recorded
-
-
-@dataclass
-class Context:
-    """One worker's world: its role (``solo`` or ``pair``), rank, device, workload and cached steppers."""
-
-    role: str
-    rank: int
-    world_size: int
-    device: torch.device
-    folder: Path
-    workload: dict
-    steppers: dict[str, Stepper] = field(default_factory=dict)
-
-    def batch(self, index: int, rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(input_ids, labels)`` of global batch ``index`` on this device: this rank's rows when ``rows``."""
-        b = self.workload["batches"][index]
-        x, y = b["input_ids"], b["labels"]
-        if rows and self.world_size > 1:
-            share = x.shape[0] // self.world_size
-            x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
-        return x.to(self.device), y.to(self.device)
-
-    def half(self, index: int, part: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows of global batch ``index`` that rank ``part`` of world size 2 trains on."""
-        b = self.workload["batches"][index]
-        share = b["input_ids"].shape[0] // 2
-        sl = slice(part * share, (part + 1) * share)
-        return b["input_ids"][sl].to(self.device), b["labels"][sl].to(self.device)
-
-    def sync(self) -> None:
-        """Wait for every GPU this process may have used (a pipeline's stages sit on several)."""
-        if self.device.type == "cuda":
-            for index in range(torch.cuda.device_count()):
-                torch.cuda.synchronize(index)
-
-    def model(self) -> torch.nn.Module:
-        return fresh_model(self.workload, self.device)
+from project.bench import peers
+from project.bench.context import Context, Stepper, local_step
+from project.bench.workload import load_workload
+from project.launch import RankEnv, join_group
 
 
 # -- ours: steppers on the student API --------------------------------------------------------------------
@@ -77,22 +32,11 @@ class Context:
 def dp_ours(ctx: Context) -> Stepper:
     """Data parallel with the student's ``train_step`` (which calls ``average_gradients``), AdamW."""
     from data_parallel.comm import train_step
-    from project.train_lib import lm_loss
+    from project.loss import lm_loss
 
     model = ctx.model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return Stepper(lambda i: train_step(model, optimizer, *ctx.batch(i), lm_loss))
-
-
-def local_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               between: Callable[[], None] = lambda: None) -> None:
-    """zero_grad, forward, ``lm_loss``, backward, ``between()`` (e.g. a gradient all-reduce), optimizer step."""
-    from project.train_lib import lm_loss
-
-    optimizer.zero_grad()
-    lm_loss(model(x), y).backward()
-    between()
-    optimizer.step()
 
 
 def no_comm(ctx: Context) -> Stepper:
@@ -116,7 +60,7 @@ def no_comm_sequential(ctx: Context) -> Stepper:
 def comm_ours(ctx: Context) -> Stepper:
     """Only the student's ``average_gradients`` on a model holding real gradients (reset before each run)."""
     from data_parallel.comm import average_gradients
-    from project.train_lib import lm_loss
+    from project.loss import lm_loss
 
     model = ctx.model()
     lm_loss(model(ctx.batch(0)[0]), ctx.batch(0)[1]).backward()
@@ -138,7 +82,7 @@ def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
     from project.devices import stage_devices
-    from project.train_lib import lm_loss
+    from project.loss import lm_loss
 
     model = ctx.model()
     batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
@@ -183,8 +127,6 @@ def lora_ours(ctx: Context) -> Stepper:
 # -- the command loop ---------------------------------------------------------------------------------------
 
 def _stepper_factories() -> dict[str, Callable[..., Stepper]]:
-    from project.bench import peers
-
     return {"dp_ours": dp_ours, "no_comm": no_comm, "no_comm_sequential": no_comm_sequential,
             "comm_ours": comm_ours, "pipeline_ours": pipeline_ours, "lora_ours": lora_ours,
             "dp_ddp": peers.dp_ddp, "dp_flat": peers.dp_flat, "comm_floor": peers.comm_floor,
@@ -222,7 +164,7 @@ def clear(ctx: Context) -> None:
 def build(ctx: Context, spec: dict, path: str) -> dict:
     """Build the workload file (``project.bench.workload.build_workload``) and return its description."""
     from project.bench.workload import WorkloadSpec, build_workload
-    from project.train_lib import quiet_libraries
+    from project.output import quiet_libraries
 
     quiet_libraries()   # no dataset-building progress bars in the benchmark's output
     return build_workload(WorkloadSpec(**spec), Path(path))
@@ -233,42 +175,30 @@ def load(ctx: Context, path: str) -> None:
     ctx.workload = load_workload(Path(path))
 
 
-def serve(role: str, rank: int, world_size: int, init_method: str, folder: str, threads: int, conn) -> None:
-    """A worker's life: join a process group with the student's ``setup_process_group``, then obey ``conn``.
+def serve(env: RankEnv, role: str, folder: str, threads: int) -> None:
+    """A worker's life: join a process group with the student's ``setup_process_group``, then obey ``env.conn``.
 
-    Each message is ``(command, kwargs)``; ``None`` ends the loop. Replies
-    are ``("ok", result)`` or ``("error", traceback text)``. Commands:
-    ``build`` and ``load`` (the workload), ``run`` (see ``run``), ``clear``,
-    and the one-off checks of ``project.bench.peers`` (``grads``, ``lora_check``).
+    Started by ``project.launch.spawn_ranks`` (``project.bench.pool``); the
+    device is the runners' choice (``project.launch.join_group``), except that
+    ranks without a GPU each share ``cuda:0`` when there is one. ``threads``:
+    torch threads (0 keeps torch's default). First reply: ``("ok", {role,
+    rank, backend, device, threads})``. Then each message is ``(command,
+    kwargs)``; ``None`` ends the loop. Replies are ``("ok", result)`` or
+    ``("error", traceback text)``. Commands: ``build`` and ``load`` (the
+    workload), ``run`` (see ``run``), ``clear``, and the one-off checks of
+    ``project.bench.peers`` (``grads``, ``lora_check``).
     """
-    import datetime
     import warnings
 
     import transformers
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
-    if threads > 0:
-        torch.set_num_threads(threads)
-    from project.devices import gpu_count, resolve_backend
-
-    gpus = gpu_count()
-    backend = resolve_backend("auto", world_size)   # the runners' choice: NCCL with a GPU per rank, else gloo
-    try:
-        from data_parallel.comm import setup_process_group
-
-        setup_process_group(rank, world_size, backend, init_method=init_method,
-                            timeout=datetime.timedelta(minutes=10))
-        device = torch.device(f"cuda:{rank}") if backend == "nccl" else (
-            torch.device("cuda:0") if gpus else torch.device("cpu"))
-        ctx = Context(role, rank, world_size, device, Path(folder), {})
-        conn.send(("ok", {"role": role, "rank": rank, "backend": backend, "device": str(device),
-                          "threads": torch.get_num_threads()}))
-    except BaseException:   # noqa: BLE001 - reported to the parent
-        conn.send(("error", traceback.format_exc()))
-        return
-    from project.bench import peers
-
+    backend, device = join_group(env, "auto", threads=threads, share_gpu=True)
+    ctx = Context(role, env.rank, env.world_size, device, Path(folder), {})
+    conn = env.conn
+    conn.send(("ok", {"role": role, "rank": env.rank, "backend": backend, "device": str(device),
+                      "threads": torch.get_num_threads()}))
     commands = {"build": build, "load": load, "run": run, "clear": clear, "grads": peers.grads,
                 "lora_check": peers.lora_check}
     while True:

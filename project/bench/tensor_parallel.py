@@ -3,8 +3,9 @@
     python scripts/run_benchmarks.py --tensor_parallel [--quick]     # after the main benchmark
     python -m project.bench.tensor_parallel [--quick]                # this comparison alone
 
-Two ranks (one process each: gloo on CPU, each rank one simulated device
-with ``THREAD_POLICY`` threads; NCCL with two GPUs). Every variant trains the
+Two ranks (one process each, started by ``project.launch.spawn_ranks``:
+gloo on CPU, each rank one simulated device with ``THREAD_POLICY`` threads;
+NCCL with two GPUs). Every variant trains the
 same weights on the same global batches with AdamW::
 
     serial           rank 0 alone, the whole batch                                   (the baseline)
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +37,8 @@ import torch
 
 from project import readiness
 from project.bench import stats
+from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
+from project.output import quiet_libraries, write_json
 
 SUMMARY_FILE = "tensor_parallel_summary.json"
 FIGURE_FILE = "tensor_parallel.png"
@@ -87,7 +88,6 @@ def _workload(opts: TPOptions, path: Path) -> dict:
     from project.bench.workload import _same_width
     from project.data import make_collate, prepare_data
     from project.model import build_model, count_parameters
-    from project.train_lib import quiet_libraries
 
     quiet_libraries()
     train, _, tokenizer = prepare_data("embedded", "bpe", Path(opts.workdir), seed=opts.seed)
@@ -128,7 +128,7 @@ class _Rank:
         return x.to(self.device), y.to(self.device)
 
     def build(self, name: str):
-        from project.bench.tasks import local_step
+        from project.bench.context import local_step
 
         model = self.model()
         between, half, forward = (lambda: None), False, model
@@ -152,21 +152,15 @@ class _Rank:
         return lambda i: local_step(forward, optimizer, *self.batch(i, half), between=between)
 
 
-def _rank_main(rank: int, folder: str, opts: dict, variants: list[str]) -> None:
-    """One rank: join the group, then run every repeat of every variant; rank 0 writes ``times.json``."""
+def _rank_main(env: RankEnv, folder: str, opts: dict, variants: list[str]) -> dict | None:
+    """One rank: join the group, then run every repeat of every variant; rank 0 returns the raw numbers."""
     import torch.distributed as dist
 
     from project.bench.workload import load_workload
-    from project.devices import cpu_threads_per_rank, gpu_count
-    from project.train_lib import quiet_libraries
 
     quiet_libraries()
-    backend = "nccl" if gpu_count() >= 2 else "gloo"
-    if backend == "gloo":
-        torch.set_num_threads(cpu_threads_per_rank(2))
-    dist.init_process_group(backend, init_method=f"file://{Path(folder, 'store').resolve()}", rank=rank,
-                            world_size=2, timeout=datetime.timedelta(minutes=10))
-    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    backend, device = join_group(env, "auto", student_setup=False)
+    rank = env.rank
     me = _Rank(rank, device, load_workload(Path(folder) / "workload.pt"), opts["n_chunk"])
 
     def sync() -> None:
@@ -196,18 +190,13 @@ def _rank_main(rank: int, folder: str, opts: dict, variants: list[str]) -> None:
                 times[name].append(total)
     memory = [None, None]
     dist.all_gather_object(memory, me.memory)
-    if rank == 0:
-        (Path(folder) / "times.json").write_text(json.dumps({"times": times, "memory": memory, "backend": backend,
-                                                             "threads": torch.get_num_threads()}))
     for close in me.closers:
         close()
     dist.barrier()
     dist.destroy_process_group()
-    # Skip interpreter shutdown: a native gloo thread still joinable there aborts the process
-    # ("terminate called without an active exception"), which the parent would report as a crash.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    if rank == 0:
+        return {"times": times, "memory": memory, "backend": backend, "threads": torch.get_num_threads()}
+    return None
 
 
 def summarize(raw: dict, workload: dict, skipped: dict[str, str], opts: TPOptions) -> dict:
@@ -291,8 +280,6 @@ def run(opts: TPOptions, echo=print) -> dict:
     Raises ValueError for bad options; a variant whose problem is not
     written is skipped (listed under ``skipped``).
     """
-    import torch.multiprocessing as mp
-
     opts = opts.resolved()
     skipped = {name: "; ".join(why) for name, (_, needs) in VARIANTS.items()
                if (why := readiness.problems_not_ready(needs))}
@@ -302,19 +289,23 @@ def run(opts: TPOptions, echo=print) -> dict:
     echo(f"tensor-parallel comparison: {', '.join(variants)} ({opts.repeats} repeats of {opts.steps} steps); "
          f"raw numbers in {folder}")
     workload = _workload(opts, folder / "workload.pt")
-    mp.start_processes(_rank_main, args=(str(folder), asdict(opts), variants), nprocs=2, start_method="spawn")
-    raw = json.loads((folder / "times.json").read_text())
+    # skip_shutdown: a native gloo thread still joinable at interpreter shutdown aborts the process
+    # ("terminate called without an active exception"), which would read as a crash of a finished rank.
+    raw = spawn_ranks(_rank_main, 2, file_rendezvous(folder, "store"), (str(folder), asdict(opts), variants),
+                      name="tensor_parallel", skip_shutdown=True).wait()[0]
+    write_json(folder / "times.json", raw)
     summary = summarize(raw, workload, skipped, opts)
     out = Path(opts.figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     draw(summary, out / FIGURE_FILE)
     summary["figure"] = str(out / FIGURE_FILE)
     for target in (out / SUMMARY_FILE, folder / SUMMARY_FILE):
-        target.write_text(json.dumps(summary, indent=1) + "\n")
+        write_json(target, summary, indent=1)
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI (``python -m project.bench.tensor_parallel``): run, print the table; 2 and one line for bad options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small batch, few steps and repeats")
     parser.add_argument("--preset", default="tiny")

@@ -1,0 +1,270 @@
+"""Starting rank processes and joining their group: the one launcher of the runners and the benchmarks.
+
+Every rank process of the kit is started by ``spawn_ranks`` (start method
+``spawn``, one pipe per rank back to the parent)::
+
+    parent                                    rank r (a fresh interpreter)
+    spawn_ranks(target, N, init, args)  ->    value = target(RankEnv(r, N, ...), *args)
+    ranks.wait() / ranks.replies(...)   <-    ("ok", value) or ("error", traceback) on its pipe
+
+A rank that serves commands (the benchmark's workers) uses ``env.conn`` for
+its replies in the same format; ``wait`` returns every rank's final value.
+``launch`` is the entry points' front end: under torchrun this process is
+one rank (``env://``), one rank runs in this process, more are spawned and
+meet over a file store (no port needed). ``join_group`` binds a rank to the
+device ``project.devices`` chooses and initialises the process group.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from project.devices import bind_rank, resolve_backend
+
+GROUP_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+class RankError(RuntimeError):
+    """A rank process raised, died or gave no answer in time; the message holds its traceback or the reason."""
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where one rank process stands: rank, world size, local rank and size, rendezvous, pipe to the parent.
+
+    ``init_method`` is None for a process that joins no group; ``conn`` is
+    None in a process that was not spawned (torchrun, or a 1-rank run).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    init_method: str | None
+    conn: Connection | None = None
+
+
+def _reply(conn: Connection, message: tuple) -> None:
+    try:
+        conn.send(message)
+    except (BrokenPipeError, OSError):   # the parent has gone or stopped listening
+        pass
+
+
+def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool) -> None:
+    try:
+        value = target(env, *args)
+    except BaseException:   # noqa: BLE001 - reported to the parent, which decides
+        _reply(env.conn, ("error", traceback.format_exc()))
+        raise SystemExit(1) from None
+    _reply(env.conn, ("ok", value))
+    if skip_shutdown:   # a native thread still joinable at interpreter shutdown can abort the process
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class Ranks:
+    """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's pipe ``conns[r]``."""
+
+    def __init__(self, name: str, procs: list, conns: list[Connection]):
+        self.name, self.procs, self.conns = name, procs, conns
+
+    def send(self, message: Any) -> None:
+        """Send ``message`` to every rank (ranks that are gone are skipped)."""
+        for conn in self.conns:
+            _reply(conn, message)
+
+    def replies(self, what: str, timeout_s: float | None = None) -> list:
+        """One ``("ok", value)`` reply from every rank: the values, in rank order.
+
+        Watches all ranks at once and raises RankError naming ``what`` as soon
+        as one replied with an error (its traceback in the message) or died,
+        or when a rank gave no answer within ``timeout_s`` (None: no limit).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        values: list = [None] * len(self.procs)
+        pending = list(range(len(self.procs)))
+        while pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise RankError(f"{what}: {self.name} rank {pending[0]} gave no answer within {timeout_s:g} s")
+            ready = wait([handle for r in pending for handle in (self.conns[r], self.procs[r].sentinel)], left)
+            for rank in list(pending):
+                conn, proc = self.conns[rank], self.procs[rank]
+                if conn.poll():
+                    try:
+                        status, value = conn.recv()
+                    except (EOFError, OSError):
+                        status, value = "died", None
+                elif proc.sentinel in ready:
+                    status, value = "died", None
+                else:
+                    continue
+                if status == "died":
+                    proc.join(1)
+                    raise RankError(f"{what}: {self.name} rank {rank} died (exit code {proc.exitcode})")
+                if status != "ok":
+                    raise RankError(f"{what} failed on {self.name} rank {rank}:\n{value}")
+                values[rank] = value
+                pending.remove(rank)
+        return values
+
+    def wait(self, timeout_s: float | None = None) -> list:
+        """Every rank's return value, in rank order, once all have finished; the processes are joined.
+
+        Raises RankError (as ``replies``) when a rank fails; the other ranks are stopped then.
+        """
+        try:
+            values = self.replies(self.name, timeout_s)
+        except BaseException:
+            self.close(grace_s=5.0, stop=True)
+            raise
+        self.close(grace_s=60.0)   # their work is done: only interpreter shutdown is left
+        return values
+
+    def close(self, grace_s: float = 10.0, stop: bool = False) -> None:
+        """Join every rank for up to ``grace_s`` seconds (``stop``: terminate them first); kill the rest."""
+        for proc in self.procs:
+            if stop and proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(grace_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for conn in self.conns:
+            conn.close()
+
+
+def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args: tuple = (), name: str = "rank",
+                skip_shutdown: bool = False) -> Ranks:
+    """Start ``world_size`` rank processes; rank r runs ``target(RankEnv(r, world_size, r, world_size,
+    init_method, conn), *args)`` and its return value (or traceback) goes back over its pipe.
+
+    Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
+    be picklable (start method ``spawn``). ``skip_shutdown`` ends each rank
+    with ``os._exit(0)`` after its reply (for ranks whose native threads can
+    abort a normal interpreter shutdown).
+    """
+    context = multiprocessing.get_context("spawn")
+    procs, conns = [], []
+    for rank in range(world_size):
+        parent, child = context.Pipe()
+        env = RankEnv(rank, world_size, rank, world_size, init_method, child)
+        proc = context.Process(target=_rank_main, name=f"{name}{rank}", daemon=True,
+                               args=(target, env, args, skip_shutdown))
+        proc.start()
+        child.close()
+        procs.append(proc)
+        conns.append(parent)
+    return Ranks(name, procs, conns)
+
+
+def file_rendezvous(folder: Path, name: str) -> str:
+    """A ``file://`` init method over a fresh store file ``<folder>/<name>_<ns>`` (no port needed)."""
+    return f"file://{(Path(folder) / f'{name}_{time.monotonic_ns()}').resolve()}"
+
+
+def torchrun_env() -> RankEnv | None:
+    """This process's rank when started by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_*`` variables), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return RankEnv(rank, world_size, int(os.environ.get("LOCAL_RANK", rank)),
+                   int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), "env://")
+
+
+def world_of(args: argparse.Namespace) -> tuple[int, int, str]:
+    """``(world_size, local_ranks, backend)`` of this launch: torchrun's sizes, else ``--world_size``.
+
+    The backend is ``--backend`` resolved (``resolve_backend``; ConfigError for nccl without enough GPUs).
+    """
+    env = torchrun_env()
+    world_size, local_ranks = (env.world_size, env.local_world_size) if env else (args.world_size, args.world_size)
+    return world_size, local_ranks, resolve_backend(args.backend, local_ranks)
+
+
+def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int, args: argparse.Namespace,
+           folder: Path) -> None:
+    """Run ``target(env, args)`` on every rank of this run and return when all are done.
+
+    Under torchrun this process is one rank (rendezvous ``env://``). Else one
+    rank runs in this process, or ``world_size`` ranks are spawned
+    (``spawn_ranks``) and meet over a file store in ``folder``. A failing
+    spawned rank raises RankError here, with its traceback.
+    """
+    env = torchrun_env()
+    if env is not None:
+        target(env, args)
+        return
+    store = Path(folder) / "rendezvous"
+    store.unlink(missing_ok=True)
+    init_method = f"file://{store.resolve()}"
+    try:
+        if world_size == 1:
+            target(RankEnv(0, 1, 0, 1, init_method), args)
+        else:
+            spawn_ranks(target, world_size, init_method, (args,)).wait()
+    finally:
+        store.unlink(missing_ok=True)
+
+
+def launch_and_summarise(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int,
+                         args: argparse.Namespace, folder: Path) -> dict | None:
+    """Clear old metrics in ``folder``, ``launch`` the ranks, and return rank 0's ``summary.json``.
+
+    Returns None in torchrun processes other than rank 0 (they have no summary to report).
+    """
+    env = torchrun_env()
+    if env is None or env.rank == 0:
+        for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
+            old.unlink(missing_ok=True)
+    launch(target, world_size, args, folder)
+    if env is not None and env.rank != 0:
+        return None
+    return json.loads((folder / "summary.json").read_text())
+
+
+def join_group(env: RankEnv, backend: str, student_setup: bool = True, threads: int | None = None,
+               share_gpu: bool = False) -> tuple[str, torch.device]:
+    """Bind this rank to its device and join the process group; return ``(backend, device)``.
+
+    ``backend`` ``auto`` resolves as ``project.devices.resolve_backend`` says;
+    the device, threads and DeepSpeed's accelerator follow
+    ``project.devices.bind_rank`` (``threads``, ``share_gpu`` as there). With
+    ``student_setup`` the group is joined through the student's
+    ``setup_process_group`` (Problem 1.2), else with ``torch.distributed``
+    directly (code that does not depend on Problem 1).
+    """
+    import torch.distributed as dist
+
+    backend = resolve_backend(backend, env.local_world_size)
+    device = bind_rank(backend, env.local_rank, env.local_world_size, threads, share_gpu)
+    if student_setup:
+        from data_parallel.comm import setup_process_group
+        setup_process_group(env.rank, env.world_size, backend, init_method=env.init_method, timeout=GROUP_TIMEOUT)
+    else:
+        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
+                                timeout=GROUP_TIMEOUT)
+    return backend, device
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed in place over the ranks of the default group (a collective); returns ``t``."""
+    import torch.distributed as dist
+
+    dist.all_reduce(t)
+    return t

@@ -1,0 +1,193 @@
+"""The options the entry points share, their checks, and the run they describe.
+
+- ``add_common_args``: data, model, training length, ``--quiet``;
+- ``add_launch_args``: ``--world_size`` and ``--backend`` (multi-rank entry points);
+- ``add_training_args``: the options of long runs (accumulation, precision, checkpoints, guard, ...);
+- ``check_training_args``/``check_world``: what parsing alone cannot judge, refused with ConfigError
+  before any data is read or any rank starts;
+- ``prepare_run``: the ``LoopSpec`` (``project.loop``), step log and first validation loss of a run.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from project import checkpoint
+from project.cli import ConfigError, float_above, int_at_least, lr_spike
+from project.data import EMBEDDED
+from project.loop import LoopSpec
+from project.metrics import StepLog, check_tensorboard
+from project.precision import PRECISIONS, check_precision
+
+SCHEDULES = ("constant", "cosine")
+
+
+def add_common_args(parser: argparse.ArgumentParser, batch_size: int | None = 32, n_epochs: int = 3,
+                    lr: float = 1e-3) -> argparse.ArgumentParser:
+    """Add the data, model and training arguments every entry point shares; returns ``parser``.
+
+    ``batch_size=None`` leaves out ``--batch_size`` (an entry point that derives it).
+    Numeric options are range-checked while parsing (see ``project.cli``).
+    """
+    from project.model import PRESETS
+
+    parser.add_argument("--workdir", default="workdir", help="cache for data and tokenizer (default: workdir)")
+    parser.add_argument("--out_dir", default=None, help="metrics folder (default: <workdir>/out/<entry point>)")
+    parser.add_argument("--dataset", default=EMBEDDED,
+                        help="'embedded' (generated, offline), a folder of train/validation .jsonl files, "
+                             "or a hub name such as bbaaaa/iwslt14-de-en-preprocess")
+    parser.add_argument("--tokenizer", default="bpe", help="'bpe' (trained on the data) or a hub name like gpt2")
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model size (gpt2: 124M)")
+    parser.add_argument("--pretrained", default=None, help="load GPT2LMHeadModel weights, e.g. gpt2 (network)")
+    parser.add_argument("--n_train", type=int_at_least(1), default=None, help="training pairs (embedded default 4000)")
+    parser.add_argument("--n_valid", type=int_at_least(1), default=None, help="validation pairs (embedded default 200)")
+    parser.add_argument("--max_len", type=int_at_least(4), default=64, help="tokens per sequence at most")
+    if batch_size is not None:
+        parser.add_argument("--batch_size", type=int_at_least(1), default=batch_size,
+                            help="global batch size (sequences) of one forward/backward")
+    parser.add_argument("--n_epochs", type=int_at_least(1), default=n_epochs)
+    parser.add_argument("--lr", type=float_above(0.0), default=lr)
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="corpus and model-initialisation seed")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars, only the summary")
+    return parser
+
+
+
+def add_launch_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--world_size`` and ``--backend`` (multi-rank entry points); returns ``parser``."""
+    parser.add_argument("--world_size", type=int_at_least(1), default=2,
+                        help="ranks to start (under torchrun: its own)")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                        help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    return parser
+
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options of long runs (issue 15): accumulation, precision, checkpoints, metrics, guard.
+
+    ``--grad_accum`` batches per optimizer step; ``--precision`` fp32/bf16/fp16
+    (fp16: CUDA only); ``--grad_ckpt`` activation checkpointing of the GPT-2
+    blocks; ``--save_every``/``--save_dir``/``--resume`` checkpoints;
+    ``--max_steps`` stops early; ``--lr_schedule``; ``--tensorboard``;
+    ``--spike_factor`` and ``--lr_spike`` (the divergence guard and a fault to test it).
+    """
+    parser.add_argument("--grad_accum", type=int_at_least(1), default=1,
+                        help="batches accumulated per optimizer step (default 1)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="autocast precision (fp16 needs CUDA)")
+    parser.add_argument("--grad_ckpt", action="store_true",
+                        help="activation checkpointing of the GPT-2 blocks (recompute in backward)")
+    parser.add_argument("--save_every", type=int_at_least(0), default=0,
+                        help="write a checkpoint every N optimizer steps (0: never)")
+    parser.add_argument("--save_dir", default=None, help="checkpoint folder (default: <out_dir>/checkpoints)")
+    parser.add_argument("--resume", default=None, help="continue from a checkpoint folder (its 'latest' or a step_N)")
+    parser.add_argument("--max_steps", type=int_at_least(1), default=None,
+                        help="stop after this many optimizer steps in total (checkpointed with --save_every)")
+    parser.add_argument("--lr_schedule", choices=SCHEDULES, default="constant",
+                        help="constant, or cosine decay to 10%% of --lr over the run")
+    parser.add_argument("--tensorboard", default=None, help="also write TensorBoard event files to this folder")
+    parser.add_argument("--spike_factor", type=float_above(0.0, inclusive=True), default=2.0,
+                        help="divergence guard: refuse a step whose loss exceeds this x the recent median "
+                             "(0: only non-finite losses)")
+    parser.add_argument("--lr_spike", type=lr_spike, default=None, metavar="STEP:FACTOR",
+                        help="fault injection: multiply the lr by FACTOR for optimizer step STEP, once")
+    return parser
+
+
+
+def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> None:
+    """Raise ConfigError for options that cannot work here, before any data is read or any rank starts.
+
+    ``--workdir``/``--out_dir``/``--save_dir`` naming a file, a
+    ``--pretrained`` model whose config cannot be loaded, fp16 off CUDA,
+    ``--tensorboard`` without the package, and a ``--resume`` folder without
+    a checkpoint or from a run whose ``meta`` (world size, batch size,
+    accumulation, ...) differs.
+    """
+    for name in ("workdir", "out_dir", "save_dir"):
+        if getattr(args, name) is not None and Path(getattr(args, name)).is_file():
+            raise ConfigError(f"--{name} {getattr(args, name)!r} is a file, not a folder")
+    if args.pretrained:
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(args.pretrained)
+        except Exception as exc:  # noqa: BLE001 - any failure means the weights cannot be loaded either
+            raise ConfigError(f"--pretrained {args.pretrained!r}: cannot load its config ({type(exc).__name__}); "
+                              f"the presets (--preset tiny|small|gpt2) need no network") from None
+    check_precision(args.precision, device_type)
+    check_tensorboard(args.tensorboard)
+    if args.resume is not None:
+        saved = checkpoint.read_meta(checkpoint.resolve(args.resume))
+        changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
+        if changed:
+            said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+            raise ConfigError(f"--resume {args.resume}: the checkpoint was written by a different run ({said}); "
+                              f"resume with the same options")
+
+
+
+def save_dir(args: argparse.Namespace, folder: Path) -> Path:
+    """The checkpoint root of this run: ``--save_dir`` or ``<metrics folder>/checkpoints``."""
+    return Path(args.save_dir) if args.save_dir else Path(folder) / "checkpoints"
+
+
+
+def out_dir(args: argparse.Namespace, name: str) -> Path:
+    """The metrics folder of this run (created)."""
+    path = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+
+def check_world(world_size: int, n_train: int) -> None:
+    """Raise ConfigError for a world size below 1 or larger than the training data (a rank would get nothing)."""
+    if world_size < 1:
+        raise ConfigError(f"--world_size must be at least 1, got {world_size}")
+    if world_size > n_train:
+        raise ConfigError(f"world size {world_size} is larger than the training data ({n_train} pairs): "
+                          f"some ranks would get nothing")
+
+
+def prepare_run(args, folder: Path, rank: int, meta: dict,
+                val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
+    """``(LoopSpec, StepLog, validation loss before training)`` of a run, from its command line.
+
+    ``args`` holds the options of ``add_common_args``/``add_training_args``;
+    ``folder`` is where ``metrics.jsonl`` (and by default the checkpoints)
+    go; ``meta`` is what a resume must match. On ``--resume`` the loss before
+    training comes from the checkpoint (``val_loss`` is not called) and the
+    step log keeps its lines up to the checkpoint's step.
+    """
+    resume = checkpoint.resolve(args.resume) if args.resume else None
+    saved = checkpoint.read_meta(resume) if resume else None
+    before = saved["carry"]["val_loss_before"] if saved else val_loss()
+    step_log = StepLog(folder, enabled=rank == 0, resume_step=saved["step"] if saved else None,
+                       tensorboard=args.tensorboard)
+    spec = LoopSpec(n_epochs=args.n_epochs, grad_accum=args.grad_accum, precision=args.precision,
+                    save_every=args.save_every, save_dir=save_dir(args, folder), resume=resume,
+                    max_steps=args.max_steps, spike_factor=args.spike_factor, lr_spike=args.lr_spike,
+                    quiet=args.quiet, meta={**meta, "carry": {"val_loss_before": before}})
+    return spec, step_log, before
+
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, kind: str, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """``constant`` (lr as given) or ``cosine`` (from lr down to 10 % of it over ``total_steps``), a LambdaLR."""
+    if kind == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    total = max(total_steps, 1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / total)))
+
+
+
+def steps_per_epoch(batches: int, grad_accum: int) -> int:
+    """Optimizer steps in an epoch of ``batches`` batches (the last step may accumulate fewer)."""
+    return math.ceil(batches / grad_accum)
