@@ -6,6 +6,12 @@ average_gradients)`` instead of a bare ``IndexError``. ``likely_cause``
 matches an error (type, message, file) against the mistakes students make
 most often and returns a hint phrased as a likely cause; the raw message is
 always shown next to it, never replaced.
+
+``format_error`` is the one way a student exception is reported, wherever it
+was caught: ``RankContext.record`` (through ``results.describe_error``) and
+every probe helper that catches one itself (``describe_exception``: the
+shared helpers of ``grading/problems/common.py``, and probes that keep a
+caught error as data).
 """
 from __future__ import annotations
 
@@ -62,6 +68,24 @@ def likely_cause(kind: str, message: str, where: str = "") -> str:
         if where.startswith(prefix) and pattern.search(text):
             return f"likely cause: {hint}"
     return ""
+
+
+def format_error(kind: str, message: str, where: str = "") -> str:
+    """``"Type: message (at path:line (in fn))"``, plus ``"\nlikely cause: ..."`` when one is known.
+
+    ``where`` is ``student_frame``'s answer ("" when no student frame was found: no location is shown).
+    """
+    text = f"{kind}: {message}" + (f" (at {where})" if where else "")
+    hint = likely_cause(kind, message, where)
+    return text + (f"\n{hint}" if hint else "")
+
+
+def describe_exception(exc: BaseException, limit: int | None = None, root: Path | str | None = None) -> str:
+    """``format_error`` of a caught exception: its type, message (cut to ``limit`` characters), the student
+    file and line it came from (relative to ``root``, default the current directory) and the likely cause."""
+    message = str(exc)
+    return format_error(type(exc).__name__, message[:limit] if limit else message,
+                        student_frame(traceback.extract_tb(exc.__traceback__), root))
 
 
 def static_hints(body: str, first_line: int, path: str) -> list[str]:

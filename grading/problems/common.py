@@ -1,4 +1,10 @@
-"""Small helpers shared by the probes of every problem."""
+"""Small helpers shared by the probes of every problem.
+
+A probe that catches a student exception itself (rather than letting
+``ctx.record`` save it) reports it with ``describe_exception`` (re-exported
+here from ``grading.engine.hints``): ``Type: message (at path:line (in fn))``
+plus the likely cause, exactly as ``record`` reports what it catches.
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -6,15 +12,20 @@ from typing import Callable
 import torch
 
 from grading.engine.expect import expect
+from grading.engine.hints import describe_exception
+
+__all__ = ["MESSAGE_CHARS", "call_outcome", "describe_exception", "expect_refusals", "labelled", "stage_devices"]
 
 MESSAGE_CHARS = 300
 
 
 def call_outcome(fn: Callable[[], object], message: bool = False) -> str:
-    """Call ``fn()`` and name what happened: 'no exception', 'ValueError', or 'Type: message' of another error.
+    """Call ``fn()`` and name what happened: 'no exception', 'ValueError', or another error described by
+    ``describe_exception`` ('Type: message (at path:line (in fn))' and the likely cause).
 
     Probes record this for calls that must raise ValueError, so a starter's
-    NotImplementedError keeps its "Problem <id>: ..." message in the report.
+    NotImplementedError keeps its "Problem <id>: ..." message in the report,
+    and any other error says where in the student's code it was raised.
     With ``message`` a ValueError keeps its message too ('ValueError: ...'),
     for contracts that say what the message must name.
     """
@@ -23,16 +34,17 @@ def call_outcome(fn: Callable[[], object], message: bool = False) -> str:
     except ValueError as exc:
         return f"ValueError: {exc}"[:MESSAGE_CHARS] if message else "ValueError"
     except Exception as exc:  # noqa: BLE001 - a submission may raise anything
-        return f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+        return describe_exception(exc, limit=MESSAGE_CHARS)
     return "no exception"
 
 
 def labelled(label: str, fn: Callable, *args, **kwargs):
-    """``fn(*args, **kwargs)``; an exception comes back as RuntimeError naming the call and the original."""
+    """``fn(*args, **kwargs)``; an exception comes back as RuntimeError naming the call and the original
+    (``describe_exception``: its type, message, student file and line, likely cause)."""
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(f"{label} raised {type(exc).__name__}: {exc}") from exc
+        raise RuntimeError(f"{label} raised {describe_exception(exc)}") from exc
 
 
 def stage_devices(count: int) -> list[str]:

@@ -5,8 +5,9 @@ import traceback
 
 import pytest
 
-from grading.engine.hints import likely_cause, static_hints, student_frame
+from grading.engine.hints import describe_exception, format_error, likely_cause, static_hints, student_frame
 from grading.engine.results import describe_error
+from grading.problems.common import call_outcome, labelled
 
 pytestmark = pytest.mark.kit
 
@@ -54,3 +55,47 @@ def test_known_failure_shapes_get_a_likely_cause():
     assert "torch.distributed is used before" in likely_cause(
         "ValueError", "Default process group has not been initialized, please make sure to call init_process_group.")
     assert likely_cause("KeyError", "'x'") == ""
+
+
+def _student_module(root, rel: str, source: str) -> dict:
+    """Execute ``source`` as if it were the student file ``root/rel``; its namespace."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(path), "exec"), namespace)
+    return namespace
+
+
+def test_every_caught_exception_is_described_one_way(tmp_path, monkeypatch):
+    """record (describe_error), call_outcome and labelled all give "Type: message (at path:line (in fn))"."""
+    monkeypatch.chdir(tmp_path)                      # student_frame's paths are relative to the kit copy
+    student = _student_module(tmp_path, "pipeline/schedule.py", "def clock_cycles(m, n):\n    return [m][n]\n\n"
+                              "def refuse():\n    raise ValueError('no')\n")
+    try:
+        student["clock_cycles"](1, 1)
+    except IndexError as exc:
+        described = describe_exception(exc)
+        where = student_frame(traceback.extract_tb(exc.__traceback__))
+    assert described == "IndexError: list index out of range (at pipeline/schedule.py:2 (in clock_cycles))"
+    assert describe_error({"type": "IndexError", "message": "list index out of range", "where": where}) == described
+    assert call_outcome(lambda: student["clock_cycles"](1, 1)) == described
+    assert call_outcome(lambda: student["refuse"]()) == "ValueError"
+    with pytest.raises(RuntimeError) as raised:
+        labelled("clock_cycles(1, 1)", student["clock_cycles"], 1, 1)
+    assert str(raised.value) == f"clock_cycles(1, 1) raised {described}"
+
+
+def test_a_caught_exception_keeps_its_likely_cause(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    student = _student_module(tmp_path, "data_parallel/comm.py", "def average():\n    raise ValueError("
+                              "'Default process group has not been initialized')\n")
+    text = call_outcome(lambda: student["average"](), message=True)
+    assert text == "ValueError: Default process group has not been initialized"      # ValueError: as asked
+    try:
+        student["average"]()
+    except ValueError as exc:
+        described = describe_exception(exc)
+    assert described.startswith("ValueError: Default process group has not been initialized "
+                                "(at data_parallel/comm.py:2 (in average))\nlikely cause: torch.distributed")
+    assert format_error("KeyError", "'x'") == "KeyError: 'x'"

@@ -17,7 +17,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import split_part
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome
+from grading.problems.common import call_outcome, describe_exception
 from grading.problems.p2_1_schedule import ID, TITLE
 
 Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call
@@ -113,12 +113,13 @@ def _describe_split(layers, split_module) -> dict:
 
 
 def _waves(clock_cycles, m: int, n: int):
-    """The first m+n+5 waves of ``clock_cycles(m, n)`` as nested lists, or "Type: message" when it raised."""
+    """The first m+n+5 waves of ``clock_cycles(m, n)`` as nested lists, or the error it raised (as a string:
+    ``describe_exception``, with the student file and line)."""
     try:
         waves = itertools.islice(clock_cycles(m, n), m + n + 5)     # a runaway generator stops
         return [[[int(i), int(j)] for i, j in wave] for wave in waves]
     except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"
+        return describe_exception(exc)
 
 
 def probe_schedule_split(ctx) -> None:
@@ -144,7 +145,7 @@ def probe_schedule_split(ctx) -> None:
                 try:
                     out[name] = _describe_split(_split_layers(name), partition.split_module)
                 except Exception as exc:  # noqa: BLE001
-                    out[name] = f"{type(exc).__name__}: {exc}"
+                    out[name] = describe_exception(exc)
             return out
         ctx.record(part, run)
 

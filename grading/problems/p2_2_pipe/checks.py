@@ -25,7 +25,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import HIDDEN, PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
-from grading.problems.common import stage_devices
+from grading.problems.common import describe_exception, stage_devices
 from grading.problems.p2_2_pipe import ID, TITLE
 from grading.problems.p2_2_pipe import reference as ref
 
@@ -163,7 +163,8 @@ def probe_pipe(ctx) -> None:
             except NotImplementedError as exc:
                 if "meta" not in str(exc):
                     raise
-                raise RuntimeError(f"the result was moved off the last stage's device (meta): {exc}") from None
+                raise RuntimeError("the result was moved off the last stage's device (meta): "
+                                   f"{describe_exception(exc)}") from None
         return {"device": found["device"], "meta_device": str(out.device), "meta_shape": list(out.shape)}
     ctx.record(P_OUTPUT_DEVICE, output_device)
 
@@ -185,7 +186,7 @@ def probe_pipe(ctx) -> None:
             try:
                 pipe(ref.batch(4)[0])
             except Exception as exc:  # noqa: BLE001 - judged by the other criteria; the moves are recorded
-                failure = f"{type(exc).__name__}: {exc}"[:300]
+                failure = describe_exception(exc, limit=300)
             finally:
                 torch.Tensor.to = real_to
         return {"threads": threads, "workers": workers, "failure": failure}
@@ -210,7 +211,7 @@ def probe_pipe(ctx) -> None:
             try:
                 pipe(ref.batch(8)[0])
             except Exception as exc:  # noqa: BLE001
-                outcome = [type(exc).__name__, str(exc)]
+                outcome = [type(exc).__name__, str(exc), describe_exception(exc)]
         alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
         return {"outcome": outcome, "alive": alive, "called_in": failing.called_in, "workers": workers}
     ctx.record(P_STAGE_EXCEPTION, stage_exception)
@@ -319,10 +320,10 @@ def check_pipe_waves(run: CaseRun, split: str) -> None:
 @CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2)
 def check_pipe_exception(run: CaseRun, split: str) -> None:
     got = run.part(P_STAGE_EXCEPTION)
-    kind, message = got["outcome"]
+    kind, message, described = (list(got["outcome"]) + [""])[:3]
     expect(kind == "ValueError" and ref.FailingStage.MESSAGE in message,
            f"a stage raising ValueError('{ref.FailingStage.MESSAGE}') must surface in the caller of Pipe.forward; "
-           f"the caller got {kind}{': ' + message if message else ''}")
+           f"the caller got {described or kind}")
     expect(got["called_in"] and set(got["called_in"]) <= set(got["workers"]),
            f"the failing stage ran in thread(s) {got['called_in']}, expected the Pipe's worker threads "
            f"{got['workers']} (run every stage call through self.workers.submit)")

@@ -17,7 +17,7 @@ from grading.engine.expect import expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import HIDDEN, split_part
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome, expect_refusals, labelled
+from grading.problems.common import call_outcome, describe_exception, expect_refusals, labelled
 from grading.problems.p3_1_lora import ID, TITLE
 from grading.problems.p3_1_lora import reference as ref
 
@@ -99,7 +99,7 @@ def probe_apply(ctx) -> None:
             with torch.no_grad():
                 after = model(x).cpu()
         except Exception as exc:  # noqa: BLE001 - judged in the parent, after the dtype/device check
-            after = f"the forward pass raised {type(exc).__name__}: {exc}"
+            after = f"the forward pass raised {describe_exception(exc)}"
         return {"before": before, "after": after, "adapters": adapters, "device": str(torch.device(device))}
     ctx.record(P_OUTPUTS, outputs)
 
