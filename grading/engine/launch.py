@@ -143,6 +143,15 @@ class LoadClock:
             return 1.0
         return max(1.0, (runnable - 1) / max(1, cpus))
 
+    @classmethod
+    def typical_slowdown(cls) -> float:
+        """The slowdown now or over the last minute, whichever is worse: to scale a limit set once (>= 1)."""
+        try:
+            recent = float(Path("/proc/loadavg").read_text().split()[0]) / max(1, len(os.sched_getaffinity(0)))
+        except (OSError, ValueError, IndexError, AttributeError):
+            recent = 1.0
+        return max(cls.slowdown(), recent, 1.0)
+
     def elapsed(self) -> float:
         """Load-discounted seconds so far (call it often: each call weighs the time since the last one)."""
         now = time.monotonic()
