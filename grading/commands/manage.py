@@ -33,7 +33,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         return refused
     from grading.commands.release import release
     try:
-        record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems))
+        record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems), preface=args.preface)
     except (RegionError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -97,6 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rel = subparsers.add_parser("release", help="write the student starter (staff)")
     rel.add_argument("out_dir")
     rel.add_argument("--problems", default="1,2,3", help="the problems this course hands out (default 1,2,3)")
+    rel.add_argument("--preface", metavar="FILE", help="a UTF-8 text file put first in the starter's README "
+                     "(course name, deadline, policies)")
     rel.set_defaults(func=cmd_release)
     bundle = subparsers.add_parser("gradescope", help="write the Gradescope autograder (setup.sh, run_autograder, zip)")
     bundle.add_argument("out_dir")

@@ -8,7 +8,8 @@ What the starter holds, and why it gives nothing away:
 - expected values of the public inputs as data (``grading/problems/*/expected.json``, written fresh here
   from the staff answers), and isolation stand-ins that are lookups in that data, library classes
   or different computations;
-- a README written for students (``grading/staff/README.student.md``).
+- a README written for students: the handout for the chosen problems (``grading/staff/handout``), after an
+  optional preface of the course's own (``release --preface FILE``).
 Left out: the staff answers and hidden checks (``grading/staff`` and every ``grading/problems/*/staff.py``),
 the kit's own tests and buggy
 variants (``tests/kit`` and the tests of the project code), CI, local state, and the files of the
@@ -22,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from grading.kit.course import COURSE_RECORD, parse_problems
-from grading.staff import expected
+from grading.staff import expected, handout
 from grading.kit.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
                              stub_body, student_files)
 from grading.kit.course import DEFAULT_PROBLEMS
@@ -43,7 +44,6 @@ OPTIONAL_FILES = {
     "5": ("tensor_parallel/*", "tensor_parallel/**/*", "project/run_tensor_parallel.py",
           "project/bench/tensor_parallel.py", "grading/problems/p5_*/*"),
 }
-STUDENT_README = Path(__file__).resolve().parent.parent / "staff" / "README.student.md"
 
 
 def _matches(rel: str, pattern: str) -> bool:
@@ -85,10 +85,12 @@ def staff_files(kit_root: Path, problems: tuple[str, ...]) -> list[str]:
     return found
 
 
-def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
-    """The starter's README: ``grading/staff/README.student.md`` with the table of the chosen problems.
+def student_readme(kit_root: Path, problems: tuple[str, ...], preface: str = "") -> str:
+    """The starter's README: ``preface`` (the course's own text, first, as given), then the handout for
+    ``problems`` (``grading.staff.handout.render``: a section per problem with its points from the rubric).
 
-    The table is made from the regions themselves (problem, title, files, functions), so it cannot drift.
+    The table of what to fill in is made from the regions themselves (problem, title, files, functions), so
+    it cannot drift. Raises ValueError when a handout template is broken.
     """
     where: dict[str, dict[str, list[str]]] = {}
     for rel in student_files(kit_root, problems):
@@ -100,16 +102,38 @@ def student_readme(kit_root: Path, problems: tuple[str, ...]) -> str:
     for problem in sorted(where, key=lambda p: [int(x) for x in p.split(".")]):
         files = "; ".join(f"`{rel}`: " + ", ".join(f"`{f}`" for f in fns) for rel, fns in where[problem].items())
         rows.append(f"| {problem} | {titles()[problem]} | {files} |")
-    return STUDENT_README.read_text().replace("{problem_table}", "\n".join(rows))
+    text = handout.render(kit_root, problems, "\n".join(rows))
+    return f"{preface.rstrip()}\n\n{text}" if preface.strip() else text
 
 
-def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS) -> dict:
+def read_preface(path: Path | str) -> str:
+    """The text of the preface file ``path`` (UTF-8, not empty); ValueError in one line when it is not usable."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"--preface {path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"--preface {path}: a folder, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--preface {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"--preface {path}: cannot be read ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise ValueError(f"--preface {path}: the file is empty")
+    return text
+
+
+def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS,
+            preface: Path | str | None = None) -> dict:
     """Write the student starter of ``kit_root`` for ``problems`` into ``out_dir`` (absent or empty).
 
-    Validates everything first (markers, problems, target) and writes nothing
-    when it raises: RegionError for malformed markers, FileExistsError for a
-    non-empty ``out_dir``, ValueError for a target inside the kit or an
-    unknown problem. Returns the release record (also written to
+    ``preface``: a UTF-8 file whose text goes first in the starter's README
+    (course name, deadline, policies). Validates everything first (markers,
+    problems, preface, target) and writes nothing when it raises: RegionError
+    for malformed markers, FileExistsError for a non-empty ``out_dir``,
+    ValueError for a target inside the kit, an unknown problem or an
+    unreadable or empty preface. Returns the release record (also written to
     ``grading/protected.json``): the problems, the regions of every student
     file and a SHA-256 of every other released file (a starter's ``grade``
     warns when its grader files differ from them).
@@ -120,6 +144,7 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
         raise ValueError(f"release target {out_dir} must be outside the kit {kit_root}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"release target {out_dir} is not empty")
+    preface_text = read_preface(preface) if preface is not None else ""
     student_files(kit_root)                   # validates every marker first
     students = set(student_files(kit_root, problems))
     files = [p for p in sorted(kit_root.rglob("*")) if p.is_file()
@@ -140,7 +165,7 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             staged[rel] = file.read_bytes()
             if rel.split("/")[0] in STUDENT_PACKAGES:
                 staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
-    staged["README.md"] = student_readme(kit_root, problems).encode()
+    staged["README.md"] = student_readme(kit_root, problems, preface_text).encode()
     for rel, text in expected.rendered(problems).items():
         staged[rel] = text.encode()
     staged[COURSE_RECORD] = (json.dumps({"problems": list(problems)}) + "\n").encode()

@@ -1,4 +1,8 @@
-"""One source for the problem list (issue 12): the READMEs' tables follow the problem folders (``grading.problems.titles()``)."""
+"""One source for the problem list (issue 12).
+
+The READMEs' tables follow the problem folders (``grading.problems.titles()``); the student handout's
+sections, points and markers are tested in ``test_handout.py``.
+"""
 from __future__ import annotations
 
 import re
