@@ -22,17 +22,22 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
                         timeout: datetime.timedelta | None = None) -> None:
     """Join the default process group as ``rank`` of ``world_size``.
 
-    ``init_method`` is a rendezvous URL (``file:///path``, ``tcp://host:port``
-    or ``env://``); ``None`` means ``env://`` with ``MASTER_ADDR`` /
+    Pass the arguments on to ``dist.init_process_group`` as given: ``backend``
+    is any backend string ``torch.distributed`` accepts (``"gloo"``,
+    ``"nccl"``, ``"cpu:gloo"``, ...); ``init_method`` is a rendezvous URL
+    (``file:///path``, ``tcp://host:port`` or ``env://``), and a given URL is
+    the rendezvous to use (the environment's ``MASTER_*`` variables may then
+    be unset or unusable); ``None`` means ``env://`` with ``MASTER_ADDR`` /
     ``MASTER_PORT`` defaulting to ``127.0.0.1`` / ``29500`` when unset.
-    ``timeout`` bounds every collective (default 60 s). Setting those two
-    environment variables with ``os.environ.setdefault`` is fine (never
-    overwrite values the caller set). With ``backend="nccl"`` the rank first
-    selects its GPU, ``torch.cuda.set_device(rank % torch.cuda.device_count())``,
-    and only then initialises the group.
+    ``timeout`` bounds every collective of the group (``None``: 60 s).
+    Setting those two environment variables with ``os.environ.setdefault`` is
+    fine (never overwrite values the caller set). With ``backend="nccl"`` the
+    rank first selects its GPU, ``torch.cuda.set_device(rank %
+    torch.cuda.device_count())``, and only then initialises the group.
 
-    Afterwards ``dist.get_rank() == rank`` and ``dist.get_world_size() ==
-    world_size``. Returns None; errors from ``torch.distributed`` propagate.
+    Afterwards ``dist.get_rank() == rank``, ``dist.get_world_size() ==
+    world_size`` and ``dist.get_backend() == backend``. Returns None; errors
+    from ``torch.distributed`` propagate.
     """
     # BEGIN_STUDENT 1.2
     import os
@@ -70,7 +75,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch
     """One data-parallel optimisation step on this rank's slice of the batch.
 
     In order: clear the gradients (``optimizer.zero_grad()``), compute
-    ``loss = loss_fn(model(inputs), targets)``, ``loss.backward()``, call
+    ``loss = loss_fn(model(inputs), targets)`` with the given ``loss_fn``
+    (whatever it computes), ``loss.backward()``, call
     ``average_gradients(model)``, ``optimizer.step()``. Returns the local
     (this rank's) loss as a Python float.
     """

@@ -86,8 +86,9 @@ def partition_dataset(rank: int, world_size: int, dataset: Sequence[Any], batch_
     sees the global batch (when ``batch_size`` is not divisible by
     ``world_size`` the remainder is dropped: 10 over 3 ranks loads 3 per rank;
     the entry points refuse such sizes up front). The part is ``Partition(dataset,
-    partition_indices(len(dataset), world_size, seed)[rank])``, iterated in
-    order (``shuffle=False``) with ``collate_fn``.
+    partition_indices(len(dataset), world_size, seed)[rank])`` (``seed``
+    passed on as given), iterated in order (``shuffle=False``) with the given
+    ``collate_fn``.
 
     Raises ValueError when ``rank`` is not in ``[0, world_size)`` or the
     per-rank batch size would be 0.

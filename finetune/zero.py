@@ -96,7 +96,8 @@ def train_microbatch(
 ) -> float:
     """Run one micro-batch through a DeepSpeed engine and return its loss.
 
-    Forward ``engine(inputs)``, ``loss = loss_fn(outputs, targets)``, then
+    Forward ``engine(inputs)``, ``loss = loss_fn(outputs, targets)`` with the
+    given ``loss_fn`` (whatever it computes), then
     ``engine.backward(loss)`` and ``engine.step()``, each exactly once.
     Call ``engine.step()`` after every micro-batch: the engine counts them
     and only updates the weights (and ``engine.global_steps``) at the end of

@@ -146,6 +146,47 @@ VARIANTS = [
     Variant("nccl_hard_coded", COMM, "setup_process_group", """
         dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size)
     """, frozenset({"1.2.setup"})),
+    Variant("gloo_hard_coded", COMM, "setup_process_group", """
+        import os
+        if init_method is None:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+            init_method = "env://"
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                                timeout=timeout or datetime.timedelta(seconds=60))
+    """, frozenset({"1.2.setup"})),
+    Variant("init_method_ignored", COMM, "setup_process_group", """
+        import os
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=timeout or datetime.timedelta(seconds=60))
+    """, frozenset({"1.2.setup"}), hint="likely cause: init_method was not used"),
+    Variant("timeout_ignored", COMM, "setup_process_group", """
+        import os
+        if init_method is None:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+            init_method = "env://"
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+    """, frozenset({"1.2.setup"})),
+    Variant("train_step_mse_instead_of_loss_fn", COMM, "train_step", """
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        average_gradients(model)
+        optimizer.step()
+        return loss.item()
+    """, frozenset({"1.2.train_step_updates"}), hint="likely cause: the loss was not computed with the given loss_fn"),
+    Variant("loader_seed_ignored", DATASET, "partition_dataset", """
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        local_batch = batch_size // world_size
+        if local_batch < 1:
+            raise ValueError("no examples per rank")
+        part = Partition(dataset, partition_indices(len(dataset), world_size)[rank])
+        return DataLoader(part, batch_size=local_batch, shuffle=False, collate_fn=collate_fn)
+    """, frozenset({"1.1.partition_dataset"}), hint="likely cause: the seed was not passed on"),
     Variant("no_zero_grad", COMM, "train_step", """
         loss = loss_fn(model(inputs), targets)
         loss.backward()

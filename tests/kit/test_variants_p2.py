@@ -150,6 +150,21 @@ VARIANTS = [
             stages.append(nn.Sequential(*layers).to(device))
         return stages
     """, frozenset({"2.3.stages", "2.3.stages_hidden"})),
+    Variant("stages_not_moved", GPT2, "gpt2_stages", """
+        blocks = list(model.transformer.h)
+        base, extra = divmod(len(blocks), len(devices))
+        stages, start = [], 0
+        for k, device in enumerate(devices):
+            count = base + (1 if k < extra else 0)
+            layers = [Blocks(blocks[start:start + count], model.config)]
+            start += count
+            if k == 0:
+                layers.insert(0, Embeddings(model))
+            if k == len(devices) - 1:
+                layers.append(LMHead(model))
+            stages.append(nn.Sequential(*layers))
+        return stages
+    """, frozenset({"2.3.stages", "2.3.stages_hidden"})),
     Variant("schedule_without_validation", SCHEDULE, "clock_cycles", """
         for k in range(microbatches + stages - 1 if microbatches > 0 else 0):
             yield [(k - j, j) for j in range(stages) if 0 <= k - j < microbatches]

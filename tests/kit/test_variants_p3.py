@@ -84,6 +84,18 @@ VARIANTS = [
         setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name].float(), rank, alpha))
     return model
     """, frozenset({"3.1.outputs_dtype_device"})),
+    Variant("rank_alpha_not_passed", LORA, "apply_lora", _CHECKS + """
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name]))
+    return model
+    """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
     # ---- 3.2 save_adapter / load_adapter
     Variant("saves_base_weights", LORA, "save_adapter", """
     torch.save({name: p.detach().cpu().clone() for name, p in model.named_parameters()}, path)
@@ -145,6 +157,12 @@ VARIANTS = [
     engine.step()
     return float(loss.detach())
     """, frozenset({"3.3.update"}), hint="likely cause: the loss divided by the accumulation steps"),
+    Variant("microbatch_mse_instead_of_loss_fn", ZERO, "train_microbatch", """
+    loss = torch.nn.functional.mse_loss(engine(inputs), targets)
+    engine.backward(loss)
+    engine.step()
+    return float(loss.detach())
+    """, frozenset({"3.3.update"}), hint="likely cause: the loss was not computed with the given loss_fn"),
     Variant("steps_raw_optimizer", ZERO, "train_microbatch", """
     loss = loss_fn(engine(inputs), targets)
     engine.backward(loss)
@@ -157,7 +175,8 @@ VARIANTS = [
 # A build_config bug and a train_microbatch bug touch disjoint criteria (the update check trains with the
 # grader's config), so such pairs share one 2-rank DeepSpeed spawn; every other variant runs alone.
 PAIRED = [("batch_size_without_world_size", "loss_divided_by_accumulation_again"),
-          ("clipping_left_at_default", "steps_raw_optimizer")]
+          ("clipping_left_at_default", "steps_raw_optimizer"),
+          ("no_config_validation", "microbatch_mse_instead_of_loss_fn")]
 _BY_NAME = {v.name: v for v in VARIANTS}
 GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
 GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]

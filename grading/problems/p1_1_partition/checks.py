@@ -50,6 +50,7 @@ BAD_ARGS = [(-1, 2), (10, 0), (10, -3)]
 DATASET = [f"example{k}" for k in range(22)]
 GLOBAL_BATCH = 8
 LOADER_WORLD_SIZES = (2, 3)
+LOADER_SEED = 7                          # partition_dataset(..., seed=LOADER_SEED): the seed must be passed on
 # (rank, world_size, batch_size): a rank out of range, a global batch smaller than the world
 BAD_LOADER_ARGS = [(2, 2, 8), (-1, 2, 8), (0, 4, 3)]
 
@@ -66,6 +67,7 @@ P_BAD_ARGS = "bad_args"
 P_PARTITION_CLASS = "partition_class"
 P_LOADER_2 = "loader_2"
 P_LOADER_3 = "loader_3"
+P_LOADER_SEED = "loader_seed"
 P_LOADER_ERRORS = "loader_errors"
 
 
@@ -76,7 +78,8 @@ def partition_calls(inputs: Inputs) -> list[Call]:
 
 def loader_calls() -> list[Call]:
     """The partition_indices calls partition_dataset makes in the probe (the recorded table covers exactly these)."""
-    return [(len(DATASET), world_size, DEFAULT_SEED) for world_size in LOADER_WORLD_SIZES]
+    return [*((len(DATASET), world_size, DEFAULT_SEED) for world_size in LOADER_WORLD_SIZES),
+            (len(DATASET), 2, LOADER_SEED)]
 
 
 def swaps(*expected: Expected) -> list[Swap]:
@@ -133,13 +136,14 @@ def probe_partition(ctx) -> None:
 
     seams.apply(swaps(PROBLEM.rank_expected(ctx, PUBLIC)))
 
-    def loader_batches(rank, world_size):
-        loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch)
+    def loader_batches(rank, world_size, **seed):
+        loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch, **seed)
         return [b["items"] if isinstance(b, dict) else f"a batch that collate_fn did not make: {b!r}"[:200]
                 for b in loader]
     ctx.record(P_LOADER_2, lambda: loader_batches(ctx.rank, 2))
     if ctx.rank == 0:
         ctx.record(P_LOADER_3, lambda: [loader_batches(r, 3) for r in range(3)])
+        ctx.record(P_LOADER_SEED, lambda: [loader_batches(r, 2, seed=LOADER_SEED) for r in range(2)])
         ctx.record(P_LOADER_ERRORS, lambda: [call_outcome(lambda a=a: partition_dataset(a[0], a[1], DATASET, a[2]))
                                              for a in BAD_LOADER_ARGS])
 
@@ -252,9 +256,11 @@ def check_partition_class(run: CaseRun, split: str) -> None:
            "expected 3 and ['d', 'b', 'e']")
 
 
-def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expected) -> None:
+def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expected,
+                   seed: int = DEFAULT_SEED) -> None:
     local = GLOBAL_BATCH // world_size
-    parts = expected.loader[len(DATASET), world_size, DEFAULT_SEED]
+    parts = expected.loader[len(DATASET), world_size, seed]
+    default_parts = expected.loader.get((len(DATASET), world_size, DEFAULT_SEED))
     for rank, batches in enumerate(per_rank):
         odd = [b for b in batches if isinstance(b, str)]
         expect(not odd, f"{label}: rank {rank} got {odd[0] if odd else ''} (pass collate_fn to the DataLoader)")
@@ -264,16 +270,21 @@ def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expect
                f"(global batch {GLOBAL_BATCH} // world size {world_size})")
         want = [DATASET[i] for i in parts[rank]]
         got = [x for b in batches for x in b]
+        unseeded = seed != DEFAULT_SEED and default_parts and got == [DATASET[i] for i in default_parts[rank]]
         expect(got == want, f"{label}: rank {rank} loads {got[:6]}..., expected its part "
-               f"partition_indices(len(dataset), world_size, seed)[rank] in order: {want[:6]}...")
+               f"partition_indices(len(dataset), world_size, seed)[rank] in order: {want[:6]}..."
+               + ("\nlikely cause: the seed was not passed on to partition_indices (these are the default "
+                  "seed's parts)" if unseeded else ""))
 
 
-@CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part in order",
-                points=1)
+@CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part (of the given "
+                "seed) in order, the given collate_fn", points=1)
 def check_partition_dataset(run: CaseRun, split: str) -> None:
     expected = PROBLEM.expected_for(split)
     _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2, expected)
     _check_loaders("partition_dataset(world_size=3)", run.part(P_LOADER_3, 0), 3, expected)
+    _check_loaders(f"partition_dataset(world_size=2, seed={LOADER_SEED})", run.part(P_LOADER_SEED, 0), 2, expected,
+                   LOADER_SEED)
 
 
 @CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,11 @@ class Inputs:
 PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
 
 PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
+# setup_process_group must pass its arguments on: a backend string other than the default "gloo", a timeout
+# other than the default 60 s, and a file:// URL while the environment holds an unusable MASTER_PORT (a group
+# that ignores init_method and falls back to env:// fails at once instead of joining).
+SETUP_BACKEND = "cpu:gloo"
+UNUSABLE_PORT = "unusable-use-the-given-init_method"
 
 P_SETUP = "setup"
 P_GRADS = "grads"        # recorded per split: split_part(P_GRADS, split)
@@ -104,11 +110,20 @@ def probe_comm(ctx) -> None:
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
 
     def setup():
-        comm.setup_process_group(ctx.rank, ctx.world_size, "gloo", init_method=f"file://{ctx.store}",
-                                 timeout=timeout)
+        saved = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT")}
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=UNUSABLE_PORT)
+        try:
+            comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND, init_method=f"file://{ctx.store}",
+                                     timeout=timeout)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         value = torch.tensor([float(ctx.rank + 1)])
         real_all_reduce(value)
-        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item()]
+        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(), _group_timeout_s()]
     if PUBLIC in splits:
         ctx.record(P_SETUP, setup)
     if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
@@ -135,14 +150,28 @@ def probe_comm(ctx) -> None:
         serial = seams.apply(SWAPS)["data_parallel.comm.average_gradients"]
         model = ref.GradProbeNet(seed=0)
         optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
-        losses = []
+        losses, loss_calls = [], []
+
+        def loss_fn(output, target):          # ref.loss_fn, counted: was the given loss_fn used?
+            loss_calls.append(1)
+            return ref.loss_fn(output, target)
         for step in range(ref.TRAIN_STEPS):
             inputs, targets = ref.batch(step)
             shard = (ref.shard(inputs, ctx.rank, ctx.world_size), ref.shard(targets, ctx.rank, ctx.world_size))
             serial.batch, serial.shard = (inputs, targets), shard
-            losses.append(comm.train_step(model, optimizer, *shard, ref.loss_fn))
-        return {"losses": losses, "params": ref.params_of(model)}
+            losses.append(comm.train_step(model, optimizer, *shard, loss_fn))
+        return {"losses": losses, "params": ref.params_of(model), "loss_fn_calls": len(loss_calls)}
     ctx.record(P_TRAIN_STEP, train)
+
+
+def _group_timeout_s() -> float | None:
+    """The default group's collective timeout in seconds, as torch reports it (None where it does not say)."""
+    import torch.distributed as dist
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        return float(group._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+    except Exception:  # noqa: BLE001 - a private torch API: without it the timeout is not judged
+        return None
 
 
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
@@ -150,13 +179,23 @@ CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world
 
 
 # ---------------------------------------------------------------- criteria
-@CASE.criterion("1.2.setup", "setup_process_group joins the group (rank, world, backend)", points=2)
+@CASE.criterion("1.2.setup", "setup_process_group joins the group as given (init_method, rank, world, backend, "
+                "timeout)", points=2)
 def check_setup(run: CaseRun, split: str) -> None:
+    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
+            f"timeout={PG_TIMEOUT_S} s)")
     for rank in range(run.world_size):
-        got = run.part(P_SETUP, rank)
-        want = [rank, run.world_size, "gloo", float(sum(range(1, run.world_size + 1)))]
-        expect(got == want, f"setup_process_group: rank {rank} sees [rank, world size, backend, all_reduce of "
-               f"rank+1] = {got}, expected {want}")
+        try:
+            got = run.part(P_SETUP, rank)
+        except CheckFailed as failure:
+            hint = (f"\nlikely cause: init_method was not used (env:// read MASTER_PORT={UNUSABLE_PORT!r}); "
+                    "rendezvous through the URL given as init_method" if UNUSABLE_PORT in str(failure) else "")
+            raise CheckFailed(f"{call}: {failure}{hint}") from None
+        want = [rank, run.world_size, SETUP_BACKEND, float(sum(range(1, run.world_size + 1)))]
+        expect(got[:4] == want, f"{call}: rank {rank} sees [rank, world size, backend, all_reduce of rank+1] = "
+               f"{got[:4]}, expected {want} (pass rank, world_size and backend on as given)")
+        expect(got[4] in (None, float(PG_TIMEOUT_S)), f"{call}: rank {rank}'s group has a collective timeout of "
+               f"{got[4]:g} s, expected the given {PG_TIMEOUT_S} s (pass timeout on to init_process_group)")
 
 
 @CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)
@@ -208,14 +247,21 @@ def check_uses_all_reduce(run: CaseRun, split: str) -> None:
                f"average_gradients: rank {rank} never called torch.distributed.all_reduce")
 
 
-@CASE.criterion("1.2.train_step_updates", "3 train_step updates equal serial SGD on the global batch", points=3)
+@CASE.criterion("1.2.train_step_updates", "3 train_step updates (with the given loss_fn) equal serial SGD on the "
+                "global batch", points=3)
 def check_train_step_updates(run: CaseRun, split: str) -> None:
     expected, _ = ref.serial_sgd(seed=0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN_STEP, rank)
         expect(isinstance(got, dict), f"rank {rank}: train_step results missing")
-        assert_state_close(f"train_step: rank {rank} after {ref.TRAIN_STEPS} steps, parameter", got["params"],
-                           expected, atol=1e-6, rtol=1e-5)
+        try:
+            assert_state_close(f"train_step: rank {rank} after {ref.TRAIN_STEPS} steps, parameter", got["params"],
+                               expected, atol=1e-6, rtol=1e-5)
+        except CheckFailed as failure:
+            unused = got.get("loss_fn_calls") == 0
+            raise CheckFailed(f"{failure}" + ("\nlikely cause: the loss was not computed with the given loss_fn "
+                                              "(train_step never called it; the probe's loss_fn has the MSE's "
+                                              "value but another gradient)" if unused else "")) from None
 
 
 @CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1)

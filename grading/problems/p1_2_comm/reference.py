@@ -15,6 +15,7 @@ IN_FEATURES, HIDDEN, OUT_FEATURES = 6, 8, 4
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 LEARNING_RATE = 0.1
 TRAIN_STEPS = 3
+LOSS_TILT = 0.5             # loss_fn's extra gradient per output element (divided by their count)
 
 
 class GradProbeNet(nn.Module):
@@ -47,7 +48,15 @@ def shard(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(output, target)
+    """The loss the probe hands to ``train_step``: its value is the MSE, its gradient is not.
+
+    The added tilt ``LOSS_TILT * (mean - mean.detach())`` is exactly zero but adds ``LOSS_TILT / numel`` to
+    every output's gradient, so a ``train_step`` that computes its own MSE instead of calling the ``loss_fn``
+    it was given returns the right loss and takes the wrong step. A mean over the shard, so averaging equal
+    shards' gradients still gives the global batch's.
+    """
+    mean = output.mean()
+    return nn.functional.mse_loss(output, target) + LOSS_TILT * (mean - mean.detach())
 
 
 def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:

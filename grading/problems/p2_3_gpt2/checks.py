@@ -63,6 +63,8 @@ def logits_part(mode: str) -> str:
 P_TUPLE_BLOCKS = "logits_tuple_blocks"
 P_TRAINING_STEP = "training_step"
 P_MORE_STAGES = "more_stages_than_blocks"
+P_STAGES_META = "stages_meta"          # gpt2_stages over META_DEVICES: each stage must be moved to its device
+META_DEVICES = ("cpu", "meta", "cpu")  # a device other than the CPU even on a CPU-only machine
 MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
 
 
@@ -79,11 +81,11 @@ SWAPS = [Swap("pipeline.pipe", "Pipe", _sequential_pipe,
               "2.3 is judged apart from the student's Pipe (2.2): the stages run one after the other")]
 
 
-def _describe_stages(gpt2, model, count: int) -> list[dict]:
+def _describe_stages(gpt2, model, count: int, devices: Sequence[str] | None = None) -> list[dict]:
     names = {id(p): name for name, p in model.named_parameters()}
     blocks = {id(b): k for k, b in enumerate(model.transformer.h)}
     described = []
-    for stage in gpt2.gpt2_stages(model, stage_devices(count)):
+    for stage in gpt2.gpt2_stages(model, list(devices or stage_devices(count))):
         modules = list(stage.modules())
         described.append({
             "type": type(stage).__name__,
@@ -102,6 +104,8 @@ def probe_gpt2(ctx) -> None:
     from pipeline import gpt2
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
+    ctx.record(P_STAGES_META, lambda: [s["param_devices"] for s in _describe_stages(
+        gpt2, ref.tiny_gpt2(), len(META_DEVICES), META_DEVICES)])
     ids = ref.gpt2_batch()
 
     def split_logits(inputs: Inputs):
@@ -179,7 +183,8 @@ def _check_stages(label: str, stages: list, layers: int, want_split: list, devic
            f"{sorted({x for x in listed if listed.count(x) > 1 or x not in all_names})[:3]})")
 
 
-@CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, on its device",
+@CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, each moved to its "
+                "device",
                 points=2)
 def check_gpt2_stages(run: CaseRun, split: str) -> None:
     inputs, expected = PROBLEM.inputs_for(split), PROBLEM.expected_for(split).blocks_per_stage
@@ -189,6 +194,9 @@ def check_gpt2_stages(run: CaseRun, split: str) -> None:
     for n in inputs.stage_counts:
         _check_stages(f"gpt2_stages of a {layers}-block GPT-2 over {n} device(s)", found[n], layers,
                       expected[n], stage_devices(n), all_names)
+    moved = run.part(P_STAGES_META)
+    expect(moved == [[d] for d in META_DEVICES], f"gpt2_stages(model, {list(META_DEVICES)}): the stages' parameters "
+           f"are on {moved}, expected {[[d] for d in META_DEVICES]} (move stage k with .to(devices[k]))")
     if split == PUBLIC:
         return
     got = run.part(split_part(P_STAGES_LOGITS, split))

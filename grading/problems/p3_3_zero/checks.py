@@ -213,7 +213,7 @@ def check_update(run: CaseRun, split: str) -> None:
             assert_state_close(f"{what}: after {ref.STEPS} ZeRO-2 steps, compared with serial SGD on the global "
                                "batch, adapter", got["params"], expected_adapters, atol=1e-6, rtol=1e-5)
         except CheckFailed as failure:
-            raise CheckFailed(f"{failure}{_accumulation_hint(got['params'])}") from None
+            raise CheckFailed(f"{failure}{_accumulation_hint(got['params'])}{_loss_fn_hint(got['params'])}") from None
         assert_state_close(f"{what}: after {ref.STEPS} ZeRO-2 steps, frozen base weight", got["params"], base,
                            atol=0.0, rtol=0.0)
         for step, row in enumerate(got["losses"]):
@@ -221,6 +221,17 @@ def check_update(run: CaseRun, split: str) -> None:
                 want = expected_losses[step][rank][micro]
                 expect(abs(value - want) <= 1e-5 * max(1.0, abs(want)), f"{what} returned loss {value:.6g} "
                        f"for step {step} micro-batch {micro}, expected {want:.6g}")
+
+
+def _loss_fn_hint(params) -> str:
+    """A likely cause when the adapters moved as if trained with a plain MSE instead of the given loss_fn."""
+    plain, _ = ref.serial_sgd(loss_of=ref.plain_mse)
+    try:
+        assert_state_close("", params, plain, atol=1e-6, rtol=1e-5)
+    except CheckFailed:
+        return ""
+    return ("\nlikely cause: the loss was not computed with the given loss_fn (these are the updates of a plain "
+            "MSE; the probe's loss_fn has the same value but another gradient)")
 
 
 def _accumulation_hint(params) -> str:

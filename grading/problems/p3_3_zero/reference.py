@@ -18,6 +18,7 @@ from grading.problems.p3_1_lora.reference import (ALPHA, IN_FEATURES, OUT_FEATUR
 WORLD_SIZE, MICRO_BATCH, GRAD_ACCUM, STEPS = 2, 2, 2, 3
 LEARNING_RATE = 0.2
 ADAPTER_SEED = 3            # adapter_state(ADAPTER_SEED): the adapters training starts from
+LOSS_TILT = 0.5             # loss_fn's extra gradient per output element (divided by their count)
 
 
 class GraderLoRALinear(nn.Module):
@@ -49,18 +50,30 @@ def micro_batch(step: int, rank: int, micro: int) -> tuple[torch.Tensor, torch.T
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The mean squared error the probe and the serial reference train with."""
+    """The loss the probe hands to ``train_microbatch`` and the serial reference trains with: its value is the
+    MSE, its gradient is not.
+
+    The added tilt ``LOSS_TILT * (mean - mean.detach())`` is exactly zero but adds ``LOSS_TILT / numel`` to
+    every output's gradient, so a ``train_microbatch`` that computes its own MSE instead of calling the given
+    ``loss_fn`` returns the right losses and takes the wrong steps.
+    """
+    mean = output.mean()
+    return nn.functional.mse_loss(output, target) + LOSS_TILT * (mean - mean.detach())
+
+
+def plain_mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The MSE without the tilt: what a ``train_microbatch`` that ignores ``loss_fn`` would train with."""
     return nn.functional.mse_loss(output, target)
 
 
-def serial_sgd(seed: int = ADAPTER_SEED, lr: float = LEARNING_RATE
+def serial_sgd(seed: int = ADAPTER_SEED, lr: float = LEARNING_RATE, loss_of=loss_fn
                ) -> tuple[dict[str, torch.Tensor], list[list[list[float]]]]:
     """Adapters after ``STEPS`` SGD steps on the global batches (base frozen), and the micro-batch losses.
 
     Each step's global batch is every rank's micro-batches together; its loss
     is the mean over all of them (equal sizes), the loss whose gradient a
     2-rank ZeRO run with accumulation averages. ``losses[step][rank][micro]``
-    is the micro-batch loss at the weights of that step.
+    is the micro-batch loss at the weights of that step. ``loss_of`` is the loss trained with (``loss_fn``).
     """
     base = base_state(0)
     adapters = {name: value.clone().requires_grad_(True) for name, value in adapter_state(seed).items()}
@@ -73,7 +86,7 @@ def serial_sgd(seed: int = ADAPTER_SEED, lr: float = LEARNING_RATE
             row = []
             for micro in range(GRAD_ACCUM):
                 x, y = micro_batch(step, rank, micro)
-                loss = loss_fn(reference_forward(base, adapters, x), y)
+                loss = loss_of(reference_forward(base, adapters, x), y)
                 micro_losses.append(loss)
                 row.append(loss.item())
             per_rank.append(row)
