@@ -7,13 +7,16 @@ kills its grader costs only its own row. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
 the grader left none), ``report.txt`` (the table) and ``stderr.txt``. The CSV
 is rewritten after every submission, so an interrupted batch keeps what it
-graded.
+graded. Each row also holds every criterion's points (a column per criterion id,
+after ``notes``; empty where it was not graded), and the class report
+(``class_report.py``) is written next to the CSV at the end. Every CSV cell
+is formula-safe (``csv_cells.py``).
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,13 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from grading.commands.class_report import criterion_id, write_class_report
+from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
+from grading.kit.files import atomic_write
 from grading.problems import all_cases
 from grading.problems import titles
 
 STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
           EXIT_GRADER_ERROR: "grader_error"}
+GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
 COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
            *[f"problem_{p}" for p in titles()], "notes"]
 
@@ -52,7 +59,8 @@ def default_limit_s(grade_args: list[str]) -> float:
 def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> dict:
     """Grade ``entry`` in a child ``python -m grading grade`` into folder ``out``; return its CSV row.
 
-    Never raises for anything the submission or its grader does.
+    Never raises for anything the submission or its grader does; when this process is stopped
+    (SIGTERM, ^C) the child grader is stopped too before the exception goes on.
     """
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
@@ -68,11 +76,10 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.wait()
+                _kill(proc, signal.SIGKILL)
+            except BaseException:       # SIGTERM (scancel, a Slurm time limit), ^C: the grader stops its ranks too
+                _kill(proc, signal.SIGTERM, grace_s=15.0)
+                raise
         except OSError as exc:
             stderr.write(f"cannot start the grader: {exc}\n".encode())
     seconds = time.monotonic() - start
@@ -85,7 +92,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
     if data is None or code is None:
         data = {"score": 0.0, "max_score": 0.0, "output": note, "tests": [], **({} if data is None else data)}
         data["output"] = (str(data.get("output", "")) + "\n" + note).strip()
-        results.write_text(json.dumps(data, indent=1) + "\n")
+        atomic_write(results, json.dumps(data, indent=1) + "\n")
     by_problem: dict[str, float] = {}
     for test in data.get("tests", []):
         number = str(test.get("number", ""))
@@ -96,7 +103,43 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
             "max_score": f"{float(data.get('max_score', 0.0)):g}", "status": status,
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
             **{f"problem_{p}": f"{by_problem[p]:g}" if p in by_problem else "" for p in titles()},
-            "notes": notes}
+            "notes": notes, **(criterion_cells(data) if status in GRADED else {})}
+
+
+def criterion_cells(data: dict) -> dict[str, str]:
+    """Criterion id -> points earned, for every test of a results.json with points to earn (the CSV's last columns).
+
+    ``grade_one`` adds them for a graded submission only (status in ``GRADED``): a rejected one has none.
+    """
+    return {criterion_id(t): f"{float(t.get('score', 0.0)):g}" for t in data.get("tests", [])
+            if isinstance(t, dict) and float(t.get("max_score", 0) or 0) > 0}
+
+
+def columns_of(rows: list[dict]) -> list[str]:
+    """``COLUMNS``, then every other key of ``rows`` (criterion ids) in first-seen order, grouped by problem."""
+    extra = list(dict.fromkeys(k for row in sorted(rows, key=lambda r: r["submission"]) for k in row
+                               if k not in COLUMNS))
+    return COLUMNS + sorted(extra, key=lambda k: (_problem_key(k), extra.index(k)))
+
+
+def _problem_key(column: str) -> list[tuple[int, int | str]]:
+    """Sort key of an extra column: its problem ("1.2.grads" -> 1, 2), else its first word ("benchmarks")."""
+    head = re.split(r"[._]", column)
+    return [(0, int(x)) for x in head[:2] if x.isdigit()] or [(1, head[0])]
+
+
+def _kill(proc: subprocess.Popen, sig: int, grace_s: float = 0.0) -> None:
+    """Send ``sig`` to the grader's session; after ``grace_s`` seconds without an exit, SIGKILL it."""
+    for current in (sig, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, current)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=grace_s if current != signal.SIGKILL else None)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _load(path: Path) -> dict | None:
@@ -113,13 +156,23 @@ def _first_line(text: str) -> str:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    with open(scratch, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(sorted(rows, key=lambda row: row["submission"]))
-    os.replace(scratch, path)
+    write_csv(path, columns_of(rows), sorted(rows, key=lambda row: row["submission"]))
+
+
+def load_results(results_dir: Path, names: list[str]) -> dict[str, dict]:
+    """name -> the results.json data kept in ``results_dir/<name>/`` (names without one are left out)."""
+    found = {name: _load(Path(results_dir) / name / "results.json") for name in names}
+    return {name: data for name, data in found.items() if data is not None}
+
+
+def class_report_inputs(rows: list[dict], results_dir: Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """(name -> results.json data, name -> status) of the rows that count in the class report and of the others.
+
+    A row counts when its status is in ``GRADED`` and it has a criterion cell (its grader judged something).
+    """
+    counted = {row["submission"] for row in rows if row.get("status") in GRADED and set(row) - set(COLUMNS)}
+    return load_results(results_dir, sorted(counted)), {row["submission"]: str(row.get("status", ""))
+                                                         for row in rows if row["submission"] not in counted}
 
 
 def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: list[str] | None = None,
@@ -129,7 +182,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     ``grade_args`` are passed to each ``grade`` (e.g. ``["--problem", "1"]``);
     ``results_dir`` defaults to ``<out_csv stem>_results`` next to the CSV;
-    ``limit_s`` bounds each submission (default: ``default_limit_s``).
+    ``limit_s`` bounds each submission (default: ``default_limit_s``). The class
+    report (``class_report.write_class_report``) is written next to ``out_csv`` at the end.
     """
     grade_args = list(grade_args or [])
     out_csv = Path(out_csv)
@@ -156,4 +210,5 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     _write_csv(out_csv, rows)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, entries))
+    write_class_report(out_csv, *class_report_inputs(rows, results_dir))
     return sorted(rows, key=lambda row: row["submission"])

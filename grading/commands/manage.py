@@ -77,19 +77,80 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    if args.run_task:
+        return _batch_task(args)
+    if args.collect:
+        return _batch_collect(args)
     from grading.commands.batch import run_batch
-    if not Path(args.submissions_dir).is_dir():
-        print(f"error: {args.submissions_dir}: not a folder", file=sys.stderr)
+    if not args.submissions_dir or not Path(args.submissions_dir).is_dir():
+        print(f"error: {args.submissions_dir or 'SUBMISSIONS_DIR'}: not a folder", file=sys.stderr)
         return report.EXIT_USAGE
     extra = [*(["--problem", args.problem] if args.problem else []),
              *(["--timeout", str(args.timeout)] if args.timeout is not None else [])]
+    if args.slurm:
+        return _batch_slurm(args, extra)
+    if not args.out:
+        print("error: batch needs --out grades.csv (or --slurm OUT_DIR, or --collect OUT_DIR --out grades.csv)",
+              file=sys.stderr)
+        return report.EXIT_USAGE
     rows = run_batch(Path(args.submissions_dir), Path(args.out), jobs=args.jobs, grade_args=extra,
                      results_dir=Path(args.results) if args.results else None,
                      progress=None if args.quiet else lambda line: print(line, file=sys.stderr))
     print(f"graded {len(rows)} submission(s) into {args.out}")
     if args.similarity:
-        return similarity.run(Path(args.submissions_dir), Path(args.similarity))
+        return _similarity(Path(args.submissions_dir), args)
     return 0
+
+
+def _similarity(submissions_dir: Path, args: argparse.Namespace) -> int:
+    from grading.commands.class_report import report_paths
+    return similarity.run(submissions_dir, Path(args.similarity), class_report=report_paths(Path(args.out))["html"])
+
+
+def _batch_slurm(args: argparse.Namespace, grade_args: list[str]) -> int:
+    from grading.commands.slurm import write_array
+    try:
+        job = write_array(Path(args.submissions_dir), Path(args.slurm), grade_args, partition=args.partition,
+                          gpus_per_task=args.gpus_per_task if args.gpus_per_task is not None
+                          else (2 if args.benchmarks else 0), time_limit=args.time, benchmarks=args.benchmarks,
+                          max_parallel=args.max_parallel)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_USAGE
+    print(f"wrote {job.script} ({job.count} array tasks) and {job.tasks}; submit with:\n  {job.submit}\n"
+          f"then merge with: python -m grading batch --collect {args.slurm} --out grades.csv")
+    return 0
+
+
+def _batch_task(args: argparse.Namespace) -> int:
+    from grading.commands.slurm import run_task
+    out_dir, task = args.run_task
+    if not task.isdigit():
+        print(f"error: --run-task OUT_DIR ID: ID must be a task number, got {task!r}", file=sys.stderr)
+        return report.EXIT_USAGE
+    return run_task(Path(out_dir), int(task))
+
+
+def _batch_collect(args: argparse.Namespace) -> int:
+    from grading.commands.slurm_collect import collect
+    if not args.out:
+        print("error: --collect needs --out grades.csv", file=sys.stderr)
+        return report.EXIT_USAGE
+    try:
+        found = collect(Path(args.collect), Path(args.out))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_USAGE
+    for kind, tasks in (("failed", found.failed), ("missing", found.missing)):
+        for task_id, name, why in tasks:
+            print(f"{kind}: task {task_id} {name}: {why}", file=sys.stderr)
+    print(f"merged {len(found.rows)} finished task(s) into {args.out}; {len(found.failed)} failed, "
+          f"{len(found.missing)} missing")
+    if found.resubmit:
+        print(f"re-run just those ({Path(args.collect) / 'resubmit.sh'}):\n  {found.resubmit}")
+    if args.similarity:
+        _similarity(Path(args.submissions_dir) if args.submissions_dir else found.submissions_dir, args)
+    return 0 if found.complete else report.EXIT_FAIL
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -109,9 +170,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fixtures = subparsers.add_parser("fixtures", help="write the public expected values from the staff answers (staff)")
     fixtures.add_argument("--check", action="store_true", help="only check that they are up to date")
     fixtures.set_defaults(func=cmd_fixtures)
-    batch = subparsers.add_parser("batch", help="grade every submission (folder or zip) in a folder into a CSV")
-    batch.add_argument("submissions_dir")
-    batch.add_argument("--out", required=True, help="the CSV file to write")
+    batch = subparsers.add_parser("batch", help="grade every submission (folder or zip) in a folder into a CSV "
+                                  "(here, or as a Slurm array job)")
+    batch.add_argument("submissions_dir", nargs="?", help="folder of submissions (not needed with --collect)")
+    batch.add_argument("--out", help="the CSV file to write (the class report goes next to it)")
     batch.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (default 1)")
     batch.add_argument("--results", help="folder for each submission's results.json and report "
                        "(default: next to the CSV, <name>_results/)")
@@ -120,4 +182,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     batch.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     add_course_options(batch)
     batch.add_argument("--similarity", metavar="DIR", help="also write the similarity report (pairs.csv, index.html)")
+    slurm = batch.add_argument_group("Slurm array job (one task per submission)")
+    slurm.add_argument("--slurm", metavar="OUT_DIR", help="write OUT_DIR/grade.sbatch and the task list instead of "
+                       "grading here; prints the sbatch command")
+    slurm.add_argument("--partition", help="#SBATCH --partition")
+    slurm.add_argument("--gpus-per-task", type=int, help="#SBATCH --gpus-per-task (default 2 with --benchmarks, "
+                       "else none)")
+    slurm.add_argument("--time", help="per-task time limit, HH:MM:SS (default: the grade limit, plus the "
+                       "benchmark's with --benchmarks, plus slack)")
+    slurm.add_argument("--benchmarks", action="store_true", help="each task also scores the GPU benchmark "
+                       "thresholds (python -m grading benchmarks)")
+    slurm.add_argument("--max-parallel", type=int, help="at most K tasks at once (the array's %%K)")
+    slurm.add_argument("--collect", metavar="OUT_DIR", help="merge the finished tasks of OUT_DIR into --out, list "
+                       "the missing and failed ones, write OUT_DIR/resubmit.sh for them")
+    slurm.add_argument("--run-task", nargs=2, metavar=("OUT_DIR", "ID"), help="grade one task of OUT_DIR "
+                       "(what grade.sbatch runs)")
     batch.set_defaults(func=cmd_batch)

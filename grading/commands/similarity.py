@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
+import os
 import shutil
 import sys
 import tempfile
@@ -33,9 +33,11 @@ import textwrap
 from pathlib import Path
 
 from grading import KIT_ROOT
+from grading.kit.files import atomic_write
 
 from grading.kit.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
 from grading.kit.submission import MAX_STUDENT_FILE_BYTES, SubmissionError, extract_zip, find_root
+from grading.commands.csv_cells import write_csv
 from grading.commands.similarity_page import TOP_PAIRS, Entry, Piece, Report, render_html
 from grading.commands.fingerprints import (PIECE_SEPARATOR, Token, content_hashes, gram_hashes, tokens_of,
                                            winnow)
@@ -197,22 +199,27 @@ def build_report(submissions_dir: Path, kit_root: Path = KIT_ROOT) -> Report:
     return Report(rank_pairs(entries), entries, skipped, empty, read, base)
 
 
-def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = KIT_ROOT, top: int = TOP_PAIRS) -> Report:
-    """Build the report of ``submissions_dir`` and write ``pairs.csv`` and ``index.html`` into ``out_dir``."""
+def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = KIT_ROOT, top: int = TOP_PAIRS,
+                 class_report: Path | None = None) -> Report:
+    """Build the report of ``submissions_dir`` and write ``pairs.csv`` and ``index.html`` into ``out_dir``.
+
+    Cells of ``pairs.csv`` are formula-safe (``csv_cells``); ``class_report``, the batch's class report
+    page, is linked from ``index.html`` (by a path relative to ``out_dir``) when given.
+    """
     report = build_report(submissions_dir, kit_root)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "pairs.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["problem", "a", "b", "similarity"])
-        writer.writerows((p, a, b, f"{s:.4f}") for p, a, b, s in report.rows)
-    (out_dir / "index.html").write_text(render_html(report, top), encoding="utf-8")
+    write_csv(out_dir / "pairs.csv", ["problem", "a", "b", "similarity"],
+              ((p, a, b, f"{s:.4f}") for p, a, b, s in report.rows))
+    link = Path(os.path.relpath(Path(class_report).resolve(), out_dir.resolve())).as_posix() if class_report else None
+    atomic_write(out_dir / "index.html", render_html(report, top, class_report=link))
     return report
 
 
-def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS) -> int:
+def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS, class_report: Path | None = None) -> int:
     """CLI body shared by ``similarity`` and ``batch --similarity``: write the report, print a summary.
 
+    ``class_report`` (the class report page of a batch) is linked from the page when given.
     Returns 0, or 2 (with a one-line error) for a missing SUBMISSIONS_DIR, an
     output path that is a file or cannot be written, or a negative ``top``.
     """
@@ -226,7 +233,7 @@ def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS) -> int:
         print(f"error: --top must be >= 0, got {top}", file=sys.stderr)
         return 2
     try:
-        report = write_report(Path(submissions_dir), Path(out_dir), top=top)
+        report = write_report(Path(submissions_dir), Path(out_dir), top=top, class_report=class_report)
     except OSError as exc:
         print(f"error: cannot write the report into {out_dir}: {exc}", file=sys.stderr)
         return 2
@@ -238,7 +245,8 @@ def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS) -> int:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    return run(Path(args.submissions_dir), Path(args.out), args.top)
+    return run(Path(args.submissions_dir), Path(args.out), args.top,
+               Path(args.class_report) if args.class_report else None)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -249,4 +257,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="report folder (pairs.csv, index.html)")
     parser.add_argument("--top", type=int, default=TOP_PAIRS, help=f"pairs per problem shown side by side "
                         f"(default {TOP_PAIRS})")
+    parser.add_argument("--class-report", help="link this class report page (grades_class_report.html, written "
+                        "by batch) from index.html")
     parser.set_defaults(func=_cmd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import textwrap
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from grading.commands.fingerprints import K_GRAM, Token, content_hashes
 
@@ -84,10 +85,11 @@ td,th{border:1px solid #bbb;padding:2px 8px;vertical-align:top}.pair{display:fle
 .m{background:#ffd54f}figure{margin:0 0 .5em 0}figcaption{font-weight:bold;font-size:13px}"""
 
 
-def render_html(report: Report, top: int = TOP_PAIRS) -> str:
+def render_html(report: Report, top: int = TOP_PAIRS, class_report: str | None = None) -> str:
     """The static report page: per problem, the ``top`` pairs ranked, each side by side with shared lines marked.
 
-    Every piece of submission text (names, code, error messages) is HTML-escaped.
+    Every piece of submission text (names, code, error messages) is HTML-escaped. ``class_report``, a
+    relative link to the batch's class report page, is shown at the top when given.
     """
     base = report.starter
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similarity report</title>",
@@ -98,6 +100,9 @@ def render_html(report: Report, top: int = TOP_PAIRS) -> str:
            f"{K_GRAM + HIGHLIGHT_RUN - 1} or more normalised tokens that both have in the same order. <b>A high "
            "score is a reason to look, not a verdict</b>: short problems leave little room for different "
            "solutions.</p>"]
+    if class_report:
+        out.append(f"<p>What the class got wrong, per criterion: <a href='{html.escape(quote(class_report))}'>class "
+                   "report</a>.</p>")
     if report.skipped:
         out.append("<h2>Inputs left out</h2><ul>" + "".join(
             f"<li>{html.escape(name)}: {html.escape(reason)}</li>" for name, reason in report.skipped) + "</ul>")

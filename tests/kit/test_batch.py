@@ -62,3 +62,11 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
         assert "tests" in results and "score" in results
     dave = json.loads((tmp_path / "grades_results" / "dave" / "results.json").read_text())
     assert all("timed out after" in t["output"] for t in dave["tests"]), dave
+    # one column per criterion (empty where nothing was graded), and the class report next to the CSV
+    assert rows["alice"]["1.1.coverage"] == "2" and rows["bob.zip"]["1.1.coverage"] == "0"
+    assert rows["carol.zip"]["1.1.coverage"] == "" and rows["eve"]["1.1.coverage"] == ""
+    report = list(csv.DictReader((tmp_path / "grades_class_report.csv").open()))
+    assert {r["criterion"] for r in report} == {k for k in rows["alice"] if k.startswith("1.1.")}
+    assert all(r["graded"] == "4" for r in report)                             # alice, bob.zip, dave, frank
+    page = (tmp_path / "grades_class_report.html").read_text()
+    assert "carol.zip (rejected)" in page and "eve (grader_error)" in page

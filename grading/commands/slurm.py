@@ -1,0 +1,255 @@
+"""Grade a class as a Slurm array job: ``python -m grading batch SUBMISSIONS --slurm OUT_DIR [...]``.
+
+``write_array`` writes into OUT_DIR::
+
+    tasks.json     the task list: task k grades submission k (names, paths, grade options, limits)
+    grade.sbatch   the array script (one task per submission, `%K` throttle, time limit, per-task logs)
+    logs/          task-<k>.out / task-<k>.err (Slurm writes them)
+    results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
+
+The script's body needs nothing Slurm-only: it runs ``python -m grading
+batch --run-task OUT_DIR $SLURM_ARRAY_TASK_ID``, so ``SLURM_ARRAY_TASK_ID=3
+bash OUT_DIR/grade.sbatch`` grades task 3 on any machine. ``run_task`` grades
+into a fresh attempt folder and swaps it in whole at the end, so a re-queued
+task overwrites its result, never duplicates it, and a task killed midway
+leaves no result (``slurm_collect`` lists it as missing).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading import KIT_ROOT
+from grading.commands.batch import criterion_cells, default_limit_s, grade_one, submissions_in
+from grading.kit.course import PROBLEMS_ENV
+from grading.kit.files import atomic_write
+from grading.kit.secret import course_secret
+
+TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"
+ATTEMPT_PREFIX = ".attempt-"
+BENCH_LIMIT_S = 3600.0
+START_SLACK_S = 120.0
+_TIME = re.compile(r"(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})")
+_PARTITION = re.compile(r"[A-Za-z0-9_.,-]+")
+# The long options grade.sbatch may carry, and a check of each value (sbatch --test-only style, by parsing).
+DIRECTIVES = {"job-name": re.compile(r"[A-Za-z0-9_.-]+"), "array": re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?"),
+              "ntasks": re.compile(r"[1-9]\d*"), "time": _TIME, "output": re.compile(r"/\S+"),
+              "error": re.compile(r"/\S+"), "partition": _PARTITION, "gpus-per-task": re.compile(r"[1-9]\d*"),
+              "cpus-per-task": re.compile(r"[1-9]\d*")}
+
+
+@dataclass
+class ArrayJob:
+    """What ``write_array`` wrote: the script, the task list, the number of tasks and the command to submit."""
+
+    script: Path
+    tasks: Path
+    count: int
+    submit: str
+
+
+def parse_time(text: str) -> float:
+    """Seconds of a Slurm time limit ``[D-]HH:MM:SS``; ValueError for anything else."""
+    match = _TIME.fullmatch(text.strip())
+    if not match or int(match[3]) > 59 or int(match[4]) > 59:
+        raise ValueError(f"--time must look like HH:MM:SS or D-HH:MM:SS, got {text!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def format_time(seconds: float) -> str:
+    """``HH:MM:SS`` of ``seconds``, rounded up to a whole minute."""
+    minutes = int(-(-seconds // 60))
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def array_spec(ids: list[int], max_parallel: int | None = None) -> str:
+    """Slurm's ``--array`` value for ``ids``: ranges joined by commas, ``%K`` throttle (``[0,1,2,5]`` -> ``0-2,5``)."""
+    ids, parts, k = sorted(set(ids)), [], 0
+    while k < len(ids):
+        end = k
+        while end + 1 < len(ids) and ids[end + 1] == ids[end] + 1:
+            end += 1
+        parts.append(str(ids[k]) if end == k else f"{ids[k]}-{ids[end]}")
+        k = end + 1
+    return ",".join(parts) + (f"%{max_parallel}" if max_parallel else "")
+
+
+def secret_fingerprint(salt: str, secret: str) -> str:
+    """A salted hash of the course secret, so a task can tell it runs under the secret the array was made with."""
+    return hashlib.sha256(f"{salt}\0{secret}".encode()).hexdigest()
+
+
+def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | None = None, partition: str | None = None,
+                gpus_per_task: int = 0, time_limit: str | None = None, benchmarks: bool = False,
+                max_parallel: int | None = None, python: str = sys.executable) -> ArrayJob:
+    """Write ``tasks.json`` and ``grade.sbatch`` for every entry of ``submissions_dir`` into ``out_dir``.
+
+    ``time_limit`` (``[D-]HH:MM:SS``) bounds each task; by default the sum of
+    the grade limit (``batch.default_limit_s``), the benchmark limit with
+    ``benchmarks`` and start-up slack. The grade (and benchmark) limits inside
+    a task are cut to fit it. Raises ValueError for a bad option, an empty
+    folder, or an OUT_DIR path with whitespace or ``%`` (Slurm's directives
+    take no quoting).
+    """
+    grade_args = list(grade_args or [])
+    out_dir, submissions_dir = Path(out_dir).resolve(), Path(submissions_dir).resolve()
+    if re.search(r"[\s%]", str(out_dir)):
+        raise ValueError(f"{out_dir}: an OUT_DIR path with whitespace or '%' cannot go into #SBATCH lines")
+    if partition is not None and not _PARTITION.fullmatch(partition):
+        raise ValueError(f"--partition: not a partition name: {partition!r}")
+    if gpus_per_task < 0 or (max_parallel is not None and max_parallel < 1):
+        raise ValueError("--gpus-per-task must be >= 0 and --max-parallel >= 1")
+    entries = submissions_in(submissions_dir)
+    if not entries:
+        raise ValueError(f"{submissions_dir}: no submissions (folders or .zip files)")
+    grade_limit = default_limit_s(grade_args)
+    bench_limit = BENCH_LIMIT_S if benchmarks else 0.0
+    if time_limit is None:
+        time_limit = format_time(grade_limit + bench_limit + START_SLACK_S)
+    budget = parse_time(time_limit) - START_SLACK_S
+    if benchmarks:
+        bench_limit = min(bench_limit, budget / 2)
+    grade_limit = min(grade_limit, budget - bench_limit)
+    if grade_limit < 60:
+        raise ValueError(f"--time {time_limit} leaves {grade_limit:.0f} s to grade; give at least "
+                         f"{format_time(60 + bench_limit + START_SLACK_S)}")
+    salt = secrets.token_hex(8)
+    env = {PROBLEMS_ENV: os.environ[PROBLEMS_ENV]} if os.environ.get(PROBLEMS_ENV) else {}
+    tasks = {"batch": secrets.token_hex(8), "submissions_dir": str(submissions_dir), "grade_args": grade_args,
+             "limit_s": grade_limit, "benchmarks": benchmarks, "benchmark_limit_s": bench_limit, "env": env,
+             "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()), "max_parallel": max_parallel,
+             "tasks": [{"id": k, "submission": e.name, "path": str(e)} for k, e in enumerate(entries)]}
+    (out_dir / LOGS).mkdir(parents=True, exist_ok=True)
+    (out_dir / RESULTS).mkdir(exist_ok=True)
+    atomic_write(out_dir / TASKS, json.dumps(tasks, indent=1) + "\n")
+    lines = ["#!/bin/bash",
+             f"# Grades the {len(entries)} submissions of {submissions_dir.name}/, one per array task (see {TASKS}).",
+             f"# Submit: sbatch {out_dir / SCRIPT}",
+             f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
+             "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
+             "#SBATCH --job-name=a5-grade", f"#SBATCH --array={array_spec(list(range(len(entries))), max_parallel)}",
+             "#SBATCH --ntasks=1", f"#SBATCH --time={time_limit}",
+             f"#SBATCH --output={out_dir / LOGS}/task-%a.out", f"#SBATCH --error={out_dir / LOGS}/task-%a.err",
+             *([f"#SBATCH --partition={partition}"] if partition else []),
+             *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else []),
+             "set -euo pipefail",
+             'if [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then',
+             f'  echo "set SLURM_ARRAY_TASK_ID to the task to grade (0-{len(entries) - 1})" >&2; exit 2',
+             "fi",
+             f'PYTHON="${{GRADING_PYTHON:-{shlex.quote(python)}}}"',
+             f"cd {shlex.quote(str(KIT_ROOT))}",
+             f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
+    script = atomic_write(out_dir / SCRIPT, "\n".join(lines) + "\n")
+    os.chmod(script, 0o755)
+    return ArrayJob(script, out_dir / TASKS, len(entries), f"sbatch {shlex.quote(str(script))}")
+
+
+def directives(script_text: str) -> list[tuple[str, str]]:
+    """The ``#SBATCH --name=value`` pairs sbatch would read: those before the first command line of the script."""
+    found = []
+    for line in script_text.splitlines()[1:]:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if stripped.startswith("#SBATCH"):
+            name, _, value = stripped[len("#SBATCH"):].strip().removeprefix("--").partition("=")
+            found.append((name, value))
+    return found
+
+
+def check_script(path: Path, count: int) -> list[str]:
+    """Problems sbatch would refuse (``--test-only`` style, by parsing); [] for a good script of ``count`` tasks."""
+    text = Path(path).read_text()
+    problems = [] if text.startswith("#!") else ["the script does not start with #!"]
+    found = directives(text)
+    names = [n for n, _ in found]
+    problems += [f"#SBATCH --{n} given {names.count(n)} times" for n in set(names) if names.count(n) > 1]
+    for name, value in found:
+        pattern = DIRECTIVES.get(name)
+        if pattern is None or not pattern.fullmatch(value):
+            problems.append(f"#SBATCH --{name}={value}: " + ("unknown option" if pattern is None else "bad value"))
+        elif name in ("output", "error") and not Path(value).parent.is_dir():
+            problems.append(f"#SBATCH --{name}: folder {Path(value).parent} does not exist")
+    spec = dict(found).get("array", "")
+    ids = {int(x) for part in spec.split("%")[0].split(",") if part
+           for x in (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1) if "-" in part else [part])}
+    if ids != set(range(count)):
+        problems.append(f"#SBATCH --array={spec} does not cover tasks 0-{count - 1} exactly")
+    return problems + [f"#SBATCH --{n} missing" for n in ("array", "time", "output", "error") if n not in names]
+
+
+def _run_benchmarks(path: str, out: Path, limit_s: float) -> tuple[dict, str]:
+    """Run ``python -m grading benchmarks`` into ``out/benchmarks.json``; (its data, status)."""
+    target = out / "benchmarks.json"
+    command = [sys.executable, "-m", "grading", "benchmarks", path, "--json", str(target), "--limit", f"{limit_s:g}"]
+    with open(out / "benchmarks.txt", "wb") as log:
+        try:
+            code = subprocess.run(command, cwd=KIT_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=limit_s + START_SLACK_S, start_new_session=True).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    try:
+        data = json.loads(target.read_text())
+    except (OSError, ValueError):
+        return {"tests": []}, "error" if code != 2 else "rejected"
+    if not any(float(t.get("max_score", 0) or 0) > 0 for t in data.get("tests", [])):
+        return data, "not_applicable"
+    return data, "passed" if code == 0 else "failed"
+
+
+def run_task(out_dir: Path, task_id: int) -> int:
+    """Grade task ``task_id`` of ``out_dir/tasks.json`` into ``out_dir/results/<name>/``; 0 when a result was kept.
+
+    The grade runs in ``results/.attempt-<task_id>-...``, which replaces
+    ``results/<name>`` whole when done (``row.json``, the CSV row, is written
+    last), so a re-run overwrites and a killed run leaves nothing there.
+    Returns 2 (nothing written) for an unknown task id or a missing task list.
+    """
+    out_dir = Path(out_dir).resolve()
+    try:
+        tasks = json.loads((out_dir / TASKS).read_text())
+        task = tasks["tasks"][task_id] if task_id >= 0 else None
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        task = None
+    if task is None:
+        print(f"error: {out_dir / TASKS} has no task {task_id}", file=sys.stderr)
+        return 2
+    name, results = task["submission"], out_dir / RESULTS
+    attempt = results / f"{ATTEMPT_PREFIX}{task_id}-{os.getpid()}-{secrets.token_hex(4)}"
+    attempt.mkdir(parents=True)
+    atomic_write(attempt / "attempt.json", json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                       "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                       "slurm_job": os.environ.get("SLURM_JOB_ID", "")}) + "\n")
+    os.environ.update(tasks.get("env", {}))
+    if secret_fingerprint(tasks["secret_salt"], course_secret()) != tasks["secret"]:
+        row = {"submission": name, "score": "0", "max_score": "0", "status": "grader_error",
+               "notes": "not graded: this task's course secret differs from the one the array was made with "
+                        "(set GRADING_COURSE_SECRET as when running --slurm)"}
+    else:
+        row = grade_one(Path(task["path"]), attempt, tasks["grade_args"], float(tasks["limit_s"]))
+        if tasks.get("benchmarks"):
+            data, status = _run_benchmarks(task["path"], attempt, float(tasks["benchmark_limit_s"]))
+            row.update({"benchmarks_score": f"{float(data.get('score', 0) or 0):g}",
+                        "benchmarks_max_score": f"{float(data.get('max_score', 0) or 0):g}",
+                        "benchmarks_status": status, **criterion_cells(data)})
+    atomic_write(attempt / ROW, json.dumps({"batch": tasks["batch"], "task": task_id, "row": row}, indent=1) + "\n")
+    final, old = results / name, results / f"{ATTEMPT_PREFIX}{task_id}-old-{secrets.token_hex(4)}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(attempt, final)
+    for leftover in results.glob(f"{ATTEMPT_PREFIX}{task_id}-*"):     # this one's old result, killed runs
+        shutil.rmtree(leftover, ignore_errors=True)
+    print(f"task {task_id} {name}: {row['score']}/{row['max_score']} ({row['status']}) -> {final}")
+    return 0

@@ -1,0 +1,114 @@
+"""Merge a Slurm array's results: ``python -m grading batch --collect OUT_DIR --out grades.csv``.
+
+Reads the task list and every ``results/<name>/row.json`` that ``slurm.run_task``
+kept for this array (a row from an earlier array in the same OUT_DIR does not
+count), writes ``grades.csv`` exactly as ``batch`` would for the finished
+tasks (same columns and cells) and the class report next to it, and sorts the
+rest::
+
+    done      a result is kept and the grader finished (passed, failed, incomplete, rejected)
+    failed    a result is kept but the grader did not finish (timeout, grader_error): worth a re-run
+    missing   no result: not run yet, still running, or killed midway
+
+For failed and missing tasks it writes ``OUT_DIR/resubmit.sh``, the one
+``sbatch --array=<ids> grade.sbatch`` that re-runs just those (``--array``
+on the command line overrides the script's), and removes it when none are left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading.commands.batch import _write_csv, class_report_inputs
+from grading.commands.class_report import write_class_report
+from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SCRIPT, TASKS, array_spec
+from grading.kit.files import atomic_write
+
+RERUN_STATUSES = ("timeout", "grader_error")
+RESUBMIT = "resubmit.sh"
+
+
+@dataclass
+class Collected:
+    """What ``collect`` found: the merged rows and which tasks need another run (``(id, name, why)``)."""
+
+    rows: list[dict]
+    submissions_dir: Path | None = None
+    failed: list[tuple[int, str, str]] = field(default_factory=list)
+    missing: list[tuple[int, str, str]] = field(default_factory=list)
+    resubmit: str = ""                 # the sbatch command for failed + missing tasks, "" when none
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.missing
+
+
+def _row_of(out_dir: Path, batch: str, name: str) -> dict | None:
+    try:
+        kept = json.loads((out_dir / RESULTS / name / ROW).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("batch") != batch or not isinstance(kept.get("row"), dict):
+        return None
+    return kept["row"] if kept["row"].get("submission") == name else None
+
+
+def _attempt_note(out_dir: Path, task_id: int) -> str:
+    """"started on HOST at T" for the latest unfinished attempt of the task, else ""."""
+    notes = []
+    for attempt in sorted((out_dir / RESULTS).glob(f"{ATTEMPT_PREFIX}{task_id}-*")):
+        try:
+            info = json.loads((attempt / "attempt.json").read_text())
+            notes.append(f"an attempt started on {info.get('host', '?')} at {info.get('started', '?')} "
+                         "has no result (killed midway, or still running)")
+        except (OSError, ValueError):
+            continue
+    return notes[-1] if notes else "not run yet (or no result kept)"
+
+
+def collect(out_dir: Path, out_csv: Path) -> Collected:
+    """Merge the finished tasks of the array in ``out_dir`` into ``out_csv`` and its class report.
+
+    Raises ValueError when ``out_dir`` holds no task list. Writes (or removes)
+    ``out_dir/resubmit.sh``.
+    """
+    out_dir = Path(out_dir).resolve()
+    try:
+        tasks = json.loads((out_dir / TASKS).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{out_dir}: no readable {TASKS} (write one with `batch SUBMISSIONS --slurm OUT_DIR`): "
+                         f"{exc}") from None
+    result = Collected(rows=[], submissions_dir=Path(tasks["submissions_dir"]))
+    for task in tasks["tasks"]:
+        task_id, name = int(task["id"]), task["submission"]
+        row = _row_of(out_dir, tasks["batch"], name)
+        if row is None:
+            result.missing.append((task_id, name, _attempt_note(out_dir, task_id)))
+            continue
+        result.rows.append(row)
+        if row.get("status") in RERUN_STATUSES:
+            result.failed.append((task_id, name, f"{row['status']}: {row.get('notes', '')}"))
+    _write_csv(Path(out_csv), result.rows)
+    results, not_graded = class_report_inputs(result.rows, out_dir / RESULTS)
+    for name, data in results.items():          # the benchmark thresholds are criteria of the report too
+        bench = out_dir / RESULTS / name / "benchmarks.json"
+        try:
+            data["tests"] = data["tests"] + list(json.loads(bench.read_text()).get("tests", []))
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+    write_class_report(Path(out_csv), results, not_graded)
+    redo = sorted(t for t, _, _ in result.failed + result.missing)
+    resubmit = out_dir / RESUBMIT
+    if redo:
+        throttle = tasks.get("max_parallel")
+        result.resubmit = (f"sbatch --array={array_spec(redo, min(throttle, len(redo)) if throttle else None)} "
+                           f"{shlex.quote(str(out_dir / SCRIPT))}")
+        atomic_write(resubmit, f"#!/bin/bash\n# re-runs the failed and missing tasks of {out_dir}\n"
+                               f"{result.resubmit}\n")
+        os.chmod(resubmit, 0o755)
+    else:
+        resubmit.unlink(missing_ok=True)
+    return result

@@ -1,0 +1,233 @@
+"""``batch --slurm`` / ``--run-task`` / ``--collect`` (grading/commands/slurm.py, slurm_collect.py), run locally.
+
+No Slurm here: the array tasks run as ``SLURM_ARRAY_TASK_ID=k bash OUT/grade.sbatch`` in any order, one twice, one
+stopped midway, and the script's ``#SBATCH`` directives are checked by parsing (``sbatch --test-only`` style).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grading.__main__ import main as grading_main
+from grading.commands import slurm
+from grading.commands.slurm_collect import collect
+from grading.kit.regions import parse_regions, replace_bodies, stub_body
+from tests.kit.test_variants_p1 import VARIANTS
+from tests.kit.variants import KIT_ROOT
+
+pytestmark = pytest.mark.kit
+DATASET = "data_parallel/dataset.py"
+FORMULA = '=HYPERLINK("x")'
+
+
+def _with_body(function: str | None, body: str | None = None) -> str:
+    """The kit's dataset.py with ``function``'s region replaced (None: every region stubbed, the starter)."""
+    text = (KIT_ROOT / DATASET).read_text()
+    regions = parse_regions(text, DATASET)
+    if function is None:
+        return replace_bodies(text, DATASET, {k: stub_body(r) for k, r in enumerate(regions)})
+    k = next(k for k, r in enumerate(regions) if r.function == function)
+    return replace_bodies(text, DATASET, {k: textwrap.indent(textwrap.dedent(body).strip("\n") + "\n",
+                                                             regions[k].indent)})
+
+
+def _folder(root: Path, text: str) -> None:
+    (root / "data_parallel").mkdir(parents=True)
+    (root / DATASET).write_text(text)
+
+
+def _class(tmp_path: Path) -> Path:
+    """Six submissions: full marks, a bug losing one criterion (twice, one named like a formula), the starter,
+    a rejected zip."""
+    subs = tmp_path / "submissions"
+    seeded = next(v for v in VARIANTS if v.name == "global_random_seeded")
+    _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())
+    _folder(subs / FORMULA, _with_body("partition_indices", seeded.body))
+    _folder(subs / "-dash", _with_body("partition_indices", seeded.body))
+    _folder(subs / "@at", (KIT_ROOT / DATASET).read_text())
+    with zipfile.ZipFile(subs / "bob.zip", "w") as z:
+        z.writestr(f"a5/{DATASET}", _with_body(None))
+    with zipfile.ZipFile(subs / "carol.zip", "w") as z:
+        z.writestr("../../escape.py", "x = 1")
+    return subs
+
+
+def _task(out: Path, task_id: int, **popen) -> subprocess.Popen:
+    env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(task_id)}
+    return subprocess.Popen(["bash", str(out / slurm.SCRIPT)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, **popen)
+
+
+def _run_tasks(out: Path, ids: list[int]) -> None:
+    """Run the tasks two at a time (array tasks run side by side), each to the end."""
+    for k in range(0, len(ids), 2):
+        procs = [_task(out, t) for t in ids[k:k + 2]]
+        for proc in procs:
+            output = proc.communicate()[0].decode(errors="replace")
+            assert proc.returncode == 0, output
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict]]:
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _without_seconds(path: Path) -> tuple[list[str], list[dict]]:
+    header, rows = _rows(path)
+    return header, [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_path, capsys):
+    subs = _class(tmp_path)
+    # `batch --jobs 1` as the reference, side by side with the array's tasks (its rows do not depend on timing)
+    reference = subprocess.Popen([sys.executable, "-m", "grading", "batch", str(subs), "--out",
+                                  str(tmp_path / "batch" / "grades.csv"), "--jobs", "1", "--problem", "1.1",
+                                  "--quiet"], cwd=KIT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = tmp_path / "array"
+    assert grading_main(["batch", str(subs), "--slurm", str(out), "--problem", "1.1", "--max-parallel", "2"]) == 0
+    assert f"sbatch {out / slurm.SCRIPT}" in capsys.readouterr().out
+    tasks = json.loads((out / slurm.TASKS).read_text())["tasks"]
+    assert [t["submission"] for t in tasks] == sorted(p.name for p in subs.iterdir())
+    assert slurm.check_script(out / slurm.SCRIPT, len(tasks)) == []
+    ids = {t["submission"]: t["id"] for t in tasks}
+
+    # any order; the rejected zip twice (a re-queued task overwrites its result)
+    _run_tasks(out, [ids["@at"], ids["carol.zip"], ids["bob.zip"], ids["alice"], ids["carol.zip"]])
+    # FORMULA's task is stopped midway (scancel / the time limit send SIGTERM): it keeps no result
+    stopped = _task(out, ids[FORMULA], start_new_session=True)
+    while not list((out / slurm.RESULTS).glob(f"{slurm.ATTEMPT_PREFIX}{ids[FORMULA]}-*/report.txt")):
+        assert stopped.poll() is None, stopped.communicate()[0]
+        time.sleep(0.2)
+    os.killpg(stopped.pid, signal.SIGTERM)
+    assert stopped.wait() != 0
+    # "-dash" never ran
+    merged = tmp_path / "merged" / "grades.csv"
+    assert grading_main(["batch", "--collect", str(out), "--out", str(merged)]) == 1
+    printed = capsys.readouterr()
+    assert f"missing: task {ids[FORMULA]}" in printed.err and "has no result (killed midway" in printed.err
+    assert f"missing: task {ids['-dash']}" in printed.err and "not run yet" in printed.err
+    assert {row["submission"] for row in _rows(merged)[1]} == {"'@at", "carol.zip", "bob.zip", "alice"}
+    results = out / slurm.RESULTS
+    assert sorted(p.name for p in results.iterdir() if not p.name.startswith(slurm.ATTEMPT_PREFIX)) == \
+        ["@at", "alice", "bob.zip", "carol.zip"]
+    assert json.loads((results / "carol.zip" / slurm.ROW).read_text())["task"] == ids["carol.zip"]
+
+    resubmit = (out / "resubmit.sh").read_text()
+    spec = re.search(r"sbatch --array=(\S+) (\S+)", resubmit)
+    assert spec and Path(spec[2]) == out / slurm.SCRIPT
+    again = sorted({ids[FORMULA], ids["-dash"]})
+    assert spec[1] == slurm.array_spec(again, 2)
+    _run_tasks(out, [int(x) for x in spec[1].split("%")[0].replace("-", ",").split(",")])
+    assert grading_main(["batch", "--collect", str(out), "--out", str(merged), "--similarity",
+                         str(tmp_path / "similarity")]) == 0
+    assert not (out / "resubmit.sh").exists()
+    assert not [p for p in results.iterdir() if p.name.startswith(slurm.ATTEMPT_PREFIX)]
+
+    # the same grades.csv as `batch --jobs 1` (but for the seconds each grade took)
+    assert reference.wait() == 0, reference.communicate()[0]
+    assert _without_seconds(merged) == _without_seconds(tmp_path / "batch" / "grades.csv")
+    header, rows = _rows(merged)
+    by_name = {row["submission"]: row for row in rows}
+    assert "'" + FORMULA in by_name and "'-dash" in by_name and "'@at" in by_name       # neutralised names
+    assert by_name["alice"]["score"] == "13" and by_name["'" + FORMULA]["1.1.rng_untouched"] == "0"
+    assert by_name["carol.zip"]["status"] == "rejected" and by_name["bob.zip"]["status"] == "incomplete"
+
+    # the class report lists every criterion with the pass rate grades.csv gives
+    report_header, report = _rows(merged.with_name("grades_class_report.csv"))
+    criteria = header[header.index("notes") + 1:]
+    assert [r["criterion"] for r in report] == criteria and len(criteria) == 12
+    for r in report:
+        cells = [row[r["criterion"]] for row in rows if row[r["criterion"]] != ""]
+        passed = sum(float(c) == float(r["points"]) for c in cells)
+        assert (int(r["graded"]), int(r["passed"])) == (len(cells), passed), r
+        assert r["pass_rate"] == f"{passed / len(cells):.3f}"
+    rng = next(r for r in report if r["criterion"] == "1.1.rng_untouched")
+    assert (rng["graded"], rng["passed"], rng["sharing"]) == ("5", "2", "2") and "random" in rng["common_failure"]
+    assert merged.with_name("grades_class_report.png").read_bytes().startswith(b"\x89PNG")
+    page = (tmp_path / "similarity" / "index.html").read_text()
+    assert "href='../merged/grades_class_report.html'" in page
+    pairs = (tmp_path / "similarity" / "pairs.csv").read_text()
+    assert "'" + FORMULA.replace('"', '""') in pairs and "\n=" not in pairs and ",=" not in pairs
+
+
+def test_script_directives_parse_like_sbatch_and_bad_options_are_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADING_PROBLEMS", raising=False)
+    subs = tmp_path / "subs"
+    for name in ("a", "b", "c"):
+        _folder(subs / name, "")
+    job = slurm.write_array(subs, tmp_path / "out", ["--problem", "1.1"], partition="gpu-a100", gpus_per_task=2,
+                            time_limit="1-02:00:00", benchmarks=True, max_parallel=2)
+    assert job.count == 3 and job.submit == f"sbatch {tmp_path / 'out' / slurm.SCRIPT}"
+    assert slurm.check_script(job.script, 3) == []
+    found = dict(slurm.directives(job.script.read_text()))
+    assert found["array"] == "0-2%2" and found["time"] == "1-02:00:00" and found["partition"] == "gpu-a100"
+    assert found["gpus-per-task"] == "2" and found["output"].endswith("/logs/task-%a.out")
+    tasks = json.loads(job.tasks.read_text())
+    assert tasks["benchmarks"] and tasks["limit_s"] + tasks["benchmark_limit_s"] <= 26 * 3600 - slurm.START_SLACK_S
+    assert tasks["secret"] and tasks["env"] == {}
+    # what sbatch would refuse is found
+    bad = tmp_path / "bad.sbatch"
+    bad.write_text(job.script.read_text().replace("#SBATCH --ntasks=1", "#SBATCH --ntasks=1\n#SBATCH --bogus=1\n"
+                                                  "#SBATCH --array=0-5"))
+    problems = slurm.check_script(bad, 3)
+    assert any("--bogus" in p for p in problems) and any("2 times" in p for p in problems)
+    with pytest.raises(ValueError, match="partition"):
+        slurm.write_array(subs, tmp_path / "o2", partition="gpu; rm -rf /")
+    with pytest.raises(ValueError, match="HH:MM:SS"):
+        slurm.write_array(subs, tmp_path / "o3", time_limit="2h")
+    with pytest.raises(ValueError, match="leaves"):
+        slurm.write_array(subs, tmp_path / "o4", time_limit="00:02:00")
+    with pytest.raises(ValueError, match="whitespace"):
+        slurm.write_array(subs, tmp_path / "o 5")
+    assert slurm.array_spec([5, 0, 1, 2, 7, 8], 3) == "0-2,5,7-8%3"
+    # the script refuses to run without a task id; an unknown id grades nothing
+    ran = subprocess.run(["bash", str(job.script)], env={k: v for k, v in os.environ.items()
+                                                         if k != "SLURM_ARRAY_TASK_ID"}, capture_output=True)
+    assert ran.returncode == 2 and b"SLURM_ARRAY_TASK_ID" in ran.stderr
+    assert grading_main(["batch", "--run-task", str(tmp_path / "out"), "7"]) == 2
+
+
+def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, capsys):
+    subs = tmp_path / "subs"
+    for name in ("a", "b", "c", "d"):
+        _folder(subs / name, "")
+    monkeypatch.setenv("GRADING_COURSE_SECRET", "this term")
+    job = slurm.write_array(subs, tmp_path / "out", max_parallel=4)
+    out = job.tasks.parent
+    assert "this term" not in job.tasks.read_text() + job.script.read_text()
+    batch = json.loads(job.tasks.read_text())["batch"]
+
+    def keep(name: str, task: int, status: str, token: str = batch) -> None:
+        row = {"submission": name, "score": "1", "max_score": "2", "status": status, "notes": "n"}
+        (out / "results" / name).mkdir(parents=True, exist_ok=True)
+        (out / "results" / name / "results.json").write_text(json.dumps({"score": 1, "tests": [
+            {"name": "1.1.sizes: sizes", "number": "1.1", "score": 0, "max_score": 1, "status": "failed",
+             "output": "=cmd|' /C calc'!A0\nlikely cause: a formula"}]}))
+        (out / "results" / name / "row.json").write_text(json.dumps({"batch": token, "task": task, "row": row}))
+
+    keep("a", 0, "failed")
+    keep("b", 1, "timeout")
+    keep("c", 2, "passed", token="an earlier array")
+    # d's task runs under another secret: it grades nothing and says why
+    monkeypatch.setenv("GRADING_COURSE_SECRET", "last term")
+    assert slurm.run_task(out, 3) == 0
+    found = collect(out, tmp_path / "grades.csv")
+    assert [t[:2] for t in found.failed] == [(1, "b"), (3, "d")] and "secret" in found.failed[1][2]
+    assert [t[:2] for t in found.missing] == [(2, "c")]
+    assert found.resubmit == f"sbatch --array=1-3%3 {out / slurm.SCRIPT}"
+    assert (out / "resubmit.sh").read_text().strip().endswith(found.resubmit)
+    assert [row["submission"] for row in _rows(tmp_path / "grades.csv")[1]] == ["a", "b", "d"]
+    report = (tmp_path / "grades_class_report.csv").read_text()
+    assert "'=cmd|' /C calc'!A0" in report and ",=" not in report and "a formula" in report
