@@ -27,13 +27,14 @@ from tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear, rank
 
 
 def parallelize_block(block: nn.Module, group=None) -> nn.Module:
-    """Split ``block`` (a ``GPT2Block``) across the ranks of ``group`` in place; return ``block``.
+    """Split ``block`` (a ``GPT2Block``) across the ranks of ``group`` in place; return ``block`` itself.
 
     Contract (call it on every rank of ``group``, on blocks with the same weights):
-    - with H = ``block.attn.num_heads``, E = ``block.attn.embed_dim`` and I =
-      the inner size of the MLP (``c_fc``'s output features), raise ValueError
-      naming the sizes when H, E or I is not divisible by N, before changing
-      anything;
+    - with H = ``block.attn.num_heads``, E = ``block.attn.embed_dim`` (= H x
+      ``head_dim``, so it splits whenever H does) and I = the inner size of
+      the MLP (``c_fc``'s output features), raise ValueError naming the size
+      and N when H or I is not divisible by N, before changing anything (no
+      submodule replaced or converted, no attribute set);
     - ``attn.c_attn`` becomes ``ColumnParallelLinear.from_linear(..., chunks=3)``
       (q, k and v are split separately, so rank r keeps whole heads);
       ``attn.c_proj`` a ``RowParallelLinear``; ``mlp.c_fc`` a
@@ -45,17 +46,20 @@ def parallelize_block(block: nn.Module, group=None) -> nn.Module:
       ``attn.num_heads`` to H/N and ``attn.embed_dim`` to E/N; ``head_dim``
       does not change;
     - layer norms and everything else stay as they are (replicated).
-    Afterwards ``block(hidden_states, attention_mask=...)`` takes and returns
-    full hidden states on every rank, equal to the unsplit block's.
+    Afterwards the block, called as ``GPT2Model`` calls it (the full
+    ``hidden_states``, and the model's attention mask: None or one mask per
+    position, broadcast over the heads, passed through untouched), takes and
+    returns full hidden states on every rank, equal to the unsplit block's.
     """
     _, world_size = rank_and_size(group)
     attn, mlp = block.attn, block.mlp
     # GPT-2 builds its projections from transformers' Conv1D (weight stored in x out):
-    # conv1d_to_linear(block) turns them into equivalent nn.Linear layers in place, ready for from_linear.
+    # conv1d_to_linear(block) turns them into equivalent nn.Linear layers, ready for from_linear. It changes
+    # the block in place, so call it only after every size check has passed.
     # BEGIN_STUDENT 5.2
     heads, embed = attn.num_heads, attn.embed_dim
     inner = mlp.c_fc.weight.shape[1] if not isinstance(mlp.c_fc, nn.Linear) else mlp.c_fc.out_features
-    for what, size in (("attention heads", heads), ("hidden size (n_embd)", embed), ("MLP inner size", inner)):
+    for what, size in (("attention heads", heads), ("MLP inner size", inner)):
         if size % world_size:
             raise ValueError(f"parallelize_block: {size} {what} do not split evenly over {world_size} ranks")
     conv1d_to_linear(block)

@@ -45,9 +45,9 @@ class CopyToParallelRegion(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        """Return ``x`` unchanged (no communication); remember ``group`` on ``ctx`` for the backward.
+        """Return ``x`` unchanged as a view of it (``x.view_as(x)``); remember ``group`` on ``ctx`` for the backward.
 
-        Return a view (``x.view_as(x)``), not ``x`` itself, so autograd sees a new output.
+        A view shares ``x``'s memory: no copy, and no communication.
         """
         # BEGIN_STUDENT 5.1
         ctx.group = group
@@ -58,8 +58,10 @@ class CopyToParallelRegion(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Return ``(sum over the ranks of grad, None)``: one ``dist.all_reduce`` (SUM) over ``ctx.group``.
 
-        All-reduce works in place: reduce a contiguous copy, never ``grad`` itself
-        (autograd may hold on to it). ``None`` is the gradient for ``group``.
+        All-reduce works in place: reduce a contiguous copy (NCCL refuses
+        non-contiguous tensors), never ``grad`` itself: autograd may hand over the
+        caller's own tensor (``y.backward(g)`` passes ``g``), which must come out
+        unchanged. ``None`` is the gradient for ``group``.
         """
         # BEGIN_STUDENT 5.1
         grad = grad.contiguous().clone()
@@ -80,7 +82,8 @@ class ReduceFromParallelRegion(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
         """Return the sum over the ranks of ``x`` (one ``dist.all_reduce``, SUM, over ``group``) as a new tensor.
 
-        Reduce a contiguous copy of ``x``, never ``x`` itself (autograd saved it).
+        Reduce a contiguous copy of ``x`` (NCCL refuses non-contiguous tensors),
+        never ``x`` itself: the caller's ``x`` must come out unchanged.
         """
         # BEGIN_STUDENT 5.1
         out = x.contiguous().clone()
@@ -134,11 +137,15 @@ class ColumnParallelLinear(nn.Module):
               rows [k*O/c + r*O/(c*N), k*O/c + (r+1)*O/(c*N))   for k = 0 .. c-1, concatenated
 
           (with c = 3: rank r's queries, then its keys, then its values);
-        - the shards are copies (``clone``; same device and dtype): ``linear``
-          is left unchanged and no memory is shared with it; a layer without
-          bias gives ``bias=None``.
-        Raises ValueError naming the sizes (O, c and N) when O is not
-        divisible by c*N, before building anything.
+        - the shards are copies (``clone``) with ``linear``'s device and dtype:
+          ``linear`` is left unchanged, and no memory is shared with it (an
+          in-place change of the shard leaves ``linear`` as it was);
+        - a layer without bias gives ``bias=None``;
+        - the constructor wraps the shards as new parameters, so they require
+          grad whatever ``linear``'s parameters do (a frozen layer gives a
+          trainable shard).
+        Raises ValueError when ``chunks < 1``, and ValueError naming the sizes
+        (O, c and N) when O is not divisible by c*N.
         """
         rank, world_size = rank_and_size(group)
         # BEGIN_STUDENT 5.1
@@ -192,9 +199,11 @@ class RowParallelLinear(nn.Module):
         With I = ``linear.in_features``, N the group size and r this rank:
         rank r keeps columns ``[r*I/N, (r+1)*I/N)`` of ``linear.weight``
         (out x I) and a copy of the whole ``linear.bias`` (None without bias).
-        Copies (``clone``; same device and dtype): ``linear`` is left
-        unchanged. Raises ValueError naming the sizes (I and N) when I is not
-        divisible by N, before building anything.
+        As in ``ColumnParallelLinear.from_linear``: copies (``clone``) with
+        ``linear``'s device and dtype, sharing no memory with ``linear``
+        (which is left unchanged), wrapped as new trainable parameters by the
+        constructor. Raises ValueError naming the sizes (I and N) when I is
+        not divisible by N.
         """
         rank, world_size = rank_and_size(group)
         # BEGIN_STUDENT 5.1

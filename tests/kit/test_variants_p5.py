@@ -25,7 +25,9 @@ CASES = all_cases(("5",))
 VARIANTS = [
     Variant("copy_backward_without_all_reduce", LAYERS, "backward#0", """
         return grad, None
-    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_hidden"})),
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_hidden"}),
+        hint="likely cause: the backward of copy_to_parallel_region returns this rank's gradient without the "
+             "all-reduce"),
     Variant("reduce_forward_in_place", LAYERS, "forward#1", """
         dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
         return x
@@ -35,9 +37,10 @@ VARIANTS = [
     """, frozenset({"5.1.input_grads", "5.1.comm_counts", "5.1.input_grads_hidden"})),
     Variant("row_bias_on_every_rank", LAYERS, "forward#3", """
         return reduce_from_parallel_region(F.linear(x, self.weight, self.bias), self.group)
-    """, frozenset({"5.1.row_forward", "5.1.row_forward_hidden"})),
+    """, frozenset({"5.1.row_forward", "5.1.row_forward_hidden"}),
+        hint="likely cause: the bias added on every rank before the all-reduce (counted 2 times)"),
     Variant("row_bias_split_over_ranks", LAYERS, "forward#3", """
-        share = self.bias / dist.get_world_size(self.group)
+        share = self.bias / dist.get_world_size(self.group) if self.bias is not None else None
         return reduce_from_parallel_region(F.linear(x, self.weight, share), self.group)
     """, frozenset({"5.1.weight_grads"})),
     Variant("column_slice_of_wrong_rank", LAYERS, "from_linear#0", """
@@ -52,8 +55,9 @@ VARIANTS = [
             weight = linear.weight[rows].clone()
             bias = linear.bias[rows].clone() if linear.bias is not None else None
         return cls(weight, bias, group)
-    """, frozenset({"5.1.column_forward", "5.1.input_grads", "5.1.column_forward_hidden",
-                    "5.1.input_grads_hidden"})),
+    """, frozenset({"5.1.column_forward", "5.1.input_grads", "5.1.column_forward_hidden", "5.1.input_grads_hidden",
+                    "5.1.column_chunks", "5.1.column_chunks_hidden"}),
+        hint="likely cause: rank 0 of the group took the rows of rank 1"),
     Variant("row_uneven_split_accepted", LAYERS, "from_linear#1", """
         part = linear.in_features // world_size
         with torch.no_grad():
@@ -69,6 +73,116 @@ VARIANTS = [
     Variant("column_forward_ignores_group", LAYERS, "forward#2", """
         return F.linear(copy_to_parallel_region(x), self.weight, self.bias)
     """, frozenset({"5.1.input_grads_hidden"})),
+    Variant("copy_forward_clones", LAYERS, "forward#0", """
+        ctx.group = group
+        return x.clone()
+    """, frozenset({"5.1.copy_forward_view"})),
+    Variant("reduce_backward_all_reduces", LAYERS, "backward#1", """
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_hidden"}),
+        also=((LAYERS, "forward#1", """
+        ctx.group = group
+        out = x.contiguous().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        return out
+    """),)),
+    Variant("copy_backward_reduces_grad_in_place", LAYERS, "backward#0", """
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+    """, frozenset({"5.1.grad_kept"})),
+    Variant("column_chunks_ignored", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
+        part = out_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[rank * part:(rank + 1) * part].clone()
+            bias = linear.bias[rank * part:(rank + 1) * part].clone() if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.column_chunks", "5.1.column_chunks_hidden"}), hint="likely cause: chunks ignored"),
+    Variant("column_weight_view", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        starts = [k * block + rank * part for k in range(chunks)]
+        weights = [linear.weight.detach()[s:s + part] for s in starts]
+        weight = weights[0] if chunks == 1 else torch.cat(weights)     # one piece: no need to copy (wrong)
+        bias = torch.cat([linear.bias.detach()[s:s + part] for s in starts]) if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.shard_copies"})),
+    Variant("row_shares_source_bias", LAYERS, "from_linear#1", """
+        in_features = linear.in_features
+        if in_features % world_size:
+            raise ValueError(f"{in_features} input features, {world_size} ranks")
+        part = in_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
+        return cls(weight, linear.bias, group)
+    """, frozenset({"5.1.shard_copies"})),
+    Variant("shards_in_new_float32_cpu_tensors", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        rows = [k * block + rank * part + i for k in range(chunks) for i in range(part)]
+        weight = torch.zeros(len(rows), linear.in_features)
+        bias = torch.zeros(len(rows)) if linear.bias is not None else None
+        with torch.no_grad():
+            for i, row in enumerate(rows):
+                weight[i] = linear.weight[row]
+                if bias is not None:
+                    bias[i] = linear.bias[row]
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.shard_dtype_device"})),
+    Variant("shard_trainability_copied", LAYERS, "from_linear#1", """
+        in_features = linear.in_features
+        if in_features % world_size:
+            raise ValueError(f"{in_features} input features, {world_size} ranks")
+        part = in_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
+            bias = linear.bias.clone() if linear.bias is not None else None
+        layer = cls(weight, bias, group)
+        return layer.requires_grad_(linear.weight.requires_grad)     # "keep it frozen if it was" (wrong)
+    """, frozenset({"5.1.shard_dtype_device"})),
+    Variant("row_bias_assumed", LAYERS, "from_linear#1", """
+        in_features = linear.in_features
+        if in_features % world_size:
+            raise ValueError(f"{in_features} input features, {world_size} ranks")
+        part = in_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
+            bias = linear.bias.clone()
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.no_bias"})),
+    Variant("chunks_not_validated", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if out_features % (chunks * world_size):
+            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
+                          for k in range(chunks)]).to(linear.weight.device)
+        with torch.no_grad():
+            weight = linear.weight.index_select(0, rows).clone()
+            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.bad_chunks"})),
+    Variant("column_error_omits_chunks", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"ColumnParallelLinear: {out_features} output features do not split over "
+                             f"{world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
+                          for k in range(chunks)]).to(linear.weight.device)
+        with torch.no_grad():
+            weight = linear.weight.index_select(0, rows).clone()
+            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
+        return cls(weight, bias, group)
+    """, frozenset({"5.1.uneven_split"})),
     Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
@@ -116,6 +230,45 @@ VARIANTS = [
         attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
         return block
     """, frozenset({"5.2.value_errors"})),
+    Variant("inner_checked_after_attention_split", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        if heads % world_size:
+            raise ValueError(f"{heads} attention heads do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+        if mlp.c_fc.out_features % world_size:
+            raise ValueError(f"{mlp.c_fc.out_features} MLP inner features do not split over {world_size} ranks")
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
+        return block
+    """, frozenset({"5.2.value_errors"})),
+    Variant("returns_nothing", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+            if size % world_size:
+                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
+        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
+    """, frozenset({"5.2.returns_block"})),
+    Variant("only_split_size_set", GPT2, "parallelize_block", """
+        heads, embed = attn.num_heads, attn.embed_dim
+        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+            if size % world_size:
+                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+        conv1d_to_linear(block)
+        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
+        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
+        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
+        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
+        attn.split_size = embed // world_size          # the forward only reads split_size and head_dim
+        return block
+    """, frozenset({"5.2.attention_sizes"})),
 ]
 
 
@@ -143,10 +296,15 @@ def grade(kit: Path, problem: str, work: Path, timeout_scale: float = 1.0) -> di
 # per variant); the union of their criteria must fail, and nothing else.
 GROUPS = [
     ("copy_backward_without_all_reduce", "row_bias_on_every_rank", "column_slice_of_wrong_rank",
-     "row_uneven_split_accepted"),
-    ("reduce_forward_in_place", "column_forward_skips_copy", "row_bias_split_over_ranks"),
+     "row_uneven_split_accepted", "copy_forward_clones"),
+    ("reduce_forward_in_place", "column_forward_skips_copy", "row_bias_split_over_ranks", "row_shares_source_bias",
+     "column_chunks_ignored", "copy_backward_reduces_grad_in_place"),
+    ("shards_in_new_float32_cpu_tensors", "row_bias_assumed", "reduce_backward_all_reduces"),
+    ("chunks_not_validated", "shard_trainability_copied"),
+    ("column_error_omits_chunks",), ("column_weight_view",),
     ("copy_backward_ignores_group", "column_forward_ignores_group"),     # both hang the subgroup case: short limit
     ("qkv_split_ignoring_heads",), ("mlp_left_whole",), ("group_not_passed_on",), ("sizes_not_checked",),
+    ("inner_checked_after_attention_split",), ("returns_nothing",), ("only_split_size_set",),
 ]
 _BY_NAME = {v.name: v for v in VARIANTS}
 HANGING = {"copy_backward_ignores_group", "column_forward_ignores_group"}
@@ -156,9 +314,10 @@ HANGING = {"copy_backward_ignores_group", "column_forward_ignores_group"}
 @pytest.mark.parametrize("names", GROUPS, ids=["+".join(g) for g in GROUPS])
 def test_variant_loses_only_its_criteria(names, tmp_path):
     group = [_BY_NAME[n] for n in names]
-    assert len({v.function for v in group}) == len(group) and len({v.path for v in group}) == 1
+    edits = [edit for v in group for edit in v.edits]
+    assert len({function for _, function, _ in edits}) == len(edits) and len({path for path, _, _ in edits}) == 1
     kit = make_variant_kit(tmp_path / "kit", [])
-    edit_regions(kit, group[0].path, {v.function: v.body for v in group})
+    edit_regions(kit, group[0].path, {function: body for _, function, body in edits})
     problem = "5.1" if group[0].path == LAYERS else "5.2"
     assert_verdicts(grade(kit, problem, tmp_path, 0.4 if HANGING & set(names) else 1.0), group)
 

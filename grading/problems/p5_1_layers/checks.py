@@ -6,54 +6,46 @@ Isolation: the layer checks run with grader stand-ins for the two autograd
 functions (they all-gather instead of all-reducing), so a bug in a function
 costs the function's criteria, not the layers'. The communication count runs
 the student's own functions and layers together (it is a statement about
-both).
+both). What each rank records is in ``probes.py``.
 
 Every part depends on the group the probe splits over (``Inputs.group_ranks``:
 the whole default group in the public case), so each is recorded per split.
 On the staff side the hidden inputs split 3 ways inside a subgroup of 4
 ranks (``staff.py``), so a rank's place in the group differs from its global
-rank and code that ignores ``group`` fails.
+rank and code that ignores ``group`` fails, and the chunked column layer has
+another number of blocks than the public 3.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from grading.engine.compare import assert_tensor_close, describe
-from grading.engine.expect import expect
+from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply
-from grading.problems.common import call_outcome
-from grading.problems.p5_1_layers import ID, TITLE
+from grading.problems.p5_1_layers import ID, TITLE, probes
 from grading.problems.p5_1_layers import reference as ref
+from grading.problems.p5_1_layers.probes import (BAD_CHUNKS, P_BAD_CHUNKS, P_CHUNKS, P_GRADS, P_GROUP, P_MLP_COMM,
+                                                 P_NO_BIAS, P_OUT, P_REGION_FUNCTIONS, P_REGION_MEMORY,
+                                                 P_SHARD_COPIES, P_SHARD_TENSORS, P_UNEVEN, SHARD_KINDS, join_group,
+                                                 uneven_sizes)
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """The ranks of the group the layers split over; empty: the whole default group."""
+    """The ranks of the group the layers split over (empty: the whole default group); the chunked layer's blocks."""
 
     group_ranks: tuple[int, ...] = ()
+    chunks: int = 3                     # ColumnParallelLinear.from_linear(..., chunks=chunks) on 2*chunks*N features
 
 
 PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
 
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-               "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter")
 ATOL, RTOL = 1e-5, 1e-5
-# every part is recorded per split: split_part(P_X, split)
-P_GROUP = "group_ranks"
-P_REGION_FUNCTIONS = "region_functions"
-P_MLP_COMM = "mlp_comm"
-P_OUT = {"column": "column_out", "row": "row_out"}
-P_GRADS = {"column": "column_grads", "row": "row_grads"}
-P_UNEVEN = "uneven"
-
-
-def uneven_sizes(world_size: int) -> dict[str, int]:
-    """Feature counts that do not split over ``world_size`` ranks (column, column with 3 chunks, row)."""
-    return {"column": 2 * world_size + 1, "column_chunks3": 3 * (2 * world_size + 1), "row": 2 * world_size + 1}
-
 
 SWAPS = [
     Swap("tensor_parallel.layers", "copy_to_parallel_region", lambda: ref.gathered_copy,
@@ -64,38 +56,6 @@ SWAPS = [
 
 
 # ---------------------------------------------------------------- probe
-def _count_collectives(dist) -> dict[str, int]:
-    """Wrap torch.distributed's collectives (before the student module binds any) to count calls by name."""
-    counts = {name: 0 for name in COLLECTIVES}
-    for name in COLLECTIVES:
-        real = getattr(dist, name, None)
-        if real is None:
-            continue
-
-        def counting(*args, _real=real, _name=name, **kwargs):
-            counts[_name] += 1
-            return _real(*args, **kwargs)
-        setattr(dist, name, counting)
-    return counts
-
-
-def join_group(ctx, split: str, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
-    """``(group, members)``: the default group (``group_ranks`` empty), or a subgroup of ``group_ranks``.
-
-    Every rank must call it (creating a group is collective). Rank 0 records
-    the members (part ``split_part(P_GROUP, split)``), so the criteria know
-    which ranks hold results and each one's rank in the group (its index in
-    ``members``).
-    """
-    import torch.distributed as dist
-
-    members = list(group_ranks) if group_ranks else list(range(ctx.world_size))
-    group = dist.new_group(members) if group_ranks else None
-    if ctx.rank == 0:
-        ctx.record(split_part(P_GROUP, split), lambda: members)
-    return group, members
-
-
 def probe_layers(ctx) -> None:
     """Functions alone, the student's MLP with communication counts, then the layers on grader stand-ins.
 
@@ -104,94 +64,19 @@ def probe_layers(ctx) -> None:
     """
     import torch.distributed as dist
 
-    counts = _count_collectives(dist)
+    counts = probes.count_collectives(dist)
     from tensor_parallel import layers
 
-    joined = {split: join_group(ctx, split, PROBLEM.rank_inputs(ctx, split).group_ranks)
-              for split in PROBLEM.splits(ctx)}
+    inputs = {split: PROBLEM.rank_inputs(ctx, split) for split in PROBLEM.splits(ctx)}
+    joined = {split: join_group(ctx, split, inputs[split].group_ranks) for split in inputs}
     mine = {split: (group, members.index(ctx.rank), len(members))
             for split, (group, members) in joined.items() if ctx.rank in members}
     for split, (group, rank, _) in mine.items():
-        _record_own_functions(ctx, split, layers, counts, group, rank)
+        probes.record_own_functions(ctx, split, layers, counts, group, rank)
     apply(SWAPS)     # the layers from here on call the grader's all-gather stand-ins
     for split, (group, rank, world) in mine.items():
-        _record_layers(ctx, split, layers, group, rank, world)
-
-
-def _record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int) -> None:
-    """The student's region functions alone, and the collectives of the student's column -> row MLP."""
-    import torch
-    import torch.nn.functional as F
-
-    scale = float(rank + 1)
-
-    def region_functions():
-        out = {}
-        for name, fn in (("copy", layers.copy_to_parallel_region), ("reduce", layers.reduce_from_parallel_region)):
-            x = (ref.data("x", ref.IN_FEATURES) * scale).requires_grad_()
-            y = fn(x, group)
-            y.backward(ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1))
-            out[name] = {"out": y.detach(), "input_grad": x.grad, "x_unchanged": bool(
-                torch.equal(x.detach(), ref.data("x", ref.IN_FEATURES) * scale))}
-        return out
-    ctx.record(split_part(P_REGION_FUNCTIONS, split), region_functions)
-
-    def mlp_comm():
-        column = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
-        row = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
-        x = ref.data("x", ref.IN_FEATURES).requires_grad_()
-        before = dict(counts)
-        out = row(F.gelu(column(x)))
-        forward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
-        before = dict(counts)
-        (out * ref.data("g_row", ref.OUT_FEATURES)).sum().backward()
-        backward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
-        return {"forward": forward, "backward": backward}
-    ctx.record(split_part(P_MLP_COMM, split), mlp_comm)
-
-
-def _record_layers(ctx, split: str, layers, group, rank: int, world: int) -> None:
-    """Column/row outputs and gradients (on the grader's region functions), and the uneven-split refusals."""
-    def run_layer(kind: str) -> tuple:
-        """Build the layer and run its forward: (layer, input, output); kept for the backward part."""
-        if kind == "column":
-            layer = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
-            x = ref.data("x", ref.IN_FEATURES).requires_grad_()
-        else:
-            layer = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
-            x = ref.rank_slice(ref.data("h", ref.HIDDEN), rank, world).clone().requires_grad_()
-        state[kind] = (layer, x, layer(x))
-        return state[kind]
-
-    def backward(kind: str) -> dict:
-        layer, x, out = state[kind] if kind in state else run_layer(kind)   # re-raises the forward's error
-        upstream = (ref.rank_slice(ref.data("g_col", ref.HIDDEN), rank, world) if kind == "column"
-                    else ref.data("g_row", ref.OUT_FEATURES))
-        (out * upstream).sum().backward()
-        return {"weight": layer.weight.grad, "bias": layer.bias.grad, "input": x.grad}
-
-    state: dict = {}
-    for kind in ("column", "row"):     # output and gradients recorded apart: a backward bug costs only gradients
-        ctx.record(split_part(P_OUT[kind], split), lambda kind=kind: run_layer(kind)[2].detach())
-        ctx.record(split_part(P_GRADS[kind], split), lambda kind=kind: backward(kind))
-
-    def uneven():
-        sizes = uneven_sizes(world)
-
-        def outcome(fn) -> str:
-            return call_outcome(fn, message=True)
-        return {
-            "even": outcome(lambda: [layers.ColumnParallelLinear.from_linear(ref.column_linear(), group),
-                                     layers.ColumnParallelLinear.from_linear(ref.make_linear(4, 6 * world, 1), group,
-                                                                             chunks=3),
-                                     layers.RowParallelLinear.from_linear(ref.row_linear(), group)]),
-            "column": outcome(lambda: layers.ColumnParallelLinear.from_linear(
-                ref.make_linear(4, sizes["column"], 1), group)),
-            "column_chunks3": outcome(lambda: layers.ColumnParallelLinear.from_linear(
-                ref.make_linear(4, sizes["column_chunks3"], 1), group, chunks=3)),
-            "row": outcome(lambda: layers.RowParallelLinear.from_linear(ref.make_linear(sizes["row"], 4, 1), group)),
-        }
-    ctx.record(split_part(P_UNEVEN, split), uneven)
+        probes.record_layers(ctx, split, layers, group, rank, world)
+        probes.record_shards(ctx, split, layers, group, world, inputs[split].chunks)
 
 
 CASE = PROBLEM.case("p5_layers", probe_layers, world_size=2, init_group=True, timeout_s=90)
@@ -224,10 +109,13 @@ def check_region_functions(run: CaseRun, split: str) -> None:
         copy, reduce = got["copy"], got["reduce"]
         assert_tensor_close(f"copy_to_parallel_region: {who} forward (must be the input itself)", copy["out"],
                             x[index], atol=0, rtol=0)
-        assert_tensor_close(f"copy_to_parallel_region: {who} backward (must be the sum of every rank's "
-                            "gradient)", copy["input_grad"], sum(g), atol=ATOL, rtol=RTOL)
-        assert_tensor_close(f"reduce_from_parallel_region: {who} forward (must be the sum over the ranks)",
-                            reduce["out"], sum(x), atol=ATOL, rtol=RTOL)
+        close_or_likely_cause(f"copy_to_parallel_region: {who} backward (must be the sum of every rank's "
+                              "gradient)", copy["input_grad"], sum(g), [
+                                  ("the backward of copy_to_parallel_region returns this rank's gradient without "
+                                   "the all-reduce", g[index])])
+        close_or_likely_cause(f"reduce_from_parallel_region: {who} forward (must be the sum over the ranks)",
+                              reduce["out"], sum(x), [("the forward of reduce_from_parallel_region returns this "
+                                                       "rank's input without the all-reduce", x[index])])
         assert_tensor_close(f"reduce_from_parallel_region: {who} backward (must be the incoming gradient "
                             "unchanged)", reduce["input_grad"], g[index], atol=0, rtol=0)
         expect(copy["x_unchanged"] and reduce["x_unchanged"], f"{who}: a parallel-region function changed "
@@ -239,20 +127,27 @@ def check_region_functions(run: CaseRun, split: str) -> None:
 def check_column_forward(run: CaseRun, split: str) -> None:
     """Each rank's ColumnParallelLinear output is its slice of the full layer's output."""
     full, members = ref.serial_column()["out"], group_members(run, split)
+    world = len(members)
     for index, rank, who in members:
-        assert_tensor_close(f"ColumnParallelLinear: {who} output (its slice of the full layer's output)",
-                            run.part(split_part(P_OUT["column"], split), rank),
-                            ref.rank_slice(full, index, len(members)), atol=ATOL, rtol=RTOL)
+        close_or_likely_cause(f"ColumnParallelLinear: {who} output (its slice of the full layer's output)",
+                              run.part(split_part(P_OUT["column"], split), rank), ref.rank_slice(full, index, world),
+                              [(f"rank {index} of the group took the rows of rank {k} (r is "
+                                "dist.get_rank(group))", ref.rank_slice(full, k, world))
+                               for k in range(world) if k != index])
 
 
 @CASE.criterion("5.1.row_forward", "RowParallelLinear output equals the full layer's (bias added once)",
                 points=3)
 def check_row_forward(run: CaseRun, split: str) -> None:
     """Every rank's RowParallelLinear output is the full layer's output (bias added once)."""
-    full = ref.serial_row()["out"]
-    for _, rank, who in group_members(run, split):
-        assert_tensor_close(f"RowParallelLinear: {who} output (the full layer's output, bias added once)",
-                            run.part(split_part(P_OUT["row"], split), rank), full, atol=ATOL, rtol=RTOL)
+    full, members = ref.serial_row()["out"], group_members(run, split)
+    bias = ref.row_linear().bias.detach()
+    for _, rank, who in members:
+        close_or_likely_cause(f"RowParallelLinear: {who} output (the full layer's output, bias added once)",
+                              run.part(split_part(P_OUT["row"], split), rank), full, [
+                                  (f"the bias added on every rank before the all-reduce (counted {len(members)} "
+                                   "times)", full + (len(members) - 1) * bias),
+                                  ("the bias never added", full - bias)])
 
 
 @CASE.criterion("5.1.weight_grads", "each rank's weight/bias gradient is its slice of the serial gradient",
@@ -316,6 +211,124 @@ def check_uneven_split(run: CaseRun, split: str) -> None:
                        ("row", f"RowParallelLinear.from_linear(Linear({sizes['row']}, 4))")):
         outcome = got[key]
         expect(outcome.startswith("ValueError"), f"{label} on {world} ranks must raise ValueError, got {outcome}")
-        expect(str(sizes[key]) in outcome and str(world) in outcome, f"{label}: the ValueError must name the sizes "
-               f"({sizes[key]} features, {world} ranks); its message was: {outcome}")
+        named = [sizes[key], world] + ([3] if key == "column_chunks3" else [])
+        expect(all(str(n) in outcome for n in named), f"{label}: the ValueError must name the sizes "
+               f"({sizes[key]} features{', 3 chunks' if len(named) > 2 else ''}, {world} ranks); its message was: "
+               f"{outcome}")
 
+
+
+@CASE.criterion("5.1.bad_chunks", "ColumnParallelLinear.from_linear with chunks < 1 raises ValueError", points=1)
+def check_bad_chunks(run: CaseRun, split: str) -> None:
+    """``chunks`` of 0 or below is refused with ValueError."""
+    got = _layer(run, P_BAD_CHUNKS, split, group_members(run, split)[0][1])
+    for chunks in BAD_CHUNKS:
+        expect(got[chunks].startswith("ValueError"), f"ColumnParallelLinear.from_linear(..., chunks={chunks}) must "
+               f"raise ValueError, got {got[chunks]}")
+
+
+@CASE.criterion("5.1.column_chunks", "ColumnParallelLinear with chunks = c: the rank's slice of every block, "
+                "in block order", points=2)
+def check_column_chunks(run: CaseRun, split: str) -> None:
+    """``from_linear(..., chunks=c)``: weight, bias and output are the rank's slice of each of the c blocks."""
+    members = group_members(run, split)
+    world, chunks = len(members), PROBLEM.inputs_for(split).chunks
+    linear = ref.chunked_linear(chunks, world)
+    full = {"weight": linear.weight.detach().t(), "bias": linear.bias.detach(),
+            "out": ref.serial_out(linear, ref.data("x", ref.IN_FEATURES))}
+    for index, rank, who in members:
+        got = _layer(run, P_CHUNKS, split, rank)
+        for name, value in full.items():
+            want = ref.chunked_column_shard(value, chunks, index, world)
+            mine = got[name].t() if name == "weight" and isinstance(got[name], torch.Tensor) else got[name]
+            close_or_likely_cause(
+                f"ColumnParallelLinear.from_linear(Linear({ref.IN_FEATURES}, {2 * chunks * world}), chunks={chunks}):"
+                f" {who} {name}{' (transposed)' if name == 'weight' else ''}", mine, want,
+                [("chunks ignored: the rank's contiguous 1/N of all the rows, not its slice of each of the "
+                  f"{chunks} blocks", ref.rank_slice(value, index, world))])
+
+
+@CASE.criterion("5.1.shard_copies", "the shards are copies: from_linear and changes to a shard leave the "
+                "source layer unchanged", points=1)
+def check_shard_copies(run: CaseRun, split: str) -> None:
+    """Building a shard changes nothing in ``linear``; changing the shard in place changes nothing either."""
+    for _, rank, who in group_members(run, split):
+        got = _layer(run, P_SHARD_COPIES, split, rank)
+        for kind in SHARD_KINDS:
+            label = f"{who}: {_SHARD_LABELS[kind]}"
+            expect(not got[kind]["changed_by_from_linear"], f"{label} changed the source layer's "
+                   f"{got[kind]['changed_by_from_linear']}")
+            expect(not got[kind]["changed_by_shard_update"], f"{label}: an in-place change of the shard's weight "
+                   f"and bias changed the source layer's {got[kind]['changed_by_shard_update']} (the shard shares "
+                   "memory with it: clone)")
+
+
+@CASE.criterion("5.1.shard_dtype_device", "shards keep the source's dtype and device and are trainable "
+                "parameters", points=1)
+def check_shard_dtype_device(run: CaseRun, split: str) -> None:
+    """From a float64 layer: float64 shards; from a 'meta' layer: 'meta' shards; from a frozen layer: trainable."""
+    wants = {"float64": "torch.float64, cpu, requires_grad=True, leaf=True",
+             "meta": "torch.float32, meta, requires_grad=True, leaf=True",
+             "frozen": "torch.float32, cpu, requires_grad=True, leaf=True"}
+    sources = {"float64": "a float64 layer", "meta": "a layer on the 'meta' device (a stand-in for a GPU)",
+               "frozen": "a layer whose parameters do not require grad"}
+    for _, rank, who in group_members(run, split):
+        got = _layer(run, P_SHARD_TENSORS, split, rank)
+        for kind in SHARD_KINDS:
+            for what, want in wants.items():
+                mine = got[kind][what]
+                expect(mine == [want, want], f"{who}: {_SHARD_LABELS[kind]} of {sources[what]}: weight and bias "
+                       f"are [{mine if isinstance(mine, str) else '; '.join(mine)}], expected [{want}] for both "
+                       "(copies of linear's tensors, same dtype and device, wrapped by the constructor)")
+
+
+@CASE.criterion("5.1.no_bias", "layers without bias: bias None, outputs those of the same layer with a zero "
+                "bias", points=1)
+def check_no_bias(run: CaseRun, split: str) -> None:
+    """From ``nn.Linear(..., bias=False)``: ``bias is None``; the output equals the same layer's with a zero bias.
+
+    Judged against the student's own layer built from the same weight with a
+    zero bias, so a wrong layout (or a bias added N times) costs the criteria
+    about those, not this one.
+    """
+    for _, rank, who in group_members(run, split):
+        got = _layer(run, P_NO_BIAS, split, rank)
+        for kind in SHARD_KINDS:
+            label = f"{who}: {_SHARD_LABELS[kind]} of a layer without bias"
+            expect(got[kind]["bias_is_none"], f"{label}: its bias must be None")
+            assert_tensor_close(f"{label}: output (must equal the same layer's with a zero bias)", got[kind]["out"],
+                                got[kind]["zero_bias_out"], atol=ATOL, rtol=RTOL)
+
+
+@CASE.criterion("5.1.copy_forward_view", "copy_to_parallel_region's forward returns a view of its input "
+                "(no copy)", points=1)
+def check_copy_forward_view(run: CaseRun, split: str) -> None:
+    """f's forward output shares the input's memory."""
+    for _, rank, who in group_members(run, split):
+        expect(_layer(run, P_REGION_MEMORY, split, rank)["forward_shares_input"], f"copy_to_parallel_region: "
+               f"{who} forward returned a copy of its input (new memory); return a view: x.view_as(x)")
+
+
+@CASE.criterion("5.1.grad_kept", "copy_to_parallel_region's backward leaves the incoming gradient unchanged",
+                points=1)
+def check_grad_kept(run: CaseRun, split: str) -> None:
+    """f's backward all-reduces a copy: the gradient tensor autograd hands it is unchanged afterwards."""
+    for _, rank, who in group_members(run, split):
+        expect(_layer(run, P_REGION_MEMORY, split, rank)["upstream_unchanged"], f"copy_to_parallel_region: "
+               f"{who} backward changed the gradient tensor it was given (y.backward(g) changed g): all-reduce a "
+               "contiguous copy, never grad itself")
+
+
+_SHARD_LABELS = {"column": "ColumnParallelLinear.from_linear", "column_chunks3": "ColumnParallelLinear.from_linear("
+                 "..., chunks=3)", "row": "RowParallelLinear.from_linear"}
+
+
+def close_or_likely_cause(what: str, actual, expected: torch.Tensor, causes: list[tuple[str, torch.Tensor]]) -> None:
+    """``assert_tensor_close``; on failure, a "likely cause" line when ``actual`` matches a known wrong answer."""
+    try:
+        assert_tensor_close(what, actual, expected, atol=ATOL, rtol=RTOL)
+    except CheckFailed as failure:
+        cause = next((cause for cause, wrong in causes if isinstance(actual, torch.Tensor)
+                      and actual.shape == wrong.shape and actual.dtype == wrong.dtype
+                      and torch.allclose(actual.double(), wrong.double(), atol=ATOL, rtol=RTOL)), None)
+        raise CheckFailed(f"{failure}\nlikely cause: {cause}" if cause else str(failure)) from None

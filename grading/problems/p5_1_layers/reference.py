@@ -116,3 +116,20 @@ def gathered_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
     """Stand-in for ``reduce_from_parallel_region``: forward sums over the ranks with an all-gather;
     backward identity."""
     return _GatheredReduce.apply(x, group)
+
+
+# ---------------------------------------------------------------- 5.1: chunked, bias-free and foreign-dtype layers
+def chunked_linear(chunks: int, world_size: int) -> nn.Linear:
+    """The full layer the chunked column check splits: ``chunks`` blocks of 2 features per rank each."""
+    return make_linear(IN_FEATURES, 2 * chunks * world_size, seed=13)
+
+
+def chunked_column_shard(tensor: torch.Tensor, chunks: int, rank: int, world_size: int) -> torch.Tensor:
+    """Rank ``rank``'s part of ``tensor``'s last dim cut into ``chunks`` blocks: its slice of every block, in order."""
+    return torch.cat([rank_slice(block, rank, world_size) for block in tensor.chunk(chunks, dim=-1)], dim=-1)
+
+
+def serial_out(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The full layer's output on ``x`` (no gradient)."""
+    with torch.no_grad():
+        return linear(x)

@@ -52,6 +52,7 @@ P_FORWARD = "forward"
 P_GRADS = "grads"
 P_SGD = "sgd"                           # PUBLIC split only
 P_SGD_PARAMS = "sgd_params"             # PUBLIC split only
+ATTENTION_SIZES = ("num_heads", "embed_dim", "split_size", "head_dim")
 
 
 def bad_sizes(world_size: int) -> dict[str, dict[str, int]]:
@@ -92,21 +93,22 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
         out = {}
         for key, sizes in bad_sizes(world).items():
             block = ref.build_gpt2(0, attention, **{k: v for k, v in sizes.items() if k != "bad"}).transformer.h[0]
-            before = [(name, id(module)) for name, module in block.named_modules()] + [block.attn.split_size]
+            before = _block_state(block)
             outcome = call_outcome(lambda block=block: student.parallelize_block(block, group), message=True)
-            after = [(name, id(module)) for name, module in block.named_modules()] + [block.attn.split_size]
-            out[key] = {"outcome": outcome, "unchanged": before == after}
+            after = _block_state(block)
+            out[key] = {"outcome": outcome, "changed": [what for what in before if before[what] != after.get(what)]}
         return out
     ctx.record(split_part(P_VALUE_ERRORS, split), value_errors)
 
     model = ref.build_gpt2(0, attention)
 
     def split_blocks():
-        for block in model.transformer.h:
-            student.parallelize_block(block, group)
+        returned = [student.parallelize_block(block, group) is block for block in model.transformer.h]
         return {"layers": {name: getattr(module, "stands_for", type(module).__name__)
                            for name, module in model.named_modules() if ref.split_layer_of(name + ".weight")},
-                "block_matrix_bytes": ref.held_block_matrix_bytes(model, world)}
+                "block_matrix_bytes": ref.held_block_matrix_bytes(model, world), "returned_block": returned,
+                "attention": [{size: getattr(block.attn, size, None) for size in ATTENTION_SIZES}
+                              for block in model.transformer.h]}
     if ctx.record(split_part(P_SPLIT, split), split_blocks) is None:
         return                               # the criteria report the split's error
     optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
@@ -133,6 +135,14 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
         return list(losses)
     if ctx.record(split_part(P_SGD, split), sgd) is not None:
         ctx.record(split_part(P_SGD_PARAMS, split), lambda: ref.full_values(model, "data"))
+
+
+def _block_state(block) -> dict[str, object]:
+    """What ``parallelize_block`` could change: each submodule's and parameter's identity, the attention sizes."""
+    state: dict[str, object] = {f"module {name or '(block)'}": id(module) for name, module in block.named_modules()}
+    state.update({f"parameter {name}": (id(p), p.data_ptr(), tuple(p.shape)) for name, p in block.named_parameters()})
+    state.update({f"attn.{size}": getattr(block.attn, size, None) for size in ATTENTION_SIZES})
+    return state
 
 
 CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120)
@@ -191,13 +201,14 @@ def check_value_errors(run: CaseRun, split: str) -> None:
     world = len(members)
     got = run.part(split_part(P_VALUE_ERRORS, split), members[0][1])
     for key, sizes in bad_sizes(world).items():
-        outcome, unchanged = got[key]["outcome"], got[key]["unchanged"]
+        outcome, changed = got[key]["outcome"], got[key]["changed"]
         label = (f"parallelize_block on a block with {sizes['bad']} "
                  f"{'attention heads' if key == 'heads' else 'MLP inner features'} over {world} ranks")
         expect(outcome.startswith("ValueError"), f"{label} must raise ValueError, got {outcome}")
         expect(str(sizes["bad"]) in outcome and str(world) in outcome, f"{label}: the ValueError must name the "
                f"sizes ({sizes['bad']}, {world} ranks); its message was: {outcome}")
-        expect(unchanged, f"{label}: the block was changed before the ValueError (check every size first)")
+        expect(not changed, f"{label}: the block was changed before the ValueError: {', '.join(changed[:4])}"
+               f"{' ...' if len(changed) > 4 else ''} (check every size first)")
 
 
 @CASE.criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", points=4)
@@ -245,3 +256,30 @@ def check_param_bytes(run: CaseRun, split: str) -> None:
         expect(held * world == full, f"{who} holds {held:,} bytes of block matrices, expected "
                f"{full // world:,} (1/{world} of the unsplit {full:,}); layers: {got['layers']}")
 
+
+
+@CASE.criterion("5.2.returns_block", "parallelize_block returns the block it split (in place)", points=1)
+def check_returns_block(run: CaseRun, split: str) -> None:
+    """``parallelize_block(block, group) is block`` for every block."""
+    _split(run, split)
+    for _, rank, who in group_members(run, split):
+        returned = run.part(split_part(P_SPLIT, split), rank)["returned_block"]
+        expect(all(returned), f"{who}: parallelize_block did not return the block it was given (blocks "
+               f"{[k for k, same in enumerate(returned) if not same]}); return block itself")
+
+
+@CASE.criterion("5.2.attention_sizes", "the attention's num_heads, embed_dim, split_size become H/N, E/N, E/N; "
+                "head_dim unchanged", points=1)
+def check_attention_sizes(run: CaseRun, split: str) -> None:
+    """Every split block's attention reports its local sizes."""
+    _split(run, split)
+    world = len(group_members(run, split))
+    heads, embed = ref.GPT2_SIZES["n_head"], ref.GPT2_SIZES["n_embd"]
+    want = {"num_heads": heads // world, "embed_dim": embed // world, "split_size": embed // world,
+            "head_dim": embed // heads}
+    for _, rank, who in group_members(run, split):
+        for index, sizes in enumerate(run.part(split_part(P_SPLIT, split), rank)["attention"]):
+            wrong = {k: v for k, v in sizes.items() if v != want[k]}
+            expect(not wrong, f"{who}: block {index}'s attention after the split has "
+                   f"{', '.join(f'{k}={v}' for k, v in wrong.items())}; expected "
+                   f"{', '.join(f'{k}={want[k]}' for k in wrong)} (H={heads}, E={embed}, N={world})")

@@ -1,0 +1,240 @@
+"""Problem 5.1 probe helpers: what each rank records (``checks.py`` declares the case and judges).
+
+Every part is recorded per split (``split_part(P_X, split)``); a rank outside
+the split's group records nothing for it. The layer parts run after the
+grader's stand-ins replace the student's region functions (``checks.SWAPS``).
+Parts that only public criteria read (the region functions' memory, the
+shards' copies, dtype/device and bias-free layers) run for the PUBLIC split
+alone.
+"""
+from __future__ import annotations
+
+from grading.engine.rubric import PUBLIC, split_part
+from grading.problems.common import call_outcome
+from grading.problems.p5_1_layers import reference as ref
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+               "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter")
+P_GROUP = "group_ranks"
+P_REGION_FUNCTIONS = "region_functions"
+P_REGION_MEMORY = "region_memory"
+P_MLP_COMM = "mlp_comm"
+P_OUT = {"column": "column_out", "row": "row_out"}
+P_GRADS = {"column": "column_grads", "row": "row_grads"}
+P_CHUNKS = "column_chunks"
+P_SHARD_COPIES = "shard_copies"
+P_SHARD_TENSORS = "shard_tensors"
+P_NO_BIAS = "no_bias"
+P_UNEVEN = "uneven"
+P_BAD_CHUNKS = "bad_chunks"
+SHARD_KINDS = ("column", "column_chunks3", "row")     # the layers the shard parts build
+BAD_CHUNKS = (0, -1)
+
+
+def uneven_sizes(world_size: int) -> dict[str, int]:
+    """Feature counts that do not split over ``world_size`` ranks (column, column with 3 chunks, row)."""
+    return {"column": 2 * world_size + 1, "column_chunks3": 3 * (2 * world_size + 1), "row": 2 * world_size + 1}
+
+
+def count_collectives(dist) -> dict[str, int]:
+    """Wrap torch.distributed's collectives (before the student module binds any) to count calls by name."""
+    counts = {name: 0 for name in COLLECTIVES}
+    for name in COLLECTIVES:
+        real = getattr(dist, name, None)
+        if real is None:
+            continue
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+        setattr(dist, name, counting)
+    return counts
+
+
+def join_group(ctx, split: str, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
+    """``(group, members)``: the default group (``group_ranks`` empty), or a subgroup of ``group_ranks``.
+
+    Every rank must call it (creating a group is collective). Rank 0 records
+    the members (part ``split_part(P_GROUP, split)``), so the criteria know
+    which ranks hold results and each one's rank in the group (its index in
+    ``members``).
+    """
+    import torch.distributed as dist
+
+    members = list(group_ranks) if group_ranks else list(range(ctx.world_size))
+    group = dist.new_group(members) if group_ranks else None
+    if ctx.rank == 0:
+        ctx.record(split_part(P_GROUP, split), lambda: members)
+    return group, members
+
+
+def record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int) -> None:
+    """The student's region functions alone, and the collectives of the student's column -> row MLP."""
+    import torch
+    import torch.nn.functional as F
+
+    scale = float(rank + 1)
+
+    def region_functions():
+        out = {}
+        for name, fn in (("copy", layers.copy_to_parallel_region), ("reduce", layers.reduce_from_parallel_region)):
+            x = (ref.data("x", ref.IN_FEATURES) * scale).requires_grad_()
+            y = fn(x, group)
+            y.backward(ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1))
+            out[name] = {"out": y.detach(), "input_grad": x.grad, "x_unchanged": bool(
+                torch.equal(x.detach(), ref.data("x", ref.IN_FEATURES) * scale))}
+        return out
+    ctx.record(split_part(P_REGION_FUNCTIONS, split), region_functions)
+
+    def region_memory():
+        """Does f's forward share the input's memory, and does f's backward leave the caller's gradient alone?"""
+        x = (ref.data("x", ref.IN_FEATURES) * scale).requires_grad_()
+        y = layers.copy_to_parallel_region(x, group)
+        upstream = ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1)
+        y.backward(upstream)            # autograd hands this very tensor to the backward
+        return {"forward_shares_input": bool(y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()),
+                "upstream_unchanged": bool(torch.equal(upstream, ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1)))}
+    if split == PUBLIC:
+        ctx.record(split_part(P_REGION_MEMORY, split), region_memory)
+
+    def mlp_comm():
+        column = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
+        row = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
+        x = ref.data("x", ref.IN_FEATURES).requires_grad_()
+        before = dict(counts)
+        out = row(F.gelu(column(x)))
+        forward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
+        before = dict(counts)
+        (out * ref.data("g_row", ref.OUT_FEATURES)).sum().backward()
+        backward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
+        return {"forward": forward, "backward": backward}
+    ctx.record(split_part(P_MLP_COMM, split), mlp_comm)
+
+
+def record_layers(ctx, split: str, layers, group, rank: int, world: int) -> None:
+    """Column/row outputs and gradients (on the grader's region functions), and the uneven-split refusals."""
+    def run_layer(kind: str) -> tuple:
+        """Build the layer and run its forward: (layer, input, output); kept for the backward part."""
+        if kind == "column":
+            layer = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
+            x = ref.data("x", ref.IN_FEATURES).requires_grad_()
+        else:
+            layer = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
+            x = ref.rank_slice(ref.data("h", ref.HIDDEN), rank, world).clone().requires_grad_()
+        state[kind] = (layer, x, layer(x))
+        return state[kind]
+
+    def backward(kind: str) -> dict:
+        layer, x, out = state[kind] if kind in state else run_layer(kind)   # re-raises the forward's error
+        upstream = (ref.rank_slice(ref.data("g_col", ref.HIDDEN), rank, world) if kind == "column"
+                    else ref.data("g_row", ref.OUT_FEATURES))
+        (out * upstream).sum().backward()
+        return {"weight": layer.weight.grad, "bias": layer.bias.grad, "input": x.grad}
+
+    state: dict = {}
+    for kind in ("column", "row"):     # output and gradients recorded apart: a backward bug costs only gradients
+        ctx.record(split_part(P_OUT[kind], split), lambda kind=kind: run_layer(kind)[2].detach())
+        ctx.record(split_part(P_GRADS[kind], split), lambda kind=kind: backward(kind))
+
+    def uneven():
+        sizes = uneven_sizes(world)
+
+        def outcome(fn) -> str:
+            return call_outcome(fn, message=True)
+        return {
+            "even": outcome(lambda: [layers.ColumnParallelLinear.from_linear(ref.column_linear(), group),
+                                     layers.ColumnParallelLinear.from_linear(ref.make_linear(4, 6 * world, 1), group,
+                                                                             chunks=3),
+                                     layers.RowParallelLinear.from_linear(ref.row_linear(), group)]),
+            "column": outcome(lambda: layers.ColumnParallelLinear.from_linear(
+                ref.make_linear(4, sizes["column"], 1), group)),
+            "column_chunks3": outcome(lambda: layers.ColumnParallelLinear.from_linear(
+                ref.make_linear(4, sizes["column_chunks3"], 1), group, chunks=3)),
+            "row": outcome(lambda: layers.RowParallelLinear.from_linear(ref.make_linear(sizes["row"], 4, 1), group)),
+        }
+    ctx.record(split_part(P_UNEVEN, split), uneven)
+    ctx.record(split_part(P_BAD_CHUNKS, split), lambda: {chunks: call_outcome(
+        lambda: layers.ColumnParallelLinear.from_linear(ref.column_linear(), group, chunks=chunks), message=True)
+        for chunks in BAD_CHUNKS})
+
+
+def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> None:
+    """The chunked column layout, whether shards are copies, their dtype/device/trainability, layers without bias."""
+    import torch
+
+    def chunked():
+        layer = layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks)
+        return {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone(),
+                "out": layer(ref.data("x", ref.IN_FEATURES)).detach()}
+    ctx.record(split_part(P_CHUNKS, split), chunked)
+    if split != PUBLIC:
+        return
+
+    def source(kind: str, bias: bool = True):
+        if kind == "row":
+            return ref.make_linear(ref.HIDDEN, ref.OUT_FEATURES, seed=12, bias=bias)
+        return ref.make_linear(ref.IN_FEATURES, 6 * world if kind == "column_chunks3" else ref.HIDDEN, 11, bias=bias)
+
+    def build(kind: str, linear):
+        if kind == "row":
+            return layers.RowParallelLinear.from_linear(linear, group)
+        return layers.ColumnParallelLinear.from_linear(linear, group, chunks=3 if kind == "column_chunks3" else 1)
+
+    def copies():
+        out = {}
+        for kind in SHARD_KINDS:
+            linear = source(kind)
+            before = {name: value.clone() for name, value in linear.state_dict().items()}
+            layer = build(kind, linear)
+            built = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
+            with torch.no_grad():           # change the shard in place, then look at the source
+                for param in (layer.weight, layer.bias):
+                    param.add_(1.0)
+            mutated = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
+            out[kind] = {"changed_by_from_linear": built, "changed_by_shard_update": mutated}
+        return out
+    ctx.record(split_part(P_SHARD_COPIES, split), copies)
+
+    def tensors():
+        out = {}
+        for kind in SHARD_KINDS:
+            def described(prepare, kind=kind):
+                layer = build(kind, prepare(source(kind)))
+                return [f"{p.dtype}, {p.device.type}, requires_grad={p.requires_grad}, leaf={p.is_leaf}"
+                        for p in (layer.weight, layer.bias)]
+            out[kind] = {what: _described_or_error(lambda prepare=prepare: described(prepare))
+                         for what, prepare in (("float64", lambda lin: lin.double()),
+                                               ("meta", lambda lin: lin.to("meta")),
+                                               ("frozen", lambda lin: lin.requires_grad_(False)))}
+        return out
+    ctx.record(split_part(P_SHARD_TENSORS, split), tensors)
+
+    def no_bias():
+        """Each layer built without bias, and with a zero bias (same weight): the outputs must be equal."""
+        out = {}
+        for kind in SHARD_KINDS:
+            x = (ref.rank_slice(ref.data("h", ref.HIDDEN), dist_rank(group), world) if kind == "row"
+                 else ref.data("x", ref.IN_FEATURES))
+            zero_bias = source(kind, bias=True)
+            with torch.no_grad():
+                zero_bias.bias.zero_()
+            layer = build(kind, source(kind, bias=False))
+            out[kind] = {"bias_is_none": layer.bias is None, "out": layer(x).detach(),
+                         "zero_bias_out": build(kind, zero_bias)(x).detach()}
+        return out
+    ctx.record(split_part(P_NO_BIAS, split), no_bias)
+
+
+def dist_rank(group) -> int:
+    """This process's rank in ``group``."""
+    import torch.distributed as dist
+
+    return dist.get_rank(group)
+
+
+def _described_or_error(fn) -> list[str] | str:
+    """``fn()``, or the error it raised as 'Type: message' (kept for the criterion's report)."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a submission may raise anything
+        return f"{type(exc).__name__}: {exc}"[:300]
