@@ -210,7 +210,7 @@ def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, c
     batch = json.loads(job.tasks.read_text())["batch"]
 
     def keep(name: str, task: int, status: str, token: str = batch) -> None:
-        row = {"submission": name, "score": "1", "max_score": "2", "status": status, "notes": "n"}
+        row = {"submission": name, "score": "1", "max_score": "2", "status": status, "notes": "n", "1.1.sizes": "0"}
         (out / "results" / name).mkdir(parents=True, exist_ok=True)
         (out / "results" / name / "results.json").write_text(json.dumps({"score": 1, "tests": [
             {"name": "1.1.sizes: sizes", "number": "1.1", "score": 0, "max_score": 1, "status": "failed",
