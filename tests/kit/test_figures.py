@@ -1,5 +1,6 @@
-"""Figures at grading (grading/commands/benchmarks.py): the grade report describes submit_figures/ as not scored, the zip
-script warns about a --quick summary, and the staff benchmark scores thresholds only from its own run."""
+"""Figures at grading (grading/commands/benchmarks.py): the grade report describes submit_figures/ as not
+scored, the zip script warns about a --quick summary, and the staff benchmark scores thresholds only from its
+own run."""
 from __future__ import annotations
 
 import json
