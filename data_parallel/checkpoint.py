@@ -12,7 +12,8 @@ A directory written by ``save_sharded`` (world size N)::
 
 A crash in the middle of a save leaves no manifest (the old one is removed
 first), and ``load_sharded`` trusts nothing that the manifest does not vouch
-for: it checks everything before it changes anything.
+for: it checks everything before it changes anything (a refused load leaves
+the model and the optimizer exactly as they were).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def file_digest(path: Path) -> dict:
 
 def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: Any,
                  extra: dict | None = None) -> Path:
-    """Write a sharded checkpoint of ``step`` into ``directory`` (created) on every rank; return its manifest path.
+    """Write a sharded checkpoint of ``step`` into ``directory`` (created, parents too); return the manifest path.
 
     Collective: every rank of the default group calls it with the same
     ``directory`` and ``step``. In order:
@@ -58,12 +59,16 @@ def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: 
     2. rank r writes ``shard_name(r)`` with ``torch.save`` of ``{"step",
        "rank", "world_size", "optimizer": optimizer.state_dict(), "extra":
        extra}`` (``extra``: plain data such as RNG states and the data
-       position; each rank saves its own); rank 0 also writes ``model.pt``,
-       ``torch.save`` of the model's state_dict with every tensor on the CPU;
+       position; each rank saves its own; the optimizer state as its
+       ``state_dict()`` gives it, on its device); rank 0 also writes
+       ``model.pt``, ``torch.save`` of the model's state_dict with every
+       tensor on the CPU;
     3. the ranks gather each file's ``file_digest`` on rank 0
        (``dist.all_gather_object``), and rank 0 writes ``manifest.json``
        (``{"format": 1, "step", "world_size", "files": {name: digest}}``) to
-       a temporary name in ``directory``, then ``os.replace``-s it into place;
+       a temporary name in ``directory``, then ``os.replace``-s it into place
+       (so the temporary file is gone: a save leaves no file in
+       ``directory`` but ``model.pt``, the shards and ``manifest.json``);
     4. a final ``dist.barrier``: when any rank returns, the checkpoint is complete.
 
     Everything written must load with ``torch.load(..., weights_only=True)``.
@@ -109,15 +114,20 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     - ``manifest.json`` exists and is valid JSON with ``format`` 1, ``step``,
       ``world_size`` and ``files``;
     - the manifest's world size equals ``dist.get_world_size()``;
-    - it lists ``model.pt`` and one shard per rank, and every listed file
-      exists with exactly the recorded size and sha256 (every rank checks
-      every file, so all ranks agree on refusing);
-    - this rank's shard records the manifest's step, this rank and the world size.
+    - it lists ``model.pt`` and ``shard_name(r)`` for every rank r, and each
+      of these files exists with exactly the recorded size and sha256 (every
+      rank checks all of them, so all ranks agree on refusing);
+    - this rank's shard records the manifest's step, this rank and the world size;
+    - ``model.pt`` holds exactly the keys of ``model.state_dict()``, each with
+      its shape (a strict ``load_state_dict`` would copy the matching keys
+      before it raises).
 
     Then it loads ``model.pt`` into ``model`` (``load_state_dict``, strict)
     and this rank's ``"optimizer"`` state into ``optimizer``
     (``optimizer.load_state_dict``), and returns ``(step, this rank's extra)``.
-    Files are read with ``torch.load(..., weights_only=True)``.
+    Files are read with ``torch.load(..., map_location="cpu",
+    weights_only=True)``; ``load_state_dict`` copies the values to the
+    model's and the optimizer's devices.
     """
     directory = Path(directory)
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -155,6 +165,13 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
         raise CheckpointError(f"{shard_file}: holds step {shard.get('step')} of rank {shard.get('rank')}, "
                               f"world size {shard.get('world_size')}; {path} says step {step}, rank {rank}, "
                               f"world size {world_size}")
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    saved = ({name: tuple(getattr(value, "shape", ())) for name, value in state.items()}
+             if isinstance(state, dict) else {})
+    if saved != shapes:
+        raise CheckpointError(f"{directory / MODEL_FILE}: its keys or shapes differ from the model's (missing "
+                              f"{sorted(set(shapes) - set(saved))}, unexpected {sorted(set(saved) - set(shapes))}, "
+                              f"other shapes {sorted(k for k in set(saved) & set(shapes) if saved[k] != shapes[k])})")
     model.load_state_dict(state)
     optimizer.load_state_dict(shard["optimizer"])
     return step, shard["extra"]

@@ -48,18 +48,24 @@ class BucketedDDP(nn.Module):
       in no bucket and never synchronised.
     - **Hooks**: one ``register_post_accumulate_grad_hook`` per trainable
       parameter. When the last gradient of a bucket has arrived, the bucket
-      is launched: its gradients are copied into one flat buffer and
-      all-reduced (sum) with ``torch.distributed.all_reduce(buffer,
-      async_op=True)``, during backward. Buckets are launched in index order
-      (bucket i never before bucket i - 1), so every rank issues the same
-      collectives in the same order.
-    - ``finish_gradient_synchronization()`` waits for every launched handle,
-      writes buffer / world size back into each parameter's ``.grad``, and
-      resets the per-backward state so the next backward starts afresh. It
-      raises RuntimeError naming the parameters when some trainable
-      parameter received no gradient in this backward (its bucket can never
-      launch; every trainable parameter must be used, as in torch DDP
-      without ``find_unused_parameters``).
+      is launched: its gradients are copied into one flat buffer (the
+      parameters' dtype; all trainable parameters share one dtype) and that
+      buffer is all-reduced (sum) with one
+      ``torch.distributed.all_reduce(buffer, async_op=True)``, during
+      backward. Buckets are launched in index order (bucket i never before
+      bucket i - 1), also when the model computes its layers in another order
+      than it registers them, so every rank issues the same collectives in
+      the same order.
+    - ``finish_gradient_synchronization()``, called once after every
+      backward, waits for every launched handle, writes buffer / world size
+      back into each parameter's ``.grad``, and resets the per-backward state
+      so the next backward starts afresh. (Several backward passes before one
+      call, i.e. gradient accumulation, are not supported.) When some
+      trainable parameter received no gradient in this backward (its bucket
+      can never launch; every trainable parameter must be used, as in torch
+      DDP without ``find_unused_parameters``), it resets the state too, so
+      the next backward works, and raises RuntimeError whose message names
+      exactly those parameters (as ``named_parameters`` spells them).
     - ``forward(*args, **kwargs)`` returns ``module(*args, **kwargs)``.
 
     Raises ValueError when ``bucket_mb`` is not positive.
@@ -96,7 +102,9 @@ class BucketedDDP(nn.Module):
             self.buckets.append(current)
         self._params = [[named[name] for name in bucket] for bucket in self.buckets]
         self._bucket_of = {id(param): index for index, bucket in enumerate(self._params) for param in bucket}
+        self._names = {id(param): name for name, param in named.items()}
         self._arrived = [0] * len(self.buckets)
+        self._seen: set[int] = set()
         self._next = 0
         self._launched: list[tuple[Any, torch.Tensor]] = []
         for bucket in self._params:
@@ -114,6 +122,7 @@ class BucketedDDP(nn.Module):
         # (and the following complete ones) with dist.all_reduce(..., async_op=True).
         # BEGIN_STUDENT 4.1
         self._arrived[self._bucket_of[id(param)]] += 1
+        self._seen.add(id(param))
         while self._next < len(self._params) and self._arrived[self._next] == len(self._params[self._next]):
             grads = [p.grad.detach().reshape(-1) for p in self._params[self._next]]
             buffer = torch.cat(grads)
@@ -124,14 +133,14 @@ class BucketedDDP(nn.Module):
     def finish_gradient_synchronization(self) -> None:
         """Wait for every bucket's all-reduce, store the mean over ranks in each ``.grad``, reset the state.
 
-        Raises RuntimeError naming the trainable parameters that got no
-        gradient in this backward (their bucket could not launch).
+        Resets the state and raises RuntimeError naming exactly the trainable
+        parameters that got no gradient in this backward (their bucket could not launch).
         """
         # BEGIN_STUDENT 4.1
         if self._next < len(self._params):
-            message = (f"BucketedDDP: buckets {self._next}.. never completed in this backward (parameters "
-                       f"{[n for bucket in self.buckets[self._next:] for n in bucket][:5]}); every trainable "
-                       "parameter must get a gradient")
+            missing = [self._names[id(p)] for bucket in self._params for p in bucket if id(p) not in self._seen]
+            message = (f"BucketedDDP: trainable parameters {missing} received no gradient in this backward "
+                       f"(bucket {self._next} could not launch); every trainable parameter must get a gradient")
             for handle, _ in self._launched:      # keep the ranks' collectives paired before failing
                 handle.wait()
             self._reset()
@@ -151,6 +160,7 @@ class BucketedDDP(nn.Module):
         """Forget this backward's arrivals and launches (the next backward starts from bucket 0)."""
         # BEGIN_STUDENT 4.1
         self._arrived = [0] * len(self._params)
+        self._seen = set()
         self._next = 0
         self._launched = []
         # END_STUDENT 4.1

@@ -11,6 +11,8 @@ shard r only, so the optimizer state per rank is ``12 * P / N`` bytes::
       grads (each rank, full length) --reduce_scatter(sum) / N--> my shard's mean gradient
       master shard (fp32) <- inner optimizer step (Adam over my shard only)
       updated shards --all_gather--> every rank's model parameters (cast to their dtype)
+
+Both collectives work on gloo (CPU) and NCCL (GPU) in this torch version.
 """
 from __future__ import annotations
 
@@ -33,21 +35,24 @@ class ShardedOptimizer:
       ``world_size * self.shard_numel`` where ``self.shard_numel`` = S =
       ``ceil(P / world_size)``. Rank r owns elements ``[r * S, (r + 1) * S)``.
     - ``self.master``: this rank's shard as a 1-D **fp32** ``nn.Parameter`` of
-      length S (initial values: the parameters' values there, 0 in the
-      padding), on the parameters' device, whatever the model's dtype (a
-      bf16 model keeps fp32 master shards).
+      length S (initial values: the parameters' values there; the padding's
+      values are free, they never reach a parameter), on the parameters'
+      device (all parameters sit on one device), whatever the model's dtype
+      (a bf16 model keeps fp32 master shards).
     - ``self.optimizer = optimizer_cls([self.master], **kwargs)``: the inner
       optimizer sees only the shard, so its state (Adam: ``exp_avg``,
       ``exp_avg_sq``) has S elements each. The optimizer state a rank holds
       is ``master`` + that state: 12 * S bytes for Adam.
-    - ``step()``: the gradients (``p.grad``; None counts as zeros), flattened
-      and padded like the parameters and cast to fp32, are reduce-scattered
+    - ``step()``: the gradients (``p.grad``; None counts as zeros of the
+      parameter's size, so the parameters after it keep their offsets),
+      flattened and padded like the parameters and cast to fp32, are reduce-scattered
       (sum, ``torch.distributed.reduce_scatter``) and divided by the
       world size, giving this rank's shard of the mean gradient; that becomes
       ``master.grad`` for one inner ``optimizer.step()``; then the updated
       shards of all ranks are all-gathered and copied into every parameter
       (cast to its dtype), so all ranks hold the same, updated model.
-      ``master.grad`` is cleared afterwards.
+      ``master.grad`` is set to None afterwards (no shard gradient stays
+      allocated between steps).
     - ``zero_grad()``, ``state_bytes()``, ``state_dict()`` and
       ``load_state_dict()`` are provided (``state_dict`` holds this rank's
       master shard and inner optimizer state; used by Problem 4.3's

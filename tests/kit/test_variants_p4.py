@@ -1,105 +1,123 @@
 """Problem 4 buggy variants: each bug loses exactly its intended criteria; the starter loses every criterion.
 
-Runs the Problem 4 cases directly (``PROBLEM.graded_cases()`` of each folder: the public cases and, on the
-staff side, the hidden 3-rank ones) on a kit copy whose regions are replaced; a variant may edit several
-regions of one bug (e.g. a blocking all-reduce changes the hook and what finish waits for).
+Most variants are the reference region with one targeted edit (``edited``: each old text must occur once), so
+a variant differs from the reference by its bug only. A bug that spans regions lists its other edits in
+``also``. Variants of different files are graded together (each case imports one file only): fewer kit copies
+and spawns; the union of their criteria must fail, and nothing else.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from grading.engine.runner import run_cases
+from grading.kit.regions import parse_regions, stub_body
 from grading.problems.p4_1_ddp import checks as p4_1_ddp
 from grading.problems.p4_2_zero1 import checks as p4_2_zero1
 from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
-from grading.kit.regions import parse_regions, stub_body
-from grading.engine.runner import run_case
-from tests.kit.variants import make_variant_kit
+from tests.kit.variants import Variant, assert_verdicts, make_variant_kit
 
+ROOT = Path(__file__).resolve().parents[2]
 DDP, ZERO, CKPT = "data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py"
-CASES = {DDP: p4_1_ddp.PROBLEM.graded_cases(), ZERO: p4_2_zero1.PROBLEM.graded_cases(),
-         CKPT: p4_3_checkpoint.PROBLEM.graded_cases()}
+PROBLEMS = {DDP: p4_1_ddp.PROBLEM, ZERO: p4_2_zero1.PROBLEM, CKPT: p4_3_checkpoint.PROBLEM}
 
 
-@dataclass(frozen=True)
-class Bug:
-    """A named bug: ``edits`` are (function, new region body) in ``path``; ``fails`` the criteria it must lose."""
-
-    name: str
-    path: str
-    edits: tuple[tuple[str, str], ...]
-    fails: frozenset[str]
+def reference(path: str, function: str) -> str:
+    """The reference body of the region inside ``function`` of ``path``."""
+    [body] = [r.body for r in parse_regions((ROOT / path).read_text(), path) if r.function == function]
+    return body
 
 
-BUGS = [
-    Bug("no_broadcast", DDP, (("__init__", """
-        self.world_size = dist.get_world_size()
-        named = dict(module.named_parameters())
-        cap = self.bucket_mb * MIB
-        current, size = [], 0
-        for name, param in reversed(list(named.items())):
-            if not param.requires_grad:
-                continue
-            nbytes = param.numel() * param.element_size()
-            if current and size + nbytes > cap:
-                self.buckets.append(current)
-                current, size = [], 0
-            current.append(name)
-            size += nbytes
-        if current:
-            self.buckets.append(current)
-        self._params = [[named[name] for name in bucket] for bucket in self.buckets]
-        self._bucket_of = {id(param): index for index, bucket in enumerate(self._params) for param in bucket}
-        self._arrived = [0] * len(self.buckets)
-        self._next = 0
-        self._launched = []
-        for bucket in self._params:
-            for param in bucket:
-                param.register_post_accumulate_grad_hook(self._grad_ready)
-    """),), frozenset({"4.1.broadcast"})),
-    Bug("cap_reached_starts_new_bucket", DDP, (("__init__", """
-        self.world_size = dist.get_world_size()
-        with torch.no_grad():
+def edited(path: str, function: str, *swaps: tuple[str, str]) -> str:
+    """The reference body of ``function`` with each (old, new) swapped; each old text must occur exactly once."""
+    body = reference(path, function)
+    for old, new in swaps:
+        assert body.count(old) == 1, f"{path}:{function}: {old!r} occurs {body.count(old)} times"
+        body = body.replace(old, new)
+    return body
+
+
+def fails(*ids: str) -> frozenset[str]:
+    return frozenset(ids)
+
+
+def first(line: str, body: str) -> str:
+    """``body`` with ``line`` put before it at the body's indentation."""
+    return body[:len(body) - len(body.lstrip(" "))] + line + "\n" + body
+
+
+_LAUNCH = "self._launched.append((dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True), buffer))"
+_ERROR_PATH = """            for handle, _ in self._launched:      # keep the ranks' collectives paired before failing
+                handle.wait()
+            self._reset()
+            raise RuntimeError(message)"""
+
+DDP_VARIANTS = [
+    Variant("no_broadcast", DDP, "__init__", edited(DDP, "__init__", (
+        """with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor.data, src=0)
-        named = dict(module.named_parameters())
-        cap = self.bucket_mb * MIB
-        current, size = [], 0
-        for name, param in reversed(list(named.items())):
-            if not param.requires_grad:
+                dist.broadcast(tensor.data, src=0)""", "pass")), fails("4.1.broadcast")),
+    Variant("params_only_broadcast", DDP, "__init__", edited(DDP, "__init__", (
+        "[*module.parameters(), *module.buffers()]", "module.parameters()")), fails("4.1.broadcast")),
+    Variant("cap_reached_starts_new_bucket", DDP, "__init__", edited(DDP, "__init__", (
+        "size + nbytes > cap", "size + nbytes >= cap")), fails("4.1.buckets", "4.1.buckets_hidden"),
+        hint="likely cause: a bucket that reaches the cap exactly was closed"),
+    Variant("registration_order_buckets", DDP, "__init__", edited(DDP, "__init__", (
+        "reversed(list(named.items()))", "list(named.items())")),
+        fails("4.1.buckets", "4.1.buckets_hidden", "4.1.overlap"),   # bucket 0 (fc1) completes last
+        hint="likely cause: parameters taken in registration order"),
+    Variant("frozen_in_buckets", DDP, "__init__", edited(DDP, "__init__", (
+        """            if not param.requires_grad:
                 continue
-            nbytes = param.numel() * param.element_size()
-            if current and size + nbytes >= cap:
-                self.buckets.append(current)
-                current, size = [], 0
-            current.append(name)
-            size += nbytes
-        if current:
-            self.buckets.append(current)
-        self._params = [[named[name] for name in bucket] for bucket in self.buckets]
-        self._bucket_of = {id(param): index for index, bucket in enumerate(self._params) for param in bucket}
-        self._arrived = [0] * len(self.buckets)
-        self._next = 0
-        self._launched = []
-        for bucket in self._params:
-            for param in bucket:
-                param.register_post_accumulate_grad_hook(self._grad_ready)
-    """),), frozenset({"4.1.buckets"})),
-    Bug("sum_not_mean", DDP, (("finish_gradient_synchronization", """
-        for (handle, buffer), bucket in zip(self._launched, self._params):
+""", ""), ("self._params = [[named[name] for name in bucket] for bucket in self.buckets]",
+           "self._params = [ps for ps in ([named[n] for n in b if named[n].requires_grad] for b in self.buckets) "
+           "if ps]"), ("self._arrived = [0] * len(self.buckets)", "self._arrived = [0] * len(self._params)")),
+        fails("4.1.buckets", "4.1.buckets_hidden"), hint="likely cause: a frozen parameter"),
+    Variant("per_parameter_all_reduce", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
+        """            grads = [p.grad.detach().reshape(-1) for p in self._params[self._next]]
+            buffer = torch.cat(grads)
+            """ + _LAUNCH, """            for p in self._params[self._next]:
+                buffer = p.grad.detach().reshape(-1).clone()
+                """ + _LAUNCH)), fails("4.1.one_buffer"),
+        also=((DDP, "finish_gradient_synchronization", edited(DDP, "finish_gradient_synchronization", (
+            """        for (handle, buffer), bucket in zip(self._launched, self._params):
             handle.wait()
+            buffer /= self.world_size
             offset = 0
             for param in bucket:
                 n = param.numel()
                 param.grad.copy_(buffer[offset:offset + n].view_as(param.grad))
-                offset += n
-        self._reset()
-    """),), frozenset({"4.1.grads", "4.1.train", "4.1.grads_hidden"})),
-    Bug("launch_in_finish", DDP, (("_grad_ready", """
+                offset += n""", """        params = [p for bucket in self._params for p in bucket]
+        for (handle, buffer), param in zip(self._launched, params):
+            handle.wait()
+            param.grad.copy_((buffer / self.world_size).view_as(param.grad))""")),),)),
+    Variant("launch_when_complete_any_order", DDP, "_grad_ready", """
+        index = self._bucket_of[id(param)]
+        self._arrived[index] += 1
+        self._seen.add(id(param))
+        if self._arrived[index] == len(self._params[index]):
+            buffer = torch.cat([p.grad.detach().reshape(-1) for p in self._params[index]])
+            self._launched.append((index, dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True), buffer))
+            self._next += 1
+    """, fails("4.1.launch_order"), also=((DDP, "finish_gradient_synchronization", edited(
+        DDP, "finish_gradient_synchronization",
+        ("for handle, _ in self._launched:", "for _, handle, _ in self._launched:"),
+        ("""        for (handle, buffer), bucket in zip(self._launched, self._params):
+            handle.wait()""", """        for index, handle, buffer in sorted(self._launched, key=lambda e: e[0]):
+            bucket = self._params[index]
+            handle.wait()"""))),)),
+    Variant("sum_not_mean", DDP, "finish_gradient_synchronization", edited(DDP, "finish_gradient_synchronization", (
+        "            buffer /= self.world_size\n", "")), fails("4.1.grads", "4.1.train", "4.1.grads_hidden"),
+        hint="likely cause: a sum over the ranks without the division by the world size"),
+    Variant("launch_in_finish", DDP, "_grad_ready", """
         self._arrived[self._bucket_of[id(param)]] += 1
-    """), ("finish_gradient_synchronization", """
+        self._seen.add(id(param))
+    """, fails("4.1.overlap"), also=((DDP, "finish_gradient_synchronization", """
+        missing = [self._names[id(p)] for bucket in self._params for p in bucket if id(p) not in self._seen]
+        if missing:
+            self._reset()
+            raise RuntimeError(f"BucketedDDP: parameters {missing} received no gradient")
         for bucket in self._params:
             buffer = torch.cat([p.grad.detach().reshape(-1) for p in bucket])
             dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True).wait()
@@ -110,192 +128,184 @@ BUGS = [
                 param.grad.copy_(buffer[offset:offset + n].view_as(param.grad))
                 offset += n
         self._reset()
-    """)), frozenset({"4.1.overlap"})),
-    Bug("blocking_all_reduce_in_hook", DDP, (("_grad_ready", """
-        import types
-        self._arrived[self._bucket_of[id(param)]] += 1
-        while self._next < len(self._params) and self._arrived[self._next] == len(self._params[self._next]):
-            buffer = torch.cat([p.grad.detach().reshape(-1) for p in self._params[self._next]])
-            dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
-            self._launched.append((types.SimpleNamespace(wait=lambda: None), buffer))
-            self._next += 1
-    """),), frozenset({"4.1.overlap"})),
-    Bug("state_not_reset", DDP, (("_reset", """
-        pass
-    """),), frozenset({"4.1.reset", "4.1.train"})),
-    Bug("no_division_by_world_size", ZERO, (("step", """
-        device = self.master.device
-        with torch.no_grad():
-            grads = self._flat([p.grad for p in self.params], device)
-            shard_grad = torch.empty(self.shard_numel, dtype=torch.float32, device=device)
-            dist.reduce_scatter(shard_grad, list(grads.chunk(self.world_size)), op=dist.ReduceOp.SUM)
-        self.master.grad = shard_grad
-        self.optimizer.step()
-        self.master.grad = None
-        with torch.no_grad():
-            shards = [torch.empty_like(self.master) for _ in range(self.world_size)]
+    """),)),
+    Variant("blocking_all_reduce_in_hook", DDP, "_grad_ready", first("import types", edited(DDP, "_grad_ready", (
+        _LAUNCH, """dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+            self._launched.append((types.SimpleNamespace(wait=lambda: None), buffer))"""))),
+        fails("4.1.overlap")),
+    Variant("state_not_reset", DDP, "_reset", "pass", fails("4.1.reset", "4.1.train", "4.1.after_error")),
+    Variant("unused_not_detected", DDP, "finish_gradient_synchronization", edited(
+        DDP, "finish_gradient_synchronization", (_ERROR_PATH, "            pass")), fails("4.1.unused_raises")),
+    Variant("names_pending_buckets", DDP, "finish_gradient_synchronization", edited(
+        DDP, "finish_gradient_synchronization", (
+            "missing = [self._names[id(p)] for bucket in self._params for p in bucket if id(p) not in self._seen]",
+            "missing = [name for bucket in self.buckets[self._next:] for name in bucket]")),
+        fails("4.1.unused_raises")),
+    Variant("raise_without_reset", DDP, "finish_gradient_synchronization", edited(
+        DDP, "finish_gradient_synchronization", (_ERROR_PATH, _ERROR_PATH.replace("            self._reset()\n", ""))),
+        fails("4.1.after_error")),
+]
+
+_GATHER = """        shards = [torch.empty_like(self.master) for _ in range(self.world_size)]
             dist.all_gather(shards, self.master.detach())
-            full = torch.cat(shards)
-            offset = 0
-            for param in self.params:
-                n = param.numel()
-                param.copy_(full[offset:offset + n].view_as(param).to(param.dtype))
-                offset += n
-    """),), frozenset({"4.2.steps", "4.2.steps_hidden"})),
-    Bug("no_padding", ZERO, (("_flat", """
+            full = torch.cat(shards)"""
+ZERO_VARIANTS = [
+    Variant("no_division_by_world_size", ZERO, "step", edited(ZERO, "step", (
+        "            shard_grad /= self.world_size\n", "")), fails("4.2.steps", "4.2.steps_hidden"),
+        hint="likely cause: the reduce-scattered sum was not divided by the world size"),
+    Variant("no_padding", ZERO, "_flat", """
         return torch.cat([(t if t is not None else torch.zeros_like(p)).reshape(-1).float().to(device)
                           for p, t in zip(self.params, tensors)])
-    """),), frozenset({"4.2.uneven", "4.2.steps_hidden", "4.2.memory_hidden"})),   # 212 parameters on 3 ranks
-    Bug("replicated_optimizer_state", ZERO, (("__init__", """
+    """, fails("4.2.uneven", "4.2.steps_hidden", "4.2.memory_hidden")),   # 212 parameters on 3 ranks
+    Variant("replicated_optimizer_state", ZERO, "__init__", """
         device = self.params[0].device
         with torch.no_grad():
             self.master = nn.Parameter(self._flat([p.detach() for p in self.params], device))
         self.optimizer = optimizer_cls([self.master], **kwargs)
-    """), ("step", """
-        with torch.no_grad():
-            grads = self._flat([p.grad for p in self.params], self.master.device)
-            dist.all_reduce(grads)
-            grads /= self.world_size
-        self.master.grad = grads
-        self.optimizer.step()
-        self.master.grad = None
-        with torch.no_grad():
-            offset = 0
-            for param in self.params:
-                n = param.numel()
-                param.copy_(self.master[offset:offset + n].view_as(param).to(param.dtype))
-                offset += n
-    """)), frozenset({"4.2.memory", "4.2.memory_hidden"})),
-    Bug("master_in_model_dtype", ZERO, (("__init__", """
-        device = self.params[0].device
-        with torch.no_grad():
-            flat = self._flat([p.detach() for p in self.params], device)
-            start = self.rank * self.shard_numel
-            self.master = nn.Parameter(flat[start:start + self.shard_numel].to(self.params[0].dtype))
-        self.optimizer = optimizer_cls([self.master], **kwargs)
-    """), ("step", """
-        device = self.master.device
-        with torch.no_grad():
-            grads = self._flat([p.grad for p in self.params], device)
-            shard_grad = torch.empty(self.shard_numel, dtype=torch.float32, device=device)
+    """, fails("4.2.memory", "4.2.memory_hidden"), also=((ZERO, "step", edited(ZERO, "step", (
+        """            shard_grad = torch.empty(self.shard_numel, dtype=torch.float32, device=device)
             dist.reduce_scatter(shard_grad, list(grads.chunk(self.world_size)), op=dist.ReduceOp.SUM)
-            shard_grad /= self.world_size
-        self.master.grad = shard_grad.to(self.master.dtype)
-        self.optimizer.step()
-        self.master.grad = None
-        with torch.no_grad():
-            shards = [torch.empty_like(self.master) for _ in range(self.world_size)]
-            dist.all_gather(shards, self.master.detach())
-            full = torch.cat(shards)
-            offset = 0
-            for param in self.params:
-                n = param.numel()
-                param.copy_(full[offset:offset + n].view_as(param).to(param.dtype))
-                offset += n
-    """)), frozenset({"4.2.bf16"})),
+            shard_grad /= self.world_size""", """            dist.all_reduce(grads)
+            shard_grad = grads / self.world_size"""), (_GATHER.strip(), "full = self.master.detach()"))),)),
+    Variant("master_in_model_dtype", ZERO, "__init__", edited(ZERO, "__init__", (
+        "flat[start:start + self.shard_numel].clone()",
+        "flat[start:start + self.shard_numel].to(self.params[0].dtype)")),
+        fails("4.2.bf16"), also=((ZERO, "step", edited(ZERO, "step", (
+            "self.master.grad = shard_grad", "self.master.grad = shard_grad.to(self.master.dtype)"))),)),
+    Variant("none_grads_skipped", ZERO, "_flat", """
+        flat = torch.zeros(self.world_size * self.shard_numel, dtype=torch.float32, device=device)
+        present = [t.reshape(-1).float() for t in tensors if t is not None]
+        joined = torch.cat(present) if present else flat[:0]
+        flat[:joined.numel()] = joined
+        return flat
+    """, fails("4.2.none_grads")),
+    Variant("master_grad_kept", ZERO, "step", edited(ZERO, "step", (
+        "        self.optimizer.step()\n        self.master.grad = None\n", "        self.optimizer.step()\n")),
+        fails("4.2.master_grad_none")),
 ]
 
-_SAVE_BODY = """
-    directory.mkdir(parents=True, exist_ok=True)
-    manifest = directory / MANIFEST
-    if rank == 0:
-        manifest.unlink(missing_ok=True)
-    dist.barrier()
-    mine = {shard_name(rank): directory / shard_name(rank)}
-    torch.save({"step": step, "rank": rank, "world_size": world_size, "optimizer": optimizer.state_dict(),
-                "extra": extra}, mine[shard_name(rank)])
-    if rank == 0:
-        mine[MODEL_FILE] = directory / MODEL_FILE
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, mine[MODEL_FILE])
-    gathered = [{} for _ in range(world_size)]
-    dist.all_gather_object(gathered, {name: file_digest(path) for name, path in mine.items()})
-    if rank == 0:
-        files = {name: digest for part in gathered for name, digest in sorted(part.items())}
-        temporary = directory / f".{MANIFEST}.tmp"
-        temporary.write_text(json.dumps({"format": FORMAT, "step": step, "world_size": world_size, "files": files}))
-        WRITE_MANIFEST
-    dist.barrier()
-    return manifest
+_DIGEST_CHECK = """        if file_digest(file) != files[name]:
+            raise CheckpointError(f"{file}: size or sha256 differs from {path} (corrupt, partial or from "
+                                  "another save)")
 """
+_SHARD_FIELDS = """    if (shard.get("step"), shard.get("rank"), shard.get("world_size")) != (step, rank, world_size):
+        raise CheckpointError(f"{shard_file}: holds step {shard.get('step')} of rank {shard.get('rank')}, "
+                              f"world size {shard.get('world_size')}; {path} says step {step}, rank {rank}, "
+                              f"world size {world_size}")
+"""
+_PRECHECK_START = "    shapes = {name: tuple(tensor.shape)"
+_LOAD_MODEL = "    model.load_state_dict(state)\n"
 
-_LOAD_HEAD = """
-    path = directory / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-        step, saved_world, files = manifest["step"], manifest["world_size"], manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path}: unreadable ({exc})") from None
-    if saved_world != world_size:
+
+def _without_precheck(body: str) -> str:
+    """``load_sharded``'s reference without the keys-and-shapes check of model.pt (strict loading alone)."""
+    start, end = body.index(_PRECHECK_START), body.index(_LOAD_MODEL)
+    assert body.count(_LOAD_MODEL) == 1
+    return body[:start] + body[end:]
+
+
+CKPT_VARIANTS = [
+    Variant("manifest_copied_not_renamed", CKPT, "save_sharded", first("import shutil", edited(CKPT, "save_sharded", (
+        "os.replace(temporary, manifest)", "shutil.copy(temporary, manifest)"))),
+        fails("4.3.manifest", "4.3.manifest_atomic")),
+    Variant("manifest_written_in_place", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        """temporary = directory / f".{MANIFEST}.tmp{os.getpid()}"
+        temporary.write_text(""", "manifest.write_text("), ("        os.replace(temporary, manifest)\n", "")),
+        fails("4.3.manifest_atomic")),
+    Variant("manifest_not_removed_first", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "    if rank == 0:\n        manifest.unlink(missing_ok=True)\n", "")), fails("4.3.crash_no_manifest")),
+    Variant("no_first_barrier", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "manifest.unlink(missing_ok=True)\n    dist.barrier()\n", "manifest.unlink(missing_ok=True)\n")),
+        fails("4.3.barriers")),
+    Variant("no_final_barrier", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "    dist.barrier()\n    return manifest", "    return manifest")), fails("4.3.barriers")),
+    Variant("shard_keys_renamed", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        '"optimizer": optimizer.state_dict()', '"optimizer_state": optimizer.state_dict()')),
+        fails("4.3.file_format"), also=((CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+            'optimizer.load_state_dict(shard["optimizer"])',
+            'optimizer.load_state_dict(shard["optimizer_state"])'))),)),
+    Variant("hashes_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (_DIGEST_CHECK, "")),
+        fails("4.3.refuse", "4.3.refuse_hidden")),
+    Variant("checks_own_shard_only", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        "    for name in expected:\n        file = directory / name",
+        "    for name in [MODEL_FILE, shard_name(rank)]:\n        file = directory / name")),
+        fails("4.3.refuse", "4.3.refuse_hidden")),
+    Variant("missing_manifest_raises_file_not_found", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        "    try:\n        manifest = json.loads(path.read_text())",
+        "    text = path.read_text()\n    try:\n        manifest = json.loads(text)")), fails("4.3.refuse_manifest")),
+    Variant("format_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'if manifest.get("format") != FORMAT or not isinstance(files, dict):', "if not isinstance(files, dict):")),
+        fails("4.3.refuse_manifest")),
+    Variant("only_listed_files_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        """    for name in expected:
+        if name not in files:
+            raise CheckpointError(f"{path}: does not list {name}")
+""", ""), ("    for name in expected:\n        file = directory / name",
+               "    for name in files:\n        file = directory / name")),
+        fails("4.3.refuse_manifest")),
+    Variant("shard_fields_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (_SHARD_FIELDS, "")),
+        fails("4.3.refuse_shard_fields")),
+    Variant("strict_load_without_precheck", CKPT, "load_sharded", _without_precheck(
+        reference(CKPT, "load_sharded")).replace(_LOAD_MODEL, """    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{directory / MODEL_FILE}: does not fit the model ({exc})") from None
+"""), fails("4.3.untouched")),
+    Variant("strict_load_unwrapped", CKPT, "load_sharded", _without_precheck(reference(CKPT, "load_sharded")),
+        fails("4.3.refuse_model", "4.3.untouched")),
+    Variant("world_size_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        """    if saved_world != world_size:
         raise CheckpointError(f"{path}: saved by {saved_world} ranks, this run has {world_size}")
-"""
-_VERIFY = """
-    for name in [MODEL_FILE, *(shard_name(r) for r in range(world_size))]:
-        file = directory / name
-        if name not in files or not file.is_file():
-            raise CheckpointError(f"{file}: missing")
-        if file_digest(file) != files[name]:
-            raise CheckpointError(f"{file}: size or sha256 differs from {path}")
-"""
-_LOAD_REST = """
-    shard = torch.load(directory / shard_name(rank), weights_only=True)
-    optimizer.load_state_dict(shard["optimizer"])
-    return step, shard["extra"]
-"""
-BUGS += [
-    Bug("manifest_copied_not_renamed", CKPT, (("save_sharded", _SAVE_BODY.replace(
-        "WRITE_MANIFEST", "shutil.copy(temporary, manifest)").replace(
-        "directory.mkdir(", "import shutil\n    directory.mkdir(")),), frozenset({"4.3.manifest"})),
-    Bug("hashes_not_checked", CKPT, (("load_sharded", _LOAD_HEAD + """
-    try:
-        model.load_state_dict(torch.load(directory / MODEL_FILE, weights_only=True))
-    except Exception as exc:
-        raise RuntimeError(f"cannot load the model: {exc}") from None
-""" + _LOAD_REST),), frozenset({"4.3.refuse", "4.3.refuse_hidden"})),
-    Bug("model_loaded_before_checks", CKPT, (("load_sharded", _LOAD_HEAD + """
-    try:
-        model.load_state_dict(torch.load(directory / MODEL_FILE, weights_only=True))
+""", "")), fails("4.3.refuse", "4.3.refuse_hidden")),
+    Variant("model_loaded_before_checks", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        "    expected = [MODEL_FILE,", """    try:
+        model.load_state_dict(torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True))
     except Exception as exc:
         raise CheckpointError(f"{directory / MODEL_FILE}: does not load ({exc})") from None
-""" + _VERIFY + _LOAD_REST),), frozenset({"4.3.untouched"})),
-    Bug("extra_of_rank_0_only", CKPT, (("load_sharded", _LOAD_HEAD + _VERIFY + """
-    model.load_state_dict(torch.load(directory / MODEL_FILE, weights_only=True))
-    shard = torch.load(directory / shard_name(rank), weights_only=True)
-    optimizer.load_state_dict(shard["optimizer"])
-    return step, torch.load(directory / shard_name(0), weights_only=True)["extra"]
-"""),), frozenset({"4.3.roundtrip", "4.3.resume", "4.3.roundtrip_hidden"})),
+    expected = [MODEL_FILE,""")), fails("4.3.untouched")),
+    Variant("extra_of_rank_0_only", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'return step, shard["extra"]',
+        'return step, torch.load(directory / shard_name(0), map_location="cpu", weights_only=True)["extra"]')),
+        fails("4.3.roundtrip", "4.3.resume", "4.3.roundtrip_hidden")),
 ]
 
-
-def _grade(kit: Path, paths: list[str], work: Path) -> dict:
-    return {v.id: v for path in paths for case in CASES[path] for v in run_case(case, kit, work / "runs")}
+VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]
 
 
-def _groups() -> list[tuple[Bug, ...]]:
-    """Bugs of different files graded together (each case imports one file only): fewer kit copies and spawns."""
-    by_file = [[b for b in BUGS if b.path == path] for path in CASES]
-    return [tuple(column[k] for column in by_file if k < len(column)) for k in range(max(map(len, by_file)))]
+def _groups() -> list[tuple[Variant, ...]]:
+    """Variants of different files graded together (each case imports one file only)."""
+    columns = [DDP_VARIANTS, ZERO_VARIANTS, CKPT_VARIANTS]
+    return [tuple(column[k] for column in columns if k < len(column)) for k in range(max(map(len, columns)))]
 
 
 GROUPS = _groups()
 
 
+def _grade(kit: Path, paths: list[str], work: Path) -> dict:
+    cases = [case for path in paths for case in PROBLEMS[path].graded_cases()]
+    return {v.id: v for v in run_cases(cases, kit, work / "runs")}
+
+
 @pytest.mark.kit
-@pytest.mark.parametrize("group", GROUPS, ids=["+".join(b.name for b in g) for g in GROUPS])
-def test_bug_loses_only_its_criteria(group, tmp_path):
-    kit = make_variant_kit(tmp_path / "kit", [(b.path, function, body) for b in group for function, body in b.edits])
-    verdicts = _grade(kit, [b.path for b in group], tmp_path)
-    failed = {cid for cid, v in verdicts.items() if not v.passed}
-    assert failed == set().union(*(b.fails for b in group)), {
-        cid: v.message[:300] for cid, v in verdicts.items() if not v.passed}
+@pytest.mark.parametrize("group", GROUPS, ids=["+".join(v.name for v in g) for g in GROUPS])
+def test_variant_loses_only_its_criteria(group, tmp_path):
+    kit = make_variant_kit(tmp_path / "kit", [edit for v in group for edit in v.edits])
+    assert_verdicts(_grade(kit, sorted({v.path for v in group}), tmp_path), list(group))
+
+
+@pytest.mark.kit
+def test_every_criterion_is_lost_by_some_variant():
+    lost = set().union(*(v.fails for v in VARIANTS))
+    assert {c.id for problem in PROBLEMS.values() for case in problem.graded_cases() for c in case.criteria} <= lost
 
 
 @pytest.mark.kit
 def test_starter_loses_every_criterion_as_not_implemented(tmp_path):
     edits = []
-    for path in CASES:
-        text = (Path(__file__).resolve().parents[2] / path).read_text()
+    for path in PROBLEMS:
+        text = (ROOT / path).read_text()
         edits += [(path, region.function, stub_body(region).strip()) for region in parse_regions(text, path)]
     kit = make_variant_kit(tmp_path / "kit", edits)
-    verdicts = _grade(kit, list(CASES), tmp_path)
+    verdicts = _grade(kit, list(PROBLEMS), tmp_path)
     assert verdicts and all(v.status == "not_implemented" for v in verdicts.values()), {
         cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}

@@ -3,8 +3,10 @@
 The probe records what ``BucketedDDP`` does on each rank: the weights after
 construction, its ``buckets`` for each cap of ``Inputs.bucket_sizes``, the
 gradients after ``finish_gradient_synchronization``, the order in which
-gradient hooks fired and all-reduces were launched (events, never times), and
-the parameters after five SGD and five Adam steps. The criteria compare with
+gradient hooks fired and all-reduces were launched (events, never times), the
+launches on ``ShuffledNet`` (layers computed in another order than registered),
+a backward that leaves a trainable parameter without gradient, and the
+parameters after five SGD and five Adam steps. The criteria compare with
 serial computations on the whole global batch (``reference.py``) and with the
 expected bucket assignment stored as data (``Expected.buckets``, this
 folder's ``expected.json``; on the staff side the hidden caps' buckets come
@@ -15,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grading.engine.compare import assert_state_close, describe
-from grading.engine.expect import expect
+from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
+from grading.problems.p4_1_ddp.hints import bucket_hint, factor_hint
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
 GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0}
+PER_PARAMETER = GRAD_BUCKETS["per_parameter"]
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
 IO = (ref.DDP_IN, ref.DDP_OUT)
 
@@ -52,6 +56,10 @@ P_BUCKETS = "buckets"         # recorded per split: split_part(P_BUCKETS, split)
 P_GRADS = "grads"             # one part per GRAD_BUCKETS label: grads_part(label)
 P_RESET = "reset"
 P_TRAIN = "train"
+P_ORDER = "order"             # ShuffledNet, one bucket per parameter: the all-reduce sizes in launch order
+UNUSED = "gate.scale"         # ShuffledNet's parameter that skip_gate leaves without gradient
+P_UNUSED = "unused"           # ShuffledNet without its gate in forward: what finish raised
+P_AFTER_ERROR = "after_error" # then a full backward on the same wrapper: the gradients
 
 
 def grads_part(label: str) -> str:
@@ -117,7 +125,8 @@ def probe_ddp(ctx) -> None:
             during_backward = [list(e) for e in events]
             wrapper.finish_gradient_synchronization()
             wrappers[label] = (model, wrapper)
-            return {"grads": ref.grads_of(model), "events": during_backward, "after": events[len(during_backward):]}
+            return {"grads": ref.grads_of(model), "events": during_backward, "after": events[len(during_backward):],
+                    "buckets": wrapper.buckets}
         ctx.record(grads_part(label), grads)
 
     def reset():
@@ -129,6 +138,46 @@ def probe_ddp(ctx) -> None:
         return {"first": first, "second": ref.grads_of(model)}
     if public and OVERLAP_BUCKET in wrappers:
         ctx.record(P_RESET, reset)
+
+    def order():
+        model = ref.ShuffledNet(seed=0)
+        wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
+        events.clear()
+        _backward(ctx, wrapper, 0)
+        wrapper.finish_gradient_synchronization()
+        return {"buckets": wrapper.buckets, "launches": [e[2] for e in events if e[0] == "all_reduce"]}
+    if public:
+        ctx.record(P_ORDER, order)
+
+    unused_state = {}
+
+    def unused():
+        model = ref.ShuffledNet(seed=0)
+        wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
+        unused_state.update(model=model, wrapper=wrapper)
+        model.skip_gate = True
+        _backward(ctx, wrapper, 0)
+        try:
+            wrapper.finish_gradient_synchronization()
+        except Exception as exc:  # noqa: BLE001 - a submission may raise anything
+            return {"type": type(exc).__name__, "runtime": isinstance(exc, RuntimeError), "message": str(exc)[:800]}
+        return None
+
+    def after_error():
+        model, wrapper = unused_state["model"], unused_state["wrapper"]
+        model.skip_gate = False
+        model.zero_grad(set_to_none=True)
+        _backward(ctx, wrapper, 0)
+        wrapper.finish_gradient_synchronization()
+        fresh = ref.ShuffledNet(seed=0)           # the same backward through a new wrapper
+        fresh_wrapper = BucketedDDP(fresh, bucket_mb=PER_PARAMETER)
+        _backward(ctx, fresh_wrapper, 0)
+        fresh_wrapper.finish_gradient_synchronization()
+        return {"after": ref.grads_of(model), "fresh": ref.grads_of(fresh)}
+    if public:
+        ctx.record(P_UNUSED, lambda: {"raised": unused()})
+        if unused_state:
+            ctx.record(P_AFTER_ERROR, after_error)
 
     def train(optimizer_name: str):
         model = ref.DDPProbeNet(seed=0)
@@ -169,7 +218,7 @@ def check_buckets(run: CaseRun, split: str) -> None:
             want = expected[mb]
             expect(buckets == want, f"BucketedDDP(DDPProbeNet, bucket_mb={mb:.6g} = {mb * 2 ** 20:.0f} bytes): "
                    f"rank {rank} buckets {buckets}, expected {want} (trainable parameters in reverse registration "
-                   "order, a new bucket when the next one would exceed the cap)")
+                   f"order, a new bucket when the next one would exceed the cap){bucket_hint(buckets, want, mb)}")
 
 
 @CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket)", points=3)
@@ -180,8 +229,12 @@ def check_grads(run: CaseRun, split: str) -> None:
         for rank in range(run.world_size):
             got = run.part(grads_part(label), rank)
             expect(isinstance(got, dict), f"rank {rank}: gradients missing")
-            assert_state_close(f"BucketedDDP(bucket_mb={mb:.3g}, {label.replace('_', ' ')}): rank {rank} grad after "
-                               "finish_gradient_synchronization of", got["grads"], expected, atol=1e-6, rtol=1e-5)
+            try:
+                assert_state_close(f"BucketedDDP(bucket_mb={mb:.3g}, {label.replace('_', ' ')}): rank {rank} grad "
+                                   "after finish_gradient_synchronization of", got["grads"], expected,
+                                   atol=1e-6, rtol=1e-5)
+            except CheckFailed as failure:
+                raise CheckFailed(f"{failure}{factor_hint(got['grads'], expected, run.world_size)}") from None
 
 
 @CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2)
@@ -224,3 +277,66 @@ def check_train(run: CaseRun, split: str) -> None:
             expect(isinstance(got, dict) and name in got, f"rank {rank}: training results missing")
             assert_state_close(f"BucketedDDP + {name.upper()}: rank {rank} after {ref.TRAIN_STEPS} steps, "
                                "parameter", got[name], expected, atol=1e-5, rtol=1e-4)
+
+
+def _bucket_numels(buckets, model) -> list[int] | None:
+    """Elements of each bucket (names as the submission's ``buckets`` spells them), or None when unreadable."""
+    numel = {n: p.numel() if p.requires_grad else 0 for n, p in model.named_parameters()}   # frozen: never sent
+    try:
+        return [sum(numel[n] for n in bucket) for bucket in buckets]
+    except (KeyError, TypeError):
+        return None
+
+
+@CASE.criterion("4.1.one_buffer", "one all-reduce per bucket, of the bucket's whole flat buffer", points=1)
+def check_one_buffer(run: CaseRun, split: str) -> None:
+    """With three buckets on DDPProbeNet, each rank issues one all-reduce per bucket, sized like the bucket."""
+    for rank in range(run.world_size):
+        got = run.part(grads_part(OVERLAP_BUCKET), rank)
+        want = _bucket_numels(got["buckets"], ref.DDPProbeNet(seed=0))
+        expect(want is not None, f"BucketedDDP: rank {rank} buckets {describe(got['buckets'])} are not lists of "
+               "parameter names")
+        sizes = [e[2] for e in [*got["events"], *got["after"]] if e[0] == "all_reduce"]
+        expect(sorted(sizes) == sorted(want), f"BucketedDDP(bucket_mb={GRAD_BUCKETS[OVERLAP_BUCKET]:.3g}): rank "
+               f"{rank} all-reduced tensors of {sizes} elements; its buckets {got['buckets']} hold {want}: copy "
+               "each bucket's gradients into one flat buffer and all-reduce it once")
+
+
+@CASE.criterion("4.1.launch_order", "buckets launch in index order when layers run in another order", points=1)
+def check_launch_order(run: CaseRun, split: str) -> None:
+    """On ShuffledNet (computed in another order than registered), all-reduces follow the bucket index order."""
+    for rank in range(run.world_size):
+        got = run.part(P_ORDER, rank)
+        want = _bucket_numels(got["buckets"], ref.ShuffledNet(seed=0))
+        expect(want is not None, f"BucketedDDP: rank {rank} buckets {describe(got['buckets'])} are not lists of "
+               "parameter names")
+        expect(got["launches"] == want, f"BucketedDDP(ShuffledNet, one parameter per bucket): rank {rank} "
+               f"all-reduced {got['launches']} elements in this order; its buckets {got['buckets']} hold {want}: "
+               "launch bucket i only after bucket i - 1, even when a later bucket completes first")
+
+
+@CASE.criterion("4.1.unused_raises", "a parameter without gradient: RuntimeError naming exactly it", points=1)
+def check_unused_raises(run: CaseRun, split: str) -> None:
+    """A backward without ShuffledNet's gate: finish raises RuntimeError naming 'gate.scale' and no other parameter."""
+    others = [n for n, _ in ref.ShuffledNet(seed=0).named_parameters() if n != UNUSED]
+    for rank in range(run.world_size):
+        raised = run.part(P_UNUSED, rank)["raised"]
+        what = f"BucketedDDP: rank {rank}, a backward in which the trainable parameter '{UNUSED}' got no gradient:"
+        expect(raised is not None, f"{what} finish_gradient_synchronization returned without an error")
+        expect(raised["runtime"], f"{what} finish_gradient_synchronization raised {raised['type']}: "
+               f"{raised['message'][:200]}; expected RuntimeError")
+        named = [n for n in others if n in raised["message"]]
+        expect(UNUSED in raised["message"] and not named, f"{what} the message {raised['message'][:300]!r} must "
+               f"name '{UNUSED}' and only it (it names {named or 'not ' + UNUSED})")
+
+
+@CASE.criterion("4.1.after_error", "after that RuntimeError the next backward synchronises as a fresh one",
+                points=1)
+def check_after_error(run: CaseRun, split: str) -> None:
+    """After the RuntimeError of an incomplete backward, a full backward gives a fresh wrapper's gradients."""
+    for rank in range(run.world_size):
+        run.part(P_UNUSED, rank)                  # the incomplete backward's own error, when the probe failed
+        got = run.part(P_AFTER_ERROR, rank)
+        assert_state_close(f"BucketedDDP: rank {rank}, a full backward after finish_gradient_synchronization "
+                           "refused an incomplete one, against the same backward through a new wrapper, grad of",
+                           got["after"], got["fresh"], atol=1e-7, rtol=1e-6)

@@ -16,7 +16,8 @@ DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4
 TRAIN_STEPS = 5
 SGD_LR, ADAM_LR = 0.1, 1e-2
 
-__all__ = ["DDPProbeNet", "ZeroNet", "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
+__all__ = ["DDPProbeNet", "ShuffledNet", "ZeroNet",
+           "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
            "serial_training", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH", "TRAIN_STEPS"]
 
 
@@ -37,6 +38,41 @@ class DDPProbeNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.fc1(x)) * self.frozen
         return self.fc3(torch.tanh(self.fc2(h))) + self.shift
+
+
+class Gate(nn.Module):
+    """Multiplies its input by a trainable ``scale`` (a submodule, so it sits between ``inp`` and ``mid``)."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(features) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+class ShuffledNet(nn.Module):
+    """Registers its layers in another order (out, inp, gate, mid) than it computes them (inp, gate, mid, out).
+
+    With ``skip_gate`` set, the trainable ``gate.scale`` takes no part in forward, so it receives no gradient.
+    """
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        self.out = nn.Linear(12, DDP_OUT)
+        self.inp = nn.Linear(DDP_IN, DDP_HIDDEN)
+        self.gate = Gate(DDP_HIDDEN)
+        self.mid = nn.Linear(DDP_HIDDEN, 12)
+        torch.random.set_rng_state(state)
+        self.skip_gate = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.inp(x))
+        if not self.skip_gate:
+            h = self.gate(h)
+        return self.out(torch.tanh(self.mid(h)))
 
 
 class ZeroNet(nn.Module):
@@ -85,13 +121,21 @@ def serial_gradients(model: nn.Module, step: int, in_features: int, out_features
 
 
 def serial_training(model: nn.Module, optimizer_name: str, in_features: int, out_features: int,
-                    steps: int = TRAIN_STEPS, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """Parameters after ``steps`` steps of ``sgd`` (lr 0.1) or ``adam`` (lr 1e-2) on the global batches 0..steps-1."""
+                    steps: int = TRAIN_STEPS, dtype: torch.dtype = torch.float32, grad_scale: float = 1.0
+                    ) -> dict[str, torch.Tensor]:
+    """Parameters after ``steps`` steps of ``sgd`` (lr 0.1) or ``adam`` (lr 1e-2) on the global batches 0..steps-1.
+
+    ``grad_scale`` multiplies every gradient before the step (a likely-cause probe: a sum that was not divided).
+    """
     optimizer = make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
     for step in range(steps):
         optimizer.zero_grad()
         x, y = batch(step, in_features, out_features, dtype)
         loss_fn(model(x), y).backward()
+        if grad_scale != 1.0:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(grad_scale)
         optimizer.step()
     return params_of(model)
 

@@ -37,8 +37,12 @@ def expected(inputs: Inputs) -> Expected:
 
 
 def hidden_inputs(rng: random.Random) -> Inputs:
-    """Three caps (MiB) between a few small parameters and most of DDPProbeNet: other cuts than the public ones."""
-    return Inputs(bucket_sizes=tuple(sorted(rng.randint(300, 2400) / 2 ** 20 for _ in range(3))))
+    """Three caps (MiB): one fits the first k trainable parameters (reverse order) exactly, k drawn from 3..5
+    (the public exact fit is k = 2), and two between a few small parameters and most of DDPProbeNet."""
+    sizes = [p.numel() * p.element_size() for p in reversed(list(ref.DDPProbeNet(seed=0).parameters()))
+             if p.requires_grad]
+    exact = sum(sizes[:rng.randint(3, len(sizes) - 1)])
+    return Inputs(bucket_sizes=tuple(sorted([exact / 2 ** 20, *(rng.randint(300, 2400) / 2 ** 20 for _ in range(2))])))
 
 
 HIDDEN_POINTS = {checks.check_buckets: 1, checks.check_grads: 1}

@@ -1,8 +1,9 @@
 """Problem 4.2 checks: ShardedOptimizer (ZeRO-1) against serial torch.optim on the global batch.
 
 The probe trains small MLPs with ``ShardedOptimizer`` on each rank's slice of
-every global batch and records the parameters, the master shard and the
-inner optimizer's state tensors. The criteria compare the parameters with
+every global batch and records the parameters, the master shard (and its
+``grad`` after ``step()``) and the inner optimizer's state tensors; one model
+leaves a trainable parameter without gradient (``None`` counts as zeros). The criteria compare the parameters with
 serial ``torch.optim.Adam``/``SGD`` on the whole global batch, and measure
 the optimizer state a rank holds from the tensors it recorded (master shard
 + every state tensor of the inner optimizer): ZeRO-1's ``12 * ceil(P / N)``
@@ -19,15 +20,18 @@ import math
 import torch
 
 from grading.engine.compare import assert_state_close, describe
-from grading.engine.expect import expect
+from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import reference as ref
+from grading.problems.p4_1_ddp.hints import close_to
 from grading.problems.p4_2_zero1 import ID, TITLE
 
 PROBLEM = SubProblem(ID, TITLE, __package__)
 
+SHUFFLED_IO = (8, 4)            # ShuffledNet's input and output features
+SCALE_FREE_EPS = 1e-12          # Adam with this eps ignores a gradient's scale: none_grads sees the None handling only
 EVEN_SIZES = (8, 16, 4)         # 212 parameters: divisible by 2, not by 3
 ODD_SIZES = (7, 5, 3)           # 55 parameters (no last bias): divisible by neither 2 nor 3
 ADAM_BYTES_PER_ELEMENT = 12     # fp32 master + exp_avg + exp_avg_sq
@@ -38,6 +42,8 @@ P_STEPS = "steps"
 P_MEMORY = "memory"
 P_BF16 = "bf16"
 P_UNEVEN = "uneven"
+P_NONE_GRADS = "none_grads"     # ShuffledNet without its gate: a trainable parameter whose grad stays None
+P_MASTER_GRAD = "master_grad"   # what master.grad is after step()
 
 
 def _model(sizes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -71,21 +77,42 @@ def held_state(optimizer) -> dict:
 
 
 def probe_zero(ctx) -> None:
-    """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, bf16, Adam (odd P).
+    """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, master.grad after step,
+    Adam with a None gradient (ShuffledNet without its gate), bf16, Adam (odd P).
 
-    bf16 and the odd parameter count are read by public criteria only: a spawn
-    without the PUBLIC split (the hidden one, on 3 ranks) skips them.
+    All but the first two are read by public criteria only: a spawn without
+    the PUBLIC split (the hidden one, on 3 ranks) skips them.
     """
     def steps():
         return {name: ref.params_of(_train(ctx, EVEN_SIZES, name)[0]) for name in ("sgd", "adam")}
     ctx.record(P_STEPS, steps)
 
+    trained = {}
+
     def memory():
-        _, optimizer = _train(ctx, EVEN_SIZES, "adam")
-        return held_state(optimizer)
+        _, trained["optimizer"] = _train(ctx, EVEN_SIZES, "adam")
+        return held_state(trained["optimizer"])
     ctx.record(P_MEMORY, memory)
     if PUBLIC not in PROBLEM.splits(ctx):
         return
+    if trained:
+        ctx.record(P_MASTER_GRAD, lambda: {"grad": describe(trained["optimizer"].master.grad),
+                                           "is_none": trained["optimizer"].master.grad is None})
+
+    def none_grads():
+        from data_parallel.zero1 import ShardedOptimizer
+
+        model = ref.ShuffledNet(seed=0)
+        model.skip_gate = True
+        optimizer = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=ref.ADAM_LR, eps=SCALE_FREE_EPS)
+        for step in range(ref.TRAIN_STEPS):
+            optimizer.zero_grad()
+            x, y = ref.batch(step, *SHUFFLED_IO)
+            inputs, targets = ref.shard(x, ctx.rank, ctx.world_size), ref.shard(y, ctx.rank, ctx.world_size)
+            ref.loss_fn(model(inputs), targets).backward()
+            optimizer.step()
+        return ref.params_of(model)
+    ctx.record(P_NONE_GRADS, none_grads)
 
     def bf16():
         model, optimizer = _train(ctx, EVEN_SIZES, "adam", torch.bfloat16)
@@ -111,8 +138,21 @@ def check_steps(run: CaseRun, split: str) -> None:
         for rank in range(run.world_size):
             got = run.part(P_STEPS, rank)
             expect(isinstance(got, dict) and name in got, f"rank {rank}: training results missing")
-            assert_state_close(f"ShardedOptimizer({name.upper()}): rank {rank} after {ref.TRAIN_STEPS} steps, "
-                               "parameter", got[name], expected, **TOLERANCE)
+            try:
+                assert_state_close(f"ShardedOptimizer({name.upper()}): rank {rank} after {ref.TRAIN_STEPS} steps, "
+                                   "parameter", got[name], expected, **TOLERANCE)
+            except CheckFailed as failure:
+                raise CheckFailed(f"{failure}{_scale_hint(got[name], name, run.world_size)}") from None
+
+
+def _scale_hint(got, name: str, world_size: int) -> str:
+    """A likely cause when the parameters match serial training with every gradient N x or 1/N x too large."""
+    for factor, cause in ((world_size, "the reduce-scattered sum was not divided by the world size"),
+                          (1 / world_size, "the gradient was divided by the world size twice")):
+        wrong = ref.serial_training(_model(EVEN_SIZES), name, EVEN_SIZES[0], EVEN_SIZES[-1], grad_scale=factor)
+        if close_to(got, wrong, **TOLERANCE):
+            return f"\nlikely cause: {cause} (the parameters match serial training with every gradient {factor:g} x)"
+    return ""
 
 
 @CASE.criterion("4.2.uneven", "a parameter count not divisible by the world size works", points=2)
@@ -168,3 +208,31 @@ def check_bf16(run: CaseRun, split: str) -> None:
         assert_state_close(f"ShardedOptimizer(Adam) on a bf16 model: rank {rank} after {ref.TRAIN_STEPS} steps, "
                            "parameter", params, expected, **BF16_TOLERANCE)
 
+
+
+@CASE.criterion("4.2.none_grads", "a trainable parameter whose grad is None counts as zeros", points=1)
+def check_none_grads(run: CaseRun, split: str) -> None:
+    """ShuffledNet without its gate in forward (gate.scale.grad stays None): Adam equals serial training."""
+    model = ref.ShuffledNet(seed=0)
+    model.skip_gate = True
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=ref.ADAM_LR,
+                                 eps=SCALE_FREE_EPS)
+    for step in range(ref.TRAIN_STEPS):
+        optimizer.zero_grad()
+        ref.loss_fn(model(ref.batch(step, *SHUFFLED_IO)[0]), ref.batch(step, *SHUFFLED_IO)[1]).backward()
+        optimizer.step()
+    expected = ref.params_of(model)
+    for rank in range(run.world_size):
+        assert_state_close(f"ShardedOptimizer(Adam) on a model whose trainable 'gate.scale' (before 'mid') "
+                           f"gets no gradient: rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
+                           run.part(P_NONE_GRADS, rank), expected, **TOLERANCE)
+
+
+@CASE.criterion("4.2.master_grad_none", "master.grad is None after step()", points=1)
+def check_master_grad_none(run: CaseRun, split: str) -> None:
+    """After ``step()`` the master shard holds no gradient (``master.grad is None``)."""
+    for rank in range(run.world_size):
+        run.part(P_MEMORY, rank)                  # the training's own error, when it failed
+        got = run.part(P_MASTER_GRAD, rank)
+        expect(got["is_none"], f"ShardedOptimizer: rank {rank}'s master.grad after step() is {got['grad']}; "
+               "set it to None after the inner optimizer step")

@@ -7,10 +7,11 @@ bug in ``ShardedOptimizer`` costs no 4.3 point. Each rank feeds its own
 random noise into the inputs, so every rank's shard (optimizer state, RNG
 state in ``extra``) differs and must come back to the rank that saved it.
 
-The resumed half of the exact-resume check runs in *new processes*: each
-rank starts ``python -m grading.problems.p4_3_checkpoint.checks`` which joins a fresh
-process group, loads the checkpoint into a differently initialised model and
-trains the last steps.
+The probe (``probe.py``) also damages copies of a good checkpoint
+(``damage.py``: some break the manifest's promise, some only its content),
+logs the collectives, writes and renames of one save, and simulates a crash
+in the middle of a save. The resumed half of the exact-resume check runs in
+*new processes* (``python -m grading.problems.p4_3_checkpoint.probe``).
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
 3 ranks, where the spawn without the PUBLIC split skips the exact resume
@@ -18,191 +19,27 @@ No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
 """
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC
 from grading.kit.problem import SubProblem
-from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.p4_3_checkpoint import ID, TITLE
-from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
+from grading.problems.p4_3_checkpoint import ID, TITLE, probe
+from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
+                                                     SHARD_DAMAGE)
+from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
+                                                    P_ROUNDTRIP, P_STRAIGHT, SAVE_STEP, TOTAL_STEPS)
+from grading.problems.p4_3_checkpoint.reference import same
 
 PROBLEM = SubProblem(ID, TITLE, __package__)
 
-SIZES = (8, 16, 4)
-TOTAL_STEPS, SAVE_STEP, EARLY_STEP = 20, 10, 5
-NOISE = 0.05
-CORRUPTIONS = ("flipped_byte_shard", "flipped_byte_model", "missing_shard", "other_world_size", "other_step_manifest",
-               "truncated_manifest")
-FILE_NAMED = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "model.pt",
-              "missing_shard": "shard_00000.pt", "other_world_size": "manifest.json",
-              "other_step_manifest": None, "truncated_manifest": "manifest.json"}
-CHILD_TIMEOUT_S = 60
-
-P_STRAIGHT = "straight"
-P_MANIFEST = "manifest"
-P_ROUNDTRIP = "roundtrip"
-P_REFUSALS = "refusals"
-P_RESUME = "resume"
 
 
-def _model(seed: int = 0) -> torch.nn.Module:
-    return ref.ZeroNet(SIZES, seed=seed)
-
-
-def _steps(model, optimizer, start: int, stop: int) -> list[float]:
-    """Train on global batches start..stop-1, each with this rank's noise; return the losses."""
-    losses = []
-    for position in range(start, stop):
-        x, y = ref.batch(position, SIZES[0], SIZES[-1])
-        x = x + NOISE * torch.randn(x.shape)
-        optimizer.zero_grad()
-        loss = ref.loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
-def _extra(position: int) -> dict:
-    return {"torch_rng": torch.get_rng_state(), "position": position}
-
-
-def _optimizer_state(optimizer: OwnerAdam) -> dict:
-    state = optimizer.adam.state_dict()
-    return {"state": {str(k): {key: value.detach().clone() if isinstance(value, torch.Tensor) else value
-                               for key, value in v.items()} for k, v in state["state"].items()},
-            "param_groups": [{key: list(value) if isinstance(value, list) else value for key, value in group.items()}
-                             for group in state["param_groups"]]}
-
-
-def _snapshot(model, optimizer) -> dict:
-    return {"model": ref.state_of(model), "optimizer": _optimizer_state(optimizer)}
-
-
-def _digest(path: Path) -> dict:
-    data = path.read_bytes()
-    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-
-
-def _corrupt(source: Path, dest: Path, kind: str, early: Path) -> None:
-    shutil.copytree(source, dest)
-    if kind.startswith("flipped_byte"):
-        target = dest / FILE_NAMED[kind]
-        data = bytearray(target.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        target.write_bytes(bytes(data))
-    elif kind == "missing_shard":
-        (dest / FILE_NAMED[kind]).unlink()
-    elif kind == "other_world_size":
-        manifest = json.loads((dest / "manifest.json").read_text())
-        manifest["world_size"] = manifest.get("world_size", 2) + 1
-        (dest / "manifest.json").write_text(json.dumps(manifest))
-    elif kind == "other_step_manifest":
-        shutil.copy(early / "manifest.json", dest / "manifest.json")
-    elif kind == "truncated_manifest":
-        text = (dest / "manifest.json").read_text()
-        (dest / "manifest.json").write_text(text[:len(text) // 2])
-
-
-# ---------------------------------------------------------------- probe (rank side)
 def probe_checkpoint(ctx) -> None:
-    """Round trip, manifest, refusals and exact resume (resumed half in new processes; public split only)."""
-    from data_parallel.checkpoint import load_sharded, save_sharded
-
-    root = Path(ctx.store).parent / "checkpoints"
-    saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
-    torch.manual_seed(10 + ctx.rank)
-    model = _model()
-    optimizer = OwnerAdam(model, ref.ADAM_LR)
-    at_save: dict = {}
-
-    def straight():
-        losses = _steps(model, optimizer, 0, EARLY_STEP)
-        save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
-        losses += _steps(model, optimizer, EARLY_STEP, SAVE_STEP)
-        at_save.update(_snapshot(model, optimizer), extra=_extra(SAVE_STEP))
-        save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
-        losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
-        return {"losses": losses, "params": ref.params_of(model)}
-    if ctx.record(P_STRAIGHT, straight) is None:
-        return
-
-    def manifest():
-        return {"manifest": json.loads((saved / "manifest.json").read_text()),
-                "files": {p.name: _digest(p) for p in sorted(saved.iterdir()) if p.is_file()}}
-    ctx.record(P_MANIFEST, manifest)
-
-    def roundtrip():
-        step, extra = load_sharded(saved, model, optimizer)
-        return {"step": step, "extra": extra, "loaded": _snapshot(model, optimizer), "saved": at_save}
-    ctx.record(P_ROUNDTRIP, roundtrip)
-
-    def refusals():
-        _steps(model, optimizer, 0, 1)          # a state that differs from every checkpoint
-        if ctx.rank == 0:
-            for kind in CORRUPTIONS:
-                _corrupt(saved, root / kind, kind, early)
-        dist.barrier()
-        outcomes = {}
-        for kind in CORRUPTIONS:
-            before = _snapshot(model, optimizer)
-            try:
-                load_sharded(root / kind, model, optimizer)
-                outcome = {"raised": None}
-            except Exception as exc:  # noqa: BLE001 - a submission may raise anything
-                outcome = {"raised": type(exc).__name__, "value_error": isinstance(exc, ValueError),
-                           "message": str(exc)[:500]}
-            outcome["untouched"] = same(before, _snapshot(model, optimizer))
-            outcomes[kind] = outcome
-        return outcomes
-    ctx.record(P_REFUSALS, refusals)
-    if PUBLIC in PROBLEM.splits(ctx):           # only a public criterion reads it
-        ctx.record(P_RESUME, lambda: _resume_in_new_process(ctx, saved))
-
-
-def _resume_in_new_process(ctx, saved: Path) -> dict:
-    """Start this rank's successor process (a fresh group over a new file store); return what it recorded."""
-    out = Path(ctx.out_dir) / "resumed.pt"
-    spec = {"rank": ctx.rank, "world_size": ctx.world_size, "store": f"{ctx.store}.resume",
-            "checkpoint": str(saved), "out": str(out)}
-    done = subprocess.run([sys.executable, "-m", "grading.problems.p4_3_checkpoint.checks", json.dumps(spec)],
-                          cwd=os.getcwd(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT_S)
-    if done.returncode != 0:
-        raise RuntimeError(f"the resumed process of rank {ctx.rank} failed:\n{done.stderr[-1500:]}")
-    return torch.load(out, weights_only=True)
-
-
-def resume_child(spec: dict) -> None:
-    """The resumed half, in a new process: fresh group and model, ``load_sharded``, the remaining steps."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{spec['store']}", rank=spec["rank"],
-                            world_size=spec["world_size"], timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_S))
-    from data_parallel.checkpoint import load_sharded
-
-    torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
-    model = _model(seed=7)
-    optimizer = OwnerAdam(model, ref.ADAM_LR)
-    step, extra = load_sharded(spec["checkpoint"], model, optimizer)
-    torch.set_rng_state(extra["torch_rng"])
-    losses = _steps(model, optimizer, extra["position"], TOTAL_STEPS)
-    torch.save({"step": step, "losses": losses, "params": ref.params_of(model)}, spec["out"])
-    dist.barrier()
-    # Skip interpreter shutdown: tearing down a live gloo group there can abort ("terminate called ...").
-    os._exit(0)
+    """Round trip, manifest, files, refusals, exact resume (new processes; public split only) and a crash."""
+    probe.probe_checkpoint(ctx, PUBLIC in PROBLEM.splits(ctx))
 
 
 CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=True, timeout_s=120)
@@ -248,23 +85,48 @@ def check_manifest(run: CaseRun, split: str) -> None:
            "must be renamed or removed)")
 
 
+def _judge_refusals(run: CaseRun, kinds: dict) -> None:
+    """Each damaged checkpoint of ``kinds`` raised CheckpointError (a ValueError) on every rank, naming the file."""
+    run.part(P_STRAIGHT, 0)
+    for rank in range(run.world_size):
+        outcomes = run.part(P_REFUSALS, rank)
+        for kind, named in kinds.items():
+            got = outcomes[kind]
+            what = f"load_sharded on a checkpoint with {kind.replace('_', ' ')}: rank {rank}"
+            expect(got["raised"] is not None, f"{what} loaded it without complaint")
+            expect(got["raised"] == "CheckpointError" and got["value_error"],
+                   f"{what} raised {got['raised']}: {got['message'][:200]}; expected CheckpointError (a ValueError)")
+            names = {None: ["model.pt", "shard_", "manifest.json"], "shard": [f"shard_{rank:05d}.pt"]}.get(
+                named, [named, "shard_00001.pt"] if kind == "shard_not_listed" else [named])
+            expect(any(n in got["message"] for n in names), f"{what}: the message {got['message'][:200]!r} "
+                   f"does not name the file ({' or '.join(names)})")
+
+
 @CASE.criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
                 "CheckpointError naming the file", points=3)
 def check_refuse(run: CaseRun, split: str) -> None:
     """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file."""
-    run.part(P_STRAIGHT, 0)
-    for rank in range(run.world_size):
-        outcomes = run.part(P_REFUSALS, rank)
-        for kind in CORRUPTIONS:
-            got = outcomes[kind]
-            what = f"load_sharded on a checkpoint with a {kind.replace('_', ' ')}: rank {rank}"
-            expect(got["raised"] is not None, f"{what} loaded it without complaint")
-            expect(got["raised"] == "CheckpointError" and got["value_error"],
-                   f"{what} raised {got['raised']}: {got['message'][:200]}; expected CheckpointError (a ValueError)")
-            named = FILE_NAMED[kind]
-            names = [named] if named else ["model.pt", "shard_", "manifest.json"]
-            expect(any(n in got["message"] for n in names), f"{what}: the message {got['message'][:200]!r} "
-                   f"does not name the file ({' or '.join(names)})")
+    _judge_refusals(run, CORRUPTIONS)
+
+
+@CASE.criterion("4.3.refuse_manifest", "no manifest, format 2, a shard not listed: CheckpointError", points=1)
+def check_refuse_manifest(run: CaseRun, split: str) -> None:
+    """A missing manifest, format 2, or a manifest that does not list shard_00001.pt is refused on every rank."""
+    _judge_refusals(run, MANIFEST_DAMAGE)
+
+
+@CASE.criterion("4.3.refuse_shard_fields", "valid-looking shards of another rank or step: CheckpointError",
+                points=1)
+def check_refuse_shard_fields(run: CaseRun, split: str) -> None:
+    """Digests that match, but each shard holds another rank's state (or an older step's): refused."""
+    _judge_refusals(run, SHARD_DAMAGE)
+
+
+@CASE.criterion("4.3.refuse_model", "valid-looking model.pt with a missing key or another shape: CheckpointError",
+                points=1)
+def check_refuse_model(run: CaseRun, split: str) -> None:
+    """Digests that match, but model.pt misses a key or holds another shape: refused, naming model.pt."""
+    _judge_refusals(run, MODEL_DAMAGE)
 
 
 @CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=2)
@@ -273,7 +135,7 @@ def check_untouched(run: CaseRun, split: str) -> None:
     run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
         outcomes = run.part(P_REFUSALS, rank)
-        refused = [kind for kind in CORRUPTIONS if outcomes[kind]["raised"] is not None]
+        refused = [kind for kind in ALL_DAMAGE if outcomes[kind]["raised"] is not None]
         expect(refused, f"load_sharded: rank {rank} refused none of the damaged checkpoints, so none left the "
                "model untouched")
         changed = [kind for kind in refused if not outcomes[kind]["untouched"]]
@@ -296,5 +158,69 @@ def check_resume(run: CaseRun, split: str) -> None:
                            straight["params"], atol=0, rtol=0)
 
 
-if __name__ == "__main__":
-    resume_child(json.loads(sys.argv[1]))
+@CASE.criterion("4.3.crash_no_manifest", "a save that crashes midway leaves no manifest", points=1)
+def check_crash_no_manifest(run: CaseRun, split: str) -> None:
+    """A save that fails in every rank's torch.save, into a folder with a complete checkpoint: no manifest.json."""
+    run.part(P_STRAIGHT, 0)                     # save_sharded's own error, when it raised
+    got = run.part(P_CRASH, 0)
+    expect(got["raised"] is not None, "save_sharded with an extra that cannot be pickled returned without an "
+           "error (torch.save must fail on it)")
+    expect(not got["manifest_left"], "save_sharded failed while writing the shards (into a folder holding a "
+           "complete checkpoint) and left a manifest.json: rank 0 removes the old manifest before anything is "
+           "written, so a crash from there on leaves none")
+
+
+@CASE.criterion("4.3.barriers", "a barrier before any file is written; the last call a barrier after the manifest",
+                points=1)
+def check_barriers(run: CaseRun, split: str) -> None:
+    """Every rank enters a barrier before it writes a file, and returns right after a barrier that rank 0
+    entered with the manifest in place."""
+    for rank in range(run.world_size):
+        run.part(P_STRAIGHT, rank)
+        events = run.part(P_EVENTS, rank)["events"]
+        kinds = [e[0] for e in events]
+        first_save = kinds.index("save") if "save" in kinds else len(kinds)
+        expect("barrier" in kinds[:first_save], f"save_sharded: rank {rank} wrote a file before its first "
+               f"dist.barrier (calls in order: {kinds}); the ranks synchronise after rank 0 removed the old manifest")
+        collectives = [e for e in events if e[0] in ("barrier", "all_gather_object")]
+        last = collectives[-1] if collectives else ["none"]
+        expect(last[0] == "barrier", f"save_sharded: rank {rank}'s last collective call is {last[0]} (calls in "
+               f"order: {kinds}); end with dist.barrier so that no rank returns before the checkpoint is complete")
+        expect(rank != 0 or last[1], f"save_sharded: rank 0 entered its final dist.barrier before manifest.json "
+               f"was in place (calls in order: {kinds})")
+
+
+@CASE.criterion("4.3.manifest_atomic", "manifest.json is os.replace-d into place from a temporary in the folder",
+                points=1)
+def check_manifest_atomic(run: CaseRun, split: str) -> None:
+    """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder."""
+    run.part(P_STRAIGHT, 0)
+    got = run.part(P_EVENTS, 0)
+    folder = Path(got["directory"])
+    moves = [e for e in got["events"] if e[0] in ("replace", "rename") and Path(e[2]) == folder / "manifest.json"]
+    expect(moves, "save_sharded: rank 0 never os.replace-d anything onto manifest.json (calls in order: "
+           f"{[e[0] for e in got['events']]}); write it to a temporary name in the folder, then os.replace it")
+    expect(all(Path(e[1]).parent == folder for e in moves), f"save_sharded: rank 0 moved {moves[0][1]} onto "
+           "manifest.json; the temporary file must be in the checkpoint folder (a rename is atomic only there)")
+
+
+@CASE.criterion("4.3.file_format", "model.pt and each shard hold what the format says (weights_only)", points=1)
+def check_file_format(run: CaseRun, split: str) -> None:
+    """torch.load(weights_only=True) of model.pt gives the model's state_dict, of shard r its step/rank/..."""
+    for rank in range(run.world_size):
+        run.part(P_STRAIGHT, rank)
+        got = run.part(P_FILES, rank)
+        for name, part in ((f"shard_{rank:05d}.pt", got["shard"]), ("model.pt", got["model"])):
+            expect("value" in part, f"torch.load({name}, weights_only=True) on rank {rank} failed: "
+                   f"{part.get('error')}")
+        shard, want = got["shard"]["value"], {"step": SAVE_STEP, "rank": rank, "world_size": run.world_size,
+                                              "optimizer": got["saved_optimizer"], "extra": got["saved_extra"]}
+        expect(isinstance(shard, dict) and set(shard) == set(want), f"shard_{rank:05d}.pt holds "
+               f"{sorted(shard) if isinstance(shard, dict) else describe(shard)}, expected the keys {sorted(want)}")
+        wrong = [k for k in want if not same(shard[k], want[k])]
+        expect(not wrong, f"shard_{rank:05d}.pt: {wrong} differ from what rank {rank} saved ({SAVE_STEP}, rank "
+               f"{rank}, world size {run.world_size}, optimizer.state_dict(), extra)")
+        model = got["model"]["value"]
+        expect(isinstance(model, dict), f"model.pt holds {describe(model)}, expected the model's state_dict")
+        assert_state_close("model.pt, tensor", model, got["saved_model"], atol=0, rtol=0)
+

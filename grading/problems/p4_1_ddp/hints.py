@@ -1,0 +1,44 @@
+"""Likely causes for Problem 4 failures, found by recomputing a suspected wrong answer (never a right one)."""
+from __future__ import annotations
+
+import torch
+
+from grading.problems.p4_1_ddp import reference as ref
+
+
+def factor_hint(got, expected: dict, world_size: int) -> str:
+    """A likely cause when every tensor of ``got`` is the expected one times N or 1/N (N = world size)."""
+    pairs = [(got.get(n), e) for n, e in expected.items() if e is not None] if isinstance(got, dict) else []
+    pairs = [(g, e) for g, e in pairs if isinstance(g, torch.Tensor) and g.shape == e.shape]
+    if not pairs:
+        return ""
+    for factor, cause in ((world_size, "a sum over the ranks without the division by the world size"),
+                          (1 / world_size, "a division by the world size twice")):
+        if all(torch.allclose(g.double(), e.double() * factor, atol=1e-6, rtol=1e-4) for g, e in pairs):
+            return f"\nlikely cause: {cause} (every gradient is {factor:g} x the expected one)"
+    return ""
+
+
+def close_to(got, expected: dict, atol: float, rtol: float) -> bool:
+    """True when ``got`` holds every tensor of ``expected`` with its shape, within the tolerance."""
+    return isinstance(got, dict) and all(
+        isinstance(got.get(n), torch.Tensor) and got[n].shape == e.shape
+        and torch.allclose(got[n].double(), e.double(), atol=atol, rtol=rtol) for n, e in expected.items())
+
+
+def bucket_hint(got, want: list[list[str]], mb: float) -> str:
+    """A likely cause for wrong buckets: registration order, a frozen parameter, a cut at an exact fit."""
+    if not (isinstance(got, list) and all(isinstance(b, list) for b in got)):
+        return ""
+    flat, flat_want = [n for b in got for n in b], [n for b in want for n in b]
+    if flat == flat_want[::-1]:
+        return ("\nlikely cause: parameters taken in registration order; take them in reverse order of "
+                "named_parameters()")
+    if "frozen" in flat:
+        return "\nlikely cause: a frozen parameter (requires_grad False) was put in a bucket"
+    nbytes = {n: p.numel() * p.element_size() for n, p in ref.DDPProbeNet(seed=0).named_parameters()}
+    if flat == flat_want and any(sum(nbytes.get(n, 0) for n in b) + nbytes.get(nxt[0], 0) == mb * 2 ** 20
+                                 for b, nxt in zip(got, got[1:]) if nxt):
+        return ("\nlikely cause: a bucket that reaches the cap exactly was closed; a parameter starts a new bucket "
+                "only when the bucket's bytes would then exceed the cap")
+    return ""

@@ -1,0 +1,131 @@
+"""Problem 4.3 probe helpers: damaged copies of a checkpoint, and a log of what ``save_sharded`` does.
+
+A damaged copy starts as a copy of a good checkpoint. Some damage breaks the
+manifest's promise (a flipped byte, a missing file); the rest is
+*valid-looking*: the grader rewrites the manifest's digests so that every
+file matches, and only a check of the content (format, listed files, a
+shard's step and rank, model.pt's keys and shapes) can refuse it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+MANIFEST = "manifest.json"
+# kind -> the file a refusal's message must name (None: any checkpoint file; "shard": this rank's shard)
+CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "model.pt",
+               "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "other_step_manifest": None,
+               "truncated_manifest": MANIFEST}
+MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "shard_not_listed": MANIFEST}
+SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard"}
+MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt"}
+ALL_DAMAGE = {**CORRUPTIONS, **MANIFEST_DAMAGE, **SHARD_DAMAGE, **MODEL_DAMAGE}
+
+
+def digest(path: Path) -> dict:
+    """``{"sha256", "bytes"}`` of a file, as the manifest records it."""
+    data = path.read_bytes()
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def _manifest(dest: Path) -> dict:
+    return json.loads((dest / MANIFEST).read_text())
+
+
+def _write_manifest(dest: Path, manifest: dict, refresh: bool = False) -> None:
+    if refresh:          # a valid-looking copy: every listed file matches its entry
+        manifest["files"] = {name: digest(dest / name) for name in manifest["files"]}
+    (dest / MANIFEST).write_text(json.dumps(manifest))
+
+
+def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
+    """Copy the checkpoint ``source`` to ``dest`` and damage it as ``kind`` says (``early``: an older one)."""
+    shutil.copytree(source, dest)
+    manifest = _manifest(dest)
+    shards = sorted(name for name in manifest.get("files", {}) if name.startswith("shard_"))
+    if kind.startswith("flipped_byte"):
+        target = dest / CORRUPTIONS[kind]
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        target.write_bytes(bytes(data))
+    elif kind == "missing_shard":
+        (dest / CORRUPTIONS[kind]).unlink()
+    elif kind == "other_world_size":
+        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) + 1})
+    elif kind == "other_step_manifest":
+        shutil.copy(early / MANIFEST, dest / MANIFEST)
+    elif kind == "truncated_manifest":
+        text = (dest / MANIFEST).read_text()
+        (dest / MANIFEST).write_text(text[:len(text) // 2])
+    elif kind == "no_manifest":
+        (dest / MANIFEST).unlink()
+    elif kind == "other_format":
+        _write_manifest(dest, {**manifest, "format": 2})
+    elif kind == "shard_not_listed":
+        del manifest["files"]["shard_00001.pt"]
+        _write_manifest(dest, manifest)
+    elif kind == "rotated_shards":           # shard r holds rank r + 1's state: every rank gets another's
+        for name, following in zip(shards, shards[1:] + shards[:1]):
+            shutil.copy(source / following, dest / name)
+        _write_manifest(dest, manifest, refresh=True)
+    elif kind == "other_step_shards":        # every shard from the older save, the manifest of this one
+        for name in shards:
+            shutil.copy(early / name, dest / name)
+        _write_manifest(dest, manifest, refresh=True)
+    elif kind in MODEL_DAMAGE:
+        state = torch.load(dest / "model.pt", weights_only=True)
+        last = sorted(name for name in state if name.endswith(".weight"))[-1]
+        if kind == "model_missing_key":
+            del state[last[:-len("weight")] + "bias"]
+        else:
+            state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
+            state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
+        torch.save(state, dest / "model.pt")
+        _write_manifest(dest, manifest, refresh=True)
+    else:
+        raise ValueError(kind)
+
+
+class SaveLog:
+    """Records, while ``active``, the collectives, file writes and renames the submission makes in this rank.
+
+    ``install()`` wraps ``dist.barrier``, ``dist.all_gather_object``, ``torch.save``, ``os.replace`` and
+    ``os.rename`` (before the submission is imported); each event is a plain list.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[list] = []
+        self.active: Path | None = None          # the directory of the save being watched
+
+    def install(self) -> None:
+        import torch.distributed as dist
+
+        def wrap(owner, name: str, note):
+            real = getattr(owner, name)
+
+            def wrapper(*args, **kwargs):
+                if self.active is not None:
+                    self.events.append([name, *note(*args, **kwargs)])
+                return real(*args, **kwargs)
+            setattr(owner, name, wrapper)
+
+        manifest_there = lambda *a, **k: [(self.active / MANIFEST).exists()]  # noqa: E731
+        wrap(dist, "barrier", manifest_there)
+        wrap(dist, "all_gather_object", lambda *a, **k: [])
+        wrap(torch, "save", lambda obj, f, *a, **k: [str(f)])
+        for name in ("replace", "rename"):
+            wrap(os, name, lambda src, dst, *a, **k: [str(Path(src).resolve()), str(Path(dst).resolve())])
+
+    def watch(self, directory: Path) -> None:
+        """Start recording a save into ``directory`` (events so far are dropped)."""
+        self.events, self.active = [], Path(directory)
+
+    def stop(self) -> list[list]:
+        """Stop recording; the events of the watched save."""
+        self.active = None
+        return self.events
