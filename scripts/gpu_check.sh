@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA/NCCL paths the CPU test suite cannot reach, in one run (<= 9 minutes on one H200: the part
-# timeouts add up to 520 s).
+# The CUDA/NCCL paths the CPU test suite cannot reach, in one run (<= 9.5 minutes on one H200: the part
+# timeouts add up to 550 s).
 #
 #   bash scripts/gpu_check.sh              # run every part, one summary line each (PASS/FAIL/SKIP + reason)
 #   bash scripts/gpu_check.sh --dry-run    # print each part's command, run nothing
@@ -17,6 +17,18 @@ DRY=0
 W="$OUT/work"
 TINY="--workdir $W --n_train 256 --n_valid 32 --n_epochs 1 --quiet"
 
+# Problem 5.1 on a 1-rank NCCL group: non-contiguous inputs and gradients through f and g, CUDA shards.
+TP_NCCL="import torch, torch.distributed as dist; torch.cuda.set_device(0); \
+dist.init_process_group('nccl', init_method='file://$OUT/tp_store', rank=0, world_size=1); \
+from tensor_parallel.layers import copy_to_parallel_region as f, reduce_from_parallel_region as g; \
+from tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear; \
+x = torch.randn(4, 6, device='cuda').t().requires_grad_(); g(x).backward(torch.randn(4, 6, device='cuda').t()); \
+x = torch.randn(4, 6, device='cuda').t().requires_grad_(); f(x).backward(torch.randn(4, 6, device='cuda').t()); \
+column = ColumnParallelLinear.from_linear(torch.nn.Linear(6, 12).cuda(), chunks=3); \
+row = RowParallelLinear.from_linear(torch.nn.Linear(12, 6).cuda()); \
+assert all(p.is_cuda for p in [*column.parameters(), *row.parameters()]), 'shards left the layer device'; \
+row(column(torch.randn(2, 6, device='cuda'))).sum().backward(); dist.destroy_process_group(); print('ok')"
+
 # name | seconds | needs (gpu: 1 GPU) | command
 PARTS=(
   "pipeline_cuda0|40|gpu|$PY project/run_pipeline.py --model_parallel_mode pipeline_parallel --devices cuda:0,cuda:0 --n_chunk 4 $TINY --out_dir $OUT/pipeline"
@@ -28,6 +40,9 @@ PARTS=(
   "zero3_offload_nccl|50|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --zero_stage 3 --offload cpu --micro_batch 8 $TINY --out_dir $OUT/zero3"
   "benchmark_gpu_quick|90|gpu|$PY scripts/run_benchmarks.py --quick --workdir $W --figures_dir $OUT/figures"
   "grade_problem_1_2|60|gpu|$PY -m grading grade --problem 1.2"
+  # Problem 5.1 on NCCL (CLAUSES.md, Problem 5 prose): the region functions all-reduce contiguous copies (NCCL
+  # refuses non-contiguous tensors, gloo does not), and from_linear keeps a CUDA layer's shards on its device.
+  "tensor_parallel_nccl_contiguous|30|gpu|rm -f $OUT/tp_store && $PY -c \"$TP_NCCL\""
   # Problem 4 on one CUDA rank (CLAUSES.md, Problem 4 prose): ZeRO-1 master shard on the parameters' device,
   # model.pt with CPU tensors of a CUDA model, load_sharded back onto CUDA.
   "problem4_cuda|40|gpu|$PY -m grading.problems.p4_3_checkpoint.cuda_check"
