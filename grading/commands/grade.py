@@ -15,7 +15,7 @@ from grading.commands import benchmarks, report
 from grading.commands.options import add_course_options
 from grading.engine import profile
 from grading.engine.rubric import selects
-from grading.engine.runner import CriterionResult, run_cases
+from grading.engine.runner import CriterionResult, run_cases, warm_servers
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.regions import PROTECTED_RECORD
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
@@ -90,16 +90,25 @@ def _grade(args: argparse.Namespace, problem: str | None) -> int:
             return report.EXIT_USAGE
         code_root = scratch / "kit"
         splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
-        notes += splice.notes()
-        if args.submission is not None:
-            notes += benchmarks.figures_notes(submission_root)
-        cases = all_cases()
-        progress = None if args.quiet else (lambda case: print(f"... running {case.name} "
-                                                               f"({case.world_size} rank(s))", file=sys.stderr))
-        if args.timeout is not None:
-            cases = [replace(case, timeout_s=args.timeout) for case in cases]
-        results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
-                            barred=splice.barred, hints=splice.hints)
+        servers = warm_servers(code_root)           # they import torch while this process loads the checks
+        if servers is not None:
+            servers.warm_up()
+        try:
+            notes += splice.notes()
+            if args.submission is not None:
+                notes += benchmarks.figures_notes(submission_root)
+            cases = all_cases()
+            progress = None if args.quiet else (lambda case: print(f"... running {case.name} "
+                                                                   f"({case.world_size} rank(s))", file=sys.stderr))
+            if args.timeout is not None:
+                cases = [replace(case, timeout_s=args.timeout) for case in cases]
+            if servers is not None and cases:
+                servers.warm_up(max(case.world_size for case in cases))
+            results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
+                                barred=splice.barred, hints=splice.hints, servers=servers)
+        finally:
+            if servers is not None:
+                servers.close()
         print(report.table(results, notes, verbose=args.verbose))
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")

@@ -185,16 +185,23 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         self._socket = ours
         self._buffer = b""
+        self._ready = False
         self.exits: dict[int, int] = {}
         self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
                                      cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
+
+    def wait_ready(self) -> None:
+        """Block until the server has imported what it preloads (it starts in the background); raise
+        RuntimeError when it cannot."""
+        if self._ready:
+            return
         reply = self._next(lambda m: "ready" in m or "error" in m, START_TIMEOUT_S)
         if reply is None or "error" in reply:
             self.close()
-            raise RuntimeError((reply or {}).get("error") or "the fork server did not start: "
-                               + (self.proc.stderr.read().decode(errors="replace")[-500:] if self.proc.stderr else ""))
+            raise RuntimeError((reply or {}).get("error") or "the fork server did not start")
+        self._ready = True
 
     def _messages(self, timeout_s: float) -> list[dict]:
         ready, _, _ = select.select([self._socket], [], [], timeout_s)
@@ -221,6 +228,7 @@ class ForkServer:
     def spawn(self, spec: Path, rank: int, key: bytes, env: dict[str, str], stdout: Path, stderr: Path,
               cwd: Path) -> int:
         """Fork rank ``rank`` of the case whose spec is ``spec``; return its pid."""
+        self.wait_ready()
         self._socket.sendall((json.dumps({"op": "spawn", "spec": str(spec), "rank": rank, "key": key.decode(),
                                           "env": env, "stdout": str(stdout), "stderr": str(stderr),
                                           "cwd": str(cwd)}) + "\n").encode())
@@ -282,12 +290,18 @@ class ForkServers:
         self._servers: dict[int, ForkServer] = {}
 
     def server(self, rank: int) -> ForkServer:
-        """The server that forks rank ``rank`` (a dead one is replaced)."""
+        """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
         current = self._servers.get(rank)
         if current is None or not current.alive():
             env = {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))}
             self._servers[rank] = ForkServer(self.cwd, env)
         return self._servers[rank]
+
+    def warm_up(self, ranks: int = 2) -> None:
+        """Start the servers of ranks 0 .. ``ranks``-1 now, in the background (their imports overlap the caller's
+        own work); nothing waits for them here."""
+        for rank in range(ranks):
+            self.server(rank)
 
     def close(self) -> None:
         for server in self._servers.values():

@@ -7,12 +7,13 @@ import re
 import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from grading.engine.expect import CheckFailed
 from grading.engine.forkserver import ForkServers
-from grading.engine.launch import launch, pick_backend
+from grading.engine.launch import LaunchResult, launch, pick_backend
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, selects
 
@@ -62,10 +63,21 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
             return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints, servers)
-    work_dir = Path(work_dir)
-    result = launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=work_dir / case.name,
-                    args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
-                    backend=pick_backend(case.world_size, backend), servers=servers)
+    return judge_case(case, _launch(case, kit_root, work_dir, timeout_scale, backend, servers), barred, hints)
+
+
+def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, backend: str,
+            servers: ForkServers | None) -> LaunchResult:
+    """Run ``case``'s ranks on ``kit_root`` into ``work_dir/<case name>``."""
+    return launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
+                  args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
+                  backend=pick_backend(case.world_size, backend), servers=servers)
+
+
+def judge_case(case: Case, result: LaunchResult, barred: dict[str, str] | None = None,
+               hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
+    """Judge every criterion of ``case`` on its finished launch ``result`` (see ``run_case``); never raises."""
+    barred = barred or {}
     run = CaseRun(case.world_size, result)
     judging = time.perf_counter()
     verdicts = []
@@ -87,7 +99,7 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
                                         criterion.points if status == "passed" else 0.0, status, message,
                                         result.wall_s, criterion.hidden))
-    (work_dir / case.name / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
+    (result.out_dir / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
     return verdicts
 
 
@@ -99,21 +111,33 @@ def warm_servers(kit_root: Path) -> ForkServers | None:
 
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
               timeout_scale: float = 1.0, progress=None, barred: dict[str, str] | None = None,
-              hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
-    """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in order."""
-    verdicts = []
-    servers = warm_servers(kit_root)
+              hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None) -> list[CriterionResult]:
+    """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in rubric order.
+
+    While one case's criteria are judged (in a helper thread of this process), the next case's ranks already
+    run. ``servers``: fork servers already started for ``kit_root`` (the caller closes them); by default the
+    run starts its own (``warm_servers``) and closes them at the end.
+    """
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
+            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, barred, hints, servers)
+    owned = servers is None
+    servers = warm_servers(kit_root) if owned else servers
+    pending = []
     try:
-        for case in cases:
-            if not any(selects(problem, c.problem) for c in case.criteria):
-                continue
-            if progress:
-                progress(case)
-            for verdict in run_case(case, kit_root, work_dir, timeout_scale, barred=barred, hints=hints,
-                                    servers=servers):
-                if selects(problem, verdict.problem):
-                    verdicts.append(verdict)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judges:
+            for case in cases:
+                if not any(selects(problem, c.problem) for c in case.criteria):
+                    continue
+                if progress:
+                    progress(case)
+                if all(c.problem in (barred or {}) for c in case.criteria):
+                    pending.append(run_case(case, kit_root, work_dir, barred=barred))
+                    continue
+                result = _launch(case, kit_root, work_dir, timeout_scale, "auto", servers)
+                pending.append(judges.submit(judge_case, case, result, barred, hints))
     finally:
-        if servers is not None:
+        if owned and servers is not None:
             servers.close()
-    return verdicts
+    verdicts = [v for item in pending for v in (item if isinstance(item, list) else item.result())]
+    return [v for v in verdicts if selects(problem, v.problem)]
