@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA/NCCL paths the CPU test suite cannot reach, in one run (<= 9.5 minutes on one H200: the part
-# timeouts add up to 550 s).
+# The CUDA/NCCL paths the CPU test suite cannot reach, in one run (<= 8 minutes on one H200: the part
+# timeouts add up to 480 s, so one device call of at most 10 minutes always has room for it).
 #
 #   bash scripts/gpu_check.sh              # run every part, one summary line each (PASS/FAIL/SKIP + reason)
 #   bash scripts/gpu_check.sh --dry-run    # print each part's command, run nothing
@@ -31,21 +31,22 @@ row(column(torch.randn(2, 6, device='cuda'))).sum().backward(); dist.destroy_pro
 
 # name | seconds | needs (gpu: 1 GPU) | command
 PARTS=(
-  "pipeline_cuda0|40|gpu|$PY project/run_pipeline.py --model_parallel_mode pipeline_parallel --devices cuda:0,cuda:0 --n_chunk 4 $TINY --out_dir $OUT/pipeline"
-  "model_parallel_cuda0_bf16_ckpt|40|gpu|$PY project/run_pipeline.py --model_parallel_mode model_parallel --devices cuda:0,cuda:0 --precision bf16 --grad_ckpt $TINY --out_dir $OUT/mp"
-  "pipeline_fp16_gradscaler|40|gpu|$PY project/run_pipeline.py --model_parallel_mode pipeline_parallel --precision fp16 $TINY --out_dir $OUT/pp_fp16"
-  "data_parallel_nccl_resume|60|gpu|$PY project/run_data_parallel.py --world_size 1 --backend nccl --save_every 2 --max_steps 3 $TINY --out_dir $OUT/dp && $PY project/run_data_parallel.py --world_size 1 --backend nccl --resume $OUT/dp/checkpoints $TINY --out_dir $OUT/dp"
-  "zero2_nccl_one_rank|50|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --micro_batch 8 $TINY --out_dir $OUT/zero2"
-  "zero2_fp16_config|50|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --precision fp16 --micro_batch 8 $TINY --out_dir $OUT/zero2_fp16"
-  "zero3_offload_nccl|50|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --zero_stage 3 --offload cpu --micro_batch 8 $TINY --out_dir $OUT/zero3"
-  "benchmark_gpu_quick|90|gpu|$PY scripts/run_benchmarks.py --quick --workdir $W --figures_dir $OUT/figures"
-  "grade_problem_1_2|60|gpu|$PY -m grading grade --problem 1.2"
+  "pipeline_cuda0|35|gpu|$PY project/run_pipeline.py --model_parallel_mode pipeline_parallel --devices cuda:0,cuda:0 --n_chunk 4 $TINY --out_dir $OUT/pipeline"
+  "model_parallel_cuda0_bf16_ckpt|35|gpu|$PY project/run_pipeline.py --model_parallel_mode model_parallel --devices cuda:0,cuda:0 --precision bf16 --grad_ckpt $TINY --out_dir $OUT/mp"
+  "pipeline_fp16_gradscaler|35|gpu|$PY project/run_pipeline.py --model_parallel_mode pipeline_parallel --precision fp16 $TINY --out_dir $OUT/pp_fp16"
+  "data_parallel_nccl_resume|50|gpu|$PY project/run_data_parallel.py --world_size 1 --backend nccl --save_every 2 --max_steps 3 $TINY --out_dir $OUT/dp && $PY project/run_data_parallel.py --world_size 1 --backend nccl --resume $OUT/dp/checkpoints $TINY --out_dir $OUT/dp"
+  "zero2_nccl_one_rank|45|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --micro_batch 8 $TINY --out_dir $OUT/zero2"
+  "zero2_fp16_config|45|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --precision fp16 --micro_batch 8 $TINY --out_dir $OUT/zero2_fp16"
+  "zero3_offload_nccl|45|gpu|$PY project/run_finetune.py --world_size 1 --backend nccl --zero_stage 3 --offload cpu --micro_batch 8 $TINY --out_dir $OUT/zero3"
+  "benchmark_gpu_quick|70|gpu|$PY scripts/run_benchmarks.py --quick --workdir $W --figures_dir $OUT/figures"
+  # grading on a GPU: 1.2's ranks on CUDA when there are enough GPUs; 3.2's adapters cast to a CUDA model's device
+  "grade_problems_1_2_and_3_2|60|gpu|$PY -m grading grade --problem 1.2 && $PY -m grading grade --problem 3.2"
   # Problem 5.1 on NCCL (CLAUSES.md, Problem 5 prose): the region functions all-reduce contiguous copies (NCCL
   # refuses non-contiguous tensors, gloo does not), and from_linear keeps a CUDA layer's shards on its device.
   "tensor_parallel_nccl_contiguous|30|gpu|rm -f $OUT/tp_store && $PY -c \"$TP_NCCL\""
   # Problem 4 on one CUDA rank (CLAUSES.md, Problem 4 prose): ZeRO-1 master shard on the parameters' device,
   # model.pt with CPU tensors of a CUDA model, load_sharded back onto CUDA.
-  "problem4_cuda|40|gpu|$PY -m grading.problems.p4_3_checkpoint.cuda_check"
+  "problem4_cuda|30|gpu|$PY -m grading.problems.p4_3_checkpoint.cuda_check"
 )
 
 have_gpu() {
