@@ -28,6 +28,9 @@ MODEL_PARALLEL: Needs = {"2.3": None}
 PIPELINE_PARALLEL: Needs = {"2.1": ("clock_cycles",), "2.2": None, "2.3": None}
 FINETUNE: Needs = {"1.1": None, "1.2": ("setup_process_group",), "3.1": None, "3.2": None, "3.3": None}
 BENCHMARKS: Needs = {"1.1": None, "1.2": None, "2.1": ("clock_cycles",), "2.2": None, "2.3": None, "3.1": None}
+# The benchmark's parts (scripts/run_benchmarks.py measures those whose problems are written, skips the rest)
+BENCH_PARTS: dict[str, Needs] = {"data_parallel": DATA_PARALLEL | {"1.2": None}, "pipeline": PIPELINE_PARALLEL,
+                                 "finetune": {"3.1": None}}
 COMMANDS: dict[str, Needs] = {
     "project/run_data_parallel.py": DATA_PARALLEL,
     "project/run_pipeline.py --model_parallel_mode model_parallel": MODEL_PARALLEL,
@@ -96,3 +99,37 @@ def ensure_ready(command: str, needs: Needs, root: Path = KIT_ROOT, stubs_too: b
         ids = sorted(needs, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")])
         raise ConfigError(f"{command} needs Problem{'s' if len(ids) > 1 else ''} {_join(ids)}: "
                           f"{'; '.join(problems)}")
+
+
+def problem_ids(needs: Needs) -> str:
+    """``needs``' problem ids in order, as text: ``1.1 and 1.2``."""
+    return _join(sorted(needs, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")]))
+
+
+def parts_not_ready(parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str, str]:
+    """``{part: why}`` for each part of ``parts`` that cannot run yet (its problems unwritten or not parsing).
+
+    ``why`` reads ``needs Problems 2.1, 2.2 and 2.3: Problem 2.2 is not implemented yet``.
+    """
+    out = {}
+    for part, needs in parts.items():
+        problems = problems_not_ready(needs, root)
+        if problems:
+            out[part] = f"needs Problem{'s' if len(needs) > 1 else ''} {problem_ids(needs)}: {'; '.join(problems)}"
+    return out
+
+
+def ensure_some_ready(command: str, parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str, str]:
+    """``parts_not_ready(parts)``, or ConfigError (one line) when not one of ``parts`` can run.
+
+    ``scripts/run_benchmarks.py needs Problems 1.1 and 1.2 (data_parallel) or 2.1, 2.2 and 2.3
+    (pipeline): Problems 1.1, 1.2, 2.1, 2.2 and 2.3 are not implemented yet``
+    """
+    skipped = parts_not_ready(parts, root)
+    if parts and len(skipped) == len(parts):
+        either = " or ".join(f"{problem_ids(needs)} ({part})" for part, needs in parts.items())
+        merged: Needs = {}
+        for needs in parts.values():
+            merged |= needs
+        raise ConfigError(f"{command} needs Problems {either}: {'; '.join(problems_not_ready(merged, root))}")
+    return skipped

@@ -26,13 +26,15 @@ class Pool:
     """Start the ``solo`` and ``pair`` workers; ``call`` sends one command to the ranks of a role.
 
     ``threads``: torch intra-op threads per worker (0 keeps torch's default).
-    ``timeout_s`` bounds every reply (and the start). Use as a context
-    manager, or call ``close()``.
+    ``timeout_s`` bounds every reply (and the start). ``student_setup``: the
+    workers join their groups with the student's ``setup_process_group``
+    (else with ``torch.distributed`` directly: Problem 1 unwritten). Use as a
+    context manager, or call ``close()``.
     """
 
-    def __init__(self, folder: Path, threads: int, timeout_s: float = 600.0):
+    def __init__(self, folder: Path, threads: int, timeout_s: float = 600.0, student_setup: bool = True):
         self.folder = Path(folder)
-        self.threads, self.timeout_s = threads, timeout_s
+        self.threads, self.timeout_s, self.student_setup = threads, timeout_s, student_setup
         self.ranks: dict[str, Ranks] = {}
         self.info: dict[str, list[dict]] = {}
         try:
@@ -43,8 +45,9 @@ class Pool:
 
     def _start(self) -> None:
         for role, world_size in (("solo", 1), ("pair", 2)):
-            self.ranks[role] = spawn_ranks(serve, world_size, file_rendezvous(self.folder, f"store_{role}"),
-                                           (role, str(self.folder), self.threads), name=f"bench-{role}")
+            args = (role, str(self.folder), self.threads, self.student_setup)
+            self.ranks[role] = spawn_ranks(serve, world_size, file_rendezvous(self.folder, f"store_{role}"), args,
+                                           name=f"bench-{role}")
         for role in ("solo", "pair"):
             self.info[role] = self.ranks[role].replies("start", self.timeout_s)
 

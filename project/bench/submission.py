@@ -1,15 +1,17 @@
-"""The submission zip: exactly the student-editable files plus the benchmark figures.
+"""The submission zip: exactly the student-editable files plus the benchmark figures there are.
 
     python -m project.bench.submission [--figures_dir submit_figures] [--output submission.zip]
     (what scripts/create_submission_zip.sh runs)
 
 The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
-grader's own list, ``grading.kit.regions.student_files``) and
-``submit_figures/*.png`` + ``performance_summary.json``. Nothing else, so no
-``workdir/``, checkpoints, caches or virtual environments can slip in.
-Packaging is refused when a required figure or the summary is missing,
-empty or not what it claims to be (a PNG that is not a PNG, a summary that
-is not JSON or does not list the figure).
+grader's own list, ``grading.kit.regions.student_files``) and the
+``submit_figures/*.png`` + ``performance_summary.json`` that are there.
+Nothing else, so no ``workdir/``, checkpoints, caches or virtual
+environments can slip in. The student files are always packaged: a partial
+solution is a normal submission. A missing figure is a warning naming the
+problems it needs (``FIGURE_PARTS`` -> ``project.readiness.BENCH_PARTS``);
+a file that is not what it claims to be (a PNG that is not a PNG, a summary
+that is not JSON) is left out with a warning.
 """
 from __future__ import annotations
 
@@ -20,56 +22,72 @@ import zipfile
 from pathlib import Path
 
 from grading.kit.files import atomic_path
-from project.bench import REQUIRED_FIGURES, REQUIRED_FILES, SUMMARY_NAME
+from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES_ARCDIR = "submit_figures"
+# which benchmark group (project.readiness.BENCH_PARTS) draws each required figure
+FIGURE_PARTS = {"data_parallel.png": ("data_parallel",), "pipeline.png": ("pipeline",),
+                "pipeline_timeline.png": ("pipeline",), SUMMARY_NAME: ("data_parallel", "pipeline")}
 
 
-class PackagingError(ValueError):
-    """The submission cannot be packaged; the message says what is missing and how to make it."""
+def needed_problems(name: str) -> str:
+    """Which problems the benchmark needs to write ``name``: ``Problems 2.1, 2.2 and 2.3``, ``... or ...``."""
+    from project.readiness import BENCH_PARTS, problem_ids
+
+    ids = [problem_ids(BENCH_PARTS[part]) for part in FIGURE_PARTS.get(name, ())]
+    return "Problems " + " or ".join(ids) if ids else "the benchmark"
 
 
-def figure_files(figures_dir: Path) -> list[Path]:
-    """The files of ``figures_dir`` that go into the zip (PNGs and the summary), after checking them.
+def figure_files(figures_dir: Path) -> tuple[list[Path], list[str]]:
+    """``(files, warnings)``: the files of ``figures_dir`` that go into the zip (PNGs and the summary).
 
-    Raises PackagingError naming every missing or broken required file.
+    Never raises for what the folder holds: each missing required file
+    gives a warning naming the problems it needs, each broken one (not a
+    PNG, a summary that is not a JSON object) is left out with a warning, a
+    summary that does not list a figure present is packaged with a warning.
     """
     figures_dir = Path(figures_dir)
-    problems = []
-    for name in REQUIRED_FILES:
-        path = figures_dir / name
-        if not path.is_file() or path.is_symlink() or path.stat().st_size == 0:
-            problems.append(f"{path} is missing or empty")
-        elif name.endswith(".png") and path.read_bytes()[:8] != PNG_SIGNATURE:
-            problems.append(f"{path} is not a PNG file")
+    warnings: list[str] = []
+    files = sorted(p for p in figures_dir.iterdir() if p.is_file() and not p.is_symlink()
+                   and p.suffix in (".png", ".json") and p.stat().st_size) if figures_dir.is_dir() else []
+    for path in list(files):
+        if path.suffix == ".png" and path.read_bytes()[:8] != PNG_SIGNATURE:
+            warnings.append(f"{path} is not a PNG file: left out")
+            files.remove(path)
+    listed = None
     summary_path = figures_dir / SUMMARY_NAME
-    if summary_path.is_file() and summary_path.stat().st_size:
+    if summary_path in files:
         try:
             listed = json.loads(summary_path.read_text()).get("figures", [])
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
-            problems.append(f"{summary_path} is not a JSON object ({exc})")
-        else:
-            problems += [f"{summary_path} does not list {name} (figures from another run?)"
-                         for name in REQUIRED_FIGURES if name not in listed]
-    if problems:
-        raise PackagingError("cannot package the submission:\n  " + "\n  ".join(problems) +
-                             "\nrun `python scripts/run_benchmarks.py` first; it writes these files")
-    return sorted(p for p in figures_dir.iterdir()
-                  if p.is_file() and not p.is_symlink() and p.suffix in (".png", ".json"))
+            warnings.append(f"{summary_path} is not a JSON object ({exc}): left out")
+            files.remove(summary_path)
+    names = {p.name for p in files}
+    for name in REQUIRED_FIGURES + (SUMMARY_NAME,):
+        if name not in names:
+            warnings.append(f"{figures_dir / name} is missing: it needs {needed_problems(name)}; run "
+                            "`python scripts/run_benchmarks.py` when they are done, then package again")
+        elif listed is not None and name != SUMMARY_NAME and name not in listed:
+            warnings.append(f"{summary_path} does not list {name} (figures from another run?)")
+    return files, warnings
 
 
-def create_zip(root: Path, figures_dir: Path, output: Path) -> list[str]:
+def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: None) -> list[str]:
     """Write ``output`` from the kit at ``root``; return the member names.
 
-    Raises PackagingError (figures) or ``grading.kit.regions.RegionError``
-    (malformed student markers) before writing anything.
+    Warnings about the figures go to ``warn`` (the files are packaged
+    anyway). Raises ``grading.kit.regions.RegionError`` (malformed student
+    markers) before writing anything.
     """
     from grading.kit.regions import student_files
 
     root = Path(root)
     members = [(root / rel, rel) for rel in student_files(root)]
-    members += [(path, f"{FIGURES_ARCDIR}/{path.name}") for path in figure_files(figures_dir)]
+    figures, warnings = figure_files(figures_dir)
+    members += [(path, f"{FIGURES_ARCDIR}/{path.name}") for path in figures]
+    for text in warnings:
+        warn(text)
     with atomic_path(output) as scratch, zipfile.ZipFile(scratch, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path, name in members:
             archive.write(path, name)
@@ -77,7 +95,7 @@ def create_zip(root: Path, figures_dir: Path, output: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: package, print the members; exit 1 (with the reason) when packaging is refused."""
+    """CLI: package, print the members and the figure warnings; exit 2 (one line) only for malformed student markers."""
     from grading.kit.regions import RegionError
 
     root = Path(__file__).resolve().parents[2]
@@ -86,14 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(root / "submission.zip"))
     args = parser.parse_args(argv)
     try:
-        names = create_zip(root, Path(args.figures_dir), Path(args.output))
-    except (PackagingError, RegionError) as exc:
+        warnings: list[str] = []
+        names = create_zip(root, Path(args.figures_dir), Path(args.output), warn=warnings.append)
+    except RegionError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(f"wrote {args.output} with {len(names)} files:")
     for name in names:
         print(f"  {name}")
-    print(f"check it with: python -m grading grade {args.output}")
+    print(f"check it with: python -m grading grade {args.output}", flush=True)
+    for text in warnings:   # last, where they are seen; packaging never stops for a figure
+        print(f"warning: {text}", file=sys.stderr)
     return 0
 
 

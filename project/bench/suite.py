@@ -9,6 +9,10 @@ For every group of variants (data parallel, pipeline, fine-tuning)::
 Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
 before anything is derived from it; ``performance_summary.json`` holds the
 derived numbers and the path of that log.
+
+A group whose student problems are not written yet is skipped, not failed
+(``skipped_parts``; the summary lists it under ``skipped`` with the reason),
+so a partial solution still gets the figures its finished problems allow.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from project import readiness
 from project.bench import SUMMARY_NAME, report
 from project.bench.pool import BenchError, Pool
 from project.bench.stats import rotation
@@ -108,6 +113,16 @@ DP_RATIOS = [
     ("efficiency_vs_bound", "capacity_concurrent", "world_size_2",
      "our DP speedup as a fraction of that bound (= bound time / our time; 1.0: communication is free)"),
 ]
+
+
+def skipped_parts(opts: Options) -> dict[str, str]:
+    """``{group: why}`` for the groups this run would measure whose student problems are not written yet.
+
+    Groups: ``data_parallel`` (1.1, 1.2), ``pipeline`` (2.1, 2.2, 2.3) and,
+    with ``--peers``, ``finetune`` (3.1); ``readiness.BENCH_PARTS`` says so.
+    """
+    parts = {k: v for k, v in readiness.BENCH_PARTS.items() if k != "finetune" or opts.peers}
+    return readiness.parts_not_ready(parts)
 
 
 def _pp_variants(opts: Options) -> tuple[list, list]:
@@ -228,18 +243,23 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     from project.bench import figures, memory
 
     opts = opts.resolved()
+    skipped = skipped_parts(opts)
     t_start, plain = time.perf_counter(), echo
     echo = lambda text: plain(f"[{time.perf_counter() - t_start:6.1f} s] {text}")  # noqa: E731
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = Path(opts.workdir) / "perf" / stamp
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "runs.jsonl"
-    spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir)
+    problem1 = "data_parallel" not in skipped   # else no student code joins the groups or splits the data
+    spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir,
+                        student_split=problem1)
     echo(f"benchmark ({opts.mode}{', quick' if opts.quick else ''}{', peers' if opts.peers else ''}): "
          f"raw logs in {folder}")
+    for part, why in skipped.items():
+        echo(f"skipping {part}: {why}")
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     echo("starting the worker processes (solo + pair) ...")
-    with Pool(folder, opts.threads, opts.timeout_s) as pool:
+    with Pool(folder, opts.threads, opts.timeout_s, student_setup=problem1) as pool:
         echo("building the workload (data, tokenizer, model) ...")
         workload = pool.call("solo", "build", spec=asdict(spec), path=str(folder / "workload.pt"))[0]
 
@@ -247,7 +267,7 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
             pool.restart()
             pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
         pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
-        summary = _measure(pool, restart, opts, workload, log_path, echo)
+        summary = _measure(pool, restart, opts, workload, log_path, echo, skipped)
     echo("measuring one step's peak memory with and without activation checkpointing (fresh processes) ...")
     try:
         summary["memory"] = memory.measure(opts.preset, opts.batch_size, opts.max_len, opts.threads, opts.timeout_s)
@@ -269,12 +289,12 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
 
 
 def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: dict, log_path: Path,
-             echo: Callable[[str], None]) -> dict:
-    """The checks (with peers) and every group, on a started pool; returns the summary so far."""
+             echo: Callable[[str], None], skipped: dict[str, str]) -> dict:
+    """The checks (with peers) and every group not ``skipped``, on a started pool; returns the summary so far."""
     tokens = sum(workload["real_tokens_per_batch"])
     summary: dict = {"schema": "assignment5-benchmark/1", "mode": opts.mode, "quick": opts.quick,
                      "peers": opts.peers, "created": datetime.datetime.now().isoformat(timespec="seconds"),
-                     "command": opts.argv, "options": asdict(opts), "errors": {}}
+                     "command": opts.argv, "options": asdict(opts), "errors": {}, "skipped": dict(skipped)}
     summary["workload"] = {**workload, "tokens_per_run": tokens, "warmup_steps": opts.warmup,
                            "repeats": opts.repeats, "threads_per_worker": opts.threads or "torch default",
                            "thread_policy": THREAD_POLICY,
@@ -284,8 +304,11 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
               ("pipeline", *_pp_variants(opts))]
     if opts.peers:
         groups.append(("finetune", FT_VARIANTS, FT_RATIOS))
+    groups = [g for g in groups if g[0] not in skipped]
     summary["hardware"] = _hardware(pool)
-    if opts.peers:
+    if opts.peers and skipped:
+        summary["skipped"]["checks"] = "compares every group's gradients; skipped with " + ", ".join(skipped)
+    elif opts.peers:
         echo("checking that ours and the peers compute the same gradients ...")
         try:
             summary["checks"] = _grad_checks(pool, opts)
@@ -306,9 +329,14 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
 
 def _timeline(log_path: Path, opts: Options) -> dict:
     """The Gantt data: the last step of the median-time run of model_parallel and of the largest n_chunk."""
+    import sys
+
+    from grading.kit.files import read_jsonl
     from project.bench import stats
 
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    records, torn = read_jsonl(log_path)   # a torn last line (a run killed mid-write) is skipped, with a warning
+    for line in torn:
+        print(f"warning: {line}", file=sys.stderr)
     m = max(opts.n_chunks)
     out = {"stages": 2, "microbatches": m, "theoretical_bubble": stats.theoretical_bubble(m, 2)}
     for variant in ("model_parallel", f"pipeline_parallel_m{m}"):

@@ -175,8 +175,10 @@ def load(ctx: Context, path: str) -> None:
     ctx.workload = load_workload(Path(path))
 
 
-def serve(env: RankEnv, role: str, folder: str, threads: int) -> None:
+def serve(env: RankEnv, role: str, folder: str, threads: int, student_setup: bool = True) -> None:
     """A worker's life: join a process group with the student's ``setup_process_group``, then obey ``env.conn``.
+
+    (``student_setup`` False: with ``torch.distributed`` directly, when Problem 1 is not written.)
 
     Started by ``project.launch.spawn_ranks`` (``project.bench.pool``); the
     device is the runners' choice (``project.launch.join_group``), except that
@@ -194,7 +196,7 @@ def serve(env: RankEnv, role: str, folder: str, threads: int) -> None:
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
-    backend, device = join_group(env, "auto", threads=threads, share_gpu=True)
+    backend, device = join_group(env, "auto", student_setup=student_setup, threads=threads, share_gpu=True)
     ctx = Context(role, env.rank, env.world_size, device, Path(folder), {})
     conn = env.conn
     conn.send(("ok", {"role": role, "rank": env.rank, "backend": backend, "device": str(device),

@@ -32,6 +32,7 @@ class WorkloadSpec:
     seed: int = 0
     dataset: str = "embedded"
     workdir: str = "workdir"
+    student_split: bool = True   # False (Problem 1.1 unwritten): consecutive rows, no partition_dataset
 
 
 def build_workload(spec: WorkloadSpec, path: Path) -> dict:
@@ -39,9 +40,10 @@ def build_workload(spec: WorkloadSpec, path: Path) -> dict:
 
     Raises ValueError for an odd ``batch_size`` (it is split over two ranks)
     or when the data has fewer than ``steps * batch_size`` training pairs.
-    The data split uses the student's ``partition_dataset``.
+    The data split uses the student's ``partition_dataset``; with
+    ``spec.student_split`` False (Problem 1 unwritten: only the pipeline is
+    measured, on whole batches) batch s is simply rows ``[s*B, (s+1)*B)``.
     """
-    from data_parallel.dataset import partition_dataset
     from project.data import make_collate, prepare_data
     from project.model import build_model, count_parameters
 
@@ -52,9 +54,14 @@ def build_workload(spec: WorkloadSpec, path: Path) -> dict:
         raise ValueError(f"{spec.steps} steps of {spec.batch_size} sequences need {spec.steps * spec.batch_size} "
                          f"training pairs; the data has {len(train)}")
     collate = make_collate(tokenizer, spec.max_len)
-    parts = [iter(partition_dataset(rank, 2, train, spec.batch_size, collate_fn=list)) for rank in range(2)]
-    batches = _same_width([collate(next(parts[0]) + next(parts[1])) for _ in range(spec.steps)],
-                          tokenizer.pad_token_id)
+    if spec.student_split:
+        from data_parallel.dataset import partition_dataset
+
+        parts = [iter(partition_dataset(rank, 2, train, spec.batch_size, collate_fn=list)) for rank in range(2)]
+        rows = [next(parts[0]) + next(parts[1]) for _ in range(spec.steps)]
+    else:
+        rows = [[train[k] for k in range(s * spec.batch_size, (s + 1) * spec.batch_size)] for s in range(spec.steps)]
+    batches = _same_width([collate(r) for r in rows], tokenizer.pad_token_id)
     model = build_model(spec.preset, tokenizer, seed=spec.seed)
     payload = {"config": model.config.to_json_string(), "state": model.state_dict(), "batches": batches}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,84 @@
+"""Issue 21, item 2: a partial solution submits. A starter with only Problems 1.1 and 1.2 done runs the real
+``scripts/run_benchmarks.py`` (the pipeline part skipped and named, data parallel measured) and
+``scripts/create_submission_zip.sh`` (warnings naming the problems the missing figures need, never a refusal);
+``python -m grading grade submission.zip`` then gives the same criterion scores as grading the starter folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grading.commands.release import release
+from grading.kit.regions import parse_regions, replace_bodies, student_files
+
+pytestmark = pytest.mark.kit
+
+ROOT = Path(__file__).resolve().parent.parent
+DONE = ("data_parallel/dataset.py", "data_parallel/comm.py")   # every region of 1.1 and 1.2, nothing else
+
+
+def _fill(starter: Path, rel: str) -> None:
+    """Put the kit's region bodies of ``rel`` into the starter's working file (as tests/kit/test_local_grade.py)."""
+    kit_regions = parse_regions((ROOT / rel).read_text(), rel)
+    text = (starter / rel).read_text()
+    (starter / rel).write_text(replace_bodies(text, rel, {k: r.body for k, r in enumerate(kit_regions)}))
+
+
+def _run(starter: Path, *command: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(list(command), cwd=starter, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _criteria(starter: Path, *target: str) -> dict[str, float]:
+    out = starter / "results.json"
+    done = _run(starter, sys.executable, "-m", "grading", "grade", *target, "--quiet", "--json", str(out))
+    assert out.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    out.unlink()
+    return {t["name"]: (t["score"], t["max_score"]) for t in results["tests"]}, results
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory) -> Path:
+    starter = tmp_path_factory.mktemp("partial") / "starter"
+    release(ROOT, starter)
+    for rel in DONE:
+        assert {r.id for r in parse_regions((ROOT / rel).read_text(), rel)} <= {"1.1", "1.2"}
+        _fill(starter, rel)
+    return starter
+
+
+def test_a_starter_with_only_1_1_and_1_2_done_benchmarks_packages_and_grades_like_the_tree(starter):
+    bench = _run(starter, sys.executable, "scripts/run_benchmarks.py", "--quick", "--steps", "1", "--warmup", "0",
+                 "--repeats", "1", "--batch_size", "4", "--n_chunks", "2", "--max_len", "32",
+                 "--workdir", str(starter / "workdir"))
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+    assert "not measured: pipeline (needs Problems 2.1, 2.2 and 2.3: " in bench.stdout
+    summary = json.loads((starter / "submit_figures" / "performance_summary.json").read_text())
+    assert summary["figures"] == ["data_parallel.png"] and not summary["errors"]
+    assert set(summary["skipped"]) == {"pipeline"} and "data_parallel" in summary
+
+    packed = _run(starter, "bash", "scripts/create_submission_zip.sh")
+    assert packed.returncode == 0, packed.stderr
+    names = set(zipfile.ZipFile(starter / "submission.zip").namelist())
+    assert names == set(student_files(starter)) | {"submit_figures/data_parallel.png",
+                                                    "submit_figures/performance_summary.json"}
+    warnings = [line for line in packed.stderr.splitlines() if line.startswith("warning: ")]
+    for name in ("pipeline.png", "pipeline_timeline.png"):
+        assert any(f"{name} is missing: it needs Problems 2.1, 2.2 and 2.3" in w for w in warnings), warnings
+    assert not any("data_parallel.png" in w for w in warnings)
+
+    from_zip, zip_results = _criteria(starter, "submission.zip")
+    from_tree, tree_results = _criteria(starter)
+    assert from_zip == from_tree
+    assert zip_results["score"] == tree_results["score"] > 0
+    assert all(score == points for name, (score, points) in from_tree.items() if name.startswith(("1.1", "1.2"))
+               ), from_tree
+    assert not any(score for name, (score, _) in from_tree.items() if name.startswith(("2.", "3.")))
+    assert "missing pipeline.png, pipeline_timeline.png" in zip_results["output"]
