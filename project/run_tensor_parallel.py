@@ -17,6 +17,12 @@ holds), and rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one line
 per optimizer step), to ``<workdir>/out/tensor_parallel/world<N>/``.
 The number of heads, the hidden size and the MLP's inner size must be
 divisible by the world size (else exit 2 with a message).
+
+With more than one rank it then compares with the unsplit baseline: it reads
+``<baseline_dir>/summary.json`` when that run had the same options, else it
+runs the 1-rank baseline there first (under torchrun it only reads), and
+prints whether the validation loss matches within ``VAL_LOSS_TOLERANCE``;
+exit code 1 when it does not (``--no_baseline`` skips the comparison).
 """
 from __future__ import annotations
 
@@ -48,6 +54,9 @@ NEEDS: readiness.Needs = {"5.1": None, "5.2": None}
 # A 2-rank run and the 1-rank run of the same options (fp32, no dropout) end within this of each other:
 # the split only changes the order of floating-point sums.
 VAL_LOSS_TOLERANCE = 1e-3
+# options that do not change the numbers: a baseline run with other values of these still compares
+NOT_COMPARED = {"world_size", "backend", "out_dir", "workdir", "quiet", "baseline_dir", "no_baseline", "save_every",
+                "save_dir", "resume", "tensorboard"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ranks each block is split over (under torchrun: its own)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    parser.add_argument("--baseline_dir", default=None, help="the unsplit 1-rank run to compare with (default "
+                        "<workdir>/out/tensor_parallel/world1): read when it had the same options, else run there")
+    parser.add_argument("--no_baseline", action="store_true", help="do not compare with the unsplit run")
     add_common_args(parser, batch_size=16, n_epochs=1, lr=1e-3)
     return parser
 
@@ -142,6 +154,7 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
                                                 "unsplit_parameter_bytes"))
         summary["world_size"] = world_size
         summary["parameter_bytes_per_rank"] = [m["parameter_bytes"] for m in per_rank]
+        summary["run_options"] = run_options(args)
         write_json(folder / "summary.json", summary)
     dist.destroy_process_group()
 
@@ -177,8 +190,71 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(f"  parameters on rank 0: {held['all'] / 2**20:.2f} MiB of {unsplit['all'] / 2**20:.2f} MiB unsplit "
           f"(block matrices {held['block_matrices'] / 2**20:.2f} of {unsplit['block_matrices'] / 2**20:.2f} MiB)")
     print(f"  metrics: {folder}")
+    if world_size > 1 and not args.no_baseline:
+        summary["baseline"] = compare_with_baseline(args, summary)
+        print(baseline_line(summary["baseline"]))
     return summary
 
 
+def run_options(args: argparse.Namespace) -> dict:
+    """The options that decide the numbers of a run (JSON values), to tell whether a baseline is comparable."""
+    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in NOT_COMPARED}, default=str))
+
+
+def compare_with_baseline(args: argparse.Namespace, summary: dict) -> dict:
+    """Read (same options) or run the unsplit 1-rank baseline; the verdict on the validation loss after training.
+
+    Returns ``{"dir", "source": "read"|"ran"|"missing", "val_loss_after",
+    "difference", "tolerance", "matches"}`` (``matches`` None when missing:
+    under torchrun a baseline is only read).
+    """
+    folder = Path(args.baseline_dir) if args.baseline_dir else Path(args.workdir) / "out" / NAME / "world1"
+    path, base, source = folder / "summary.json", None, "read"
+    if path.is_file():
+        try:
+            base = json.loads(path.read_text())
+        except ValueError:
+            base = None
+        if not isinstance(base, dict) or base.get("run_options") != run_options(args) \
+                or base.get("world_size") != 1:
+            base = None
+    if base is None and torchrun_env() is None:
+        source = "ran"
+        print(f"running the unsplit baseline (1 rank, the same options) in {folder} ...", flush=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        base = launch_and_summarise(train_rank, 1, argparse.Namespace(**{**vars(args), "world_size": 1,
+                                                                        "out_dir": str(folder)}), folder)
+    out = {"dir": str(folder), "source": source if base else "missing", "tolerance": VAL_LOSS_TOLERANCE,
+           "val_loss_after": None, "difference": None, "matches": None}
+    if base:
+        difference = abs(summary["val_loss_after"] - base["val_loss_after"])
+        out |= {"val_loss_after": base["val_loss_after"], "difference": difference,
+                "matches": difference <= VAL_LOSS_TOLERANCE}
+    return out
+
+
+def baseline_line(verdict: dict) -> str:
+    """The line that says whether the split run matches the unsplit baseline."""
+    if verdict["matches"] is None:
+        return (f"  unsplit baseline: none with these options in {verdict['dir']} (under torchrun it is only read: "
+                f"run `python {COMMAND} --world_size 1` with the same options first)")
+    how = "read from" if verdict["source"] == "read" else "run in"
+    word = "MATCH" if verdict["matches"] else "MISMATCH"
+    relation = "<=" if verdict["matches"] else ">"
+    line = (f"  unsplit baseline ({how} {verdict['dir']}): validation loss {verdict['val_loss_after']:.6f}, "
+            f"difference {verdict['difference']:.2e} {relation} tolerance {verdict['tolerance']:.0e}: {word}")
+    if not verdict["matches"]:
+        line += " (the split model should compute what the unsplit one does: check Problems 5.1 and 5.2)"
+    return line
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """The command: ``run_cli(main)``; exit code 1 when the validation loss misses the unsplit baseline's."""
+    outcome: dict = {}
+    code = run_cli(lambda a: outcome.update(summary=main(a)), argv)
+    verdict = (outcome.get("summary") or {}).get("baseline") or {}
+    return 1 if code == 0 and verdict.get("matches") is False else code
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(cli())

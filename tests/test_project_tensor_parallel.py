@@ -20,19 +20,42 @@ def _tiny_run(work: Path, world_size: int) -> list[str]:
 
 @pytest.mark.project
 def test_run_tensor_parallel_two_ranks_match_one_rank(project_work, capsys):
-    """2 ranks (every block split) and 1 rank (unsplit) train on the same batches: same validation loss."""
+    """2 ranks (every block split) run the missing unsplit baseline themselves and say the validation loss matches."""
     from project import run_tensor_parallel as runner
 
-    one = runner.main(_tiny_run(project_work, 1))
-    two = runner.main(_tiny_run(project_work, 2))
-    assert one["optimizer_steps"] == two["optimizer_steps"] == 6
+    two = runner.main(_tiny_run(project_work, 2) + ["--baseline_dir", str(project_work / "world1")])
+    one = json.loads((project_work / "world1" / "summary.json").read_text())   # the baseline it ran
+    assert one["world_size"] == 1 and one["optimizer_steps"] == two["optimizer_steps"] == 6
     assert two["val_loss_after"] < two["val_loss_before"]
     assert abs(two["val_loss_after"] - one["val_loss_after"]) <= runner.VAL_LOSS_TOLERANCE, (one, two)
+    verdict = two["baseline"]
+    assert verdict["source"] == "ran" and verdict["matches"] is True
+    assert verdict["val_loss_after"] == one["val_loss_after"]
     held = [rank["block_matrices"] for rank in two["parameter_bytes_per_rank"]]
     assert held == [two["unsplit_parameter_bytes"]["block_matrices"] // 2] * 2
     per_rank = json.loads((project_work / "world2" / "metrics_rank1.json").read_text())
     assert per_rank["val_loss_after"] == pytest.approx(two["val_loss_after"], abs=1e-6)
-    assert "validation loss" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "validation loss" in out and "tolerance 1e-03: MATCH" in out
+
+
+@pytest.mark.project
+def test_run_tensor_parallel_reads_a_baseline_and_exits_1_when_it_does_not_match(project_work, capsys):
+    """A baseline with the same options is read, not rerun; a validation loss off by more than 1e-3 exits 1."""
+    from project import run_tensor_parallel as runner
+
+    if not (project_work / "world1" / "summary.json").exists():
+        pytest.skip("needs the baseline of the test above")
+    bad = project_work / "bad_baseline"
+    bad.mkdir(exist_ok=True)
+    baseline = json.loads((project_work / "world1" / "summary.json").read_text())
+    baseline["val_loss_after"] += 10 * runner.VAL_LOSS_TOLERANCE
+    (bad / "summary.json").write_text(json.dumps(baseline))
+    before = (bad / "summary.json").read_text()
+    assert runner.cli(_tiny_run(project_work, 2) + ["--baseline_dir", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"unsplit baseline (read from {bad})" in out and ": MISMATCH" in out
+    assert (bad / "summary.json").read_text() == before and not (bad / "metrics_rank0.json").exists()
 
 
 @pytest.mark.project
