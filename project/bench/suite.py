@@ -10,9 +10,8 @@ Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
 before anything is derived from it; ``performance_summary.json`` holds the
 derived numbers and the path of that log.
 
-A group whose student problems are not written yet is skipped, not failed
-(``skipped_parts``; the summary lists it under ``skipped`` with the reason),
-so a partial solution still gets the figures its finished problems allow.
+A group whose problems are not written yet is skipped and named (``skipped_parts``; the summary's
+``skipped``), so a partial solution still gets the figures its finished problems allow.
 """
 from __future__ import annotations
 
@@ -116,10 +115,9 @@ DP_RATIOS = [
 
 
 def skipped_parts(opts: Options) -> dict[str, str]:
-    """``{group: why}`` for the groups this run would measure whose student problems are not written yet.
+    """``{group: why}`` for the groups this run would measure whose problems are not written yet.
 
-    Groups: ``data_parallel`` (1.1, 1.2), ``pipeline`` (2.1, 2.2, 2.3) and,
-    with ``--peers``, ``finetune`` (3.1); ``readiness.BENCH_PARTS`` says so.
+    ``readiness.BENCH_PARTS``: data_parallel (1.1, 1.2), pipeline (2.1-2.3), with ``--peers`` finetune (3.1).
     """
     parts = {k: v for k, v in readiness.BENCH_PARTS.items() if k != "finetune" or opts.peers}
     return readiness.parts_not_ready(parts)
@@ -329,14 +327,9 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
 
 def _timeline(log_path: Path, opts: Options) -> dict:
     """The Gantt data: the last step of the median-time run of model_parallel and of the largest n_chunk."""
-    import sys
-
-    from grading.kit.files import read_jsonl
     from project.bench import stats
 
-    records, torn = read_jsonl(log_path)   # a torn last line (a run killed mid-write) is skipped, with a warning
-    for line in torn:
-        print(f"warning: {line}", file=sys.stderr)
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
     m = max(opts.n_chunks)
     out = {"stages": 2, "microbatches": m, "theoretical_bubble": stats.theoretical_bubble(m, 2)}
     for variant in ("model_parallel", f"pipeline_parallel_m{m}"):
