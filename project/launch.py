@@ -174,7 +174,11 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
 
 
 def file_rendezvous(folder: Path, name: str) -> str:
-    """A ``file://`` init method over a fresh store file ``<folder>/<name>_<ns>`` (no port needed)."""
+    """A ``file://`` init method over a fresh store file ``<folder>/<name>_<ns>`` (no port needed).
+
+    ``folder`` is created: a file store in a missing folder would make every rank wait forever.
+    """
+    Path(folder).mkdir(parents=True, exist_ok=True)
     return f"file://{(Path(folder) / f'{name}_{time.monotonic_ns()}').resolve()}"
 
 
@@ -210,6 +214,7 @@ def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: in
     if env is not None:
         target(env, args)
         return
+    Path(folder).mkdir(parents=True, exist_ok=True)     # a store in a missing folder: every rank waits forever
     store = Path(folder) / "rendezvous"
     store.unlink(missing_ok=True)
     init_method = f"file://{store.resolve()}"
