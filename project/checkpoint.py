@@ -1,35 +1,48 @@
-"""Training checkpoints of the entry points: one folder per optimizer step, written atomically.
+"""Training checkpoints of the entry points: one verified folder per optimizer step, written atomically.
 
 Layout under the checkpoint root (``--save_dir``, default ``<out_dir>/checkpoints``)::
 
     step_00000012/          state.pt (rank 0: model, optimizer, scheduler, position, metrics so far)
                             rng_rank<r>.pt (every rank's RNG states), or a DeepSpeed checkpoint
-    latest                  "step_00000012" (replaced atomically after the folder is complete)
+                            meta.json (what the run was), manifest.json (LAST: size and sha256 of every file)
+    latest                  "step_00000012" (replaced atomically after the folder is complete and verified)
 
-Every rank writes into ``step_<n>.tmp/``; after a barrier rank 0 renames it
-to ``step_<n>/`` and then rewrites ``latest``, so a run killed at any
-moment leaves either the previous checkpoint or the new one, never half of
-one. The oldest folders beyond ``keep`` are removed. ``--resume DIR``
-accepts the root (its ``latest``) or one ``step_<n>`` folder. Single files
-are written with ``grading.kit.files`` (temporary name, fsync, rename).
-``StepFolders`` is this layout as the store of ``project.loop``.
+Every rank writes into ``step_<n>.tmp/`` (cleared first); after a barrier
+rank 0 hashes every file into ``manifest.json`` (the 4.3 format: ``{"format":
+1, "step", "files": {name: {"sha256", "bytes"}}}``, written atomically),
+renames the folder to ``step_<n>/`` and then rewrites ``latest``: a run killed
+at any moment, or a disk that fills up, leaves the previous checkpoint and
+``latest`` as they were (``SaveError``: one line). Only then are steps beyond
+the newest ``keep`` removed. ``resolve`` (``--resume DIR``) verifies a
+folder against its manifest before anything is loaded: given a root it
+falls back from a damaged, missing or dangling ``latest`` to the newest
+intact step and says which step it skipped and why; given one damaged
+step it refuses (ConfigError). ``StepFolders`` is this layout as the store
+of ``project.loop``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from grading.kit.files import atomic_path, atomic_write
 from project.cli import ConfigError
+from project.manifest import MANIFEST, verify, verify_sizes, write_manifest
 
 LATEST = "latest"
 _STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+class SaveError(ConfigError):
+    """A checkpoint could not be written (full disk, quota, file-size limit); the previous one is intact."""
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -45,28 +58,47 @@ def staging_dir(root: Path, step: int) -> Path:
 
 
 def save_file(obj: Any, path: Path) -> None:
-    """``torch.save(obj)`` to ``path`` through a temporary file and a rename (atomic)."""
+    """``torch.save(obj)`` to ``path`` through a temporary file and a rename (atomic).
+
+    A failed write raises the OSError underneath (``No space left on device``,
+    ``File too large``), not torch's own RuntimeError about stream positions.
+    """
     with atomic_path(path) as scratch:
-        torch.save(obj, scratch)
+        with open(scratch, "wb") as handle:
+            try:
+                torch.save(obj, handle)
+            except RuntimeError as exc:
+                if isinstance(exc.__context__, OSError):
+                    raise exc.__context__ from None
+                raise
 
 
 def commit(root: Path, step: int, keep: int = 3) -> Path:
-    """Rank 0, after every rank wrote its part: publish step ``step``, point ``latest`` at it, prune old ones.
+    """Rank 0, after every rank wrote its part: manifest, publish step ``step``, point ``latest`` at it, prune.
 
-    Returns the final folder. Keeps the newest ``keep`` checkpoints.
+    Returns the final folder. Keeps the newest ``keep`` checkpoints up to
+    ``step`` (the one just written among them); pruning runs only after it
+    is published and verified, so the only intact checkpoint is never removed.
     """
     root, final = Path(root), step_dir(root, step)
-    if final.exists():
-        shutil.rmtree(final)
-    (root / f"step_{step:08d}.tmp").replace(final)   # the folder every rank wrote into, published at once
+    staging = root / f"step_{step:08d}.tmp"
+    write_manifest(staging, step)
+    aside = root / f".{final.name}.replaced"
+    if final.exists():                        # the same step again (after a resume or a rollback)
+        shutil.rmtree(aside, ignore_errors=True)
+        final.replace(aside)
+    staging.replace(final)                    # the folder every rank wrote into, published at once
     atomic_write(root / LATEST, final.name + "\n")
-    for _, old in checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
+    if keep and verify_sizes(final):
+        older = [folder for s, folder in checkpoints(root) if s < step]
+        for old in older[:max(0, len(older) - (keep - 1))]:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """``[(step, folder), ...]`` of the complete checkpoints under ``root``, oldest first."""
+    """``[(step, folder), ...]`` of the published checkpoint folders under ``root``, oldest first (unverified)."""
     found = []
     if Path(root).is_dir():
         for path in Path(root).iterdir():
@@ -76,20 +108,60 @@ def checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def resolve(path: str | Path) -> Path:
-    """The checkpoint folder ``--resume`` names: a ``step_<n>`` folder, or a root whose ``latest`` points at one.
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
-    Raises ConfigError when ``path`` holds no complete checkpoint.
+
+def resolve(path: str | Path, say: Callable[[str], None] = _say) -> Path:
+    """The verified checkpoint folder ``--resume`` names: one ``step_<n>`` folder, or a root's best step.
+
+    A ``step_<n>`` folder must pass ``verify``, else ConfigError (one line: the
+    file, expected vs found). For a root, its ``latest`` and then every older
+    step are tried, newest first (all steps when ``latest`` is missing,
+    unreadable or dangling); each one skipped is reported with
+    ``say(line)`` (default: stderr), e.g. ``--resume ckpt: skipped
+    step_00000006 (state.pt has 1,000 bytes, the manifest says 53,420);
+    resuming from step_00000004``. ConfigError when no step is intact.
     """
     path = Path(path)
-    if _STEP_RE.match(path.name) and (path / "state.pt").is_file():
+    if _STEP_RE.match(path.name) and path.is_dir():
+        problem = verify(path)
+        if problem:
+            raise ConfigError(f"--resume {path}: checkpoint {path.name} is damaged: {problem}; resume from the "
+                              f"checkpoints folder {path.parent} to fall back to the newest intact step")
         return path
-    if (path / LATEST).is_file():
-        target = path / (path / LATEST).read_text().strip()
-        if (target / "state.pt").is_file():
-            return target
-    raise ConfigError(f"--resume {str(path)!r}: no checkpoint there (expected a folder with a 'latest' file "
-                      f"or a step_<n> folder holding state.pt, as written by --save_every)")
+    steps = checkpoints(path)
+    if not steps and not (path / LATEST).exists():
+        raise ConfigError(f"--resume {str(path)!r}: no checkpoint there (expected a folder with a 'latest' file "
+                          f"or a step_<n> folder, as written by --save_every)")
+    skipped = []
+    latest = _latest_step(path)
+    if isinstance(latest, str):
+        skipped.append(latest)
+    else:
+        steps = [(s, f) for s, f in steps if s <= latest]
+    for step, folder in reversed(steps):
+        problem = verify(folder)
+        if problem is None:
+            for line in skipped:
+                say(f"--resume {path}: skipped {line}; resuming from {folder.name}")
+            return folder
+        skipped.append(f"{folder.name} ({problem})")
+    raise ConfigError(f"--resume {path}: no intact checkpoint: {'; '.join(skipped) or 'no step folders'}")
+
+
+def _latest_step(root: Path) -> int | str:
+    """The step ``root/latest`` names, or why it names none (a line for ``resolve``)."""
+    try:
+        name = (root / LATEST).read_text().strip()
+    except FileNotFoundError:
+        return f"'{LATEST}' (it is missing)"
+    except OSError as exc:
+        return f"'{LATEST}' (unreadable: {exc.strerror})"
+    match = _STEP_RE.match(name)
+    if not match or not (root / name).is_dir():
+        return f"'{LATEST}' (it names {name[:40]!r}, which is not there)"
+    return int(match.group(1))
 
 
 def rng_state() -> dict:
@@ -117,21 +189,69 @@ def save(root: Path, step: int, rank: int, state: dict | None, rank_state: dict,
     writes its ``rank_state`` (RNG states) to ``rng_rank<rank>.pt``;
     ``extra(folder)`` (e.g. a DeepSpeed ``save_checkpoint``, a collective)
     runs on every rank first. ``barrier()`` synchronises the ranks before
-    rank 0 commits and after.
+    the writes (rank 0 clears what a killed save left), before rank 0
+    commits and after. A write that fails (full disk, quota, file-size
+    limit) raises ``SaveError`` naming the step; the previous checkpoint and
+    ``latest`` are untouched.
     """
-    folder = staging_dir(root, step)
-    if extra is not None:
-        extra(folder)
-    if state is not None:
-        save_file(state, folder / "state.pt")
-    if meta is not None:
-        atomic_write(folder / "meta.json", json.dumps(meta, indent=1) + "\n")
-    save_file(rank_state, folder / f"rng_rank{rank}.pt")
+    staging = Path(root) / f"step_{step:08d}.tmp"
+    if rank == 0:
+        shutil.rmtree(staging, ignore_errors=True)      # what a save killed midway left
+    barrier()
+    with failure_is_one_line(root, step):
+        folder = staging_dir(root, step)
+        if extra is not None:
+            extra(folder)
+        if state is not None:
+            save_file(state, folder / "state.pt")
+        if meta is not None:
+            atomic_write(folder / "meta.json", json.dumps(meta, indent=1) + "\n")
+        save_file(rank_state, folder / f"rng_rank{rank}.pt")
     barrier()
     if rank == 0:
-        commit(root, step, keep)
+        with failure_is_one_line(root, step):
+            commit(root, step, keep)
     barrier()
     return step_dir(root, step)
+
+
+@contextlib.contextmanager
+def failure_is_one_line(root: Path, step: int) -> Iterator[None]:
+    """Turn a failed write inside the block into ``SaveError`` (one line); remove the unfinished folder."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        shutil.rmtree(Path(root) / f"step_{step:08d}.tmp", ignore_errors=True)   # give the space back
+        cause = exc.__context__ if isinstance(exc, RuntimeError) and isinstance(exc.__context__, OSError) else exc
+        reason = (cause.strerror if isinstance(cause, OSError) and cause.strerror else
+                  (str(cause).strip().splitlines() or [type(cause).__name__])[0])
+        latest = _latest_step(Path(root))
+        kept = (f"step_{latest:08d} and '{LATEST}' are intact: resume with --resume {root}"
+                if isinstance(latest, int) else "no earlier checkpoint to keep")
+        raise SaveError(f"cannot write checkpoint {step_dir(root, step).name}: {reason} ({kept})") from None
+
+
+def save_error_of(exc: BaseException) -> SaveError | None:
+    """The ``SaveError`` a failed rank reported (``project.launch.RankError``'s traceback), else None."""
+    if isinstance(exc, SaveError):
+        return exc
+    marker = f"{__name__}.SaveError: "
+    lines = [line for line in str(exc).splitlines() if line.startswith(marker)]
+    return SaveError(lines[-1][len(marker):]) if lines else None
+
+
+@contextlib.contextmanager
+def save_errors_in_one_line() -> Iterator[None]:
+    """Around a launch of ranks: a rank's failed checkpoint write becomes one ``SaveError``, not a traceback."""
+    try:
+        yield
+    except SaveError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only a reported SaveError is translated; the rest re-raised
+        error = save_error_of(exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 def read_meta(folder: Path) -> dict:
@@ -177,8 +297,8 @@ class StepFolders:
         return state, rank_state
 
     def saved_steps(self) -> list[int]:
-        """The steps of the complete checkpoints, oldest first."""
-        return [step for step, _ in checkpoints(self.root)]
+        """The steps of the complete checkpoints (every file there with its size), oldest first."""
+        return [step for step, folder in checkpoints(self.root) if verify_sizes(folder)]
 
     def folder(self, step: int) -> Path:
         """The folder of step ``step``'s checkpoint."""

@@ -66,6 +66,7 @@ class LoopSpec:
     precision: str = "fp32"
     save_every: int = 0
     save_dir: Path | None = None
+    keep_last: int = 3                          # checkpoints kept (pruned after each successful save)
     resume: Path | None = None
     max_steps: int | None = None
     spike_factor: float = 2.0
@@ -132,7 +133,7 @@ def train(parts: LoopParts, spec: LoopSpec) -> dict:
                                          parts.device.type)
     store = parts.checkpoints
     if store is None and spec.save_dir is not None:
-        store = StepFolders(spec.save_dir, parts.rank, parts.barrier, update)
+        store = StepFolders(spec.save_dir, parts.rank, parts.barrier, update, keep=spec.keep_last)
     if store is None and (spec.save_every or spec.resume is not None):
         raise ValueError("LoopSpec.save_every/resume need LoopSpec.save_dir or LoopParts.checkpoints")
     run = RunState(parts.loader, parts.scheduler, spec.meta, store)

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
+from typing import Callable
 
-from grading.kit.files import atomic_write
+from grading.kit.files import atomic_write, read_jsonl
 from project.cli import ConfigError
 
 GUARD_EVENT = "divergence"
@@ -58,9 +60,9 @@ class StepLog:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+        if resume_step is not None and self.path.exists():   # a torn last line (killed mid-write) is dropped
+            kept = [json.dumps(r) for r in read_jsonl(self.path)[0]
+                    if isinstance(r, dict) and r.get("step", 0) <= resume_step]
         atomic_write(self.path, "".join(line + "\n" for line in kept))
         if tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter
@@ -94,9 +96,21 @@ class StepLog:
             self._writer.close()
 
 
-def read_steps(path: Path) -> tuple[list[dict], list[dict]]:
-    """``(step lines, event lines)`` of a ``metrics.jsonl`` file."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def _stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def read_steps(path: Path, warn: Callable[[str], None] = _stderr) -> tuple[list[dict], list[dict]]:
+    """``(step lines, event lines)`` of a ``metrics.jsonl`` file.
+
+    Tolerant: a torn last line (a run killed mid-write) or a damaged line is
+    skipped with one ``warn(message)`` (default: a ``warning:`` line on
+    stderr) and the rest is read; so are lines without a step number.
+    """
+    records, warnings = read_jsonl(path)
+    for message in warnings:
+        warn(message)
+    rows = [r for r in records if isinstance(r, dict) and isinstance(r.get("step"), int)]
     return [r for r in rows if "event" not in r], [r for r in rows if "event" in r]
 
 

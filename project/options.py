@@ -85,7 +85,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--save_every", type=int_at_least(0), default=0,
                         help="write a checkpoint every N optimizer steps (0: never)")
     parser.add_argument("--save_dir", default=None, help="checkpoint folder (default: <out_dir>/checkpoints)")
-    parser.add_argument("--resume", default=None, help="continue from a checkpoint folder (its 'latest' or a step_N)")
+    parser.add_argument("--keep_last", type=int_at_least(1), default=3,
+                        help="checkpoints kept: older steps are removed after each successful save (default 3)")
+    parser.add_argument("--resume", default=None,
+                        help="continue from a checkpoint folder (its newest intact step) or one step_N (verified)")
     parser.add_argument("--max_steps", type=int_at_least(1), default=None,
                         help="stop after this many optimizer steps in total (checkpointed with --save_every)")
     parser.add_argument("--lr_schedule", choices=SCHEDULES, default="constant",
@@ -107,7 +110,8 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
     ``--pretrained`` model whose config cannot be loaded, fp16 off CUDA,
     ``--tensorboard`` without the package, and a ``--resume`` folder without
     a checkpoint or from a run whose ``meta`` (world size, batch size,
-    accumulation, ...) differs.
+    accumulation, ...) differs. ``args.resume`` becomes the verified
+    ``step_<n>`` folder it resolves to (``project.checkpoint.resolve``).
     """
     for name in ("workdir", "out_dir", "save_dir"):
         if getattr(args, name) is not None and Path(getattr(args, name)).is_file():
@@ -123,7 +127,8 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
     check_precision(args.precision, device_type)
     check_tensorboard(args.tensorboard)
     if args.resume is not None:
-        saved = checkpoint.read_meta(checkpoint.resolve(args.resume))
+        args.resume = str(checkpoint.resolve(args.resume))   # verified once here; the ranks load this step
+        saved = checkpoint.read_meta(Path(args.resume))
         changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
         if changed:
             said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
@@ -165,13 +170,16 @@ def prepare_run(args, folder: Path, rank: int, meta: dict,
     training comes from the checkpoint (``val_loss`` is not called) and the
     step log keeps its lines up to the checkpoint's step.
     """
-    resume = checkpoint.resolve(args.resume) if args.resume else None
+    resume = Path(args.resume) if args.resume else None   # the step check_training_args verified
+    if resume is not None and not resume.name.startswith("step_"):
+        resume = checkpoint.resolve(resume)
     saved = checkpoint.read_meta(resume) if resume else None
     before = saved["carry"]["val_loss_before"] if saved else val_loss()
     step_log = StepLog(folder, enabled=rank == 0, resume_step=saved["step"] if saved else None,
                        tensorboard=args.tensorboard)
     spec = LoopSpec(n_epochs=args.n_epochs, grad_accum=args.grad_accum, precision=args.precision,
                     save_every=args.save_every, save_dir=save_dir(args, folder), resume=resume,
+                    keep_last=getattr(args, "keep_last", 3),
                     max_steps=args.max_steps, spike_factor=args.spike_factor, lr_spike=args.lr_spike,
                     quiet=args.quiet, meta={**meta, "carry": {"val_loss_before": before}})
     return spec, step_log, before

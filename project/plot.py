@@ -7,42 +7,69 @@
 - ``pipeline_timeline.png``: one recorded training step per mode, a bar per
   stage task (forward passes only: backward runs in autograd's own threads);
 - ``training_curves.png``: loss and gradient norm per optimizer step of every
-  run with a ``metrics.jsonl``, the steps the divergence guard refused marked (its ``divergence`` events).
+  run with a ``metrics.jsonl``, finished or not, the steps the divergence guard refused marked (its
+  ``divergence`` events).
+
+A run stopped by ``--max_steps`` or killed has no finished epoch: its bar is
+the median over its steps in ``metrics.jsonl``. A torn last line (a run
+killed mid-write) or an unreadable file is skipped with a ``warning:`` line.
 For the graded figures and ``performance_summary.json`` use
 ``scripts/run_benchmarks.py``; this script only draws your own runs.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 if __package__ in (None, ""):  # run as `python project/plot.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from grading.kit.files import read_json
 from project.cli import ConfigError, Parser, run_cli
 from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
 
 
-def collect(out: Path) -> dict[str, dict]:
-    """``{label: metrics}`` for every run found under ``out`` (data-parallel summaries, pipeline metrics)."""
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def collect(out: Path, warn: Callable[[str], None] = _warn) -> dict[str, dict]:
+    """``{label: metrics}`` for every run found under ``out`` (data-parallel summaries, pipeline metrics).
+
+    A run whose per-epoch file is missing, unreadable or has no finished
+    epoch (stopped by ``--max_steps`` or killed) is read from its
+    ``metrics.jsonl`` instead: its throughput is the median over its steps.
+    """
+    places = {f"DP {p.name[len('world'):]} rank(s)": p for p in sorted(out.glob("data_parallel/world*"))}
+    places |= {mode.replace("_", " "): out / "pipeline" for mode in ("model_parallel", "pipeline_parallel")}
     runs = {}
-    for path in sorted(out.glob("data_parallel/world*/summary.json")):
-        summary = json.loads(path.read_text())
-        summary["_written"] = _written_at(path)
-        runs[f"DP {summary['world_size']} rank(s)"] = summary
-    for mode in ("model_parallel", "pipeline_parallel"):
-        path = out / "pipeline" / f"metrics_{mode}.json"
-        if path.exists():
-            runs[mode.replace("_", " ")] = json.loads(path.read_text()) | {"_written": _written_at(path)}
+    for label, folder in places.items():
+        mode = label.replace(" ", "_")
+        path = folder / (f"metrics_{mode}.json" if folder.name == "pipeline" else "summary.json")
+        data, problem = read_json(path) if path.exists() else (None, None)
+        if problem:
+            warn(problem)
+        if isinstance(data, dict) and data.get("epochs"):
+            runs[label] = data | {"_written": _written_at(path)}
+            continue
+        steps_file = (folder / mode if folder.name == "pipeline" else folder) / METRICS_FILE
+        steps = read_steps(steps_file, warn)[0] if steps_file.exists() else []
+        speeds = [s["tokens_per_s"] for s in steps if isinstance(s.get("tokens_per_s"), (int, float))]
+        if speeds:
+            runs[f"{label} (steps)"] = {"epochs": [{"tokens_per_s": statistics.median(speeds)}],
+                                         "_written": _written_at(steps_file) + f", {len(speeds)} steps, unfinished"}
     return runs
 
 
-def step_logs(out: Path) -> dict[str, tuple[list[dict], list[dict]]]:
-    """``{label: (step lines, event lines)}`` of every ``metrics.jsonl`` under ``out`` (label: its folder)."""
-    return {path.parent.relative_to(out).as_posix(): read_steps(path)
+def step_logs(out: Path, warn: Callable[[str], None] = _warn) -> dict[str, tuple[list[dict], list[dict]]]:
+    """``{label: (step lines, event lines)}`` of every ``metrics.jsonl`` under ``out`` (label: its folder).
+
+    Tolerant: a torn last line is skipped with a warning (``warn``) and the rest is drawn.
+    """
+    return {path.parent.relative_to(out).as_posix(): read_steps(path, warn)
             for path in sorted(out.rglob(METRICS_FILE)) if "checkpoints" not in path.parts}
 
 
@@ -71,27 +98,9 @@ def draw_curves(logs: dict[str, tuple[list[dict], list[dict]]], path: Path) -> P
     return path
 
 
-def _written_at(path: Path) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-
-
-def main(argv: list[str] | None = None) -> list[Path]:
-    """Draw the figures; return their paths. Raises ConfigError when there is nothing to plot."""
-    parser = Parser(prog="project/plot.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", default="workdir")
-    parser.add_argument("--out_dir", default=None, help="default: <workdir>/out/plots")
-    args = parser.parse_args(argv)
-    runs = collect(Path(args.workdir) / "out")
-    if not runs:
-        raise ConfigError(f"no metrics under {Path(args.workdir) / 'out'}: run project/run_data_parallel.py or "
-                          f"project/run_pipeline.py first")
-    import matplotlib
-    matplotlib.use("Agg")
+def _draw_throughput(runs: dict[str, dict], path: Path) -> Path:
+    """Bars of real tokens per second (median over epochs, or over steps of an unfinished run)."""
     import matplotlib.pyplot as plt
-
-    folder = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / "plots"
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = list(runs)
@@ -105,10 +114,43 @@ def main(argv: list[str] | None = None) -> list[Path]:
     print("These runs were measured at different times, so their ratios mix in whatever else the machine was "
           "doing; for speedups use scripts/run_benchmarks.py (paired, alternating runs).")
     fig.tight_layout()
-    written.append(folder / "throughput.png")
-    fig.savefig(written[-1], dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path
 
+
+def _written_at(path: Path) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Draw the figures; return their paths. Raises ConfigError when there is nothing to plot."""
+    parser = Parser(prog="project/plot.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="workdir")
+    parser.add_argument("--out_dir", default=None, help="default: <workdir>/out/plots")
+    args = parser.parse_args(argv)
+    out = Path(args.workdir) / "out"
+    said: set[str] = set()
+
+    def warn(message: str) -> None:   # each torn or unreadable file once, though two readers meet it
+        if message not in said:
+            said.add(message)
+            _warn(message)
+
+    runs = collect(out, warn)
+    logs = {label: log for label, log in step_logs(out, warn).items() if log[0]}
+    if not runs and not logs:
+        raise ConfigError(f"no metrics under {out}: run project/run_data_parallel.py or "
+                          f"project/run_pipeline.py first")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(args.out_dir) if args.out_dir else out / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    if runs:
+        written.append(_draw_throughput(runs, folder / "throughput.png"))
     modes = [k for k in ("model parallel", "pipeline parallel") if k in runs and runs[k].get("timeline")]
     if modes:
         fig, axes = plt.subplots(len(modes), 1, figsize=(7, 1.6 + 1.2 * len(modes)), squeeze=False)
@@ -126,7 +168,6 @@ def main(argv: list[str] | None = None) -> list[Path]:
         written.append(folder / "pipeline_timeline.png")
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
-    logs = {label: log for label, log in step_logs(Path(args.workdir) / "out").items() if log[0]}
     if logs:
         written.append(draw_curves(logs, folder / "training_curves.png"))
     print("wrote " + ", ".join(str(p) for p in written))

@@ -29,12 +29,14 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 
 import torch
 
+from project.checkpoint import failure_is_one_line, save_errors_in_one_line
 from project.cli import ConfigError, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import resolve_backend
 from project.launch import RankEnv, all_reduce_sum, join_group, launch
 from project.loop import LoopParts, LoopSpec, train
 from project.loss import lm_loss
+from project.manifest import verify
 from project.model import build_model
 from project.output import quiet_libraries, write_json
 
@@ -79,6 +81,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--max_len must be >= 4, --lr and --bucket_mb positive")
     if args.resume and not (Path(args.resume) / "manifest.json").is_file():
         raise ConfigError(f"--resume {args.resume}: no manifest.json there (not a save_sharded checkpoint)")
+    problem = verify(Path(args.resume)) if args.resume else None   # sizes and sha256 before any rank loads
+    if problem:
+        raise ConfigError(f"--resume {args.resume}: the checkpoint is damaged: {problem}")
 
 
 def _data(args: argparse.Namespace):
@@ -132,7 +137,9 @@ class ShardedCheckpoint:
         from data_parallel.checkpoint import save_sharded
 
         if self.directory is not None and step == self.step:
-            save_sharded(self.directory, step, self.model, self.optimizer, extra={"run": state, "rank": rank_state})
+            with failure_is_one_line(Path(self.directory), step):   # a full disk: one line, not a traceback
+                save_sharded(self.directory, step, self.model, self.optimizer,
+                             extra={"run": state, "rank": rank_state})
 
     def load(self, folder: Path) -> tuple[dict, dict]:
         """``load_sharded`` into the model and optimizer; the run's ``(state, rank_state)`` from ``extra``."""
@@ -191,7 +198,8 @@ def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: 
         old.unlink()
     phase = argparse.Namespace(**vars(args), load=load, checkpoint=str(checkpoint) if checkpoint else None,
                                run_dir=str(run_dir))
-    launch(train_rank, args.world_size, phase, run_dir)
+    with save_errors_in_one_line():
+        launch(train_rank, args.world_size, phase, run_dir)
     return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(args.world_size)]
 
 

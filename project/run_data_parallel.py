@@ -28,6 +28,7 @@ import torch
 
 from grading.kit.files import atomic_path
 from project import readiness
+from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import thread_facts
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                                    args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     check_args(args, world_size, len(train_set))
     folder = out_dir(args, f"{NAME}/world{world_size}")
-    summary = launch_and_summarise(train_rank, world_size, args, folder)
+    with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
+        summary = launch_and_summarise(train_rank, world_size, args, folder)
     if summary is None:
         return None
     print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "

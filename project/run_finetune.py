@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 import torch
 
 from project import readiness
+from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, float_above, int_at_least, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import thread_facts
@@ -226,7 +227,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME)
-    s = launch_and_summarise(finetune_rank, world_size, args, folder)
+    with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
+        s = launch_and_summarise(finetune_rank, world_size, args, folder)
     if s is None:
         return None
     offload = ", optimizer offloaded to CPU" if s["offload"] == "cpu" else ""

@@ -23,7 +23,7 @@ COMMON = {
     "--preset": "huge", "--pretrained": "MISSING/model", "--n_train": "0", "--n_valid": "-3", "--max_len": "3",
     "--n_epochs": "0", "--lr": "nan", "--seed": "-1", "--quiet": "=yes",
     "--grad_accum": "0", "--precision": "fp16", "--grad_ckpt": "=no", "--save_every": "-1", "--save_dir": "FILE",
-    "--resume": "EMPTY", "--max_steps": "0", "--lr_schedule": "linear", "--tensorboard": "FILE",
+    "--resume": "EMPTY", "--keep_last": "0", "--max_steps": "0", "--lr_schedule": "linear", "--tensorboard": "FILE",
     "--spike_factor": "-2", "--lr_spike": "7",
 }
 BAD = {

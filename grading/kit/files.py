@@ -5,10 +5,15 @@ name in the same folder (same file system), is flushed to disk, then
 ``os.replace``-d onto the final name in one step. A crash or a full disk
 leaves the previous file (or none) and at most a ``.*.tmp`` leftover, never
 a torn one. Plain standard library, so ``project`` may import it too.
+
+Appended logs (``metrics.jsonl``, the benchmark's ``runs.jsonl``) cannot be
+written that way; their readers use ``read_jsonl``, which skips a torn last
+line with a warning and reads the rest (``read_json`` for whole files).
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -53,3 +58,41 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
         with open(scratch, "wb") as handle:
             handle.write(payload)
     return Path(path)
+
+
+def read_jsonl(path: str | os.PathLike) -> tuple[list, list[str]]:
+    """``(records, warnings)`` of a JSON-lines file, tolerant of what a killed or full-disk writer leaves.
+
+    Blank lines are ignored. A line that is not JSON is skipped with one
+    warning naming the file and the line: a torn final line (the writer was
+    stopped mid-line) or a damaged line elsewhere; every other line is read.
+    A missing or unreadable file gives no records and one warning.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return [], [f"{path}: cannot read it ({exc.strerror or exc}); skipped"]
+    records, warnings = [], []
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            what = ("is torn (the run stopped while writing it)" if n == last
+                    else "is not JSON (damaged)")
+            warnings.append(f"{path}: line {n + 1} {what}; skipped it, read the rest")
+    return records, warnings
+
+
+def read_json(path: str | os.PathLike) -> tuple[object, str | None]:
+    """``(data, None)`` of a JSON file, or ``(None, warning)`` when it is missing, unreadable or not JSON."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text()), None
+    except OSError as exc:
+        return None, f"{path}: cannot read it ({exc.strerror or exc}); skipped"
+    except ValueError as exc:
+        return None, f"{path}: not valid JSON ({exc}); skipped"

@@ -1,13 +1,32 @@
-"""From raw run records to the summary's numbers, thresholds and the console table (no torch, no I/O).
+"""From raw run records to the summary's numbers, thresholds and the console table (no torch).
 
 A record is one run as the suite logs it (one JSON line in ``runs.jsonl``)::
 
     {"group": "data_parallel", "variant": "world_size_2", "repeat": 0, "position": 1, "warmup": false,
      "role": "pair", "ranks": [[[start, end], ...], ...], "tokens": 4711, "timeline": [...] | null}
+
+``read_runs`` is the one reader of that file; everything else here is pure.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Callable
+
+from grading.kit.files import read_jsonl
 from project.bench import stats
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def read_runs(path: Path, warn: Callable[[str], None] = _warn) -> list[dict]:
+    """The records of ``runs.jsonl``; a torn last line (a run killed mid-write) is skipped with ``warn(message)``."""
+    records, warnings = read_jsonl(path)
+    for message in warnings:
+        warn(message)
+    return [r for r in records if isinstance(r, dict)]
 
 
 def variant_summary(records: list[dict]) -> dict:

@@ -329,7 +329,7 @@ def _timeline(log_path: Path, opts: Options) -> dict:
     """The Gantt data: the last step of the median-time run of model_parallel and of the largest n_chunk."""
     from project.bench import stats
 
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    records = report.read_runs(log_path)   # tolerant: a torn last line (a killed run) is skipped, with a warning
     m = max(opts.n_chunks)
     out = {"stages": 2, "microbatches": m, "theoretical_bubble": stats.theoretical_bubble(m, 2)}
     for variant in ("model_parallel", f"pipeline_parallel_m{m}"):
