@@ -143,4 +143,4 @@ def test_pytest_markers_equal_the_course_grade_for_problems_4_and_5(tmp_path):
         course, _ = _scores(KIT_ROOT, str(starter), "--problems", "1,2,3,4,5", problem=problem)
         public = {cid: score > 0 for cid, score in course.items() if not cid.endswith("_hidden")}
         assert local == public, (problem, local, public)
-        assert not all(local.values()) and any(local.values()), (problem, local)   # the helper costs some, not all
+        assert not all(local.values()), (problem, local)      # the missing helper costs criteria, in both views
