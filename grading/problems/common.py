@@ -63,3 +63,19 @@ def expect_refusals(items: list[dict], what: str, changes: dict[str, str]) -> No
         expect(item["outcome"] == "ValueError", f"{label}: expected ValueError, got {item['outcome']}")
         for key, advice in changes.items():
             expect(not item[key], f"{label}: raised, but had already changed {item[key][:4]} ({advice})")
+
+
+def factor_hint(got, expected: dict, world_size: int) -> str:
+    """A likely cause when every tensor of ``got`` (name -> tensor) is the expected one times N or 1/N.
+
+    N is the world size: a sum without the division, or the division done twice. "" when neither fits.
+    """
+    pairs = [(got.get(n), e) for n, e in expected.items() if e is not None] if isinstance(got, dict) else []
+    pairs = [(g, e) for g, e in pairs if isinstance(g, torch.Tensor) and g.shape == e.shape]
+    if not pairs:
+        return ""
+    for factor, cause in ((world_size, "a sum without the division by the world size"),
+                          (1 / world_size, "a division by the world size twice")):
+        if all(torch.allclose(g.double(), e.double() * factor, atol=1e-6, rtol=1e-4) for g, e in pairs):
+            return f"\nlikely cause: {cause} (every gradient is {factor:g} x the expected one)"
+    return ""

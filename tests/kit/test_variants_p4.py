@@ -109,7 +109,7 @@ DDP_VARIANTS = [
             handle.wait()"""))),)),
     Variant("sum_not_mean", DDP, "finish_gradient_synchronization", edited(DDP, "finish_gradient_synchronization", (
         "            buffer /= self.world_size\n", "")), fails("4.1.grads", "4.1.train", "4.1.grads_hidden"),
-        hint="likely cause: a sum over the ranks without the division by the world size"),
+        hint="likely cause: a sum without the division by the world size"),
     Variant("launch_in_finish", DDP, "_grad_ready", """
         self._arrived[self._bucket_of[id(param)]] += 1
         self._seen.add(id(param))

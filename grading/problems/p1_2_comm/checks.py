@@ -25,6 +25,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
+from grading.problems.common import factor_hint
 from grading.problems.p1_2_comm import ID, TITLE
 from grading.problems.p1_2_comm import reference as ref
 
@@ -209,20 +210,7 @@ def check_grads(run: CaseRun, split: str) -> None:
             assert_state_close(f"average_gradients ({run.world_size} ranks): rank {rank} grad of", got, expected,
                                atol=1e-6, rtol=1e-5)
         except CheckFailed as failure:
-            raise CheckFailed(f"{failure}{_averaging_hint(got, expected, run.world_size)}") from None
-
-
-def _averaging_hint(got, expected: dict, world_size: int) -> str:
-    """A likely cause when the gradients are off by a factor the world size explains."""
-    pairs = [(got.get(n), e) for n, e in expected.items() if e is not None] if isinstance(got, dict) else []
-    pairs = [(g, e) for g, e in pairs if isinstance(g, torch.Tensor) and g.shape == e.shape]
-    if not pairs:
-        return ""
-    for factor, cause in ((world_size, "a sum without the division by the world size"),
-                          (1 / world_size, "a division by the world size twice (or of a sum that was not taken)")):
-        if all(torch.allclose(g.double(), e.double() * factor, atol=1e-6, rtol=1e-4) for g, e in pairs):
-            return f"\nlikely cause: {cause} (every gradient is {factor:g} x the expected one)"
-    return ""
+            raise CheckFailed(f"{failure}{factor_hint(got, expected, run.world_size)}") from None
 
 
 @CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=2)

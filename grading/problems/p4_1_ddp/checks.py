@@ -23,7 +23,8 @@ from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.p4_1_ddp.hints import bucket_hint, factor_hint
+from grading.problems.common import factor_hint
+from grading.problems.p4_1_ddp.hints import bucket_hint
 
 
 @dataclass(frozen=True)

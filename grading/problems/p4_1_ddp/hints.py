@@ -6,19 +6,6 @@ import torch
 from grading.problems.p4_1_ddp import reference as ref
 
 
-def factor_hint(got, expected: dict, world_size: int) -> str:
-    """A likely cause when every tensor of ``got`` is the expected one times N or 1/N (N = world size)."""
-    pairs = [(got.get(n), e) for n, e in expected.items() if e is not None] if isinstance(got, dict) else []
-    pairs = [(g, e) for g, e in pairs if isinstance(g, torch.Tensor) and g.shape == e.shape]
-    if not pairs:
-        return ""
-    for factor, cause in ((world_size, "a sum over the ranks without the division by the world size"),
-                          (1 / world_size, "a division by the world size twice")):
-        if all(torch.allclose(g.double(), e.double() * factor, atol=1e-6, rtol=1e-4) for g, e in pairs):
-            return f"\nlikely cause: {cause} (every gradient is {factor:g} x the expected one)"
-    return ""
-
-
 def close_to(got, expected: dict, atol: float, rtol: float) -> bool:
     """True when ``got`` holds every tensor of ``expected`` with its shape, within the tolerance."""
     return isinstance(got, dict) and all(
