@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from grading.engine.sandbox import freeze_and_kill
+
 PRELOAD = ("torch",)                 # imported by every server before the first fork
 START_TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -65,24 +67,8 @@ def _descendants(root: int) -> list[int]:
 
 
 def _sweep(me: int) -> list[int]:
-    """Stop every descendant until no new one appears (a fork bomb cannot outrun it), then kill them all."""
-    stopped: list[int] = []
-    for _ in range(20):
-        fresh = [pid for pid in _descendants(me) if pid not in stopped]
-        if not fresh:
-            break
-        for pid in fresh:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-            except OSError:
-                pass
-    for pid in stopped:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    return stopped
+    """Stop every descendant until no new one appears, then kill them all (``sandbox.freeze_and_kill``)."""
+    return freeze_and_kill(lambda: _descendants(me))
 
 
 def _reseed() -> None:

@@ -37,6 +37,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its children) inherits
 
@@ -272,17 +273,12 @@ def find_marked(run_id: str) -> list[int]:
     return [pid for pid in pids if pid != me and _marked(pid, marker)]
 
 
-def kill_marked(run_id: str, rounds: int = 20) -> list[int]:
-    """Stop, then kill, every process carrying the run's marker; return their pids.
-
-    Processes are frozen (SIGSTOP) scan after scan until a scan finds no new
-    one, so a process that keeps forking cannot outrun the sweep; then all
-    get SIGKILL. Best effort: a process that dropped the marker from its
-    environment is not found.
-    """
+def freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> list[int]:
+    """Stop (SIGSTOP) every pid ``find()`` names, scan after scan until a scan finds no new one (a process that
+    keeps forking cannot outrun the sweep), then SIGKILL them all; return their pids."""
     stopped: list[int] = []
     for _ in range(rounds):
-        fresh = [pid for pid in find_marked(run_id) if pid not in stopped]
+        fresh = [pid for pid in find() if pid not in stopped]
         if not fresh:
             break
         for pid in fresh:
@@ -297,3 +293,11 @@ def kill_marked(run_id: str, rounds: int = 20) -> list[int]:
         except (ProcessLookupError, PermissionError):
             pass
     return stopped
+
+
+def kill_marked(run_id: str, rounds: int = 20) -> list[int]:
+    """Stop, then kill, every process carrying the run's marker; return their pids (``freeze_and_kill``).
+
+    Best effort: a process that dropped the marker from its environment is not found.
+    """
+    return freeze_and_kill(lambda: find_marked(run_id), rounds)
