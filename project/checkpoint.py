@@ -35,7 +35,7 @@ import torch
 
 from grading.kit.files import atomic_path, atomic_write
 from project.cli import ConfigError
-from project.manifest import MANIFEST, verify, verify_sizes, write_manifest
+from project.manifest import verify, verify_sizes, write_manifest
 
 LATEST = "latest"
 _STEP_RE = re.compile(r"^step_(\d+)$")

@@ -151,7 +151,8 @@ def test_fault_plot_draws_a_max_steps_run_with_a_torn_metrics_line(work):
     done = subprocess.run([sys.executable, "project/plot.py", "--workdir", str(work / "plotted")], cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr == f"warning: {log}: line 7 is torn (the run stopped while writing it); skipped it, read the rest\n"
+    assert done.stderr == (f"warning: {log}: line 7 is torn (the run stopped while writing it); "
+                           "skipped it, read the rest\n")
     assert "DP 1 rank(s) (steps)" in done.stdout and "6 steps, unfinished" in done.stdout
     assert {p.name for p in (work / "plotted" / "out" / "plots").iterdir()} == {"throughput.png",
                                                                                "training_curves.png"}
