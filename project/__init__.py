@@ -6,7 +6,7 @@ train), ``devices`` (where: backend, rank and stage devices, threads),
 ``launch`` (starting ranks and joining their group: the runners and the
 benchmarks alike), ``loop`` (the one training loop, with its strategies in
 ``updates`` and ``zero_engine`` and its state in ``run_state``; ``precision``,
-``checkpoint``, ``guard``, ``metrics``), ``loss`` (training and validation
+``checkpoint`` with its verified ``manifest``, ``guard``, ``metrics``), ``loss`` (training and validation
 loss) and ``output`` (progress, log lines, JSON files, the closing report).
 """
 from pathlib import Path
