@@ -18,7 +18,7 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.engine.rubric import criteria_of
-from grading.engine.runner import CriterionResult, run_case
+from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
 from grading.problems import all_cases, titles
@@ -57,8 +57,19 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 
 
 @pytest.fixture(scope="session")
-def grade(tmp_path_factory, graded_copy):
-    """``grade(criterion_id) -> CriterionResult``, spawning each case at most once per session."""
+def fork_servers():
+    """The session's fork servers (``grading.engine.forkserver``: they hold library modules only and fork ranks for
+    any kit copy), shared by the grading runs of the tests; None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
+    servers = warm_servers(KIT_ROOT)
+    yield servers
+    if servers is not None:
+        servers.close()
+
+
+@pytest.fixture(scope="session")
+def grade(tmp_path_factory, graded_copy, fork_servers):
+    """``grade(criterion_id) -> CriterionResult``, spawning each case at most once per session (warm ranks, as
+    ``grade`` runs them)."""
     code_root, splice = graded_copy
     cases = {c.id: case for case in graded_cases() for c in case.criteria}
     results: dict[str, dict[str, CriterionResult]] = {}
@@ -68,7 +79,7 @@ def grade(tmp_path_factory, graded_copy):
         case = cases[criterion_id]
         if case.name not in results:
             results[case.name] = {v.id: v for v in run_case(case, code_root, work, barred=splice.barred,
-                                                                  hints=splice.hints)}
+                                                                  hints=splice.hints, servers=fork_servers)}
         return results[case.name][criterion_id]
     return verdict
 

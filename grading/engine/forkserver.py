@@ -1,51 +1,64 @@
-"""Warm rank processes: fork servers that have imported torch once and fork every rank of a grading run.
+"""Warm rank processes: fork servers that have imported torch once and fork the ranks of grading runs.
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch
 before milliseconds of probing. Instead, a grading run starts one *fork
-server* per rank index (``python -m grading.engine.forkserver``, in the kit
-copy under test, with ``OMP_NUM_THREADS=1`` so it stays single-threaded);
-each imports torch and the worker module, then, on request, forks a rank:
+server* per rank index (``python -m grading.engine.forkserver``, with
+``OMP_NUM_THREADS=1`` so it stays single-threaded; the launcher's side is
+``grading.engine.forkservers``); each imports torch, then, on request, forks a
+rank:
 
-    launcher ──request (spec, rank, key, run id, log paths)──▶ server r ──fork──▶ rank r of the case
-             ◀─────────────── pid, later its exit status ───────┘
+    launcher ──request (spec, rank, key, run id, kit, log paths)──▶ server r ──fork──▶ rank r of the case
+             ◀──────────────── pid, later its exit status ───────────┘
 
 The forked child is a fresh process for everything the sandbox gives it: its
 own session (process group), stdout/stderr to its files, the run's signing
 key on a new stdin pipe, the run marker in its environment, its own
 ``random`` seed, then ``worker.main`` exactly as a cold start runs it
 (limits, network namespace, group, probe). It holds no descriptor of the
-server. Nothing of one case or submission reaches another: the servers never
-import student or probe code, a run's servers belong to that run (one kit
-copy), and each rank index has its own server, started with its own
+server. It imports every kit module itself, from the kit copy the request
+names: the server's own ``grading`` modules are dropped and that copy leads
+``sys.path`` and ``PYTHONPATH``. So a server holds library modules only, never
+kit, student or probe code, and nothing of one case or submission reaches
+another; each rank index has its own server, started with its own
 ``PYTHONHASHSEED``, so ranks of a case differ in hash order as fresh
 interpreters do. The server is the *subreaper* of its ranks: a daemon that
 double-forks and calls setsid is re-parented to it, and ``sweep`` kills every
 descendant after a case; ``PR_SET_PDEATHSIG`` ties the server to the
-launcher and the ranks to the server.
+launcher and the ranks to the server. A grading run (``grade``, each
+submission of ``batch``) starts its own servers; a test session may keep one
+set for the kit copies it grades.
+
+*Preloads.* A case names the library modules its ranks import (``Case.preload``:
+``torch._dynamo``, which the first ``torch.optim`` optimizer imports, transformers'
+GPT-2, DeepSpeed: each a second or more per rank). Before forking that case's
+ranks, each server imports those it has not imported yet, once; a rank then
+finds them in ``sys.modules`` exactly as if it had imported them at its start.
+A server that a preload leaves with a second thread refuses to fork
+(``error``). A failed preload is ignored: the rank imports the module itself and
+meets the same error there. Where CUDA is visible nothing is preloaded
+(``preloads_allowed``): a library that touches the driver before ``fork`` would
+break the ranks' CUDA.
 """
+
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import random
-import secrets
 import select
 import signal
 import socket
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 from grading.engine.sandbox import freeze_and_kill
 
 PRELOAD = ("torch",)                 # imported by every server before the first fork
-START_TIMEOUT_S = 120.0
+SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
-# ------------------------------------------------------------------------------------------ server side
 def _descendants(root: int) -> list[int]:
     """Pids of every process below ``root`` in the process tree (by /proc parent links)."""
     children: dict[int, list[int]] = {}
@@ -69,6 +82,18 @@ def _descendants(root: int) -> list[int]:
 def _sweep(me: int) -> list[int]:
     """Stop every descendant until no new one appears, then kill them all (``sandbox.freeze_and_kill``)."""
     return freeze_and_kill(lambda: _descendants(me))
+
+
+def _use_kit(kit: str) -> None:
+    """In a rank: import kit modules from the copy ``kit`` only (the server's ``grading`` modules are dropped and
+    its folder leaves ``sys.path``), as a cold worker started there would."""
+    for name in [name for name in sys.modules if name == "grading" or name.startswith("grading.")]:
+        del sys.modules[name]
+    server_kit = os.environ.get(SERVER_KIT_ENV, "")
+    sys.path[:] = [kit, *(entry for entry in sys.path if entry not in ("", server_kit, kit))]
+    os.environ["PYTHONPATH"] = kit
+    os.environ.pop(SERVER_KIT_ENV, None)
+    importlib.invalidate_caches()
 
 
 def _reseed() -> None:
@@ -98,6 +123,7 @@ def _start_rank(request: dict, control: socket.socket) -> int:
             os.closerange(3, 1 << 16)
             os.chdir(request["cwd"])
             os.environ.update(request["env"])
+            _use_kit(request["cwd"])
             _reseed()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             from grading.engine import worker
@@ -114,6 +140,17 @@ def _start_rank(request: dict, control: socket.socket) -> int:
     return pid
 
 
+def _preload(modules: list[str]) -> None:
+    """Import each of ``modules`` not imported yet; an import that fails is left to the rank that needs it."""
+    for name in modules:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the rank imports it again and reports what goes wrong there
+            sys.modules.pop(name, None)
+
+
 def serve(fd: int) -> None:
     """The server loop on the inherited control socket ``fd`` (one JSON object per line each way)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -122,7 +159,6 @@ def serve(fd: int) -> None:
     control = socket.socket(fileno=fd)
     for name in PRELOAD:
         __import__(name)
-    from grading.engine import worker  # noqa: F401 - preloaded for the children
     threads = len(os.listdir("/proc/self/task"))
     ranks: set[int] = set()
 
@@ -155,150 +191,20 @@ def serve(fd: int) -> None:
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
             request = json.loads(line)
-            if request["op"] == "spawn":
+            if request["op"] == "preload":
+                _preload(request["modules"])
+                threads = len(os.listdir("/proc/self/task"))
+                if threads != 1:
+                    send({"error": f"the fork server has {threads} threads after preloading {request['modules']}"})
+                    return
+                send({"preloaded": request["modules"]})
+            elif request["op"] == "spawn":
                 pid = _start_rank(request, control)
                 ranks.add(pid)
                 send({"spawned": pid})
             elif request["op"] == "sweep":
                 send({"swept": _sweep(os.getpid())})
 
-
-# ------------------------------------------------------------------------------------------ launcher side
-class ForkServer:
-    """One server process (see the module docstring), driven over a socket pair by the launcher."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]):
-        ours, theirs = socket.socketpair()
-        self._socket = ours
-        self._buffer = b""
-        self._ready = False
-        self.exits: dict[int, int] = {}
-        self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
-                                     cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        theirs.close()
-
-    def wait_ready(self) -> None:
-        """Block until the server has imported what it preloads (it starts in the background); raise
-        RuntimeError when it cannot."""
-        if self._ready:
-            return
-        reply = self._next(lambda m: "ready" in m or "error" in m, START_TIMEOUT_S)
-        if reply is None or "error" in reply:
-            self.close()
-            raise RuntimeError((reply or {}).get("error") or "the fork server did not start")
-        self._ready = True
-
-    def _messages(self, timeout_s: float) -> list[dict]:
-        ready, _, _ = select.select([self._socket], [], [], timeout_s)
-        if not ready:
-            return []
-        chunk = self._socket.recv(65536)
-        if not chunk:
-            raise RuntimeError("the fork server exited")
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        return [json.loads(line) for line in lines]
-
-    def _next(self, wanted, timeout_s: float) -> dict | None:
-        """The next message that ``wanted`` accepts (exit reports seen meanwhile are kept); None at the timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for message in self._messages(max(0.0, deadline - time.monotonic())):
-                if "exit" in message:
-                    self.exits[message["exit"]] = message["code"]
-                if wanted(message):
-                    return message
-        return None
-
-    def spawn(self, spec: Path, rank: int, key: bytes, env: dict[str, str], stdout: Path, stderr: Path,
-              cwd: Path) -> int:
-        """Fork rank ``rank`` of the case whose spec is ``spec``; return its pid."""
-        self.wait_ready()
-        self._socket.sendall((json.dumps({"op": "spawn", "spec": str(spec), "rank": rank, "key": key.decode(),
-                                          "env": env, "stdout": str(stdout), "stderr": str(stderr),
-                                          "cwd": str(cwd)}) + "\n").encode())
-        reply = self._next(lambda m: "spawned" in m, 30.0)
-        if reply is None:
-            raise RuntimeError("the fork server did not start the rank")
-        return reply["spawned"]
-
-    def poll(self) -> dict[int, int]:
-        """Exit codes reported so far (pid -> code, negative for a signal)."""
-        try:
-            for message in self._messages(0.0):
-                if "exit" in message:
-                    self.exits[message["exit"]] = message["code"]
-        except RuntimeError:
-            pass
-        return self.exits
-
-    def sweep(self) -> list[int]:
-        """Kill every process the server's ranks left behind (re-parented to it); return their pids.
-
-        A server that is gone (a rank killed it: its parent) sweeps nothing; its ranks died with it
-        (``PR_SET_PDEATHSIG``) and what they started is left to the run marker's sweep.
-        """
-        try:
-            self._socket.sendall(b'{"op": "sweep"}\n')
-            reply = self._next(lambda m: "swept" in m, 30.0)
-        except (OSError, RuntimeError):
-            return []
-        return reply["swept"] if reply else []
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def close(self) -> None:
-        """Stop the server and everything under it (idempotent)."""
-        try:
-            self._socket.close()
-        except OSError:
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-class ForkServers:
-    """The fork servers of one grading run (one kit copy): one per rank index, started when first needed."""
-
-    def __init__(self, cwd: Path, env: dict[str, str] | None = None):
-        self.cwd = Path(cwd).resolve()
-        self.env = dict(os.environ if env is None else env)
-        self.env["PYTHONPATH"] = str(self.cwd)
-        self.env["OMP_NUM_THREADS"] = self.env.get("OMP_NUM_THREADS") or "1"
-        self._servers: dict[int, ForkServer] = {}
-
-    def server(self, rank: int) -> ForkServer:
-        """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
-        current = self._servers.get(rank)
-        if current is None or not current.alive():
-            env = {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))}
-            self._servers[rank] = ForkServer(self.cwd, env)
-        return self._servers[rank]
-
-    def warm_up(self, ranks: int = 2) -> None:
-        """Start the servers of ranks 0 .. ``ranks``-1 now, in the background (their imports overlap the caller's
-        own work); nothing waits for them here."""
-        for rank in range(ranks):
-            self.server(rank)
-
-    def close(self) -> None:
-        for server in self._servers.values():
-            server.close()
-        self._servers.clear()
-
-    def __enter__(self) -> ForkServers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 if __name__ == "__main__":

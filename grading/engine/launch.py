@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.engine import sandbox
-from grading.engine.forkserver import ForkServer, ForkServers
+from grading.engine.forkservers import ForkServer, ForkServers
 from grading.engine.results import is_finished
 
 STDERR_TAIL_CHARS = 2000
@@ -176,7 +176,8 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, env: dict | None = None,
-           limits: sandbox.Limits | None = None, servers: ForkServers | None = None) -> LaunchResult:
+           limits: sandbox.Limits | None = None, servers: ForkServers | None = None,
+           preload: tuple[str, ...] = ()) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes.
 
     Each rank calls ``function(ctx)`` with a ``grading.engine.results.RankContext``;
@@ -187,7 +188,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     ``sandbox.default_limits(timeout_s)``). With ``servers`` (the run's fork
     servers, for ``cwd``) the ranks are forked warm; without, or with an
     ``env`` of its own, each is a cold ``python -m grading.engine.worker``:
-    the same worker either way. ``out_dir`` must not exist yet.
+    the same worker either way. ``preload``: library modules the servers
+    import before forking (``ForkServers.preload``; a speed hint, ignored
+    cold). ``out_dir`` must not exist yet.
     Never raises for anything a rank does: crashes, hangs and exceptions are
     reported in the LaunchResult; no process of the run survives it.
     """
@@ -204,16 +207,22 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     warm = servers if env is None else None
     ranks: list[_Rank] = []
     spawned: list[float] = []
+    cold_reasons: list[str] = []
     start = time.monotonic()
     timed_out, codes = False, []
     try:
+        if warm is not None:
+            warm.preload(world_size, preload)
         for rank in range(world_size):
             spawned.append(time.time())
             files = (out_dir / f"rank{rank}.stdout", out_dir / f"rank{rank}.stderr")
+            forked = None
             if warm is not None:
-                ranks.append(_Rank.forked(warm.server(rank), out_dir / "spec.json", rank, key, run_id, files, cwd))
-            else:
-                ranks.append(_Rank.cold(out_dir / "spec.json", rank, key, run_id, files, cwd, env))
+                try:
+                    forked = _Rank.forked(warm.server(rank), out_dir / "spec.json", rank, key, run_id, files, cwd)
+                except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
+                    cold_reasons.append(f"rank {rank}: {exc}")
+            ranks.append(forked or _Rank.cold(out_dir / "spec.json", rank, key, run_id, files, cwd, env))
         clock = LoadClock()
         while any(r.poll() is None for r in ranks):
             if clock.elapsed() > timeout_s:
@@ -242,7 +251,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
                           limit_s=timeout_s, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers, lost=lost)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
-                                                     "warm": warm is not None}))
+                                                     "warm": warm is not None, "started_cold": cold_reasons}))
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(

@@ -13,6 +13,9 @@ each case's run folder (``launch.json``, ``rank<R>/timing.json``,
     saving      writing and signing result files
     judging     the criteria, in the parent
     wall        the launch, first spawn to last exit (the parent's clock)
+
+Below the table: the library packages a case's ranks imported themselves,
+which its ``preload`` could have had the fork servers import once.
 """
 from __future__ import annotations
 
@@ -52,8 +55,9 @@ def case_profile(run_dir: Path) -> dict[str, float] | None:
         return None
     last = max(rows, key=lambda row: row["end"])
     del last["end"]
+    cold = sorted({name for path in ranks for name in _read(path).get("cold_imports", {})})
     return {**last, "judging": float(_read(run_dir / "judged.json").get("judge_s", 0.0)),
-            "wall": float(launch.get("wall_s", 0.0))}
+            "wall": float(launch.get("wall_s", 0.0)), "cold_imports": cold}
 
 
 def table(runs_dir: Path) -> str:
@@ -61,13 +65,19 @@ def table(runs_dir: Path) -> str:
     header = f"{'case':<28}" + "".join(f"{c:>11}" for c in COLUMNS)
     lines = [header, "-" * len(header)]
     total = dict.fromkeys(COLUMNS, 0.0)
+    rows = []
     for run_dir in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
         row = case_profile(run_dir)
         if row is None:
             lines.append(f"{run_dir.name:<28}  (no timing: the case did not finish cleanly)")
             continue
+        rows.append((run_dir, row))
         for column in COLUMNS:
             total[column] += row[column]
         lines.append(f"{run_dir.name:<28}" + "".join(f"{row[c]:>11.2f}" for c in COLUMNS))
+    cold = [f"  {run_dir.name}: {', '.join(row['cold_imports'])}" for run_dir, row in rows if row["cold_imports"]]
     lines += ["-" * len(header), f"{'total':<28}" + "".join(f"{total[c]:>11.2f}" for c in COLUMNS)]
+    if cold:
+        lines += ["", "imported by the ranks themselves (a case's preload lets the fork servers import them once):",
+                  *cold]
     return "\n".join(lines)

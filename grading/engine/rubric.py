@@ -85,6 +85,7 @@ class Case:
     args: dict = field(default_factory=dict)
     timeout_s: float = 90.0
     criteria: list[Criterion] = field(default_factory=list)
+    preload: tuple[str, ...] = ()      # library modules the probe's ranks import (``ForkServers.preload``)
 
     @property
     def target(self) -> str:

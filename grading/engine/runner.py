@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.engine.expect import CheckFailed
-from grading.engine.forkserver import ForkServers
+from grading.engine.forkservers import ForkServers
 from grading.engine.launch import LaunchResult, launch, pick_backend
 from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, selects
@@ -71,7 +71,7 @@ def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, ba
     """Run ``case``'s ranks on ``kit_root`` into ``work_dir/<case name>``."""
     return launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
-                  backend=pick_backend(case.world_size, backend), servers=servers)
+                  backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload)
 
 
 def judge_case(case: Case, result: LaunchResult, barred: dict[str, str] | None = None,

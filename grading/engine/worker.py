@@ -70,6 +70,21 @@ def _write_timing(rank_dir: Path, marks: dict) -> None:
         pass
 
 
+def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int]:
+    """Library packages the probe imported itself (not preloaded), for ``grade --profile``: each outermost new
+    module outside the kit that brought at least ``least`` modules, with their count."""
+    new = set(sys.modules) - before
+    counts: dict[str, int] = {}
+    for name in new:
+        root = name
+        while "." in root and root.rsplit(".", 1)[0] in new:
+            root = root.rsplit(".", 1)[0]
+        counts[root] = counts.get(root, 0) + 1
+    outside = {root: n for root, n in counts.items() if n >= least and not str(
+        getattr(sys.modules.get(root), "__file__", None) or "").startswith(str(kit))}
+    return dict(sorted(outside.items()))
+
+
 def main(argv: list[str]) -> int:
     marks = {"main": time.time()}
     spec_path, rank = Path(argv[0]), int(argv[1])
@@ -93,6 +108,7 @@ def main(argv: list[str]) -> int:
         elif spec["backend"] == "nccl":
             device = f"cuda:{rank % torch.cuda.device_count()}"
         marks["group"] = time.time()
+        loaded = set(sys.modules)
         module_name, function_name = spec["target"].split(":")
         probe = getattr(importlib.import_module(module_name), function_name)
         marks["probe_imported"] = time.time()
@@ -105,7 +121,8 @@ def main(argv: list[str]) -> int:
         _flush()
         os._exit(1)
     ctx.finish()
-    marks.update(probe_done=time.time(), saving_s=ctx.saving_s)
+    marks.update(probe_done=time.time(), saving_s=ctx.saving_s,
+                 cold_imports=_cold_imports(loaded, Path.cwd().resolve()))
     _write_timing(rank_dir, marks)
     _flush()
     # Skip interpreter shutdown: a submission's stray non-daemon thread must not keep the rank alive,

@@ -72,7 +72,7 @@ class SubProblem:
 
     # ------------------------------------------------------------ declaring
     def case(self, name: str, probe: Callable, **options: Any) -> Case:
-        """A new case of this sub-problem (``Case`` options: world_size, init_group, args, timeout_s)."""
+        """A new case of this sub-problem (``Case`` options: world_size, init_group, args, timeout_s, preload)."""
         case = Case(name, probe, **options)
         self.cases.append(case)
         return case

@@ -67,3 +67,17 @@ def reports_fresh_state(ctx):
                                  "marker": os.environ.get("GRADING_RUN_ID", ""),
                                  "torch_seed": torch.initial_seed(), "modules": sorted(
                                      m for m in sys.modules if m.startswith(("data_parallel", "pipeline")))})
+
+
+def reports_preloaded(ctx):
+    ctx.record("preloaded", lambda: {name: name in sys.modules for name in ctx.args["names"]})
+
+
+def reports_kit(ctx):
+    import grading
+    ctx.record("kit", lambda: {"grading": grading.__file__, "pythonpath": os.environ.get("PYTHONPATH"),
+                               "path0": sys.path[0], "probes": __file__})
+
+
+def imports_matplotlib(ctx):
+    import matplotlib  # noqa: F401 - about 80 modules: what grade --profile lists as imported by the ranks

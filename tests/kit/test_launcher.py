@@ -3,14 +3,18 @@
 Every test runs twice: ranks forked warm by the run's fork servers (how grading runs them) and cold
 ``python -m grading.engine.worker`` processes (``GRADING_FORKSERVER=0``); both must behave the same.
 """
+import json
 import os
+import shutil
 import time
 
 import pytest
 import torch
 
-from grading.engine.forkserver import ForkServers
+from grading.engine.forkservers import ForkServers
 from grading.engine.launch import launch
+from grading.engine.profile import case_profile, table
+from grading.problems import all_cases, folders
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -99,3 +103,81 @@ def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
     assert states[0]["hash"] != states[1]["hash"] and states[2]["hash"] != states[3]["hash"]
     assert states[0]["marker"] == states[1]["marker"] != states[2]["marker"] and states[0]["marker"]
     assert all(s["modules"] == [] for s in states)
+
+
+def test_preloads_are_imported_by_the_fork_servers_before_the_ranks_start(tmp_path, run, request):
+    """Warm ranks find a case's preloads already imported (a missing module is skipped); cold ranks do not."""
+    names = ["colorsys", "no_such_module_for_the_grader"]
+    result = run(tmp_path, "reports_preloaded", world_size=2, timeout_s=60, init_group=False,
+                 args={"names": names}, preload=tuple(names))
+    assert result.ok, result.failure()
+    warm = request.node.callspec.params["run"] == "warm"
+    for rank in range(2):
+        seen = torch.load(tmp_path / "run" / f"rank{rank}" / "preloaded.pt", weights_only=True)
+        assert seen == {"colorsys": warm, "no_such_module_for_the_grader": False}
+
+
+def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):
+    """A forked copy of a threaded process may deadlock: that server is replaced and the run preloads no more."""
+    with ForkServers(KIT_ROOT) as servers:
+        for attempt in ("first", "second"):
+            result = launch(f"{PROBES}:reports_preloaded", 2, cwd=KIT_ROOT, out_dir=tmp_path / attempt,
+                            timeout_s=60, init_group=False, args={"names": ["tests.kit.thread_on_import"]},
+                            servers=servers, preload=("tests.kit.thread_on_import",))
+            assert result.ok, result.failure()
+            assert json.loads((tmp_path / attempt / "launch.json").read_text())["started_cold"] == []
+            for rank in range(2):
+                assert torch.load(tmp_path / attempt / f"rank{rank}" / "preloaded.pt", weights_only=True) == {
+                    "tests.kit.thread_on_import": False}
+        assert "2 threads after preloading" in servers.refused and not servers.preloads_allowed
+
+
+def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
+    """Grading never depends on the fork servers: a server that dies at start-up means cold ranks, same result."""
+    broken = {**os.environ, "PYTHONHOME": str(tmp_path / "no-python-here")}
+    with ForkServers(KIT_ROOT, env=broken) as servers:
+        result = launch(f"{PROBES}:all_reduce_rank", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=60,
+                        servers=servers)
+    assert result.ok, result.failure()
+    started_cold = json.loads((tmp_path / "run" / "launch.json").read_text())["started_cold"]
+    assert [reason.split(":")[0] for reason in started_cold] == ["rank 0", "rank 1"], started_cold
+    assert torch.load(tmp_path / "run" / "rank1" / "sum.pt", weights_only=True) == 3.0
+
+
+def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
+    """Every module a case of the kit preloads imports in a fork server without starting a thread."""
+    names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
+    assert names, "no case preloads anything"
+    with ForkServers(KIT_ROOT) as servers:
+        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+                        init_group=False, args={"names": names}, servers=servers, preload=tuple(names))
+    assert result.ok, result.failure()
+    assert json.loads((tmp_path / "run" / "launch.json").read_text())["started_cold"] == []
+    seen = torch.load(tmp_path / "run" / "rank0" / "preloaded.pt", weights_only=True)
+    assert seen == dict.fromkeys(names, True), seen
+
+
+def test_a_fork_server_forks_ranks_that_import_only_their_own_kit_copy(tmp_path, servers):
+    """Servers hold library modules only: a rank forked for another kit copy imports ``grading``, the probe and
+    its subprocesses' modules from that copy, never from the server's."""
+    copy = tmp_path / "copy"
+    for folder in ("grading", "tests"):
+        shutil.copytree(KIT_ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    result = launch(f"{PROBES}:reports_kit", 1, cwd=copy, out_dir=tmp_path / "run", timeout_s=60, init_group=False,
+                    servers=servers)
+    assert result.ok, result.failure()
+    seen = torch.load(tmp_path / "run" / "rank0" / "kit.pt", weights_only=True)
+    root = str(copy.resolve())
+    assert seen["grading"].startswith(root) and seen["probes"].startswith(root), seen
+    assert seen["pythonpath"] == root and seen["path0"] == root, seen
+
+
+def test_profile_lists_what_the_ranks_imported_themselves(tmp_path, servers):
+    """``grade --profile``'s note: a package a probe imports is listed, unless the case preloads it."""
+    for name, preload in (("cold", ()), ("preloaded", ("matplotlib",))):
+        result = launch(f"{PROBES}:imports_matplotlib", 2, cwd=KIT_ROOT, out_dir=tmp_path / "runs" / name,
+                        timeout_s=60, init_group=False, servers=servers, preload=preload)
+        assert result.ok, result.failure()
+    assert case_profile(tmp_path / "runs" / "cold")["cold_imports"] == ["matplotlib"]
+    assert case_profile(tmp_path / "runs" / "preloaded")["cold_imports"] == []
+    assert "  cold: matplotlib" in table(tmp_path / "runs") and "preloaded:" not in table(tmp_path / "runs")

@@ -207,6 +207,6 @@ VARIANTS = [
 
 @pytest.mark.kit
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_variant_loses_only_its_criteria(variant, tmp_path):
+def test_variant_loses_only_its_criteria(variant, tmp_path, fork_servers):
     problem = "1.1" if variant.path == DATASET else "1.2"
-    assert_verdicts(grade_variant(variant, problem, tmp_path), [variant])
+    assert_verdicts(grade_variant(variant, problem, tmp_path, fork_servers), [variant])

@@ -186,20 +186,21 @@ def _problem(variant: Variant) -> str:
     return {"apply_lora": "3.1", "save_adapter": "3.2", "load_adapter": "3.2"}.get(variant.function, "3.3")
 
 
-def _grade_group(group: tuple, work: Path) -> dict:
+def _grade_group(group: tuple, work: Path, servers) -> dict:
     problems = {_problem(v) for v in group}
     assert len(problems) == 1 and len({(v.path, v.function) for v in group}) == len(group)
     if len(group) == 1:
-        return grade_variant(group[0], problems.pop(), work)
+        return grade_variant(group[0], problems.pop(), work, servers)
     problem = problems.pop()
     kit = make_variant_kit(work / "kit", [(v.path, v.function, v.body) for v in group])
-    return {r.id: r for r in run_cases(all_cases((problem,)), kit, work / "runs", problem=problem)}
+    return {r.id: r for r in run_cases(all_cases((problem,)), kit, work / "runs", problem=problem,
+                                                    servers=servers)}
 
 
 @pytest.mark.kit
 @pytest.mark.parametrize("group", GROUPS, ids=["+".join(v.name for v in g) for g in GROUPS])
-def test_variant_loses_only_its_criteria(group, tmp_path):
-    verdicts = _grade_group(group, tmp_path)
+def test_variant_loses_only_its_criteria(group, tmp_path, fork_servers):
+    verdicts = _grade_group(group, tmp_path, fork_servers)
     assert_verdicts(verdicts, group)
     # init_engine keeps DeepSpeed from JIT-building its CPU shm op (DeepSpeed prints this line after any load).
     logs = list(tmp_path.glob("**/p3_zero_2rank/rank*.stdout"))

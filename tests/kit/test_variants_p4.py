@@ -281,16 +281,16 @@ def _groups() -> list[tuple[Variant, ...]]:
 GROUPS = _groups()
 
 
-def _grade(kit: Path, paths: list[str], work: Path) -> dict:
+def _grade(kit: Path, paths: list[str], work: Path, servers) -> dict:
     cases = [case for path in paths for case in PROBLEMS[path].graded_cases()]
-    return {v.id: v for v in run_cases(cases, kit, work / "runs")}
+    return {v.id: v for v in run_cases(cases, kit, work / "runs", servers=servers)}
 
 
 @pytest.mark.kit
 @pytest.mark.parametrize("group", GROUPS, ids=["+".join(v.name for v in g) for g in GROUPS])
-def test_variant_loses_only_its_criteria(group, tmp_path):
+def test_variant_loses_only_its_criteria(group, tmp_path, fork_servers):
     kit = make_variant_kit(tmp_path / "kit", [edit for v in group for edit in v.edits])
-    assert_verdicts(_grade(kit, sorted({v.path for v in group}), tmp_path), list(group))
+    assert_verdicts(_grade(kit, sorted({v.path for v in group}), tmp_path, fork_servers), list(group))
 
 
 @pytest.mark.kit
@@ -300,12 +300,12 @@ def test_every_criterion_is_lost_by_some_variant():
 
 
 @pytest.mark.kit
-def test_starter_loses_every_criterion_as_not_implemented(tmp_path):
+def test_starter_loses_every_criterion_as_not_implemented(tmp_path, fork_servers):
     edits = []
     for path in PROBLEMS:
         text = (ROOT / path).read_text()
         edits += [(path, region.function, stub_body(region).strip()) for region in parse_regions(text, path)]
     kit = make_variant_kit(tmp_path / "kit", edits)
-    verdicts = _grade(kit, list(PROBLEMS), tmp_path)
+    verdicts = _grade(kit, list(PROBLEMS), tmp_path, fork_servers)
     assert verdicts and all(v.status == "not_implemented" for v in verdicts.values()), {
         cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}

@@ -288,8 +288,9 @@ def edit_regions(kit: Path, path: str, bodies: dict[str, str]) -> None:
     (kit / path).write_text(replace_bodies(text, path, new))
 
 
-def grade(kit: Path, problem: str, work: Path, timeout_scale: float = 1.0) -> dict:
-    return {v.id: v for v in run_cases(CASES, kit, work / "runs", problem=problem, timeout_scale=timeout_scale)}
+def grade(kit: Path, problem: str, work: Path, servers, timeout_scale: float = 1.0) -> dict:
+    return {v.id: v for v in run_cases(CASES, kit, work / "runs", problem=problem, timeout_scale=timeout_scale,
+                                       servers=servers)}
 
 
 # Variants in other regions whose criteria are disjoint share one graded kit (one spawn per case instead of one
@@ -312,14 +313,14 @@ HANGING = {"copy_backward_ignores_group", "column_forward_ignores_group"}
 
 @pytest.mark.kit
 @pytest.mark.parametrize("names", GROUPS, ids=["+".join(g) for g in GROUPS])
-def test_variant_loses_only_its_criteria(names, tmp_path):
+def test_variant_loses_only_its_criteria(names, tmp_path, fork_servers):
     group = [_BY_NAME[n] for n in names]
     edits = [edit for v in group for edit in v.edits]
     assert len({function for _, function, _ in edits}) == len(edits) and len({path for path, _, _ in edits}) == 1
     kit = make_variant_kit(tmp_path / "kit", [])
     edit_regions(kit, group[0].path, {function: body for _, function, body in edits})
     problem = "5.1" if group[0].path == LAYERS else "5.2"
-    assert_verdicts(grade(kit, problem, tmp_path, 0.4 if HANGING & set(names) else 1.0), group)
+    assert_verdicts(grade(kit, problem, tmp_path, fork_servers, 0.4 if HANGING & set(names) else 1.0), group)
 
 
 @pytest.mark.kit
@@ -337,10 +338,10 @@ def test_every_criterion_is_lost_by_some_variant():
 
 
 @pytest.mark.kit
-def test_starter_scores_zero_on_every_criterion_as_not_implemented(tmp_path):
+def test_starter_scores_zero_on_every_criterion_as_not_implemented(tmp_path, fork_servers):
     kit = make_variant_kit(tmp_path / "kit", [])
     for path in (LAYERS, GPT2):
         edit_regions(kit, path, {"*": ""})
-    verdicts = grade(kit, "5", tmp_path)
+    verdicts = grade(kit, "5", tmp_path, fork_servers)
     assert {v.status for v in verdicts.values()} == {"not_implemented"}, {
         cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}

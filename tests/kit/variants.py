@@ -55,12 +55,13 @@ def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
     return dest
 
 
-def grade_variant(variant: Variant, problem: str, work: Path) -> dict[str, CriterionResult]:
-    """Grade ``problem`` on a copy of the kit carrying ``variant``; verdicts by criterion id."""
+def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> dict[str, CriterionResult]:
+    """Grade ``problem`` on a copy of the kit carrying ``variant`` (ranks forked by ``servers``, the session's
+    ``fork_servers``, when given); verdicts by criterion id."""
     kit = make_variant_kit(work / "kit", variant.edits)
     splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
     return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
-                                       barred=splice.barred, hints=splice.hints)}
+                                       barred=splice.barred, hints=splice.hints, servers=servers)}
 
 
 def failed_ids(verdicts: dict[str, CriterionResult]) -> set[str]:

@@ -25,7 +25,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import factor_hint
+from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p1_2_comm import ID, TITLE
 from grading.problems.p1_2_comm import reference as ref
 
@@ -176,7 +176,7 @@ def _group_timeout_s() -> float | None:
 
 
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
-                    timeout_s=90)
+                    timeout_s=90, preload=OPTIMIZER_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria

@@ -26,7 +26,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import HIDDEN, PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
-from grading.problems.common import describe_exception, stage_devices
+from grading.problems.common import OPTIMIZER_IMPORTS, describe_exception, stage_devices
 from grading.problems.p2_2_pipe import ID, TITLE
 from grading.problems.p2_2_pipe import reference as ref
 
@@ -243,7 +243,7 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_SGD, sgd)
 
 
-CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180)
+CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, preload=OPTIMIZER_IMPORTS)
 
 
 # ================================================================ criteria

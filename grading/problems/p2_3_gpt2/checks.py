@@ -22,7 +22,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import stage_devices
+from grading.problems.common import GPT2_IMPORTS, stage_devices
 from grading.problems.p2_3_gpt2 import ID, TITLE
 from grading.problems.p2_3_gpt2 import reference as ref
 
@@ -153,7 +153,7 @@ def probe_gpt2(ctx) -> None:
     ctx.record(P_TRAINING_STEP, training_step)
 
 
-CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120)
+CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, preload=GPT2_IMPORTS)
 
 
 # ================================================================ criteria

@@ -23,7 +23,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import HIDDEN, PUBLIC, split_part
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome, labelled
+from grading.problems.common import DEEPSPEED_IMPORTS, call_outcome, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
 from grading.problems.p3_3_zero import ID, TITLE
 from grading.problems.p3_3_zero import reference as ref
@@ -129,7 +129,8 @@ def probe_zero(ctx) -> None:
     ctx.record(P_STUDENT_ENGINE, student_engine)
 
 
-CASE = PROBLEM.case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150)
+CASE = PROBLEM.case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150,
+                    preload=DEEPSPEED_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria

@@ -23,7 +23,7 @@ from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.common import factor_hint
+from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p4_1_ddp.hints import bucket_hint
 
 
@@ -194,7 +194,7 @@ def probe_ddp(ctx) -> None:
         ctx.record(P_TRAIN, lambda: {name: train(name) for name in ("sgd", "adam")})
 
 
-CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90)
+CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria (grader side)

@@ -24,6 +24,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC
 from grading.kit.problem import SubProblem
+from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_1_ddp.hints import close_to
 from grading.problems.p4_2_zero1 import ID, TITLE
@@ -122,7 +123,7 @@ def probe_zero(ctx) -> None:
     ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
 
 
-CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90)
+CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria (grader side)

@@ -26,6 +26,7 @@ from grading.engine.expect import expect
 from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC
 from grading.kit.problem import SubProblem
+from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
                                                      SHARD_DAMAGE)
@@ -42,7 +43,8 @@ def probe_checkpoint(ctx) -> None:
     probe.probe_checkpoint(ctx, PUBLIC in PROBLEM.splits(ctx))
 
 
-CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=True, timeout_s=120)
+CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=True, timeout_s=120,
+                    preload=OPTIMIZER_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria (grader side)

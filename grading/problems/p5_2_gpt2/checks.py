@@ -28,7 +28,7 @@ from grading.engine.results import CaseRun
 from grading.engine.rubric import PUBLIC, split_part
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply
-from grading.problems.common import call_outcome
+from grading.problems.common import GPT2_IMPORTS, call_outcome
 from grading.problems.p5_1_layers.checks import group_members, join_group
 from grading.problems.p5_2_gpt2 import ID, TITLE
 from grading.problems.p5_2_gpt2 import reference as ref
@@ -145,7 +145,7 @@ def _block_state(block) -> dict[str, object]:
     return state
 
 
-CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120)
+CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120, preload=GPT2_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria
