@@ -1,13 +1,13 @@
 """Warm rank processes: fork servers that have imported torch once and fork the ranks of grading runs.
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch
-before milliseconds of probing. Instead, a grading run starts one *fork
-server* per rank index (``python -m grading.engine.forkserver``, with
-``OMP_NUM_THREADS=1`` so it stays single-threaded; the launcher's side is
-``grading.engine.forkservers``); each imports torch, then, on request, forks a
-rank:
+before milliseconds of probing. Instead, a grading run starts two *fork
+servers*, one for even and one for odd ranks (``python -m
+grading.engine.forkserver``, with ``OMP_NUM_THREADS=1`` so it stays
+single-threaded; the launcher's side is ``grading.engine.forkservers``); each
+imports torch, then, on request, forks a rank:
 
-    launcher ──request (spec, rank, key, run id, kit, log paths)──▶ server r ──fork──▶ rank r of the case
+    launcher ──request (spec, rank, key, run id, kit, log paths)──▶ server r % 2 ──fork──▶ rank r of the case
              ◀──────────────── pid, later its exit status ───────────┘
 
 The forked child is a fresh process for everything the sandbox gives it: its
@@ -19,10 +19,12 @@ server. It imports every kit module itself, from the kit copy the request
 names: the server's own ``grading`` modules are dropped and that copy leads
 ``sys.path`` and ``PYTHONPATH``. So a server holds library modules only, never
 kit, student or probe code, and nothing of one case or submission reaches
-another; each rank index has its own server, started with its own
-``PYTHONHASHSEED``, so ranks of a case differ in hash order as fresh
-interpreters do. The server is the *subreaper* of its ranks: a daemon that
-double-forks and calls setsid is re-parented to it, and ``sweep`` kills every
+another. The two servers are started with their own ``PYTHONHASHSEED`` each,
+so neighbouring ranks of a case differ in hash order as fresh interpreters do
+(a set iterated in hash order diverges between ranks 0 and 1); a third
+server would cost an interpreter and its imports for no new check. The
+server is the *subreaper* of its ranks: a daemon that double-forks and calls
+setsid is re-parented to it, and ``sweep`` kills every
 descendant after a case; ``PR_SET_PDEATHSIG`` ties the server to the
 launcher and the ranks to the server. A grading run (``grade``, each
 submission of ``batch``) starts its own servers; a test session may keep one

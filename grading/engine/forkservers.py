@@ -1,7 +1,7 @@
 """The launcher's side of warm rank processes: start, drive and stop the fork servers of a grading run.
 
 See ``grading.engine.forkserver`` for what a server is and what a forked rank
-gets. ``ForkServers`` holds one server per rank index, started when first
+gets. ``ForkServers`` holds the two servers (even and odd ranks), started when first
 needed; ``ForkServer`` talks to one of them over a socket pair (one JSON object
 per line each way: preload, spawn, sweep; ready, preloaded, spawned, exit,
 swept, error).
@@ -155,9 +155,12 @@ def _cuda_visible() -> bool:
 
 
 class ForkServers:
-    """The fork servers of a grading run: one per rank index, started when first needed, in ``cwd`` (a kit copy
-    whose ``grading`` runs the servers). Their ranks may belong to any kit copy (see ``grading.engine.forkserver``).
+    """The fork servers of a grading run, started when first needed in ``cwd`` (a kit copy whose ``grading`` runs
+    them): ``SERVERS`` of them, rank r forked by server r % ``SERVERS``. Their ranks may belong to any kit copy
+    (see ``grading.engine.forkserver``).
     """
+
+    SERVERS = 2
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None):
         self.cwd = Path(cwd).resolve()
@@ -171,13 +174,14 @@ class ForkServers:
 
     def server(self, rank: int) -> ForkServer:
         """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
-        current = self._servers.get(rank)
+        index = rank % self.SERVERS
+        current = self._servers.get(index)
         if current is None or not current.alive():
             if current is not None:
                 current.close()
             env = {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))}
-            self._servers[rank] = ForkServer(self.cwd, env)
-        return self._servers[rank]
+            self._servers[index] = ForkServer(self.cwd, env)
+        return self._servers[index]
 
     def preload(self, world_size: int, modules: tuple[str, ...]) -> None:
         """Have the servers of ranks 0 .. ``world_size``-1 import ``modules`` (see the module docstring), side by
@@ -185,17 +189,17 @@ class ForkServers:
         replaced by a fresh one, and the run preloads nothing more (``refused`` says why)."""
         if not (self.preloads_allowed and modules):
             return
-        asked = [rank for rank in range(world_size) if self.server(rank).preload(modules)]
-        for rank in asked:
-            error = self._servers[rank].preload_done()
+        asked = [index for index in range(min(world_size, self.SERVERS)) if self.server(index).preload(modules)]
+        for index in asked:
+            error = self._servers[index].preload_done()
             if error:
                 self.preloads_allowed, self.refused = False, error
-                self._servers.pop(rank).close()
+                self._servers.pop(index).close()
 
     def warm_up(self, ranks: int = 2) -> None:
         """Start the servers of ranks 0 .. ``ranks``-1 now, in the background (their imports overlap the caller's
         own work); nothing waits for them here."""
-        for rank in range(ranks):
+        for rank in range(min(ranks, self.SERVERS)):
             self.server(rank)
 
     def close(self) -> None:
