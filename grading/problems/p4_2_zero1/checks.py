@@ -131,6 +131,13 @@ def _serial(sizes: tuple[int, ...], name: str) -> dict:
     return ref.serial_training(_model(sizes), name, sizes[0], sizes[-1])
 
 
+def _every_rank_trained_like(run: CaseRun, part: str, expected: dict, setting: str) -> None:
+    """Every rank's recorded parameters ``part`` equal the serial Adam run ``expected`` (``setting`` names it)."""
+    for rank in range(run.world_size):
+        assert_state_close(f"ShardedOptimizer(Adam) {setting}: rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
+                           run.part(part, rank), expected, **TOLERANCE)
+
+
 @CASE.criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", points=3)
 def check_steps(run: CaseRun, split: str) -> None:
     """Every rank's parameters after 5 Adam and 5 SGD steps equal serial training on the global batches."""
@@ -161,10 +168,8 @@ def check_uneven(run: CaseRun, split: str) -> None:
     """Adam on 55 parameters (divisible by neither 2 nor 3) equals serial training on every rank."""
     expected = _serial(ODD_SIZES, "adam")
     numel = sum(t.numel() for t in expected.values())
-    for rank in range(run.world_size):
-        assert_state_close(f"ShardedOptimizer(Adam) on {numel} parameters over {run.world_size} ranks (not "
-                           f"divisible): rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
-                           run.part(P_UNEVEN, rank), expected, **TOLERANCE)
+    _every_rank_trained_like(run, P_UNEVEN, expected,
+                             f"on {numel} parameters over {run.world_size} ranks (not divisible)")
 
 
 @CASE.criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", points=3)
@@ -223,10 +228,8 @@ def check_none_grads(run: CaseRun, split: str) -> None:
         ref.loss_fn(model(ref.batch(step, *SHUFFLED_IO)[0]), ref.batch(step, *SHUFFLED_IO)[1]).backward()
         optimizer.step()
     expected = ref.params_of(model)
-    for rank in range(run.world_size):
-        assert_state_close(f"ShardedOptimizer(Adam) on a model whose trainable 'gate.scale' (before 'mid') "
-                           f"gets no gradient: rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
-                           run.part(P_NONE_GRADS, rank), expected, **TOLERANCE)
+    _every_rank_trained_like(run, P_NONE_GRADS, expected,
+                             "on a model whose trainable 'gate.scale' (before 'mid') gets no gradient")
 
 
 @CASE.criterion("4.2.master_grad_none", "master.grad is None after step()", points=1)
