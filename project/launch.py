@@ -1,9 +1,9 @@
 """Starting rank processes and joining their group: the one launcher of the runners and the benchmarks.
 
-Every rank process of the kit is started by ``spawn_ranks`` (start method
-``spawn``, one pipe per rank back to the parent)::
+Every rank process of the kit is started by ``spawn_ranks`` (one pipe per
+rank back to the parent)::
 
-    parent                                    rank r (a fresh interpreter)
+    parent                                    rank r (a fresh process)
     spawn_ranks(target, N, init, args)  ->    value = target(RankEnv(r, N, ...), *args)
     ranks.wait() / ranks.replies(...)   <-    ("ok", value) or ("error", traceback) on its pipe
 
@@ -13,13 +13,17 @@ its replies in the same format; ``wait`` returns every rank's final value.
 one rank (``env://``), one rank runs in this process, more are spawned and
 meet over a file store (no port needed). ``join_group`` binds a rank to the
 device ``project.devices`` chooses and initialises the process group.
+
+How a rank process starts (``project.rank_start``): where no GPU is visible
+it is forked from a fork server that imported torch and the caller's
+``preload`` modules once; elsewhere it is a fresh interpreter. Either way
+it is a new process with the parent's current environment.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -32,6 +36,7 @@ from typing import Any, Callable
 import torch
 
 from project.devices import bind_rank, resolve_backend
+from project.rank_start import RankStart, rank_context, rank_start_method
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -63,7 +68,8 @@ def _reply(conn: Connection, message: tuple) -> None:
         pass
 
 
-def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool) -> None:
+def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool, start: RankStart) -> None:
+    start.adopt()
     try:
         value = target(env, *args)
     except BaseException:   # noqa: BLE001 - reported to the parent, which decides
@@ -149,23 +155,36 @@ class Ranks:
             conn.close()
 
 
+def start_rank_server(world_size: int, preload: tuple[str, ...] = ()) -> None:
+    """Start, now, the fork server that a coming ``spawn_ranks`` of ``world_size`` ranks forks them from, so
+    that its imports (torch, ``preload``) overlap the caller's own preparation (checks, reading data).
+
+    Returns at once. Does nothing for one rank, under torchrun, or where ranks are spawned
+    (``project.rank_start``). Raises ConfigError for a bad ``KIT_RANK_START``.
+    """
+    if world_size > 1 and torchrun_env() is None and rank_start_method() == "forkserver":
+        rank_context(preload)
+
+
 def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args: tuple = (), name: str = "rank",
-                skip_shutdown: bool = False) -> Ranks:
+                skip_shutdown: bool = False, preload: tuple[str, ...] = ()) -> Ranks:
     """Start ``world_size`` rank processes; rank r runs ``target(RankEnv(r, world_size, r, world_size,
     init_method, conn), *args)`` and its return value (or traceback) goes back over its pipe.
 
     Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
-    be picklable (start method ``spawn``). ``skip_shutdown`` ends each rank
-    with ``os._exit(0)`` after its reply (for ranks whose native threads can
-    abort a normal interpreter shutdown).
+    be picklable. Each rank starts as ``rank_start_method`` says, with this
+    process's current environment; ``preload`` names library modules worth
+    importing once for all ranks (``project.preloads``). ``skip_shutdown``
+    ends each rank with ``os._exit(0)`` after its reply (for ranks whose
+    native threads can abort a normal interpreter shutdown).
     """
-    context = multiprocessing.get_context("spawn")
+    context = rank_context(preload)
     procs, conns = [], []
     for rank in range(world_size):
         parent, child = context.Pipe()
         env = RankEnv(rank, world_size, rank, world_size, init_method, child)
         proc = context.Process(target=_rank_main, name=f"{name}{rank}", daemon=True,
-                               args=(target, env, args, skip_shutdown))
+                               args=(target, env, args, skip_shutdown, RankStart.here()))
         proc.start()
         child.close()
         procs.append(proc)
@@ -202,13 +221,13 @@ def world_of(args: argparse.Namespace) -> tuple[int, int, str]:
 
 
 def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int, args: argparse.Namespace,
-           folder: Path) -> None:
+           folder: Path, preload: tuple[str, ...] = ()) -> None:
     """Run ``target(env, args)`` on every rank of this run and return when all are done.
 
     Under torchrun this process is one rank (rendezvous ``env://``). Else one
     rank runs in this process, or ``world_size`` ranks are spawned
-    (``spawn_ranks``) and meet over a file store in ``folder``. A failing
-    spawned rank raises RankError here, with its traceback.
+    (``spawn_ranks``, with ``preload``) and meet over a file store in
+    ``folder``. A failing spawned rank raises RankError here, with its traceback.
     """
     env = torchrun_env()
     if env is not None:
@@ -222,14 +241,14 @@ def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: in
         if world_size == 1:
             target(RankEnv(0, 1, 0, 1, init_method), args)
         else:
-            spawn_ranks(target, world_size, init_method, (args,)).wait()
+            spawn_ranks(target, world_size, init_method, (args,), preload=preload).wait()
     finally:
         store.unlink(missing_ok=True)
 
 
 def launch_and_summarise(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int,
-                         args: argparse.Namespace, folder: Path) -> dict | None:
-    """Clear old metrics in ``folder``, ``launch`` the ranks, and return rank 0's ``summary.json``.
+                         args: argparse.Namespace, folder: Path, preload: tuple[str, ...] = ()) -> dict | None:
+    """Clear old metrics in ``folder``, ``launch`` the ranks (with ``preload``), and return rank 0's ``summary.json``.
 
     Returns None in torchrun processes other than rank 0 (they have no summary to report).
     """
@@ -237,7 +256,7 @@ def launch_and_summarise(target: Callable[[RankEnv, argparse.Namespace], None], 
     if env is None or env.rank == 0:
         for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
             old.unlink(missing_ok=True)
-    launch(target, world_size, args, folder)
+    launch(target, world_size, args, folder, preload)
     if env is not None and env.rank != 0:
         return None
     return json.loads((folder / "summary.json").read_text())

@@ -33,12 +33,13 @@ from project.checkpoint import failure_is_one_line, save_errors_in_one_line
 from project.cli import ConfigError, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import resolve_backend
-from project.launch import RankEnv, all_reduce_sum, join_group, launch
+from project.launch import RankEnv, all_reduce_sum, join_group, launch, start_rank_server
 from project.loop import LoopParts, LoopSpec, train
 from project.loss import lm_loss
 from project.manifest import verify
 from project.model import build_model
 from project.output import quiet_libraries, write_json
+from project.preloads import GPT2_IMPORTS
 
 NAME = "capstone"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
@@ -199,7 +200,7 @@ def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: 
     phase = argparse.Namespace(**vars(args), load=load, checkpoint=str(checkpoint) if checkpoint else None,
                                run_dir=str(run_dir))
     with save_errors_in_one_line():
-        launch(train_rank, args.world_size, phase, run_dir)
+        launch(train_rank, args.world_size, phase, run_dir, GPT2_IMPORTS)
     return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(args.world_size)]
 
 
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     check_args(args)
     resolve_backend(args.backend, args.world_size)
+    start_rank_server(args.world_size, GPT2_IMPORTS)
     quiet_libraries()
     _data(args)                            # builds the corpus and tokenizer caches once, before the ranks
     folder = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / NAME

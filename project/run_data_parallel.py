@@ -32,7 +32,7 @@ from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import thread_facts
-from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, world_of
+from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, start_rank_server, world_of
 from project.loop import LoopParts, train
 from project.loss import lm_loss, validation_loss
 from project.metrics import summarize
@@ -40,6 +40,7 @@ from project.model import build_model, count_parameters, enable_activation_check
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
+from project.preloads import GPT2_IMPORTS
 
 NAME = "data_parallel"
 COMMAND = "project/run_data_parallel.py"
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     readiness.ensure_ready(COMMAND, readiness.DATA_PARALLEL)
     world_size, local_ranks, backend = world_of(args)
+    start_rank_server(world_size, GPT2_IMPORTS)
     check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
     quiet_libraries()
     train_set, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     check_args(args, world_size, len(train_set))
     folder = out_dir(args, f"{NAME}/world{world_size}")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
-        summary = launch_and_summarise(train_rank, world_size, args, folder)
+        summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
     if summary is None:
         return None
     print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "

@@ -40,7 +40,7 @@ from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, float_above, int_at_least, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import thread_facts
-from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, world_of
+from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, start_rank_server, world_of
 from project.loop import REDUCED_BY_ENGINE, LoopParts, train
 from project.loss import lm_loss, validation_loss
 from project.metrics import summarize
@@ -48,11 +48,13 @@ from project.model import build_model, count_parameters, enable_activation_check
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
+from project.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project.zero_engine import OFFLOADS, ZERO_STAGES, DeepSpeedUpdate, gathered, zero_config
 
 NAME = "finetune"
 COMMAND = "project/run_finetune.py"
 LORA_SUFFIXES = ("c_attn", "c_proj", "c_fc")   # attention qkv + output, MLP in + out
+RANK_IMPORTS = (*GPT2_IMPORTS, *DEEPSPEED_IMPORTS)   # imported once for all ranks (project.launch)
 ADAM_STATE_BYTES = 8                           # exp_avg + exp_avg_sq, fp32, per trainable parameter
 
 
@@ -219,6 +221,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     readiness.ensure_ready(COMMAND, readiness.FINETUNE)
     world_size, local_ranks, backend = world_of(args)
+    start_rank_server(world_size, RANK_IMPORTS)
     check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
     quiet_libraries()
     train_set, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME)
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
-        s = launch_and_summarise(finetune_rank, world_size, args, folder)
+        s = launch_and_summarise(finetune_rank, world_size, args, folder, RANK_IMPORTS)
     if s is None:
         return None
     offload = ", optimizer offloaded to CPU" if s["offload"] == "cpu" else ""

@@ -40,13 +40,14 @@ from project import readiness
 from project.cli import ConfigError, Parser, int_at_least, run_cli
 from project.data import make_collate, prepare_data
 from project.devices import THREAD_POLICY
-from project.launch import RankEnv, join_group, launch_and_summarise, torchrun_env, world_of
+from project.launch import RankEnv, join_group, launch_and_summarise, start_rank_server, torchrun_env, world_of
 from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
 from project.loss import lm_loss, validation_loss
 from project.metrics import StepLog, summarize
 from project.model import PRESETS, build_model
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
+from project.preloads import GPT2_IMPORTS
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -173,13 +174,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         if not args.pretrained and args.preset in PRESETS:
             check_split(PRESETS[args.preset], world_size)
     world_of(args)   # resolves --backend: nccl without a GPU per rank is refused here
+    start_rank_server(world_size, GPT2_IMPORTS)
     quiet_libraries()
     _, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
                                    args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     if world_size > 1 and (args.pretrained or args.preset not in PRESETS):
         check_split(build_model(args.preset, tokenizer, args.pretrained, args.seed).config, world_size)
     folder = out_dir(args, f"{NAME}/world{world_size}")
-    summary = launch_and_summarise(train_rank, world_size, args, folder)
+    summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
     if summary is None:
         return None
     held, unsplit = summary["parameter_bytes_per_rank"][0], summary["unsplit_parameter_bytes"]

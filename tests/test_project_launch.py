@@ -68,3 +68,83 @@ def test_a_serving_rank_answers_commands_then_returns(tmp_path):
         assert ranks.replies("stop", timeout_s=60) == ["bye"]   # the final reply: the target's return value
     finally:
         ranks.close()
+
+
+def _environment_and_modules(env: RankEnv, names: list[str]) -> dict:
+    """What a rank sees at its start: a test variable, torch's threads, which of ``names`` were imported before."""
+    import sys
+
+    return {"var": os.environ.get("KIT_TEST_VARIABLE"), "loaded": [n for n in names if n in sys.modules],
+            "threads": torch.get_num_threads()}
+
+
+def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeypatch):
+    from project.cli import ConfigError
+    from project.devices import gpu_count
+    from project.rank_start import RANK_START_ENV, rank_start_method
+
+    monkeypatch.delenv(RANK_START_ENV, raising=False)
+    assert rank_start_method() == ("spawn" if gpu_count() else "forkserver")
+    monkeypatch.setenv(RANK_START_ENV, "spawn")
+    assert rank_start_method() == "spawn"
+    monkeypatch.setenv(RANK_START_ENV, "fork")
+    with pytest.raises(ConfigError, match="KIT_RANK_START='fork': expected one of auto, spawn, forkserver"):
+        rank_start_method()
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_ranks_see_the_parents_environment_at_their_start_not_at_the_servers(tmp_path, monkeypatch, method):
+    """A fork server started before the parent changed its environment still hands the ranks the current one,
+    and torch's thread count of a fresh interpreter (the server itself runs single-threaded)."""
+    from project.launch import start_rank_server
+    from project.rank_start import RankStart
+    from project.rank_start import RANK_START_ENV
+
+    monkeypatch.setenv(RANK_START_ENV, method)
+    monkeypatch.setenv("KIT_TEST_VARIABLE", "before")
+    start_rank_server(2)
+    monkeypatch.setenv("KIT_TEST_VARIABLE", "after")
+    values = spawn_ranks(_environment_and_modules, 2, None, ([],)).wait(timeout_s=240)
+    assert [v["var"] for v in values] == ["after", "after"]
+    assert [v["threads"] for v in values] == [RankStart.here().threads] * 2
+    monkeypatch.delenv("KIT_TEST_VARIABLE")
+    values = spawn_ranks(_environment_and_modules, 1, None, ([],)).wait(timeout_s=240)
+    assert values[0]["var"] is None
+
+
+def test_same_group_results_from_forked_and_spawned_ranks(tmp_path, monkeypatch):
+    from project.rank_start import RANK_START_ENV
+
+    results = {}
+    for method in ("forkserver", "spawn"):
+        monkeypatch.setenv(RANK_START_ENV, method)
+        results[method] = spawn_ranks(_sum_of_ranks, 2, file_rendezvous(tmp_path, method), (10,)).wait(240)
+    assert results["forkserver"] == results["spawn"]
+
+
+def test_a_launching_process_preloads_once_and_exits_without_waiting_for_its_fork_server(tmp_path):
+    """Run as a command (as the runners are): the ranks find the preloads imported, and the command's output
+    ends when it exits (the fork server, which holds that output open, is stopped with it)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import atexit, json, os\n"
+              "from multiprocessing import forkserver\n"
+              "from project.launch import spawn_ranks\n"
+              "from tests.test_project_launch import _environment_and_modules\n"
+              "atexit.register(lambda: print(json.dumps({'server_at_exit': os.path.exists(f'/proc/{server}')})))\n"
+              "names = ['transformers.models.gpt2.modeling_gpt2', 'deepspeed']\n"
+              "values = spawn_ranks(_environment_and_modules, 2, None, (names,), preload=(names[0],)).wait(240)\n"
+              "server = forkserver._forkserver._forkserver_pid\n"
+              "print(json.dumps({'loaded': [v['loaded'] for v in values],\n"
+              "                  'server_running': os.path.exists(f'/proc/{server}')}))\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "KIT_RANK_START": "forkserver"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report, at_exit = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert report == {"loaded": [["transformers.models.gpt2.modeling_gpt2"]] * 2, "server_running": True}
+    assert at_exit == {"server_at_exit": False}, "the fork server was left to shut down on its own"

@@ -13,19 +13,15 @@ import torch
 
 from grading.engine.expect import expect
 from grading.engine.hints import describe_exception
+# What a case's ranks import from the libraries, for ``Case.preload`` (the run's fork servers import it once,
+# not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
+from project.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 __all__ = ["DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
            "describe_exception", "expect_refusals", "labelled", "stage_devices"]
 
 MESSAGE_CHARS = 300
 
-# What a case's ranks import from the libraries, for ``Case.preload`` (the run's fork servers import it once,
-# not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
-OPTIMIZER_IMPORTS = ("torch._dynamo",)         # a process's first torch.optim optimizer imports it (about 1 s)
-GPT2_IMPORTS = (*OPTIMIZER_IMPORTS, "transformers.models.gpt2.modeling_gpt2")
-DEEPSPEED_IMPORTS = (*OPTIMIZER_IMPORTS, "deepspeed",
-                     "deepspeed.runtime.zero.muon.muon_optimizer",   # deepspeed.initialize: torch.compile's imports
-                     "torch.utils.cpp_extension", "torch._inductor.codegen.cpp")
 
 
 def call_outcome(fn: Callable[[], object], message: bool = False) -> str:

@@ -33,6 +33,7 @@ from project.bench.workload import load_workload
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.loss import lm_loss
 from project.output import quiet_libraries, write_json
+from project.preloads import GPT2_IMPORTS
 
 VARIANTS = ("bucketed_ddp", "ddp", "average_gradients")
 RATIOS = [("bucketed_over_ddp", "bucketed_ddp", "ddp", "BucketedDDP step time / torch DDP's (>1: ours slower)"),
@@ -146,7 +147,8 @@ def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: f
     """
     plan = [stats.rotation(list(VARIANTS), r) for r in range(repeats)]
     ranks = spawn_ranks(_rank, 2, file_rendezvous(Path(workload_path).parent, "store_ddp_zero"),
-                        (str(workload_path), plan, steps, warmup), name="ddp_zero")
+                        (str(workload_path), plan, steps, warmup), name="ddp_zero",
+                        preload=GPT2_IMPORTS)
     return summarize(ranks.wait(timeout_s))
 
 

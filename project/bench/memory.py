@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from project.launch import RankEnv, RankError, spawn_ranks
+from project.preloads import GPT2_IMPORTS
 
 VARIANTS = ("plain", "grad_ckpt")
 
@@ -78,7 +79,7 @@ def measure(preset: str, batch_size: int, max_len: int, threads: int, timeout_s:
     out: dict = {"preset": preset, "batch_size": batch_size, "max_len": max_len}
     for variant in VARIANTS:
         ranks = spawn_ranks(_one_step, 1, None, (preset, batch_size, max_len, variant == "grad_ckpt", threads),
-                            name=f"memory-{variant}")
+                            name=f"memory-{variant}", preload=GPT2_IMPORTS)
         try:
             out[variant] = ranks.wait(timeout_s)[0]
         except RankError as exc:

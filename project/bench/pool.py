@@ -18,6 +18,7 @@ from pathlib import Path
 
 from project.bench.tasks import serve
 from project.launch import RankError, Ranks, file_rendezvous, spawn_ranks
+from project.preloads import GPT2_IMPORTS
 
 BenchError = RankError   # a worker raised, died or timed out; the message holds its traceback or the reason
 
@@ -47,7 +48,7 @@ class Pool:
         for role, world_size in (("solo", 1), ("pair", 2)):
             args = (role, str(self.folder), self.threads, self.student_setup)
             self.ranks[role] = spawn_ranks(serve, world_size, file_rendezvous(self.folder, f"store_{role}"), args,
-                                           name=f"bench-{role}")
+                                           name=f"bench-{role}", preload=GPT2_IMPORTS)
         for role in ("solo", "pair"):
             self.info[role] = self.ranks[role].replies("start", self.timeout_s)
 

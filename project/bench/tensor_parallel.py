@@ -39,6 +39,7 @@ from project import readiness
 from project.bench import stats
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.output import quiet_libraries, write_json
+from project.preloads import GPT2_IMPORTS
 
 SUMMARY_FILE = "tensor_parallel_summary.json"
 FIGURE_FILE = "tensor_parallel.png"
@@ -292,7 +293,7 @@ def run(opts: TPOptions, echo=print) -> dict:
     # skip_shutdown: a native gloo thread still joinable at interpreter shutdown aborts the process
     # ("terminate called without an active exception"), which would read as a crash of a finished rank.
     raw = spawn_ranks(_rank_main, 2, file_rendezvous(folder, "store"), (str(folder), asdict(opts), variants),
-                      name="tensor_parallel", skip_shutdown=True).wait()[0]
+                      name="tensor_parallel", skip_shutdown=True, preload=GPT2_IMPORTS).wait()[0]
     write_json(folder / "times.json", raw)
     summary = summarize(raw, workload, skipped, opts)
     out = Path(opts.figures_dir)

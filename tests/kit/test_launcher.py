@@ -145,9 +145,13 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 
 
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
-    """Every module a case of the kit preloads imports in a fork server without starting a thread."""
+    """Every module a case of the kit or a runner's ranks preload (``project.preloads``) imports in a fork server
+    without starting a thread."""
+    from project import preloads
+
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"
+    names = sorted({*names, *(name for value in vars(preloads).values() if isinstance(value, tuple) for name in value)})
     with ForkServers(KIT_ROOT) as servers:
         result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
                         init_group=False, args={"names": names}, servers=servers, preload=tuple(names))

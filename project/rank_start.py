@@ -1,0 +1,125 @@
+"""How a rank process starts: forked from a fork server on a CPU-only machine, a fresh interpreter elsewhere.
+
+A rank started with ``spawn`` is a new interpreter that imports torch,
+transformers and DeepSpeed itself: seconds per rank, paid again by every
+rank of every run. Where no GPU is visible ``project.launch`` forks ranks
+from a fork server instead (``multiprocessing``'s ``forkserver``): one clean
+process per launching process that imported torch and the caller's
+``preload`` modules (``project.preloads``) once::
+
+    launching process ──starts──> fork server (imports torch + preload, one thread)
+          │                            │ fork, per rank
+          └── target, args, environment, thread count ──> rank r
+
+A forked rank is still a new process: it shares no state with its parent or
+the other ranks. It adopts the parent's environment as it is when the rank
+starts (``RankStart``), not as it was when the server started, and torch's
+intra-op thread count a fresh interpreter would have had. The server runs
+with ``OMP_NUM_THREADS=1`` so that importing torch starts no OpenMP thread,
+and stays single-threaded (the preload modules are checked for that), so
+nothing in it can hold a lock at the moment it forks. It is killed when the
+launching process exits.
+
+Where a GPU is visible every rank is a fresh interpreter, so nothing has
+touched CUDA before the rank binds its device. ``KIT_RANK_START`` (``auto``,
+``spawn`` or ``forkserver``) overrides the choice.
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import signal
+from dataclasses import dataclass
+
+import torch
+
+from project.cli import ConfigError
+from project.devices import gpu_count
+
+RANK_START_ENV = "KIT_RANK_START"
+RANK_START_CHOICES = ("auto", "spawn", "forkserver")
+SERVER_IMPORTS = ("torch", "torch.distributed")
+_FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)
+
+
+def rank_start_method() -> str:
+    """How ranks start in this process: ``forkserver`` where no GPU is visible, else ``spawn``.
+
+    ``KIT_RANK_START`` (``auto``, ``spawn`` or ``forkserver``) overrides
+    ``auto``; another value raises ConfigError naming the choices.
+    """
+    choice = os.environ.get(RANK_START_ENV, "auto") or "auto"
+    if choice not in RANK_START_CHOICES:
+        raise ConfigError(f"{RANK_START_ENV}={choice!r}: expected one of {', '.join(RANK_START_CHOICES)}")
+    if choice == "auto":
+        return "spawn" if gpu_count() else "forkserver"
+    return choice
+
+
+def rank_context(preload: tuple[str, ...] = ()):
+    """The ``multiprocessing`` context to start ranks from (``rank_start_method``).
+
+    For ``forkserver`` the server is started here if it is not running, and
+    imports ``preload`` then; a running server keeps what it imported (the
+    list decides speed, never results).
+    """
+    method = rank_start_method()
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        _ensure_server(context, preload)
+    return context
+
+
+def _ensure_server(context, preload: tuple[str, ...]) -> None:
+    from multiprocessing import forkserver
+
+    context.set_forkserver_preload([*SERVER_IMPORTS, *preload])
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"   # the server's environment: importing torch starts no OpenMP thread
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+    atexit.unregister(_stop_server)
+    atexit.register(_stop_server)
+
+
+def _stop_server() -> None:
+    """Kill this process's fork server as it exits. Left alone, the server would shut its interpreter down on
+    its own (seconds, with torch, transformers and DeepSpeed imported) while holding this process's stdout and
+    stderr open, which a caller reading them to the end would wait for."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+@dataclass(frozen=True)
+class RankStart:
+    """What a rank takes from its parent at its start: the environment and a fresh interpreter's torch threads."""
+
+    environ: dict[str, str]
+    threads: int
+
+    @classmethod
+    def here(cls) -> RankStart:
+        """This (launching) process's environment now, and the thread count a fresh interpreter gets here."""
+        return cls(dict(os.environ), _FRESH_THREADS)
+
+    def adopt(self) -> None:
+        """In the rank: take the parent's environment and torch thread count where they differ (a forked rank
+        has its fork server's environment and a single thread; a spawned one already has both)."""
+        if os.environ != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
