@@ -174,7 +174,7 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
     Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
     be picklable. Each rank starts as ``rank_start_method`` says, with this
     process's current environment; ``preload`` names library modules worth
-    importing once for all ranks (``project.preloads``). ``skip_shutdown``
+    importing once for all ranks (``grading.engine.preloads``). ``skip_shutdown``
     ends each rank with ``os._exit(0)`` after its reply (for ranks whose
     native threads can abort a normal interpreter shutdown).
     """

@@ -5,7 +5,7 @@ transformers and DeepSpeed itself: seconds per rank, paid again by every
 rank of every run. Where no GPU is visible ``project.launch`` forks ranks
 from a fork server instead (``multiprocessing``'s ``forkserver``): one clean
 process per launching process that imported torch and the caller's
-``preload`` modules (``project.preloads``) once::
+``preload`` modules (``grading.engine.preloads``) once::
 
     launching process ──starts──> fork server (imports torch + preload, one thread)
           │                            │ fork, per rank

@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 
 import torch
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project.checkpoint import failure_is_one_line, save_errors_in_one_line
 from project.cli import ConfigError, run_cli
 from project.data import make_collate, prepare_data
@@ -39,7 +40,6 @@ from project.loss import lm_loss
 from project.manifest import verify
 from project.model import build_model
 from project.output import quiet_libraries, write_json
-from project.preloads import GPT2_IMPORTS
 
 NAME = "capstone"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this

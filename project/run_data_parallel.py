@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
 
 import torch
 
+from grading.engine.preloads import GPT2_IMPORTS
 from grading.kit.files import atomic_path
 from project import readiness
 from project.checkpoint import save_errors_in_one_line
@@ -40,7 +41,6 @@ from project.model import build_model, count_parameters, enable_activation_check
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from project.preloads import GPT2_IMPORTS
 
 NAME = "data_parallel"
 COMMAND = "project/run_data_parallel.py"

@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 
 import torch
 
+from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
 from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, float_above, int_at_least, run_cli
@@ -48,7 +49,6 @@ from project.model import build_model, count_parameters, enable_activation_check
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from project.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project.zero_engine import OFFLOADS, ZERO_STAGES, DeepSpeedUpdate, gathered, zero_config
 
 NAME = "finetune"

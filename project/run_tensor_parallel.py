@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 
 import torch
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, Parser, int_at_least, run_cli
 from project.data import make_collate, prepare_data
@@ -47,7 +48,6 @@ from project.metrics import StepLog, summarize
 from project.model import PRESETS, build_model
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
-from project.preloads import GPT2_IMPORTS
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"

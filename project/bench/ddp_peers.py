@@ -27,13 +27,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project.bench import stats
 from project.bench.context import Context, local_step
 from project.bench.workload import load_workload
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.loss import lm_loss
 from project.output import quiet_libraries, write_json
-from project.preloads import GPT2_IMPORTS
 
 VARIANTS = ("bucketed_ddp", "ddp", "average_gradients")
 RATIOS = [("bucketed_over_ddp", "bucketed_ddp", "ddp", "BucketedDDP step time / torch DDP's (>1: ours slower)"),

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project.launch import RankEnv, RankError, spawn_ranks
-from project.preloads import GPT2_IMPORTS
 
 VARIANTS = ("plain", "grad_ckpt")
 

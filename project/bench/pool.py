@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project.bench.tasks import serve
 from project.launch import RankError, Ranks, file_rendezvous, spawn_ranks
-from project.preloads import GPT2_IMPORTS
 
 BenchError = RankError   # a worker raised, died or timed out; the message holds its traceback or the reason
 

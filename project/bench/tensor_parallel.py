@@ -35,11 +35,11 @@ from pathlib import Path
 
 import torch
 
+from grading.engine.preloads import GPT2_IMPORTS
 from project import readiness
 from project.bench import stats
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.output import quiet_libraries, write_json
-from project.preloads import GPT2_IMPORTS
 
 SUMMARY_FILE = "tensor_parallel_summary.json"
 FIGURE_FILE = "tensor_parallel.png"

@@ -145,9 +145,9 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 
 
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
-    """Every module a case of the kit or a runner's ranks preload (``project.preloads``) imports in a fork server
+    """Every module a case of the kit or a runner's ranks preload (``grading.engine.preloads``) imports in a fork server
     without starting a thread."""
-    from project import preloads
+    from grading.engine import preloads
 
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"

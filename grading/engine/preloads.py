@@ -1,8 +1,9 @@
 """Library modules a rank imports that cost a second or more each: worth importing once, before ranks fork.
 
-Two users, one list: ``project.launch`` preloads them into the fork server
-its CPU ranks start from, and the grader names them per case
-(``grading.problems.common``, ``Case.preload``). A module here must be
+Two users, one list: the grader names them per case (``Case.preload``, through
+``grading.problems.common``) for its fork servers, and the runners and
+benchmarks pass them to ``project.launch``, whose CPU ranks fork from a
+server that imported them (``project.rank_start``). A module here must be
 importable without starting a thread under ``OMP_NUM_THREADS=1``
 (``tests/kit/test_launcher.py`` checks every tuple): ``datasets`` is not, its
 pyarrow starts jemalloc's background thread. Importing one a rank never
