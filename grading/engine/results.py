@@ -47,7 +47,8 @@ class RankContext:
     """What a probe gets: its rank, the case arguments, and ``record`` to save results."""
 
     def __init__(self, rank: int, world_size: int, args: dict, out_dir: Path, backend: str, device: str,
-                 store: str, key: bytes = b""):
+                 store: str, key: bytes = b"", join: Callable[[], str] | None = None):
+        self._join = join                   # joins the case's group, returns the device (the worker's code)
         self.rank = rank
         self.world_size = world_size
         self.args = args
@@ -82,6 +83,16 @@ class RankContext:
             self._save_error(name, TypeError(f"returned a value that cannot be saved: {exc}"))
         self.saving_s += time.perf_counter() - started
         return value
+
+    def join_group(self) -> None:
+        """Join the case's process group now, exactly as the worker joins it for an ``init_group`` case.
+
+        For a case with ``init_group=False`` whose probe must act first, e.g.
+        fork a process while this one has no group and no thread yet.
+        """
+        if self._join is None:
+            raise RuntimeError("join_group: this rank has no group to join")
+        self.device = self._join()
 
     def finish(self) -> None:
         """Write this rank's signed ``done`` marker (the probe returned normally)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import faulthandler
+import functools
 import importlib
 import json
 import os
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
         probe = getattr(importlib.import_module(module_name), function_name)
         marks["probe_imported"] = time.time()
         ctx = RankContext(rank, spec["world_size"], spec["args"], rank_dir, spec["backend"], device,
-                          spec["store"], key)
+                          spec["store"], key, join=functools.partial(_init_group, spec, rank))
         del key
         probe(ctx)
     except BaseException:  # noqa: BLE001

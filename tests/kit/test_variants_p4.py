@@ -267,6 +267,13 @@ CKPT_VARIANTS = [
         'return step, shard["extra"]',
         'return step, torch.load(directory / shard_name(0), map_location="cpu", weights_only=True)["extra"]')),
         fails("4.3.roundtrip", "4.3.resume", "4.3.roundtrip_hidden")),
+    # extra comes back from what this process saved, not from the shard: right until a new process loads
+    Variant("extra_kept_in_memory", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'return step, shard["extra"]', 'return step, globals().get("_EXTRA_SAVED", {}).get(str(directory))')),
+        fails("4.3.resume"), also=((CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+            "    directory.mkdir(parents=True, exist_ok=True)\n",
+            "    directory.mkdir(parents=True, exist_ok=True)\n"
+            "    globals().setdefault(\"_EXTRA_SAVED\", {})[str(directory)] = extra\n"))),)),
 ]
 
 VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]

@@ -11,7 +11,8 @@ The probe (``probe.py``) also damages copies of a good checkpoint
 (``damage.py``: some break the manifest's promise, some only its content),
 logs the collectives, writes and renames of one save, and simulates a crash
 in the middle of a save. The resumed half of the exact-resume check runs in
-*new processes* (``python -m grading.problems.p4_3_checkpoint.probe``).
+*new processes*: each rank's ``Successor``, forked before the rank joined its
+group or called the submission (``probe.py``).
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
 3 ranks, where the spawn without the PUBLIC split skips the exact resume
@@ -39,11 +40,12 @@ PROBLEM = SubProblem(ID, TITLE, __package__)
 
 
 def probe_checkpoint(ctx) -> None:
-    """Round trip, manifest, files, refusals, exact resume (new processes; public split only) and a crash."""
+    """Round trip, manifest, files, refusals, exact resume (new processes; public split only) and a crash.
+    The probe joins the group itself (``init_group=False``), after forking the successors."""
     probe.probe_checkpoint(ctx, PUBLIC in PROBLEM.splits(ctx))
 
 
-CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=True, timeout_s=120,
+CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=False, timeout_s=120,
                     preload=OPTIMIZER_IMPORTS)
 
 

@@ -1,9 +1,16 @@
 """Problem 4.3 probe (rank side): train, save, inspect, load damaged copies, resume in new processes, crash.
 
-The resumed half of the exact-resume check runs in *new processes*: each rank
-starts ``python -m grading.problems.p4_3_checkpoint.probe`` which joins a
-fresh process group, loads the checkpoint into a differently initialised
-model and trains the last steps.
+The resumed half of the exact-resume check runs in *new processes*: before
+it joins the case's group, each rank forks its ``Successor``, while the rank
+has no group, no second thread and has not called the submission yet (so
+nothing the submission keeps in memory can reach it; it has the libraries
+imported, as the rank had). Given the checkpoint, the successor joins a
+fresh process group, loads it into a differently initialised model and
+trains the last steps::
+
+    rank r:  fork ─> successor r (waits on a pipe)
+             join group, train 10 steps, save, ..., send the checkpoint ─> join a new group, load, train 10 steps
+             read what the successor recorded <──────────────────────────── resumed.pt, exit
 """
 from __future__ import annotations
 
@@ -11,8 +18,9 @@ import copy
 import datetime
 import json
 import os
-import subprocess
-import sys
+import signal
+import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -73,7 +81,20 @@ def _snapshot(model, optimizer) -> dict:
 
 # ---------------------------------------------------------------- probe (rank side)
 def probe_checkpoint(ctx, public: bool) -> None:
-    """Round trip, manifest, files, refusals, exact resume (new processes; ``public`` only) and a crash."""
+    """Round trip, manifest, files, refusals, exact resume (new processes; ``public`` only) and a crash.
+
+    The case joins no group before the probe: the successor is forked first (``public`` only).
+    """
+    successor = Successor(ctx) if public else None
+    try:
+        ctx.join_group()
+        _probe(ctx, successor)
+    finally:
+        if successor is not None:
+            successor.close()
+
+
+def _probe(ctx, successor: Successor | None) -> None:
     log = SaveLog()
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
@@ -143,9 +164,9 @@ def probe_checkpoint(ctx, public: bool) -> None:
             outcomes[kind] = outcome
         return outcomes
     ctx.record(P_REFUSALS, refusals)
-    if not public:                              # only public criteria read the rest
+    if successor is None:                       # only public criteria read the rest
         return
-    ctx.record(P_RESUME, lambda: _resume_in_new_process(ctx, saved))
+    ctx.record(P_RESUME, lambda: successor.resume(saved))
 
     def crash():
         folder = root / "crashed"
@@ -160,21 +181,77 @@ def probe_checkpoint(ctx, public: bool) -> None:
     ctx.record(P_CRASH, crash)               # last: a save that does not fail everywhere can hang the ranks
 
 
-def _resume_in_new_process(ctx, saved: Path) -> dict:
-    """Start this rank's successor process (a fresh group over a new file store); return what it recorded."""
-    out = Path(ctx.out_dir) / "resumed.pt"
-    spec = {"rank": ctx.rank, "world_size": ctx.world_size, "store": f"{ctx.store}.resume",
-            "checkpoint": str(saved), "out": str(out)}
-    done = subprocess.run([sys.executable, "-m", "grading.problems.p4_3_checkpoint.probe", json.dumps(spec)],
-                          cwd=os.getcwd(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT_S)
-    if done.returncode != 0:
-        raise RuntimeError(f"the resumed process of rank {ctx.rank} failed:\n{done.stderr[-1500:]}")
-    return torch.load(out, weights_only=True)
+class Successor:
+    """This rank's successor: a process forked now, that resumes from a checkpoint it is sent (``resume``).
+
+    Fork it before the rank joins a group or starts a thread: the fork then
+    holds no lock another thread owned, and no state the submission made.
+    ``close`` lets a successor that was never sent a checkpoint exit.
+    """
+
+    def __init__(self, ctx):
+        self.rank, self.world_size, self.store = ctx.rank, ctx.world_size, ctx.store
+        self.out = Path(ctx.out_dir) / "resumed.pt"
+        self.error = Path(ctx.out_dir) / "resumed_error.txt"
+        read_end, self._pipe = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self._pipe)
+            _successor_main(read_end, self.error)
+        os.close(read_end)
+
+    def resume(self, checkpoint: Path) -> dict:
+        """Send ``checkpoint``; wait (``CHILD_TIMEOUT_S`` at most) until the successor has resumed from it on a
+        fresh group; return what it recorded. Raises RuntimeError with its traceback when it failed."""
+        spec = {"rank": self.rank, "world_size": self.world_size, "store": f"{self.store}.resume",
+                "checkpoint": str(checkpoint), "out": str(self.out)}
+        os.write(self._pipe, json.dumps(spec).encode())
+        os.close(self._pipe)
+        self._pipe = None
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while (done := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"the resumed process of rank {self.rank} did not finish in {CHILD_TIMEOUT_S} s")
+            time.sleep(0.01)
+        self.pid, status = None, done[1]
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            detail = self.error.read_text()[-1500:] if self.error.exists() else f"exit code {code}"
+            raise RuntimeError(f"the resumed process of rank {self.rank} failed:\n{detail}")
+        return torch.load(self.out, weights_only=True)
+
+    def close(self) -> None:
+        """End the successor: it exits at once when it was sent nothing; a running one is killed."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self.pid is not None:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            if pid == 0:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.pid = None
+
+
+def _successor_main(read_end: int, error: Path) -> None:
+    """The successor's whole life: read a spec until end of file, resume from it (nothing read: just exit)."""
+    code = 1
+    try:
+        chunks = []
+        while chunk := os.read(read_end, 65536):
+            chunks.append(chunk)
+        if chunks:
+            resume_child(json.loads(b"".join(chunks)))
+        code = 0
+    except BaseException:  # noqa: BLE001 - reported to the rank through the error file
+        error.write_text(traceback.format_exc()[-6000:])
+    finally:
+        os._exit(code)
 
 
 def resume_child(spec: dict) -> None:
-    """The resumed half, in a new process: fresh group and model, ``load_sharded``, the remaining steps."""
+    """The resumed half, in the successor: fresh group and model, ``load_sharded``, the remaining steps."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{spec['store']}", rank=spec["rank"],
                             world_size=spec["world_size"], timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_S))
@@ -188,9 +265,3 @@ def resume_child(spec: dict) -> None:
     losses = _steps(model, optimizer, extra["position"], TOTAL_STEPS)
     torch.save({"step": step, "losses": losses, "params": ref.params_of(model)}, spec["out"])
     dist.barrier()
-    # Skip interpreter shutdown: tearing down a live gloo group there can abort ("terminate called ...").
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    resume_child(json.loads(sys.argv[1]))
