@@ -69,8 +69,8 @@ def _reply(conn: Connection, message: tuple) -> None:
 
 
 def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool, start: RankStart) -> None:
-    start.adopt()
     try:
+        start.adopt()
         value = target(env, *args)
     except BaseException:   # noqa: BLE001 - reported to the parent, which decides
         _reply(env.conn, ("error", traceback.format_exc()))
