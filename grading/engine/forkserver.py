@@ -12,7 +12,8 @@ imports torch, then, on request, forks a rank:
 
 The forked child is a fresh process for everything the sandbox gives it: its
 own session (process group), stdout/stderr to its files, the run's signing
-key on a new stdin pipe, the run marker in its environment, its own
+key on a new stdin pipe, the environment a cold rank would get at that moment
+(the launcher's, with the run marker; not the server's), its own
 ``random`` seed, then ``worker.main`` exactly as a cold start runs it
 (limits, network namespace, group, probe). It holds no descriptor of the
 server. It imports every kit module itself, from the kit copy the request
@@ -86,15 +87,23 @@ def _sweep(me: int) -> list[int]:
     return freeze_and_kill(lambda: _descendants(me))
 
 
-def _use_kit(kit: str) -> None:
+def _use_environment(env: dict[str, str]) -> None:
+    """In a rank: the launcher's environment ``env`` replaces the server's (as a cold rank gets it), except
+    ``PYTHONHASHSEED``, which keeps stating the seed this process's hashes were made with (the server's)."""
+    hash_seed = os.environ.get("PYTHONHASHSEED")
+    os.environ.clear()
+    os.environ.update(env)
+    if hash_seed is not None:
+        os.environ["PYTHONHASHSEED"] = hash_seed
+
+
+def _use_kit(kit: str, server_kit: str) -> None:
     """In a rank: import kit modules from the copy ``kit`` only (the server's ``grading`` modules are dropped and
-    its folder leaves ``sys.path``), as a cold worker started there would."""
+    its folder ``server_kit`` leaves ``sys.path``), as a cold worker started there would."""
     for name in [name for name in sys.modules if name == "grading" or name.startswith("grading.")]:
         del sys.modules[name]
-    server_kit = os.environ.get(SERVER_KIT_ENV, "")
     sys.path[:] = [kit, *(entry for entry in sys.path if entry not in ("", server_kit, kit))]
     os.environ["PYTHONPATH"] = kit
-    os.environ.pop(SERVER_KIT_ENV, None)
     importlib.invalidate_caches()
 
 
@@ -124,8 +133,9 @@ def _start_rank(request: dict, control: socket.socket) -> int:
                 os.close(log)
             os.closerange(3, 1 << 16)
             os.chdir(request["cwd"])
-            os.environ.update(request["env"])
-            _use_kit(request["cwd"])
+            server_kit = os.environ.get(SERVER_KIT_ENV, "")
+            _use_environment(request["env"])
+            _use_kit(request["cwd"], server_kit)
             _reseed()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             from grading.engine import worker

@@ -262,6 +262,17 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     return result
 
 
+def _rank_env(cwd: Path, env: dict | None, run_id: str) -> dict[str, str]:
+    """A rank's environment, cold or forked: ``env`` (default: this process's, as it is now), the kit copy
+    ``cwd`` on ``PYTHONPATH``, one OpenMP thread unless set, fault handler on, the run marker."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = str(Path(cwd).resolve())
+    child_env.setdefault("OMP_NUM_THREADS", "1")
+    child_env["PYTHONFAULTHANDLER"] = "1"
+    child_env[sandbox.RUN_MARKER] = run_id
+    return child_env
+
+
 class _Rank:
     """One rank process, cold (a child of ours) or forked by a fork server (a child of the server)."""
 
@@ -272,11 +283,7 @@ class _Rank:
     def cold(cls, spec: Path, rank: int, key: bytes, run_id: str, files: tuple[Path, Path], cwd: Path,
              env: dict | None) -> _Rank:
         """A fresh ``python -m grading.engine.worker SPEC RANK``; the key goes over its stdin."""
-        child_env = dict(os.environ if env is None else env)
-        child_env["PYTHONPATH"] = str(Path(cwd).resolve())
-        child_env.setdefault("OMP_NUM_THREADS", "1")
-        child_env["PYTHONFAULTHANDLER"] = "1"
-        child_env[sandbox.RUN_MARKER] = run_id
+        child_env = _rank_env(cwd, env, run_id)
         with open(files[0], "wb") as stdout, open(files[1], "wb") as stderr:
             proc = subprocess.Popen([sys.executable, "-m", "grading.engine.worker", str(spec), str(rank)],
                                     cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
@@ -287,8 +294,9 @@ class _Rank:
     @classmethod
     def forked(cls, server: ForkServer, spec: Path, rank: int, key: bytes, run_id: str,
                files: tuple[Path, Path], cwd: Path) -> _Rank:
-        """A rank forked by ``server`` (the key goes over the new process's stdin pipe)."""
-        pid = server.spawn(spec, rank, key, {sandbox.RUN_MARKER: run_id}, files[0], files[1], Path(cwd).resolve())
+        """A rank forked by ``server`` (the key goes over the new process's stdin pipe), with the environment a
+        cold rank would get now (not the server's)."""
+        pid = server.spawn(spec, rank, key, _rank_env(cwd, None, run_id), files[0], files[1], Path(cwd).resolve())
         return cls(pid, server=server)
 
     def poll(self) -> int | None:

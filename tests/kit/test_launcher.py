@@ -91,6 +91,17 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
     assert not _alive(daemon), "a daemon forked by a rank survived the run"
 
 
+def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
+    """Warm or cold, a rank sees the launcher's environment when it starts (fork servers started earlier
+    included) and nothing of a server's own."""
+    servers.warm_up(2)
+    monkeypatch.setenv("LAUNCHER_TEST_VARIABLE", "set after the servers started")
+    result = run(tmp_path, "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
+    assert result.ok, result.failure()
+    states = [torch.load(tmp_path / "run" / f"rank{r}" / "state.pt", weights_only=True) for r in range(2)]
+    assert [(s["variable"], s["server_kit"]) for s in states] == [("set after the servers started", None)] * 2
+
+
 def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
     """Hash seed, random state and torch's default seed differ between ranks and between runs; the marker is
     the run's own; no student module is loaded before the probe."""
