@@ -28,6 +28,7 @@ import random
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -38,6 +39,7 @@ from project.cli import ConfigError
 from project.manifest import verify, verify_sizes, write_manifest
 
 LATEST = "latest"
+SECONDARY_FAILURE_WAIT_S = 30.0   # see failure_is_one_line
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -217,12 +219,21 @@ def save(root: Path, step: int, rank: int, state: dict | None, rank_state: dict,
 
 @contextlib.contextmanager
 def failure_is_one_line(root: Path, step: int) -> Iterator[None]:
-    """Turn a failed write inside the block into ``SaveError`` (one line); remove the unfinished folder."""
+    """Turn a failed write inside the block into ``SaveError`` (one line); remove the unfinished folder.
+
+    A write that failed because the folder is gone (another rank's failed
+    save removed it) waits up to ``SECONDARY_FAILURE_WAIT_S`` before it
+    reports, so that the launcher hears the first rank's cause (``File too
+    large``), not this consequence, and stops this rank meanwhile.
+    """
+    staging = Path(root) / f"step_{step:08d}.tmp"
     try:
         yield
     except (OSError, RuntimeError) as exc:
-        shutil.rmtree(Path(root) / f"step_{step:08d}.tmp", ignore_errors=True)   # give the space back
         cause = exc.__context__ if isinstance(exc, RuntimeError) and isinstance(exc.__context__, OSError) else exc
+        if isinstance(cause, FileNotFoundError) and not staging.exists():
+            time.sleep(SECONDARY_FAILURE_WAIT_S)
+        shutil.rmtree(staging, ignore_errors=True)   # give the space back
         reason = (cause.strerror if isinstance(cause, OSError) and cause.strerror else
                   (str(cause).strip().splitlines() or [type(cause).__name__])[0])
         latest = _latest_step(Path(root))

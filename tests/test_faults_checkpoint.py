@@ -127,6 +127,23 @@ def test_fault_full_disk_during_a_save_is_one_line_and_keeps_the_previous_checkp
     assert _resolve(root) == ("step_00000008", [])
 
 
+def test_fault_a_rank_whose_folder_another_rank_removed_lets_that_rank_report_first(root, monkeypatch):
+    """Two ranks, one staging folder: rank 0's write fails and removes it, so rank 1's write fails with ENOENT.
+    Rank 1 waits before reporting (the launcher takes the first error, which must be rank 0's cause)."""
+    waits = []
+    monkeypatch.setattr(checkpoint.time, "sleep", waits.append)
+    for folder_left, waited in ((False, [checkpoint.SECONDARY_FAILURE_WAIT_S]), (True, [])):
+        waits.clear()
+        (root / "step_00000008.tmp").mkdir(exist_ok=True)
+        with pytest.raises(checkpoint.SaveError, match="No such file or directory"):
+            with checkpoint.failure_is_one_line(root, 8):
+                if not folder_left:
+                    (root / "step_00000008.tmp").rmdir()          # what rank 0's failure did meanwhile
+                open(root / "step_00000008.tmp" / "missing" / "rng_rank1.pt", "wb")
+        assert waits == waited
+        assert not (root / "step_00000008.tmp").exists()
+
+
 def test_fault_a_save_killed_midway_leaves_a_folder_the_next_save_replaces(root):
     stale = root / "step_00000008.tmp"
     stale.mkdir()
