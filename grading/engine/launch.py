@@ -209,10 +209,11 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     spawned: list[float] = []
     cold_reasons: list[str] = []
     start = time.monotonic()
-    timed_out, codes = False, []
+    timed_out, codes, preload_s = False, [], 0.0
     try:
         if warm is not None:
             warm.preload(world_size, preload)
+        preload_s = time.monotonic() - start
         for rank in range(world_size):
             spawned.append(time.time())
             files = (out_dir / f"rank{rank}.stdout", out_dir / f"rank{rank}.stderr")
@@ -250,7 +251,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start,
                           limit_s=timeout_s, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers, lost=lost)
-    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
+    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s, "preload_s": preload_s,
                                                      "warm": warm is not None, "started_cold": cold_reasons}))
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"

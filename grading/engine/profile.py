@@ -5,6 +5,7 @@ each case's run folder (``launch.json``, ``rank<R>/timing.json``,
 ``judged.json``). Per case, the rank that finished last is the one shown
 (it bounds the case), in seconds:
 
+    preload     the fork servers importing the case's ``preload`` before its first spawn (once a run)
     start       spawn -> the worker's ``main`` runs (interpreter start, ``grading`` import)
     imports     sandbox limits + ``import torch``
     rendezvous  the process group (0 when the probe sets up its own)
@@ -12,7 +13,7 @@ each case's run folder (``launch.json``, ``rank<R>/timing.json``,
     probe       the probe: student code and the grader's recording, result files excluded
     saving      writing and signing result files
     judging     the criteria, in the parent
-    wall        the launch, first spawn to last exit (the parent's clock)
+    wall        the launch, preloads and first spawn to last exit (the parent's clock)
 
 Below the table: the library packages a case's ranks imported themselves,
 which its ``preload`` could have had the fork servers import once.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-COLUMNS = ("start", "imports", "rendezvous", "probe_imp", "probe", "saving", "judging", "wall")
+COLUMNS = ("preload", "start", "imports", "rendezvous", "probe_imp", "probe", "saving", "judging", "wall")
 
 
 def _read(path: Path) -> dict:
@@ -56,7 +57,7 @@ def case_profile(run_dir: Path) -> dict[str, float] | None:
     last = max(rows, key=lambda row: row["end"])
     del last["end"]
     cold = sorted({name for path in ranks for name in _read(path).get("cold_imports", {})})
-    return {**last, "judging": float(_read(run_dir / "judged.json").get("judge_s", 0.0)),
+    return {"preload": float(launch.get("preload_s", 0.0)), **last, "judging": float(_read(run_dir / "judged.json").get("judge_s", 0.0)),
             "wall": float(launch.get("wall_s", 0.0)), "cold_imports": cold}
 
 

@@ -196,3 +196,4 @@ def test_profile_lists_what_the_ranks_imported_themselves(tmp_path, servers):
     assert case_profile(tmp_path / "runs" / "cold")["cold_imports"] == ["matplotlib"]
     assert case_profile(tmp_path / "runs" / "preloaded")["cold_imports"] == []
     assert "  cold: matplotlib" in table(tmp_path / "runs") and "preloaded:" not in table(tmp_path / "runs")
+    assert table(tmp_path / "runs").split()[:3] == ["case", "preload", "start"]    # the wall's first part shown
