@@ -251,8 +251,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     result = LaunchResult(out_dir, world_size, timed_out=timed_out, wall_s=time.monotonic() - start,
                           limit_s=timeout_s, key=key,
                           sandbox_note=namespaces.reason, leftovers=leftovers, lost=lost)
-    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s, "preload_s": preload_s,
-                                                     "warm": warm is not None, "started_cold": cold_reasons}))
+    (out_dir / "launch.json").write_text(json.dumps({"spawned": spawned, "wall_s": result.wall_s,
+                                                     "preload_s": preload_s, "warm": warm is not None,
+                                                     "started_cold": cold_reasons}))
     for rank, code in enumerate(codes):
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(

@@ -57,7 +57,8 @@ def case_profile(run_dir: Path) -> dict[str, float] | None:
     last = max(rows, key=lambda row: row["end"])
     del last["end"]
     cold = sorted({name for path in ranks for name in _read(path).get("cold_imports", {})})
-    return {"preload": float(launch.get("preload_s", 0.0)), **last, "judging": float(_read(run_dir / "judged.json").get("judge_s", 0.0)),
+    return {"preload": float(launch.get("preload_s", 0.0)), **last,
+            "judging": float(_read(run_dir / "judged.json").get("judge_s", 0.0)),
             "wall": float(launch.get("wall_s", 0.0)), "cold_imports": cold}
 
 

@@ -106,3 +106,10 @@ def test_grading_layers_import_downwards_only():
 def test_no_module_over_the_size_limit():
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_test_order_names_only_test_files_that_exist():
+    """``tests/kit/conftest.py`` orders the run longest first; a renamed or removed file must leave its list."""
+    from tests.kit.conftest import LONGEST_FIRST
+    missing = [path for path in LONGEST_FIRST if not (KIT_ROOT / path).is_file()]
+    assert not missing and len(set(LONGEST_FIRST)) == len(LONGEST_FIRST), missing
