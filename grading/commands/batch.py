@@ -30,6 +30,9 @@ from grading.commands.class_report import criterion_id, write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
+from grading.engine.forkservers import Zygotes
+from grading.engine.runner import FORKSERVER_ENV
+from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.files import atomic_write
 from grading.problems import all_cases
 from grading.problems import titles
@@ -56,8 +59,10 @@ def default_limit_s(grade_args: list[str]) -> float:
     return sum(timeout if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
 
 
-def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> dict:
+def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env: dict[str, str] | None = None) -> dict:
     """Grade ``entry`` in a child ``python -m grading grade`` into folder ``out``; return its CSV row.
+
+    ``env``: added to the child's environment (``run_batch`` names its zygotes there).
 
     Never raises for anything the submission or its grader does; when this process is stopped
     (SIGTERM, ^C) the child grader is stopped too before the exception goes on.
@@ -72,7 +77,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
     with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
         try:
             proc = subprocess.Popen(command, cwd=KIT_ROOT, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                    start_new_session=True)
+                                    start_new_session=True, env={**os.environ, **(env or {})})
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:
@@ -175,6 +180,12 @@ def class_report_inputs(rows: list[dict], results_dir: Path) -> tuple[dict[str, 
                                                          for row in rows if row["submission"] not in counted}
 
 
+def _wants_zygotes(submissions: int) -> bool:
+    """Whether a batch starts zygotes: not for a single submission, nor where the environment asks for cold
+    ranks (``GRADING_FORKSERVER=0``) or already names zygotes (a test session's, which the grades then use)."""
+    return submissions > 1 and os.environ.get(FORKSERVER_ENV, "1") != "0" and not os.environ.get(ZYGOTES_ENV)
+
+
 def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: list[str] | None = None,
               results_dir: Path | None = None, limit_s: float | None = None,
               progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -184,6 +195,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     ``results_dir`` defaults to ``<out_csv stem>_results`` next to the CSV;
     ``limit_s`` bounds each submission (default: ``default_limit_s``). The class
     report (``class_report.write_class_report``) is written next to ``out_csv`` at the end.
+    With more than one submission, each grade's fork servers are forked by the batch's zygotes
+    (``grading.engine.zygote``) instead of importing torch and the preloads again.
     """
     grade_args = list(grade_args or [])
     out_csv = Path(out_csv)
@@ -195,7 +208,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     def one(entry: Path) -> None:
         try:
-            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s)
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, zygotes.env())
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in COLUMNS}
             row.update(submission=entry.name, score="0", max_score="0", status="grader_error",
@@ -208,7 +221,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                          f"({row['status']}) in {row['seconds'] or '?'} s")
 
     _write_csv(out_csv, rows)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, entries))
+    with Zygotes(KIT_ROOT, start=_wants_zygotes(len(entries))) as zygotes:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            list(pool.map(one, entries))
     write_class_report(out_csv, *class_report_inputs(rows, results_dir))
     return sorted(rows, key=lambda row: row["submission"])

@@ -28,8 +28,10 @@ server is the *subreaper* of its ranks: a daemon that double-forks and calls
 setsid is re-parented to it, and ``sweep`` kills every
 descendant after a case; ``PR_SET_PDEATHSIG`` ties the server to the
 launcher and the ranks to the server. A grading run (``grade``, each
-submission of ``batch``) starts its own servers; a test session may keep one
-set for the kit copies it grades.
+submission of ``batch``) starts its own servers, cold or forked by a zygote
+that imported everything once (``grading.engine.zygote``: a batch's, or the
+test session's); a test session may also keep one set for the kit copies it
+grades.
 
 *Preloads.* A case names the library modules its ranks import (``Case.preload``:
 ``torch._dynamo``, which the first ``torch.optim`` optimizer imports, transformers'
@@ -163,10 +165,13 @@ def _preload(modules: list[str]) -> None:
             sys.modules.pop(name, None)
 
 
-def serve(fd: int) -> None:
-    """The server loop on the inherited control socket ``fd`` (one JSON object per line each way)."""
+def serve(fd: int, tied_to_parent: bool = True) -> None:
+    """The server loop on the control socket ``fd`` (one JSON object per line each way). It ends, sweeping its
+    ranks, when the launcher closes the socket (or exits); ``tied_to_parent``: also killed when its parent dies
+    (a cold server's parent is the launcher; a zygote's child outlives its zygote)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if tied_to_parent:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     control = socket.socket(fileno=fd)
     for name in PRELOAD:

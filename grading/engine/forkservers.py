@@ -4,22 +4,28 @@ See ``grading.engine.forkserver`` for what a server is and what a forked rank
 gets. ``ForkServers`` holds the two servers (even and odd ranks), started when first
 needed; ``ForkServer`` talks to one of them over a socket pair (one JSON object
 per line each way: preload, spawn, sweep; ready, preloaded, spawned, exit,
-swept, error).
+swept, error). A server is a cold ``python -m grading.engine.forkserver``, or
+a child of a zygote where the environment names zygotes; ``Zygotes`` starts
+them (``grading.engine.zygote``).
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import shutil
 import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 from grading.engine.forkserver import SERVER_KIT_ENV
+from grading.engine.zygote import ZYGOTES_ENV, request_server, socket_path
 
 START_TIMEOUT_S = 120.0
 
@@ -27,16 +33,25 @@ START_TIMEOUT_S = 120.0
 class ForkServer:
     """One server process (see the module docstring), driven over a socket pair by the launcher."""
 
-    def __init__(self, cwd: Path, env: dict[str, str]):
+    def __init__(self, cwd: Path, env: dict[str, str], index: int = 0):
+        """Start the server of slot ``index``: forked by the zygote of that slot where ``env`` names zygotes
+        (``grading.engine.zygote``) and it agrees, else a cold ``python -m grading.engine.forkserver``."""
         ours, theirs = socket.socketpair()
         self._socket = ours
         self._buffer = b""
         self._ready = False
         self.exits: dict[int, int] = {}
         self.preloaded: set[str] = set()           # modules already asked for (the server imports each once)
-        self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
-                                     cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc: subprocess.Popen | None = None
+        zygotes = env.get(ZYGOTES_ENV)
+        self.pid = request_server(Path(zygotes), index, theirs, START_TIMEOUT_S) if zygotes else None
+        self.from_zygote = self.pid is not None
+        if self.pid is None:
+            self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
+                                         cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True)
+            self.pid = self.proc.pid
         theirs.close()
 
     def wait_ready(self) -> None:
@@ -127,7 +142,15 @@ class ForkServer:
         return reply["swept"] if reply else []
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:                                       # a zygote's child: its zygote reaps it, so gone means gone
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
     def close(self) -> None:
         """Stop the server and everything under it (idempotent)."""
@@ -136,13 +159,18 @@ class ForkServer:
         except OSError:
             pass
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            return
+        deadline = time.monotonic() + 10
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def _cuda_visible() -> bool:
@@ -180,7 +208,7 @@ class ForkServers:
             if current is not None:
                 current.close()
             env = {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))}
-            self._servers[index] = ForkServer(self.cwd, env)
+            self._servers[index] = ForkServer(self.cwd, env, index)
         return self._servers[index]
 
     def preload(self, world_size: int, modules: tuple[str, ...]) -> None:
@@ -208,6 +236,72 @@ class ForkServers:
         self._servers.clear()
 
     def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Zygotes:
+    """The zygotes of a ``batch`` or a test session (``grading.engine.zygote``): one per server slot, started from
+    the kit copy ``cwd``, listening in a new temporary folder. The grading runs whose environment holds ``env()``
+    get their servers from them. None are started without ``start`` or where CUDA is visible (``env()`` is then
+    empty)."""
+
+    READY_TIMEOUT_S = 10.0
+
+    def __init__(self, cwd: Path, start: bool = True):
+        self.folder: Path | None = None
+        self._procs: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        if not start or _cuda_visible():
+            return
+        self.cwd = Path(cwd).resolve()
+        self.folder = Path(tempfile.mkdtemp(prefix="grading-zygotes-"))
+        self._env = {name: value for name, value in os.environ.items() if name != ZYGOTES_ENV}
+        self._env.update({"PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
+                          "OMP_NUM_THREADS": self._env.get("OMP_NUM_THREADS") or "1"})
+        self._procs = [self._start(index) for index in range(ForkServers.SERVERS)]
+        self._wait_listening(range(ForkServers.SERVERS))
+
+    def _wait_listening(self, indices) -> None:
+        """Until the zygotes ``indices`` listen (they listen first and import after), at most READY_TIMEOUT_S."""
+        deadline = time.monotonic() + self.READY_TIMEOUT_S
+        while time.monotonic() < deadline and not all(socket_path(self.folder, i).exists() for i in indices):
+            time.sleep(0.01)
+
+    def _start(self, index: int) -> subprocess.Popen:
+        path = socket_path(self.folder, index)
+        path.unlink(missing_ok=True)                       # a dead zygote's socket
+        return subprocess.Popen([sys.executable, "-m", "grading.engine.zygote", str(path)], cwd=self.cwd,
+                                env={**self._env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+
+    def env(self) -> dict[str, str]:
+        """What a grading run's environment needs to use these zygotes; a zygote that died (a rank may kill its
+        server's parent) is started again first."""
+        with self._lock:                                   # batch threads ask side by side
+            dead = [index for index, proc in enumerate(self._procs) if proc.poll() is not None]
+            for index in dead:
+                self._procs[index] = self._start(index)
+            self._wait_listening(dead)
+        return {ZYGOTES_ENV: str(self.folder)} if self.folder else {}
+
+    def close(self) -> None:
+        """Stop the zygotes (servers they forked for runs still going end with them) and remove their folder."""
+        for proc in self._procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        self._procs.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def __enter__(self) -> Zygotes:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,5 +1,16 @@
-"""The kit's own test run: files with the longest runs are collected first.
+"""The kit's own test run: files with the longest runs are collected first, and one set of zygotes serves the
+fork servers of every grading run a test starts.
 
+*Zygotes.* The tests run ``grade``, ``batch`` and nested ``pytest`` dozens of
+times, and each run's two fork servers would import torch and the library
+preloads again (seconds of CPU each). After collection each test process
+starts zygotes (``grading.engine.zygote``) and names them in its environment
+(``GRADING_ZYGOTES``), so the runs it starts, in-process or as child processes,
+fork their servers from them, as a ``batch`` does. A test that needs cold
+servers removes the variable from the environment it passes. Under
+``GRADING_FORKSERVER=0`` no zygote is started.
+
+*Order.*
 ``pytest -n 3 --dist loadfile`` (the README's test command) hands whole files
 to the workers in collection order, a file at a time as a worker frees
 up. Collected alphabetically, a long file near the end ran alone at the end
@@ -10,6 +21,15 @@ follow in their collection order. It changes which test runs when, never what a
 test checks. This file is kit-only: a released starter does not ship it.
 """
 from __future__ import annotations
+
+import os
+
+from grading import KIT_ROOT
+from grading.engine.forkservers import Zygotes
+from grading.engine.runner import FORKSERVER_ENV
+from grading.engine.zygote import ZYGOTES_ENV
+
+_ZYGOTES: list[Zygotes] = []
 
 LONGEST_FIRST = (
     "tests/kit/test_adversarial.py", "tests/test_faults_runs.py", "tests/kit/test_local_grade.py",
@@ -33,3 +53,20 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         position.setdefault(item.nodeid.split("::")[0], index)
     items.sort(key=lambda item: (rank.get(item.nodeid.split("::")[0], len(rank)),
                                  position[item.nodeid.split("::")[0]]))
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the session's zygotes and name them in this process's environment (see the module docstring)."""
+    if session.config.option.collectonly or os.environ.get(ZYGOTES_ENV) or \
+            os.environ.get(FORKSERVER_ENV, "1") == "0":
+        return
+    zygotes = Zygotes(KIT_ROOT)
+    _ZYGOTES.append(zygotes)
+    os.environ.update(zygotes.env())
+
+
+def pytest_sessionfinish(session) -> None:
+    for zygotes in _ZYGOTES:
+        os.environ.pop(ZYGOTES_ENV, None)
+        zygotes.close()
+    _ZYGOTES.clear()

@@ -83,3 +83,11 @@ def reports_kit(ctx):
 
 def imports_matplotlib(ctx):
     import matplotlib  # noqa: F401 - about 80 modules: what grade --profile lists as imported by the ranks
+
+
+def kills_its_servers_parent(ctx):
+    """Rank 0 kills the parent of the process that forked it (a zygote, when its server came from one)."""
+    if ctx.rank == 0:
+        with open(f"/proc/{os.getppid()}/stat") as handle:
+            os.kill(int(handle.read().rsplit(")", 1)[1].split()[1]), 9)
+    ctx.record("alive", lambda: True)

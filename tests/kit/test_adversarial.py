@@ -24,6 +24,7 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
+from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
@@ -84,6 +85,7 @@ def no_survivors(monkeypatch):
     """Every process the test's grading starts inherits a tag; none may be alive when the test ends."""
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG, value)
+    monkeypatch.delenv(ZYGOTES_ENV, raising=False)    # servers exec'd with the tag: their forked ranks show it
     yield value
     survivors = _tagged(value)
     for pid in survivors:                 # never leak, even when failing

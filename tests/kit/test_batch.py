@@ -6,6 +6,8 @@ import zipfile
 import pytest
 
 from grading.__main__ import main as grading_main
+from grading.engine.forkservers import Zygotes
+from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
@@ -23,7 +25,20 @@ def _folder(root, text: str):
     (root / DATASET).write_text(text)
 
 
-def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
+class _SeenZygotes(Zygotes):
+    """The batch's own zygotes, recording what each submission's grade was handed."""
+    handed: list[dict] = []
+
+    def env(self):
+        handed = super().env()
+        self.handed.append(handed)
+        return handed
+
+
+def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypatch):
+    """(The batch starts its own zygotes here, not the test session's, and hands them to every grade.)"""
+    monkeypatch.delenv(ZYGOTES_ENV, raising=False)
+    monkeypatch.setattr("grading.commands.batch.Zygotes", _SeenZygotes)
     subs = tmp_path / "submissions"
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())                 # reference: full marks
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:                         # starter, wrapped in a folder
@@ -33,9 +48,12 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     hang = make_variant_kit(tmp_path / "k1", [(DATASET, "partition_indices",
                                                "import time\nwhile True:\n    time.sleep(0.1)\n")])
     _folder(subs / "dave", (hang / DATASET).read_text())                      # hangs: cut off per case
-    grader_of_server = "int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1])"
-    killer = make_variant_kit(tmp_path / "k2", [(DATASET, "partition_indices",
-                                                 f"import os, signal\nos.kill({grader_of_server}, signal.SIGKILL)\n")])
+    kill_my_grader = ("import os, signal\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n"
+                      "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+                      "    except OSError:\n        continue\n"
+                      "    if b'\\x00grade\\x00' in line and b'/submissions/eve\\x00' in line:\n"
+                      "        os.kill(int(pid), signal.SIGKILL)\n")   # its ancestors may not include it (zygotes)
+    killer = make_variant_kit(tmp_path / "k2", [(DATASET, "partition_indices", kill_my_grader)])
     _folder(subs / "eve", (killer / DATASET).read_text())                     # kills its own grader
     parent_killer = make_variant_kit(tmp_path / "k3", [(DATASET, "partition_indices",
                                                         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")])
@@ -45,6 +63,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     code = grading_main(["batch", str(subs), "--out", str(out), "--jobs", "2", "--problem", "1.1", "--timeout", "6",
                          "--quiet"])
     assert code == 0
+    assert len(_SeenZygotes.handed) == 6 and all(handed.get(ZYGOTES_ENV) for handed in _SeenZygotes.handed)
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve", "frank"]
     expected = {"alice": ("passed", "13"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),

@@ -15,6 +15,7 @@ from grading.engine.forkservers import ForkServers
 from grading.engine.launch import launch
 from grading.engine.profile import case_profile, table
 from grading.problems import all_cases, folders
+from grading.engine.zygote import ZYGOTES_ENV
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -145,7 +146,7 @@ def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):
 
 def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
     """Grading never depends on the fork servers: a server that dies at start-up means cold ranks, same result."""
-    broken = {**os.environ, "PYTHONHOME": str(tmp_path / "no-python-here")}
+    broken = {**{k: v for k, v in os.environ.items() if k != ZYGOTES_ENV}, "PYTHONHOME": str(tmp_path / "none")}
     with ForkServers(KIT_ROOT, env=broken) as servers:
         result = launch(f"{PROBES}:all_reduce_rank", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=60,
                         servers=servers)

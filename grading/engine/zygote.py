@@ -1,0 +1,144 @@
+"""Zygotes: a process that has imported torch and every library preload once, and forks a fresh fork server for
+each grading run that asks.
+
+A grading run starts two fork servers (``grading.engine.forkserver``), and each
+imports torch and the preloads its cases name: seconds of CPU per server, paid
+again by every ``grade`` of a ``batch`` and by every ``grade`` a test runs.
+Where ``GRADING_ZYGOTES`` names a folder, a run's ``ForkServers`` instead asks
+the zygote listening there for server slot i (``zygote<i>.sock``) for a server:
+the zygote forks a child that serves the run's socket (sent over the Unix
+socket), exactly the server loop a cold server runs::
+
+    grade ──socket pair end──▶ zygote i (torch + preloads, one thread) ──fork──▶ server i of this run ──▶ ranks
+
+A zygote holds library modules only, like a server; it never preloads for a
+run, never forks a rank and never runs kit, student or probe code, so nothing
+of one run reaches another: each run's servers are new processes, and what a
+run's preloads add stays in its own server. A server ends with its run (the
+launcher closes its socket), not with the zygote: a rank that kills its
+server's parent (the zygote) ends no run; later runs start their servers cold
+until ``Zygotes`` starts that zygote again. Each zygote has its own
+``PYTHONHASHSEED`` (neighbouring ranks differ in hash order as with cold
+servers). A zygote refuses a run whose ``forkserver`` / ``sandbox`` source
+differs from its own (a kit copy of another version); a refused, dead or
+missing zygote only means the run starts its servers cold (``ForkServer``).
+``batch`` starts zygotes for its submissions, the kit's test session for its
+``grade`` runs (``ForkServers.Zygotes``); nothing is started where CUDA is
+visible (preloads there could touch the driver before ``fork``).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from grading.engine import forkserver, sandbox
+from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
+
+ZYGOTES_ENV = "GRADING_ZYGOTES"          # a folder with one listening zygote<i>.sock per server slot
+IMPORTS = tuple(dict.fromkeys((*forkserver.PRELOAD, *OPTIMIZER_IMPORTS, *GPT2_IMPORTS, *DEEPSPEED_IMPORTS)))
+
+
+def socket_path(folder: Path, index: int) -> Path:
+    """Where the zygote of server slot ``index`` listens."""
+    return Path(folder) / f"zygote{index}.sock"
+
+
+@functools.cache
+def server_source_digest() -> str:
+    """A digest of the code a forked server runs (the server loop and its sandbox helpers), as this process first
+    read it: a zygote serves only runs whose kit copy has the same code."""
+    digest = hashlib.sha256()
+    for module in (forkserver, sandbox):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: float) -> int | None:
+    """Ask the zygote of slot ``index`` in ``folder`` to fork a server for the socket ``theirs``; its pid, or None
+    when there is no zygote there, it refused (another kit version) or it did not answer within ``timeout_s``."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(str(socket_path(folder, index)))
+            request = json.dumps({"digest": server_source_digest()}).encode() + b"\n"
+            socket.send_fds(conn, [request], [theirs.fileno()])
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return None
+                reply += chunk
+    except OSError:
+        return None
+    pid = json.loads(reply).get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def _fork_server(fd: int, listener: socket.socket, conn: socket.socket) -> int:
+    """Fork the server for a run's socket ``fd``; in the child this never returns."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            listener.close()
+            conn.close()
+            os.setsid()                                    # its own process group, as a cold server's
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server reaps its ranks itself
+            forkserver.serve(fd, tied_to_parent=False)    # a rank that kills the zygote ends no run
+        except BaseException:  # noqa: BLE001 - the run sees its socket close and reports the server gone
+            code = 70
+        os._exit(code)
+    os.close(fd)
+    return pid
+
+
+def main(path: str) -> None:
+    """Listen on ``path`` at once (runs that connect early wait), import ``IMPORTS``, then fork a server for
+    each run that asks; exit when the process that started the zygote exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)               # PR_SET_PDEATHSIG: gone with whoever started it
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    for name in IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a server whose run needs it imports it then, and meets the error there
+            sys.modules.pop(name, None)
+    if len(os.listdir("/proc/self/task")) != 1:           # a thread could hold a lock at fork: serve nobody
+        return
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)         # servers that end are reaped by the kernel
+    digest = server_source_digest()
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                message, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+            except OSError:
+                continue
+            try:
+                wanted = json.loads(message.split(b"\n", 1)[0]).get("digest")
+            except (ValueError, AttributeError):
+                wanted = None
+            if wanted != digest or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                reply = {"refused": "not a request from a kit copy with this fork server"}
+            else:
+                reply = {"pid": _fork_server(fds[0], listener, conn)}
+            try:
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,106 @@
+"""Zygotes (``grading.engine.zygote``): each grading run's fork servers are fresh children of a zygote, nothing of
+one run reaches the next, and a missing or refusing zygote only means cold servers."""
+import os
+
+import pytest
+import torch
+
+from grading.commands.batch import _wants_zygotes
+from grading.engine import zygote
+from grading.engine.forkservers import ForkServers, Zygotes
+from grading.engine.launch import launch
+from grading.engine.runner import FORKSERVER_ENV
+from grading.engine.zygote import ZYGOTES_ENV
+from tests.kit.variants import KIT_ROOT
+
+pytestmark = pytest.mark.kit
+PROBES = "tests.kit.launcher_probes"
+
+
+@pytest.fixture(scope="module")
+def zygotes_env():
+    """The session's zygotes (``tests/kit/conftest.py``), or this module's own where the session has none."""
+    if os.environ.get(ZYGOTES_ENV):
+        yield os.environ[ZYGOTES_ENV]
+        return
+    with Zygotes(KIT_ROOT) as own:
+        yield own.env()[ZYGOTES_ENV]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def _servers(folder: str) -> ForkServers:
+    return ForkServers(KIT_ROOT, env={**os.environ, ZYGOTES_ENV: folder})
+
+
+def _preloaded(tmp_path, servers, name: str, preload: tuple[str, ...]) -> list[dict]:
+    result = launch(f"{PROBES}:reports_preloaded", 2, cwd=KIT_ROOT, out_dir=tmp_path / name, timeout_s=60,
+                    init_group=False, servers=servers, args={"names": ["tabnanny"]}, preload=preload)
+    assert result.ok, result.failure()
+    return [torch.load(tmp_path / name / f"rank{r}" / "preloaded.pt", weights_only=True) for r in range(2)]
+
+
+def test_each_run_gets_new_servers_forked_by_the_zygotes_and_its_preloads_stay_there(tmp_path, zygotes_env):
+    """Both slots' servers are children of a zygote, new for each run; a module one run preloads (``tabnanny``,
+    which no zygote imports) is in that run's ranks and not in the next run's."""
+    with _servers(zygotes_env) as first:
+        assert _preloaded(tmp_path, first, "first", ("tabnanny",)) == [{"tabnanny": True}] * 2
+        first_pids = [first.server(rank).pid for rank in range(2)]
+        assert all(first.server(rank).from_zygote for rank in range(2))
+        zygote_pids = [_parent(pid) for pid in first_pids]
+    assert len(set(zygote_pids)) == 2
+    for pid in zygote_pids:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            assert b"grading.engine.zygote" in handle.read()
+    with _servers(zygotes_env) as second:
+        assert _preloaded(tmp_path, second, "second", ()) == [{"tabnanny": False}] * 2
+        assert [second.server(rank).pid for rank in range(2)] != first_pids
+        assert [_parent(second.server(rank).pid) for rank in range(2)] == zygote_pids
+
+
+def test_no_zygote_or_a_refusing_one_means_cold_servers_with_the_same_result(tmp_path, zygotes_env, monkeypatch):
+    """An empty zygote folder, or a run whose fork server code differs from the zygote's: the servers start cold
+    and the run gives the same result; the zygote goes on serving runs that match it."""
+    with _servers(str(tmp_path)) as servers:
+        assert _preloaded(tmp_path, servers, "none", ("tabnanny",)) == [{"tabnanny": True}] * 2
+        assert not any(servers.server(rank).from_zygote for rank in range(2))
+    monkeypatch.setattr(zygote, "server_source_digest", lambda: "another kit version")  # as another version sends
+    with _servers(zygotes_env) as servers:
+        assert _preloaded(tmp_path, servers, "refused", ("tabnanny",)) == [{"tabnanny": True}] * 2
+        assert not any(servers.server(rank).from_zygote for rank in range(2))
+    monkeypatch.undo()
+    with _servers(zygotes_env) as servers:
+        assert servers.server(0).from_zygote
+
+
+def test_a_batch_starts_zygotes_only_where_they_save_something(monkeypatch):
+    """Several submissions, warm ranks and no zygotes named yet; not for one submission, under
+    ``GRADING_FORKSERVER=0``, or where a test session already named its own."""
+    monkeypatch.delenv(ZYGOTES_ENV, raising=False)
+    monkeypatch.delenv(FORKSERVER_ENV, raising=False)
+    assert _wants_zygotes(2) and not _wants_zygotes(1)
+    monkeypatch.setenv(FORKSERVER_ENV, "0")
+    assert not _wants_zygotes(2)
+    monkeypatch.delenv(FORKSERVER_ENV)
+    monkeypatch.setenv(ZYGOTES_ENV, "/somewhere")
+    assert not _wants_zygotes(2)
+
+
+def test_a_rank_that_kills_the_zygote_ends_no_run_and_the_zygote_is_started_again(tmp_path):
+    """A zygote's servers outlive it: the run whose rank killed it finishes; the next run starts its servers cold,
+    and once ``env()`` has started the zygote again, runs get their servers from it."""
+    with Zygotes(KIT_ROOT) as own:
+        folder = own.env()[ZYGOTES_ENV]
+        with _servers(folder) as servers:
+            result = launch(f"{PROBES}:kills_its_servers_parent", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run",
+                            timeout_s=60, init_group=False, servers=servers)
+            assert result.ok, result.failure()
+            assert servers.server(0).from_zygote and servers.server(0).alive()
+        with _servers(folder) as servers:
+            assert not servers.server(0).from_zygote
+        assert own.env() == {ZYGOTES_ENV: folder}
+        with _servers(folder) as servers:
+            assert servers.server(0).from_zygote
