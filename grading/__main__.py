@@ -18,6 +18,7 @@ import threading
 
 from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
+from grading.kit.quick_exit import run_and_exit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,4 +45,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit(main)

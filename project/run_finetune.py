@@ -50,6 +50,7 @@ from project.options import (add_common_args, add_launch_args, add_training_args
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
 from project.zero_engine import OFFLOADS, ZERO_STAGES, DeepSpeedUpdate, gathered, zero_config
+from grading.kit.quick_exit import run_and_exit
 
 NAME = "finetune"
 COMMAND = "project/run_finetune.py"
@@ -252,4 +253,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    run_and_exit(lambda: run_cli(main))

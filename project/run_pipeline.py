@@ -38,6 +38,7 @@ from project.model import build_model, count_parameters, enable_activation_check
 from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, out_dir,
                              prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
+from grading.kit.quick_exit import run_and_exit
 
 NAME = "pipeline"
 COMMAND = "project/run_pipeline.py"
@@ -157,4 +158,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    run_and_exit(lambda: run_cli(main))

@@ -48,6 +48,7 @@ from project.metrics import StepLog, summarize
 from project.model import PRESETS, build_model
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
+from grading.kit.quick_exit import run_and_exit
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -259,4 +260,4 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    run_and_exit(cli)

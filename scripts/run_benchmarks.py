@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from project.bench.suite import Options  # noqa: E402
+from grading.kit.quick_exit import run_and_exit  # noqa: E402
 
 
 def _chunks(text: str) -> tuple[int, ...]:
@@ -115,4 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit(main)

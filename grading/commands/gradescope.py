@@ -30,6 +30,7 @@ from pathlib import Path
 from grading.kit.secret import SECRET_FILE
 from grading.commands.release import release, staff_files
 from grading.kit.course import DEFAULT_PROBLEMS
+from grading.kit.quick_exit import run_and_exit
 
 LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 
@@ -157,4 +158,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_and_exit(lambda: main(sys.argv[1:]))

@@ -17,7 +17,10 @@ of one run reaches another: each run's servers are new processes, and what a
 run's preloads add stays in its own server. A server ends with its run (the
 launcher closes its socket), not with the zygote: a rank that kills its
 server's parent (the zygote) ends no run; later runs start their servers cold
-until ``Zygotes`` starts that zygote again. Each zygote has its own
+until ``Zygotes`` starts that zygote again. The zygote is the subreaper of
+its servers: a process a killed server leaves behind is re-parented to it (and
+reaped by it), so it stays findable below the zygote (the kit's adversarial
+tests look there for leaks), never below init. Each zygote has its own
 ``PYTHONHASHSEED`` (neighbouring ranks differ in hash order as with cold
 servers). A zygote refuses a run whose ``forkserver`` / ``sandbox`` source
 differs from its own (a kit copy of another version); a refused, dead or
@@ -104,7 +107,8 @@ def main(path: str) -> None:
     """Listen on ``path`` at once (runs that connect early wait), import ``IMPORTS``, then fork a server for
     each run that asks; exit when the process that started the zygote exits."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)               # PR_SET_PDEATHSIG: gone with whoever started it
+    libc.prctl(forkserver._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # gone with whoever started it
+    libc.prctl(forkserver._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)   # what a dead server leaves stays below the zygote
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from grading.kit.files import atomic_path
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
+from grading.kit.quick_exit import run_and_exit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES_ARCDIR = "submit_figures"
@@ -119,4 +120,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit(main)

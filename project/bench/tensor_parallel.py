@@ -40,6 +40,7 @@ from project import readiness
 from project.bench import stats
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.output import quiet_libraries, write_json
+from grading.kit.quick_exit import run_and_exit
 
 SUMMARY_FILE = "tensor_parallel_summary.json"
 FIGURE_FILE = "tensor_parallel.png"
@@ -324,4 +325,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit(main)

@@ -24,6 +24,7 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
+from grading.engine.forkserver import _descendants
 from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit
@@ -80,14 +81,33 @@ def _tagged(value: str) -> list[int]:
     return found
 
 
+def _below_the_zygotes() -> set[int]:
+    """Every live process below this session's zygotes (``GRADING_ZYGOTES``): the servers of runs still open and
+    whatever a run's processes left behind (a zygote adopts what its dead servers leave)."""
+    folder = os.environ.get(ZYGOTES_ENV)
+    if not folder:
+        return set()
+    zygotes = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                command = handle.read()
+        except OSError:
+            continue
+        if b"grading.engine.zygote" in command and folder.encode() in command:
+            zygotes.append(int(name))
+    return {pid for zygote in zygotes for pid in _descendants(zygote)}
+
+
 @pytest.fixture(autouse=True)
 def no_survivors(monkeypatch):
-    """Every process the test's grading starts inherits a tag; none may be alive when the test ends."""
+    """Every process the test's grading starts inherits a tag, or (a rank forked without exec, whose start-up
+    environment is its server's) is below the session's zygotes; none may be alive when the test ends."""
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG, value)
-    monkeypatch.delenv(ZYGOTES_ENV, raising=False)    # servers exec'd with the tag: their forked ranks show it
+    before = _below_the_zygotes()
     yield value
-    survivors = _tagged(value)
+    survivors = _tagged(value) + sorted(_below_the_zygotes() - before)
     for pid in survivors:                 # never leak, even when failing
         try:
             os.kill(pid, signal.SIGKILL)
