@@ -8,7 +8,10 @@ starts zygotes (``grading.engine.zygote``) and names them in its environment
 (``GRADING_ZYGOTES``), so the runs it starts, in-process or as child processes,
 fork their servers from them, as a ``batch`` does. A test that needs cold
 servers removes the variable from the environment it passes. Under
-``GRADING_FORKSERVER=0`` no zygote is started.
+``GRADING_FORKSERVER=0`` no zygote is started. Each xdist worker starts its
+own: ``test_adversarial``'s leak check looks below its process's zygotes, where
+another worker's runs would show up as leaks (tried: one set for all workers
+made it report, and kill, those runs' servers and ranks).
 
 *Order.*
 ``pytest -n 3 --dist loadfile`` (the README's test command) hands whole files

@@ -89,18 +89,31 @@ def test_a_batch_starts_zygotes_only_where_they_save_something(monkeypatch):
     assert not _wants_zygotes(2)
 
 
-def test_a_rank_that_kills_the_zygote_ends_no_run_and_the_zygote_is_started_again(tmp_path):
+@pytest.fixture
+def killable_zygotes():
+    """The session's ``Zygotes`` (``tests/kit/conftest.py``; started again after the test, whatever its outcome),
+    or zygotes of the test's own where the session has none."""
+    from tests.kit.conftest import _ZYGOTES
+    if _ZYGOTES and _ZYGOTES[0].env() == {ZYGOTES_ENV: os.environ.get(ZYGOTES_ENV)}:
+        yield _ZYGOTES[0]
+        _ZYGOTES[0].env()
+        return
+    with Zygotes(KIT_ROOT) as own:
+        yield own
+
+
+def test_a_rank_that_kills_the_zygote_ends_no_run_and_the_zygote_is_started_again(tmp_path, killable_zygotes):
     """A zygote's servers outlive it: the run whose rank killed it finishes; the next run starts its servers cold,
     and once ``env()`` has started the zygote again, runs get their servers from it."""
-    with Zygotes(KIT_ROOT) as own:
-        folder = own.env()[ZYGOTES_ENV]
-        with _servers(folder) as servers:
-            result = launch(f"{PROBES}:kills_its_servers_parent", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run",
-                            timeout_s=60, init_group=False, servers=servers)
-            assert result.ok, result.failure()
-            assert servers.server(0).from_zygote and servers.server(0).alive()
-        with _servers(folder) as servers:
-            assert not servers.server(0).from_zygote
-        assert own.env() == {ZYGOTES_ENV: folder}
-        with _servers(folder) as servers:
-            assert servers.server(0).from_zygote
+    zygotes = killable_zygotes
+    folder = zygotes.env()[ZYGOTES_ENV]
+    with _servers(folder) as servers:
+        result = launch(f"{PROBES}:kills_its_servers_parent", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run",
+                        timeout_s=60, init_group=False, servers=servers)
+        assert result.ok, result.failure()
+        assert servers.server(0).from_zygote and servers.server(0).alive()
+    with _servers(folder) as servers:
+        assert not servers.server(0).from_zygote
+    assert zygotes.env() == {ZYGOTES_ENV: folder}
+    with _servers(folder) as servers:
+        assert servers.server(0).from_zygote
