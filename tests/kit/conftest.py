@@ -35,16 +35,16 @@ from grading.engine.zygote import ZYGOTES_ENV
 _ZYGOTES: list[Zygotes] = []
 
 LONGEST_FIRST = (
-    "tests/kit/test_local_grade.py", "tests/kit/test_launcher.py", "tests/test_faults_runs.py",
-    "tests/kit/test_adversarial.py", "tests/kit/test_variants_p4.py", "tests/test_benchmarks.py",
-    "tests/kit/test_variants_p5.py", "tests/test_capstone.py", "tests/test_project_runners.py",
-    "tests/test_problems.py", "tests/test_project_tensor_parallel.py", "tests/kit/test_grade_cli.py",
-    "tests/kit/test_zygote.py", "tests/test_training_zero.py", "tests/kit/test_slurm.py",
-    "tests/test_project_launch.py", "tests/test_training_loop.py", "tests/test_partial_submission.py",
-    "tests/kit/test_variants_p1.py", "tests/test_training_options.py", "tests/test_project_readiness.py",
-    "tests/kit/test_adding_a_subproblem.py", "tests/kit/test_batch.py", "tests/kit/test_variants_p2.py",
-    "tests/kit/test_figures.py", "tests/kit/test_similarity.py", "tests/test_submission_zip.py",
-    "tests/kit/test_gradescope.py", "tests/kit/test_answer_key.py",
+    "tests/test_faults_runs.py", "tests/kit/test_launcher.py", "tests/kit/test_adversarial.py",
+    "tests/kit/test_variants_p4.py", "tests/kit/test_local_grade.py", "tests/kit/test_variants_p5.py",
+    "tests/test_capstone.py", "tests/test_project_runners.py", "tests/test_problems.py", "tests/test_benchmarks.py",
+    "tests/test_training_zero.py", "tests/kit/test_variants_p2.py", "tests/kit/test_grade_cli.py",
+    "tests/kit/test_variants_p1.py", "tests/kit/test_slurm.py", "tests/test_project_launch.py",
+    "tests/test_training_options.py", "tests/test_training_loop.py", "tests/kit/test_batch.py",
+    "tests/test_partial_submission.py", "tests/kit/test_adding_a_subproblem.py", "tests/test_project_readiness.py",
+    "tests/kit/test_gradescope.py", "tests/test_submission_zip.py", "tests/kit/test_zygote.py",
+    "tests/kit/test_similarity.py", "tests/kit/test_figures.py", "tests/test_project_tensor_parallel.py",
+    "tests/kit/test_answer_key.py",
 )
 
 
