@@ -64,18 +64,29 @@ SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was starte
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid`` (from /proc), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def threads() -> int:
+    """How many threads this process has (a process that forks must have one)."""
+    return len(os.listdir("/proc/self/task"))
+
+
 def _descendants(root: int) -> list[int]:
     """Pids of every process below ``root`` in the process tree (by /proc parent links)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
+        ppid = parent_of(int(name))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(name))
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -176,13 +187,13 @@ def serve(fd: int, tied_to_parent: bool = True) -> None:
     control = socket.socket(fileno=fd)
     for name in PRELOAD:
         __import__(name)
-    threads = len(os.listdir("/proc/self/task"))
+    count = threads()
     ranks: set[int] = set()
 
     def send(message: dict) -> None:
         control.sendall((json.dumps(message) + "\n").encode())
-    if threads != 1:
-        send({"error": f"the fork server has {threads} threads after its imports"})
+    if count != 1:
+        send({"error": f"the fork server has {count} threads after its imports"})
         return
     send({"ready": os.getpid()})
     buffer = b""
@@ -210,9 +221,9 @@ def serve(fd: int, tied_to_parent: bool = True) -> None:
             request = json.loads(line)
             if request["op"] == "preload":
                 _preload(request["modules"])
-                threads = len(os.listdir("/proc/self/task"))
-                if threads != 1:
-                    send({"error": f"the fork server has {threads} threads after preloading {request['modules']}"})
+                count = threads()
+                if count != 1:
+                    send({"error": f"the fork server has {count} threads after preloading {request['modules']}"})
                     return
                 send({"preloaded": request["modules"]})
             elif request["op"] == "spawn":

@@ -173,6 +173,14 @@ class ForkServer:
             time.sleep(0.01)
 
 
+def _server_env(cwd: Path, base) -> dict[str, str]:
+    """The environment a fork server or a zygote starts in: ``base``, the kit copy ``cwd`` on ``PYTHONPATH`` and
+    named as the server's kit, and one OpenMP thread unless set (importing torch then starts no thread)."""
+    env = dict(base)
+    env.update({"PYTHONPATH": str(cwd), SERVER_KIT_ENV: str(cwd), "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS") or "1"})
+    return env
+
+
 def _cuda_visible() -> bool:
     """Whether this (launcher) process sees a CUDA device; preloads stay off there (see the module docstring)."""
     try:
@@ -192,10 +200,7 @@ class ForkServers:
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None):
         self.cwd = Path(cwd).resolve()
-        self.env = dict(os.environ if env is None else env)
-        self.env["PYTHONPATH"] = str(self.cwd)
-        self.env[SERVER_KIT_ENV] = str(self.cwd)
-        self.env["OMP_NUM_THREADS"] = self.env.get("OMP_NUM_THREADS") or "1"
+        self.env = _server_env(self.cwd, os.environ if env is None else env)
         self._servers: dict[int, ForkServer] = {}
         self.preloads_allowed = not _cuda_visible()
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
@@ -258,9 +263,7 @@ class Zygotes:
             return
         self.cwd = Path(cwd).resolve()
         self.folder = Path(tempfile.mkdtemp(prefix="grading-zygotes-"))
-        self._env = {name: value for name, value in os.environ.items() if name != ZYGOTES_ENV}
-        self._env.update({"PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
-                          "OMP_NUM_THREADS": self._env.get("OMP_NUM_THREADS") or "1"})
+        self._env = _server_env(self.cwd, {k: v for k, v in os.environ.items() if k != ZYGOTES_ENV})
         self._procs = [self._start(index) for index in range(ForkServers.SERVERS)]
         self._wait_listening(range(ForkServers.SERVERS))
 

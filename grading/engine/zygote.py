@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import importlib
 import json
 import os
 import signal
@@ -112,12 +111,8 @@ def main(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    for name in IMPORTS:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a server whose run needs it imports it then, and meets the error there
-            sys.modules.pop(name, None)
-    if len(os.listdir("/proc/self/task")) != 1:           # a thread could hold a lock at fork: serve nobody
+    forkserver._preload(list(IMPORTS))     # a failed import is left to the run that needs it, as in a server
+    if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody
         return
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)         # servers that end are reaped by the kernel
     digest = server_source_digest()

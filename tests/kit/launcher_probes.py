@@ -87,7 +87,7 @@ def imports_matplotlib(ctx):
 
 def kills_its_servers_parent(ctx):
     """Rank 0 kills the parent of the process that forked it (a zygote, when its server came from one)."""
+    from grading.engine.forkserver import parent_of
     if ctx.rank == 0:
-        with open(f"/proc/{os.getppid()}/stat") as handle:
-            os.kill(int(handle.read().rsplit(")", 1)[1].split()[1]), 9)
+        os.kill(parent_of(os.getppid()), 9)
     ctx.record("alive", lambda: True)

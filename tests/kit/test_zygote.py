@@ -7,6 +7,7 @@ import torch
 
 from grading.commands.batch import _wants_zygotes
 from grading.engine import zygote
+from grading.engine.forkserver import parent_of
 from grading.engine.forkservers import ForkServers, Zygotes
 from grading.engine.launch import launch
 from grading.engine.runner import FORKSERVER_ENV
@@ -27,11 +28,6 @@ def zygotes_env():
         yield own.env()[ZYGOTES_ENV]
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as handle:
-        return int(handle.read().rsplit(")", 1)[1].split()[1])
-
-
 def _servers(folder: str) -> ForkServers:
     return ForkServers(KIT_ROOT, env={**os.environ, ZYGOTES_ENV: folder})
 
@@ -50,7 +46,7 @@ def test_each_run_gets_new_servers_forked_by_the_zygotes_and_its_preloads_stay_t
         assert _preloaded(tmp_path, first, "first", ("tabnanny",)) == [{"tabnanny": True}] * 2
         first_pids = [first.server(rank).pid for rank in range(2)]
         assert all(first.server(rank).from_zygote for rank in range(2))
-        zygote_pids = [_parent(pid) for pid in first_pids]
+        zygote_pids = [parent_of(pid) for pid in first_pids]
     assert len(set(zygote_pids)) == 2
     for pid in zygote_pids:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -58,7 +54,7 @@ def test_each_run_gets_new_servers_forked_by_the_zygotes_and_its_preloads_stay_t
     with _servers(zygotes_env) as second:
         assert _preloaded(tmp_path, second, "second", ()) == [{"tabnanny": False}] * 2
         assert [second.server(rank).pid for rank in range(2)] != first_pids
-        assert [_parent(second.server(rank).pid) for rank in range(2)] == zygote_pids
+        assert [parent_of(second.server(rank).pid) for rank in range(2)] == zygote_pids
 
 
 def test_no_zygote_or_a_refusing_one_means_cold_servers_with_the_same_result(tmp_path, zygotes_env, monkeypatch):
