@@ -30,7 +30,8 @@ from grading.commands.class_report import criterion_id, write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
-from grading.engine.forkservers import Zygotes
+from grading.engine.zygotes import Zygotes
+from grading.engine.rubric import selects
 from grading.engine.runner import FORKSERVER_ENV
 from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.files import atomic_write
@@ -186,6 +187,14 @@ def _wants_zygotes(submissions: int) -> bool:
     return submissions > 1 and os.environ.get(FORKSERVER_ENV, "1") != "0" and not os.environ.get(ZYGOTES_ENV)
 
 
+def zygote_imports(grade_args: list[str]) -> tuple[str, ...]:
+    """The library preloads of the cases a ``grade`` with ``grade_args`` runs (its ``--problem``, else all): what
+    a batch's zygotes import (speed only: a server imports what else its run asks for)."""
+    problem = grade_args[grade_args.index("--problem") + 1] if "--problem" in grade_args[:-1] else None
+    cases = [case for case in all_cases() if any(selects(problem, c.problem) for c in case.criteria)]
+    return tuple(dict.fromkeys(module for case in cases for module in case.preload))
+
+
 def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: list[str] | None = None,
               results_dir: Path | None = None, limit_s: float | None = None,
               progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -221,7 +230,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                          f"({row['status']}) in {row['seconds'] or '?'} s")
 
     _write_csv(out_csv, rows)
-    with Zygotes(KIT_ROOT, start=_wants_zygotes(len(entries))) as zygotes:
+    with Zygotes(KIT_ROOT, start=_wants_zygotes(len(entries)), imports=zygote_imports(grade_args)) as zygotes:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             list(pool.map(one, entries))
     write_class_report(out_csv, *class_report_inputs(rows, results_dir))

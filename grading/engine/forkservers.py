@@ -5,27 +5,24 @@ gets. ``ForkServers`` holds the two servers (even and odd ranks), started when f
 needed; ``ForkServer`` talks to one of them over a socket pair (one JSON object
 per line each way: preload, spawn, sweep; ready, preloaded, spawned, exit,
 swept, error). A server is a cold ``python -m grading.engine.forkserver``, or
-a child of a zygote where the environment names zygotes; ``Zygotes`` starts
-them (``grading.engine.zygote``).
+a child of a zygote where the environment names zygotes (``grading.engine.zygote``;
+``grading.engine.zygotes`` starts them).
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import shutil
 import select
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 from grading.engine.forkserver import SERVER_KIT_ENV
-from grading.engine.zygote import ZYGOTES_ENV, request_server, socket_path
+from grading.engine.zygote import ZYGOTES_ENV, request_server
 
 START_TIMEOUT_S = 120.0
 
@@ -39,6 +36,7 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         self._socket = ours
         self._buffer = b""
+        self._inbox: list[dict] = []                # replies received but not yet asked for, in order
         self._ready = False
         self.exits: dict[int, int] = {}
         self.preloaded: set[str] = set()           # modules already asked for (the server imports each once)
@@ -65,27 +63,37 @@ class ForkServer:
             raise RuntimeError((reply or {}).get("error") or "the fork server did not start")
         self._ready = True
 
-    def _messages(self, timeout_s: float) -> list[dict]:
+    def _receive(self, timeout_s: float) -> None:
+        """Read what the server sent within ``timeout_s``: exit reports go to ``exits``, every other message to the
+        inbox. Nothing read is dropped: one read may hold a reply and an exit sent after it (a rank that fails at
+        once, read by a launcher the machine's load held back)."""
         ready, _, _ = select.select([self._socket], [], [], timeout_s)
         if not ready:
-            return []
+            return
         chunk = self._socket.recv(65536)
         if not chunk:
             raise RuntimeError("the fork server exited")
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
-        return [json.loads(line) for line in lines]
+        for message in map(json.loads, lines):
+            if "exit" in message:
+                self.exits[message["exit"]] = message["code"]
+            else:
+                self._inbox.append(message)
 
     def _next(self, wanted, timeout_s: float) -> dict | None:
-        """The next message that ``wanted`` accepts (exit reports seen meanwhile are kept); None at the timeout."""
+        """The next reply that ``wanted`` accepts (replies before it that it does not accept are discarded: each
+        request has one); None at the timeout."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for message in self._messages(max(0.0, deadline - time.monotonic())):
-                if "exit" in message:
-                    self.exits[message["exit"]] = message["code"]
+        while True:
+            while self._inbox:
+                message = self._inbox.pop(0)
                 if wanted(message):
                     return message
-        return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._receive(remaining)
 
     def preload(self, modules: tuple[str, ...] | list[str]) -> bool:
         """Ask the server to import those of ``modules`` it has not been asked for; returns at once, True when it
@@ -121,9 +129,7 @@ class ForkServer:
     def poll(self) -> dict[int, int]:
         """Exit codes reported so far (pid -> code, negative for a signal)."""
         try:
-            for message in self._messages(0.0):
-                if "exit" in message:
-                    self.exits[message["exit"]] = message["code"]
+            self._receive(0.0)
         except RuntimeError:
             pass
         return self.exits
@@ -142,15 +148,7 @@ class ForkServer:
         return reply["swept"] if reply else []
 
     def alive(self) -> bool:
-        if self.proc is not None:
-            return self.proc.poll() is None
-        try:                                       # a zygote's child: its zygote reaps it, so gone means gone
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
+        return running(self.pid, self.proc)
 
     def close(self) -> None:
         """Stop the server and everything under it (idempotent)."""
@@ -173,7 +171,21 @@ class ForkServer:
             time.sleep(0.01)
 
 
-def _server_env(cwd: Path, base) -> dict[str, str]:
+def running(pid: int, proc: subprocess.Popen | None) -> bool:
+    """Whether a process still runs: one this process started (``proc``), or one a zygote forked (``pid``: the
+    zygote reaps it, so gone means gone)."""
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def server_env(cwd: Path, base) -> dict[str, str]:
     """The environment a fork server or a zygote starts in: ``base``, the kit copy ``cwd`` on ``PYTHONPATH`` and
     named as the server's kit, and one OpenMP thread unless set (importing torch then starts no thread)."""
     env = dict(base)
@@ -181,7 +193,7 @@ def _server_env(cwd: Path, base) -> dict[str, str]:
     return env
 
 
-def _cuda_visible() -> bool:
+def cuda_visible() -> bool:
     """Whether this (launcher) process sees a CUDA device; preloads stay off there (see the module docstring)."""
     try:
         import torch
@@ -200,9 +212,9 @@ class ForkServers:
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None):
         self.cwd = Path(cwd).resolve()
-        self.env = _server_env(self.cwd, os.environ if env is None else env)
+        self.env = server_env(self.cwd, os.environ if env is None else env)
         self._servers: dict[int, ForkServer] = {}
-        self.preloads_allowed = not _cuda_visible()
+        self.preloads_allowed = not cuda_visible()
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
 
     def server(self, rank: int) -> ForkServer:
@@ -241,70 +253,6 @@ class ForkServers:
         self._servers.clear()
 
     def __enter__(self) -> ForkServers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class Zygotes:
-    """The zygotes of a ``batch`` or a test session (``grading.engine.zygote``): one per server slot, started from
-    the kit copy ``cwd``, listening in a new temporary folder. The grading runs whose environment holds ``env()``
-    get their servers from them. None are started without ``start`` or where CUDA is visible (``env()`` is then
-    empty)."""
-
-    READY_TIMEOUT_S = 10.0
-
-    def __init__(self, cwd: Path, start: bool = True):
-        self.folder: Path | None = None
-        self._procs: list[subprocess.Popen] = []
-        self._lock = threading.Lock()
-        if not start or _cuda_visible():
-            return
-        self.cwd = Path(cwd).resolve()
-        self.folder = Path(tempfile.mkdtemp(prefix="grading-zygotes-"))
-        self._env = _server_env(self.cwd, {k: v for k, v in os.environ.items() if k != ZYGOTES_ENV})
-        self._procs = [self._start(index) for index in range(ForkServers.SERVERS)]
-        self._wait_listening(range(ForkServers.SERVERS))
-
-    def _wait_listening(self, indices) -> None:
-        """Until the zygotes ``indices`` listen (they listen first and import after), at most READY_TIMEOUT_S."""
-        deadline = time.monotonic() + self.READY_TIMEOUT_S
-        while time.monotonic() < deadline and not all(socket_path(self.folder, i).exists() for i in indices):
-            time.sleep(0.01)
-
-    def _start(self, index: int) -> subprocess.Popen:
-        path = socket_path(self.folder, index)
-        path.unlink(missing_ok=True)                       # a dead zygote's socket
-        return subprocess.Popen([sys.executable, "-m", "grading.engine.zygote", str(path)], cwd=self.cwd,
-                                env={**self._env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-
-    def env(self) -> dict[str, str]:
-        """What a grading run's environment needs to use these zygotes; a zygote that died (a rank may kill its
-        server's parent) is started again first."""
-        with self._lock:                                   # batch threads ask side by side
-            dead = [index for index, proc in enumerate(self._procs) if proc.poll() is not None]
-            for index in dead:
-                self._procs[index] = self._start(index)
-            self._wait_listening(dead)
-        return {ZYGOTES_ENV: str(self.folder)} if self.folder else {}
-
-    def close(self) -> None:
-        """Stop the zygotes (servers they forked for runs still going end with them) and remove their folder."""
-        for proc in self._procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-        self._procs.clear()
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
-
-    def __enter__(self) -> Zygotes:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -11,6 +11,9 @@ socket), exactly the server loop a cold server runs::
 
     grade ──socket pair end──▶ zygote i (torch + preloads, one thread) ──fork──▶ server i of this run ──▶ ranks
 
+A zygote imports torch and the library preloads it was started with
+(``python -m grading.engine.zygote SOCKET [MODULE ...]``; default: every tuple
+in ``grading.engine.preloads``); a server imports what else its run asks for.
 A zygote holds library modules only, like a server; it never preloads for a
 run, never forks a rank and never runs kit, student or probe code, so nothing
 of one run reaches another: each run's servers are new processes, and what a
@@ -26,7 +29,7 @@ servers). A zygote refuses a run whose ``forkserver`` / ``sandbox`` source
 differs from its own (a kit copy of another version); a refused, dead or
 missing zygote only means the run starts its servers cold (``ForkServer``).
 ``batch`` starts zygotes for its submissions, the kit's test session for its
-``grade`` runs (``ForkServers.Zygotes``); nothing is started where CUDA is
+``grade`` runs (``grading.engine.zygotes.Zygotes``); nothing is started where CUDA is
 visible (preloads there could touch the driver before ``fork``).
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ import functools
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -63,15 +67,15 @@ def server_source_digest() -> str:
     return digest.hexdigest()
 
 
-def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: float) -> int | None:
-    """Ask the zygote of slot ``index`` in ``folder`` to fork a server for the socket ``theirs``; its pid, or None
-    when there is no zygote there, it refused (another kit version) or it did not answer within ``timeout_s``."""
+def _request(folder: Path, index: int, fd: int, what: dict, timeout_s: float) -> int | None:
+    """Send the zygote of slot ``index`` in ``folder`` the request ``what`` (with this kit's digest) and ``fd``; the
+    pid it forked, or None when there is no zygote there, it refused or it did not answer within ``timeout_s``."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout_s)
             conn.connect(str(socket_path(folder, index)))
-            request = json.dumps({"digest": server_source_digest()}).encode() + b"\n"
-            socket.send_fds(conn, [request], [theirs.fileno()])
+            request = json.dumps({**what, "digest": server_source_digest()}).encode() + b"\n"
+            socket.send_fds(conn, [request], [fd])
             reply = b""
             while not reply.endswith(b"\n"):
                 chunk = conn.recv(4096)
@@ -84,15 +88,34 @@ def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: f
     return pid if isinstance(pid, int) else None
 
 
-def _fork_server(fd: int, listener: socket.socket, conn: socket.socket) -> int:
+def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: float) -> int | None:
+    """Ask the zygote of slot ``index`` in ``folder`` to fork a server for the socket ``theirs``; its pid, or None
+    when there is no zygote there, it refused (another kit version) or it did not answer within ``timeout_s``."""
+    return _request(folder, index, theirs.fileno(), {}, timeout_s)
+
+
+def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: float) -> int | None:
+    """Ask the zygote of slot ``index`` in ``folder`` to fork a zygote listening on ``path`` that serves until
+    the write end of the pipe whose read end is ``alive`` is closed (its requester exits); its pid, or None."""
+    return _request(folder, index, alive, {"zygote": str(path)}, timeout_s)
+
+
+def _in_child(listener: socket.socket, conn: socket.socket, alive: int | None) -> None:
+    """In a zygote's new child: drop the zygote's sockets and pipe end, lead a new session."""
+    listener.close()
+    conn.close()
+    if alive is not None:
+        os.close(alive)
+    os.setsid()                                            # its own process group, as a cold server's
+
+
+def _fork_server(fd: int, listener: socket.socket, conn: socket.socket, alive: int | None) -> int:
     """Fork the server for a run's socket ``fd``; in the child this never returns."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            listener.close()
-            conn.close()
-            os.setsid()                                    # its own process group, as a cold server's
+            _in_child(listener, conn, alive)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server reaps its ranks itself
             forkserver.serve(fd, tied_to_parent=False)    # a rank that kills the zygote ends no run
         except BaseException:  # noqa: BLE001 - the run sees its socket close and reports the server gone
@@ -102,21 +125,38 @@ def _fork_server(fd: int, listener: socket.socket, conn: socket.socket) -> int:
     return pid
 
 
-def main(path: str) -> None:
-    """Listen on ``path`` at once (runs that connect early wait), import ``IMPORTS``, then fork a server for
-    each run that asks; exit when the process that started the zygote exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(forkserver._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # gone with whoever started it
-    libc.prctl(forkserver._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)   # what a dead server leaves stays below the zygote
+def _fork_zygote(path: str, fd: int, listener: socket.socket, conn: socket.socket, alive: int | None) -> int:
+    """Fork a zygote that listens on ``path`` and serves until the pipe ``fd`` ends; in the child this never
+    returns. It holds what this zygote imported, so it is ready at once."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            _in_child(listener, conn, alive)
+            _serve(_listen(path), fd)
+        except BaseException:  # noqa: BLE001 - the requester finds no zygote listening and starts its own
+            code = 70
+        os._exit(code)
+    os.close(fd)
+    return pid
+
+
+def _listen(path: str) -> socket.socket:
+    """A zygote's listening socket at ``path``; this process becomes the subreaper of what it forks."""
+    ctypes.CDLL(None, use_errno=True).prctl(forkserver._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    forkserver._preload(list(IMPORTS))     # a failed import is left to the run that needs it, as in a server
-    if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody
-        return
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)         # servers that end are reaped by the kernel
+    return listener
+
+
+def _serve(listener: socket.socket, alive: int | None) -> None:
+    """Fork a server (or a zygote) for each request on ``listener``; return when the pipe ``alive`` ends."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)         # what ends is reaped by the kernel
     digest = server_source_digest()
     while True:
+        if alive is not None and alive in select.select([listener, alive], [], [])[0]:
+            return                                         # whoever asked for this zygote is gone
         conn, _ = listener.accept()
         with conn:
             try:
@@ -124,20 +164,35 @@ def main(path: str) -> None:
             except OSError:
                 continue
             try:
-                wanted = json.loads(message.split(b"\n", 1)[0]).get("digest")
+                request = json.loads(message.split(b"\n", 1)[0])
+                wanted = request.get("digest")
             except (ValueError, AttributeError):
-                wanted = None
+                request, wanted = {}, None
             if wanted != digest or len(fds) != 1:
                 for fd in fds:
                     os.close(fd)
                 reply = {"refused": "not a request from a kit copy with this fork server"}
+            elif "zygote" in request:
+                reply = {"pid": _fork_zygote(str(request["zygote"]), fds[0], listener, conn, alive)}
             else:
-                reply = {"pid": _fork_server(fds[0], listener, conn)}
+                reply = {"pid": _fork_server(fds[0], listener, conn, alive)}
             try:
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError:
                 pass
 
 
+def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
+    """Listen on ``path`` at once (runs that connect early wait), import torch and ``imports`` (default: every
+    library preload), then fork a server (or a zygote) for each request; exit when the process that started
+    the zygote exits."""
+    ctypes.CDLL(None, use_errno=True).prctl(forkserver._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    listener = _listen(path)     # what a dead server leaves stays below the zygote
+    forkserver._preload([*forkserver.PRELOAD, *imports])   # a failed import is left to the run that needs it
+    if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody
+        return
+    _serve(listener, None)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:] or IMPORTS)

@@ -25,7 +25,6 @@ from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
 from grading.engine.forkserver import _descendants
-from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
@@ -82,21 +81,10 @@ def _tagged(value: str) -> list[int]:
 
 
 def _below_the_zygotes() -> set[int]:
-    """Every live process below this session's zygotes (``GRADING_ZYGOTES``): the servers of runs still open and
-    whatever a run's processes left behind (a zygote adopts what its dead servers leave)."""
-    folder = os.environ.get(ZYGOTES_ENV)
-    if not folder:
-        return set()
-    zygotes = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                command = handle.read()
-        except OSError:
-            continue
-        if b"grading.engine.zygote" in command and folder.encode() in command:
-            zygotes.append(int(name))
-    return {pid for zygote in zygotes for pid in _descendants(zygote)}
+    """Every live process below this session's zygotes (``tests/kit/conftest.py``): the servers of runs still open
+    and whatever a run's processes left behind (a zygote adopts what its dead servers leave)."""
+    from tests.kit.conftest import _ZYGOTES
+    return {pid for zygotes in _ZYGOTES for zygote in zygotes.pids() for pid in _descendants(zygote)}
 
 
 @pytest.fixture(autouse=True)

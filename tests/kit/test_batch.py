@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.engine.forkservers import Zygotes
+from grading.engine.zygotes import Zygotes
 from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.variants import KIT_ROOT, make_variant_kit
@@ -26,8 +26,13 @@ def _folder(root, text: str):
 
 
 class _SeenZygotes(Zygotes):
-    """The batch's own zygotes, recording what each submission's grade was handed."""
+    """The batch's own zygotes, recording what they import and what each submission's grade was handed."""
     handed: list[dict] = []
+    imports: list[tuple] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.imports.append(self._imports)
 
     def env(self):
         handed = super().env()
@@ -64,6 +69,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
                          "--quiet"])
     assert code == 0
     assert len(_SeenZygotes.handed) == 6 and all(handed.get(ZYGOTES_ENV) for handed in _SeenZygotes.handed)
+    assert _SeenZygotes.imports == [("torch",)]          # Problem 1.1's cases preload nothing more
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve", "frank"]
     expected = {"alice": ("passed", "13"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),

@@ -5,6 +5,7 @@ Every test runs twice: ranks forked warm by the run's fork servers (how grading 
 """
 import json
 import os
+import select
 import shutil
 import time
 
@@ -60,6 +61,22 @@ def test_crashed_and_failing_ranks_are_all_reported(tmp_path, run):
 
 def test_exit_without_finishing_is_reported(tmp_path, run):
     result = run(tmp_path, "exits_early", world_size=1, timeout_s=30, init_group=False)
+    assert "rank 0 exited with code 0 before finishing" in result.failure()
+
+
+def test_an_exit_read_in_one_go_with_the_spawn_reply_still_ends_the_run(tmp_path, servers, monkeypatch):
+    """A rank that ends at once, and a launcher that load holds back before each read: the server's ``spawned``
+    reply and the rank's exit report arrive in one read, and the run ends there, not at its limit."""
+    real_select = select.select
+
+    def held_back(readers, writers, errors, timeout):
+        if timeout:                           # a wait for a reply (a poll passes 0)
+            time.sleep(1.0)
+        return real_select(readers, writers, errors, timeout)
+    monkeypatch.setattr(select, "select", held_back)
+    result = launch(f"{PROBES}:exits_early", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=20,
+                    init_group=False, servers=servers)
+    assert not result.timed_out, result.failure()
     assert "rank 0 exited with code 0 before finishing" in result.failure()
 
 

@@ -1,14 +1,19 @@
 """Zygotes (``grading.engine.zygote``): each grading run's fork servers are fresh children of a zygote, nothing of
 one run reaches the next, and a missing or refusing zygote only means cold servers."""
+import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
-from grading.commands.batch import _wants_zygotes
+from grading.commands.batch import _wants_zygotes, zygote_imports
 from grading.engine import zygote
 from grading.engine.forkserver import parent_of
-from grading.engine.forkservers import ForkServers, Zygotes
+from grading.engine.forkservers import ForkServers
+from grading.engine.zygotes import Zygotes
 from grading.engine.launch import launch
 from grading.engine.runner import FORKSERVER_ENV
 from grading.engine.zygote import ZYGOTES_ENV
@@ -85,6 +90,14 @@ def test_a_batch_starts_zygotes_only_where_they_save_something(monkeypatch):
     assert not _wants_zygotes(2)
 
 
+def test_a_batchs_zygotes_import_what_its_cases_preload():
+    """``--problem 1.1`` preloads nothing beyond torch; Problem 3 DeepSpeed, not GPT-2; no ``--problem``: all."""
+    assert zygote_imports(["--problem", "1.1", "--timeout", "6"]) == ()
+    assert "deepspeed" in zygote_imports(["--problem", "3"])
+    assert "transformers.models.gpt2.modeling_gpt2" not in zygote_imports(["--problem", "3"])
+    assert set(zygote_imports([])) == set(zygote.IMPORTS) - {"torch"}
+
+
 @pytest.fixture
 def killable_zygotes():
     """The session's ``Zygotes`` (``tests/kit/conftest.py``; started again after the test, whatever its outcome),
@@ -113,3 +126,34 @@ def test_a_rank_that_kills_the_zygote_ends_no_run_and_the_zygote_is_started_agai
     assert zygotes.env() == {ZYGOTES_ENV: folder}
     with _servers(folder) as servers:
         assert servers.server(0).from_zygote
+
+
+def _gone(pids: list[int], within_s: float = 30.0) -> bool:
+    """Whether every process in ``pids`` has ended (waiting up to ``within_s`` for it)."""
+    deadline = time.monotonic() + within_s
+    while any(parent_of(pid) is not None for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return all(parent_of(pid) is None for pid in pids)
+
+
+def test_zygotes_forked_from_running_ones_serve_at_once_and_end_with_their_owner(tmp_path, zygotes_env):
+    """``Zygotes(source=...)``: each slot's zygote is a child of the source's zygote of that slot; its runs'
+    servers are its own children; it ends when the process that asked for it ends (here: exits without closing
+    anything); a source that does not answer means zygotes started from scratch."""
+    with Zygotes(KIT_ROOT, source=zygotes_env) as forked:
+        sources = [parent_of(pid) for pid in forked.pids()]
+        with _servers(forked.env()[ZYGOTES_ENV]) as servers:
+            assert _preloaded(tmp_path, servers, "forked", ()) == [{"tabnanny": False}] * 2
+            assert [parent_of(servers.server(rank).pid) for rank in range(2)] == forked.pids()
+    assert len(set(sources)) == 2
+    for pid in sources:                                                   # the source's zygotes
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            command = handle.read()
+        assert b"grading.engine.zygote" in command, command
+    owner = subprocess.run([sys.executable, "-c", "import os\nfrom grading.engine.zygotes import Zygotes\n"
+                            f"print(Zygotes({str(KIT_ROOT)!r}, source={zygotes_env!r}).pids(), flush=True)\n"
+                            "os._exit(0)\n"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
+    orphans = json.loads(owner.stdout)
+    assert len(orphans) == 2 and _gone(orphans), owner.stderr
+    with Zygotes(KIT_ROOT, source=tmp_path / "nobody", imports=()) as started:
+        assert all(parent_of(pid) == os.getpid() for pid in started.pids())
