@@ -9,6 +9,13 @@ or a changed provided file, counts here exactly as it counts for the course;
 every such change is listed at the end. The problems under test are those
 whose folders are present: in a starter, exactly the course's choice; in the
 kit, all of them. Markers (``p1_1`` ... ``p5_2``) come from the folders.
+
+Tests marked ``project`` run the entry points in this process where they can;
+their ranks then fork from this process's rank server (``project.rank_start``),
+which lives as long as the process and keeps what it imported when it started:
+it is started once, before the first such test, with every library a project
+rank preloads, so that a DeepSpeed run after a data-parallel run does not
+import DeepSpeed in each of its ranks.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
+from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from grading.engine.rubric import criteria_of
 from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit.course import present_problems
@@ -34,6 +42,16 @@ def pytest_configure(config) -> None:
 def pytest_terminal_summary(terminalreporter) -> None:
     for note in _NOTES:
         terminalreporter.write_line(f"NOTE (graded as the course grades it): {note}")
+
+
+@pytest.fixture(autouse=True)
+def _project_rank_server(request) -> None:
+    """Before a ``project`` test: this process's rank server, with every project preload (see the module
+    docstring); nothing where ranks are spawned rather than forked."""
+    if request.node.get_closest_marker("project"):
+        from project.rank_start import rank_context
+
+        rank_context((*GPT2_IMPORTS, *DEEPSPEED_IMPORTS))
 
 
 def graded_cases() -> list:

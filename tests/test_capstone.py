@@ -2,7 +2,8 @@
 
 Small configurations of the real script: real rank processes over gloo,
 the tiny GPT-2 on the embedded corpus, a checkpoint, new processes that
-resume from it.
+resume from it. The runs start in this process (``run_capstone.cli``, the
+script's exit codes and output); one test runs the script as a command.
 """
 from __future__ import annotations
 
@@ -13,17 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from project.run_capstone import cli
+
 pytestmark = pytest.mark.project
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_TIMEOUT_S = 300
 SMALL = ["--world_size", "2", "--steps", "6", "--save_step", "3", "--batch_size", "8", "--max_len", "32"]
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "project/run_capstone.py", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    """``(exit code, stdout, stderr)`` of the capstone run with ``args``, started in this process."""
+    code = cli(args)
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _loss_steps(out: str) -> list[int]:
@@ -37,10 +40,9 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("capstone")
 
 
-def test_capstone_verifies_the_resume_and_reports_memory(work):
-    done = _run([*SMALL, "--workdir", str(work)])
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
+def test_capstone_verifies_the_resume_and_reports_memory(work, capsys):
+    code, out, err = _run([*SMALL, "--workdir", str(work)], capsys)
+    assert code == 0, err[-3000:]
     assert "RESUME VERIFIED" in out
     assert _loss_steps(out) == [1, 2, 3, 4, 5, 6, 4, 5, 6], out              # straight run, then resumed 4..6
     memory = [line.split() for line in out.splitlines() if len(line.split()) == 5 and line.split()[0].isdigit()]
@@ -49,20 +51,31 @@ def test_capstone_verifies_the_resume_and_reports_memory(work):
     assert manifest.is_file() and '"world_size": 2' in out
 
 
-def test_capstone_resume_flag_continues_a_run(work):
+def test_capstone_resume_flag_continues_a_run(work, capsys):
     checkpoint = work / "out" / "capstone" / "checkpoint_step3"
     if not checkpoint.is_dir():
-        _run([*SMALL, "--workdir", str(work)])
-    done = _run([*SMALL, "--workdir", str(work), "--resume", str(checkpoint)])
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert _loss_steps(done.stdout) == [4, 5, 6], done.stdout
+        _run([*SMALL, "--workdir", str(work)], capsys)
+    code, out, err = _run([*SMALL, "--workdir", str(work), "--resume", str(checkpoint)], capsys)
+    assert code == 0, err[-3000:]
+    assert _loss_steps(out) == [4, 5, 6], out
 
 
-def test_capstone_fails_with_a_message_when_the_loss_does_not_fall(work):
-    done = _run(["--world_size", "2", "--steps", "4", "--save_step", "2", "--batch_size", "4", "--max_len", "32",
-                 "--lr", "1e-9", "--workdir", str(work), "--out_dir", str(work / "flat")])
-    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
-    assert "FAILED: loss not decreasing" in done.stderr
+def test_capstone_fails_with_a_message_when_the_loss_does_not_fall(work, capsys):
+    code, out, err = _run(["--world_size", "2", "--steps", "4", "--save_step", "2", "--batch_size", "4",
+                           "--max_len", "32", "--lr", "1e-9", "--workdir", str(work), "--out_dir", str(work / "flat")],
+                          capsys)
+    assert code == 1, (out[-2000:], err[-2000:])
+    assert "FAILED: loss not decreasing" in err
+
+
+def test_the_script_exits_2_with_one_line_for_a_bad_argument(tmp_path):
+    """``python project/run_capstone.py`` itself: the exit code and the one-line message reach the shell."""
+    done = subprocess.run([sys.executable, "project/run_capstone.py", "--resume", str(tmp_path / "missing"),
+                           "--workdir", str(tmp_path)], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("error:") and "no manifest.json" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,31 +1,26 @@
-"""``run_finetune.py --zero_stage 3 --offload cpu`` against ZeRO-2 on 2 CPU ranks (real DeepSpeed, gloo)."""
+"""``run_finetune.py --zero_stage 3 --offload cpu`` against ZeRO-2 on 2 CPU ranks (real DeepSpeed, gloo).
+
+The runs start in this process (``run_finetune.main``); their ranks are new processes, where DeepSpeed runs.
+"""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from project import run_finetune
 from project.metrics import STEP_KEYS, read_steps
 
 pytestmark = pytest.mark.project
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _finetune(work: Path, out: str, *extra: str) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "project/run_finetune.py", "--workdir", str(work / "cache"),
-                           "--out_dir", str(work / out), "--n_train", "32", "--n_valid", "8", "--n_epochs", "1",
-                           "--micro_batch", "4", "--world_size", "2", "--quiet", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((work / out / "summary.json").read_text())
+    return run_finetune.main(["--workdir", str(work / "cache"), "--out_dir", str(work / out), "--n_train", "32",
+                              "--n_valid", "8", "--n_epochs", "1", "--micro_batch", "4", "--world_size", "2",
+                              "--quiet", *extra])
 
 
 def test_zero3_with_cpu_offload_matches_zero2_updates_and_resumes_bitwise(tmp_path):

@@ -2,8 +2,9 @@
 
 A starter is released; the "student" edits it in place (region bodies, a helper at module level, an import
 moved to the top of a file, a changed provided file, an extra module). ``python -m grading grade`` run in the
-starter (the student's view) and the kit's grader run on the same folder (the course's view) must give the
-same score on every public criterion, and both must list the edits outside the regions as NOTEs.
+starter (the student's view, a command in that folder) and the kit's grader run on the same folder (the
+course's view: ``grading grade SUBMISSION``, in this process) must give the same score on every public
+criterion, and both must list the edits outside the regions as NOTEs.
 """
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import sys
 
 import pytest
 
-from grading.kit.regions import parse_regions, replace_bodies
+from grading.__main__ import main as grading_main
 from grading.commands.release import release
+from grading.kit.course import PROBLEMS_ENV
+from grading.kit.regions import parse_regions, replace_bodies
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -30,14 +33,34 @@ def _fill(starter, rel: str, body_of=None) -> None:
     (starter / rel).write_text(replace_bodies(text, rel, bodies))
 
 
-def _scores(cwd, *args, problem: str = "1") -> tuple[dict[str, float], list[str]]:
-    out = cwd / "results.json"
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", *args, "--problem", problem, "--quiet", "--json",
-                           str(out)], cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert out.is_file(), done.stdout + done.stderr
+def _read_scores(out) -> tuple[dict[str, float], list[str]]:
+    """(criterion id -> score, the report's lines) of the results.json ``out``, which is then removed."""
     results = json.loads(out.read_text())
     out.unlink()
     return {t["name"].split(":")[0]: t["score"] for t in results["tests"]}, results["output"].splitlines()
+
+
+def _scores(cwd, problem: str = "1") -> tuple[dict[str, float], list[str]]:
+    """The student's view: ``python -m grading grade --problem PROBLEM`` run in the folder ``cwd``."""
+    out = cwd / "results.json"
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--problem", problem, "--quiet", "--json",
+                           str(out)], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert out.is_file(), done.stdout + done.stderr
+    return _read_scores(out)
+
+
+def _course_scores(submission, tmp_path, *args, problem: str = "1") -> tuple[dict[str, float], list[str]]:
+    """The course's view: the kit's ``grading grade SUBMISSION --problem PROBLEM`` (in this process)."""
+    out = tmp_path / "course_results.json"
+    grading_main(["grade", str(submission), *args, "--problem", problem, "--quiet", "--json", str(out)])
+    return _read_scores(out)
+
+
+@pytest.fixture(autouse=True)
+def _course_choice(monkeypatch):
+    """``--problems`` of an in-process grade sets the course's choice in this process's environment: restored
+    after each test."""
+    monkeypatch.delenv(PROBLEMS_ENV, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +88,9 @@ def edited_starter(tmp_path_factory):
     return starter
 
 
-def test_local_and_course_grades_agree_on_every_public_criterion(edited_starter):
+def test_local_and_course_grades_agree_on_every_public_criterion(edited_starter, tmp_path):
     local, local_notes = _scores(edited_starter)
-    course, course_notes = _scores(KIT_ROOT, str(edited_starter))
+    course, course_notes = _course_scores(edited_starter, tmp_path)
     public = {cid for cid in local}
     assert public and public <= set(course)
     assert {cid: local[cid] for cid in public} == {cid: course[cid] for cid in public}
@@ -117,7 +140,7 @@ PLANTED = {   # a region body that calls a helper the student wrote at module le
 
 
 def _pytest_verdicts(cwd, marker: str) -> dict[str, bool]:
-    """criterion id -> passed, from ``pytest -m marker`` run in ``cwd`` (the student's view)."""
+    """criterion id -> passed, from ``pytest -m MARKER`` run in ``cwd`` (the student's view)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", marker,
                            "tests/test_problems.py"], cwd=cwd, capture_output=True, text=True, timeout=900)
     found = {m.group(2): m.group(1) == "PASSED" for m in re.finditer(
@@ -138,9 +161,10 @@ def test_pytest_markers_equal_the_course_grade_for_problems_4_and_5(tmp_path):
         planted = [k for k, r in enumerate(kit_regions) if r.function == function][:1]
         bodies = {k: body if k in planted else r.body for k, r in enumerate(kit_regions)}
         (starter / rel).write_text(replace_bodies(text, rel, bodies) + helper)
+    local = _pytest_verdicts(starter, "p4_2 or p5_1")                # one pytest run, both markers
     for problem in ("4.2", "5.1"):
-        local = _pytest_verdicts(starter, "p" + problem.replace(".", "_"))
-        course, _ = _scores(KIT_ROOT, str(starter), "--problems", "1,2,3,4,5", problem=problem)
+        course, _ = _course_scores(starter, tmp_path, "--problems", "1,2,3,4,5", problem=problem)
         public = {cid: score > 0 for cid, score in course.items() if not cid.endswith("_hidden")}
-        assert local == public, (problem, local, public)
-        assert not all(local.values()), (problem, local)      # the missing helper costs criteria, in both views
+        mine = {cid: passed for cid, passed in local.items() if cid.startswith(problem + ".")}
+        assert mine == public, (problem, mine, public)
+        assert not all(mine.values()), (problem, mine)        # the missing helper costs criteria, in both views
