@@ -14,6 +14,10 @@ socket), exactly the server loop a cold server runs::
 A zygote imports torch and the library preloads it was started with
 (``python -m grading.engine.zygote SOCKET [MODULE ...]``; default: every tuple
 in ``grading.engine.preloads``); a server imports what else its run asks for.
+Asked for a *zygote* instead (``request_zygote``: a socket path and the read
+end of a pipe), it forks one that listens there, holding everything it
+imported, and serves until the asker closes the pipe's other end or exits
+(the kit's test workers fork their zygotes from one master set this way).
 A zygote holds library modules only, like a server; it never preloads for a
 run, never forks a rank and never runs kit, student or probe code, so nothing
 of one run reaches another: each run's servers are new processes, and what a
