@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from grading.engine.rubric import criteria_of
 from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit.course import present_problems
@@ -50,8 +49,9 @@ def _project_rank_server(request) -> None:
     docstring); nothing where ranks are spawned rather than forked."""
     if request.node.get_closest_marker("project"):
         from project.rank_start import rank_context
+        from project.run_finetune import RANK_IMPORTS      # GPT-2 and DeepSpeed: every project rank's preloads
 
-        rank_context((*GPT2_IMPORTS, *DEEPSPEED_IMPORTS))
+        rank_context(RANK_IMPORTS)
 
 
 def graded_cases() -> list:
