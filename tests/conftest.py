@@ -19,6 +19,7 @@ import DeepSpeed in each of its ranks.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,29 @@ def pytest_configure(config) -> None:
 def pytest_terminal_summary(terminalreporter) -> None:
     for note in _NOTES:
         terminalreporter.write_line(f"NOTE (graded as the course grades it): {note}")
+
+
+KIT_SETTINGS = ("GRADING_", "KIT_")     # the prefixes of the kit's own environment settings
+
+
+def _kit_settings() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(KIT_SETTINGS)}
+
+
+@pytest.fixture(autouse=True)
+def _kit_settings_kept():
+    """Fail a test that leaves one of the kit's settings (``GRADING_*``, ``KIT_*``) changed in ``os.environ``, and
+    undo the change: a course choice set in this process (an in-process ``grade --problems``, say) would change
+    what every later test of the process grades. (Libraries' own variables, set once, are not the tests'.)"""
+    before = _kit_settings()
+    yield
+    after = _kit_settings()
+    if after != before:
+        for key in after:
+            os.environ.pop(key)
+        os.environ.update(before)
+        changed = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
+        pytest.fail(f"the test left the kit's settings changed (now undone): {', '.join(changed)}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ criterion, and both must list the edits outside the regions as NOTEs.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -57,10 +58,15 @@ def _course_scores(submission, tmp_path, *args, problem: str = "1") -> tuple[dic
 
 
 @pytest.fixture(autouse=True)
-def _course_choice(monkeypatch):
-    """``--problems`` of an in-process grade sets the course's choice in this process's environment: restored
-    after each test."""
-    monkeypatch.delenv(PROBLEMS_ENV, raising=False)
+def _course_choice():
+    """``--problems`` of an in-process grade sets the course's choice in this process's environment: unset
+    during each test, restored after it. (Not ``monkeypatch.delenv(..., raising=False)``: for a variable that is
+    not set it records nothing to undo, and the choice leaked into every later test of the process.)"""
+    saved = os.environ.pop(PROBLEMS_ENV, None)
+    yield
+    os.environ.pop(PROBLEMS_ENV, None)
+    if saved is not None:
+        os.environ[PROBLEMS_ENV] = saved
 
 
 @pytest.fixture(scope="module")
