@@ -81,9 +81,11 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """``(summary, raw records, workload file)`` of one ``--quick --peers`` run in a private workdir."""
+    """``(summary, raw records, workload file)`` of one ``--quick --peers`` run in a private workdir, at the
+    smallest sizes that still show what the tests check: two repeats (alternation), one timed step, 8 rows."""
     work = tmp_path_factory.mktemp("bench")
-    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--peers",
+    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--peers", "--repeats", "2",
+                           "--steps", "1", "--batch_size", "8",
                            "--workdir", str(work / "work"), "--figures_dir", str(work / "figures")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]

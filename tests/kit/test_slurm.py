@@ -48,17 +48,16 @@ def _folder(root: Path, text: str) -> None:
 
 
 def _class(tmp_path: Path) -> Path:
-    """Six submissions: full marks, a bug losing one criterion (twice, one named like a formula), the starter,
-    a rejected zip."""
+    """Five submissions: full marks, a bug losing one criterion (twice, one named like a formula), the starter,
+    a rejected zip whose name starts with ``@`` (a formula in a spreadsheet too)."""
     subs = tmp_path / "submissions"
     seeded = next(v for v in VARIANTS if v.name == "global_random_seeded")
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())
     _folder(subs / FORMULA, _with_body("partition_indices", seeded.body))
     _folder(subs / "-dash", _with_body("partition_indices", seeded.body))
-    _folder(subs / "@at", (KIT_ROOT / DATASET).read_text())
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:
         z.writestr(f"a5/{DATASET}", _with_body(None))
-    with zipfile.ZipFile(subs / "carol.zip", "w") as z:
+    with zipfile.ZipFile(subs / "@carol.zip", "w") as z:
         z.writestr("../../escape.py", "x = 1")
     return subs
 
@@ -104,7 +103,7 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     ids = {t["submission"]: t["id"] for t in tasks}
 
     # any order; the rejected zip twice (a re-queued task overwrites its result)
-    _run_tasks(out, [ids["@at"], ids["carol.zip"], ids["bob.zip"], ids["alice"], ids["carol.zip"]])
+    _run_tasks(out, [ids["@carol.zip"], ids["bob.zip"], ids["alice"], ids["@carol.zip"]])
     # FORMULA's task is stopped midway (scancel / the time limit send SIGTERM): it keeps no result
     stopped = _task(out, ids[FORMULA], start_new_session=True)
     while not list((out / slurm.RESULTS).glob(f"{slurm.ATTEMPT_PREFIX}{ids[FORMULA]}-*/report.txt")):
@@ -118,11 +117,11 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     printed = capsys.readouterr()
     assert f"missing: task {ids[FORMULA]}" in printed.err and "has no result (killed midway" in printed.err
     assert f"missing: task {ids['-dash']}" in printed.err and "not run yet" in printed.err
-    assert {row["submission"] for row in _rows(merged)[1]} == {"'@at", "carol.zip", "bob.zip", "alice"}
+    assert {row["submission"] for row in _rows(merged)[1]} == {"'@carol.zip", "bob.zip", "alice"}
     results = out / slurm.RESULTS
     assert sorted(p.name for p in results.iterdir() if not p.name.startswith(slurm.ATTEMPT_PREFIX)) == \
-        ["@at", "alice", "bob.zip", "carol.zip"]
-    assert json.loads((results / "carol.zip" / slurm.ROW).read_text())["task"] == ids["carol.zip"]
+        ["@carol.zip", "alice", "bob.zip"]
+    assert json.loads((results / "@carol.zip" / slurm.ROW).read_text())["task"] == ids["@carol.zip"]
 
     resubmit = (out / "resubmit.sh").read_text()
     spec = re.search(r"sbatch --array=(\S+) (\S+)", resubmit)
@@ -140,9 +139,9 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     assert _without_seconds(merged) == _without_seconds(tmp_path / "batch" / "grades.csv")
     header, rows = _rows(merged)
     by_name = {row["submission"]: row for row in rows}
-    assert "'" + FORMULA in by_name and "'-dash" in by_name and "'@at" in by_name       # neutralised names
+    assert "'" + FORMULA in by_name and "'-dash" in by_name and "'@carol.zip" in by_name   # neutralised names
     assert by_name["alice"]["score"] == "13" and by_name["'" + FORMULA]["1.1.rng_untouched"] == "0"
-    assert by_name["carol.zip"]["status"] == "rejected" and by_name["bob.zip"]["status"] == "incomplete"
+    assert by_name["'@carol.zip"]["status"] == "rejected" and by_name["bob.zip"]["status"] == "incomplete"
 
     # the class report lists every criterion with the pass rate grades.csv gives
     report_header, report = _rows(merged.with_name("grades_class_report.csv"))
@@ -154,7 +153,7 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
         assert (int(r["graded"]), int(r["passed"])) == (len(cells), passed), r
         assert r["pass_rate"] == f"{passed / len(cells):.3f}"
     rng = next(r for r in report if r["criterion"] == "1.1.rng_untouched")
-    assert (rng["graded"], rng["passed"], rng["sharing"]) == ("5", "2", "2") and "random" in rng["common_failure"]
+    assert (rng["graded"], rng["passed"], rng["sharing"]) == ("4", "1", "2") and "random" in rng["common_failure"]
     assert merged.with_name("grades_class_report.png").read_bytes().startswith(b"\x89PNG")
     page = (tmp_path / "similarity" / "index.html").read_text()
     assert "href='../merged/grades_class_report.html'" in page
