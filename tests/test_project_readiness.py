@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from project import readiness
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.project
 
@@ -23,8 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def starter(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("starter") / "kit"
-    done = subprocess.run([sys.executable, "-m", "grading", "release", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = run_kit_command(["release", out], cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from grading.kit.regions import student_files
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 from project.bench.submission import figure_files
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
@@ -77,9 +77,8 @@ def test_broken_or_stale_figures_are_warnings_never_a_refusal(tmp_path, damage):
 
 def _grade(target: str | None, json_path: Path) -> dict:
     """``python -m grading grade [target] --problem 1``'s results.json (no target: the kit itself)."""
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", *([target] if target else []), "--problem", "1",
-                           "--quiet",
-                           "--json", str(json_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_kit_command(["grade", *([target] if target else []), "--problem", "1", "--quiet", "--json", json_path],
+                           cwd=ROOT)
     assert json_path.exists(), done.stdout + done.stderr
     return json.loads(json_path.read_text())
 

@@ -1,7 +1,8 @@
 """Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
 
 Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
-skipped) is graded by its own ``python -m grading grade`` process, in its own
+skipped) is graded by its own ``python -m grading grade`` process (forked by a
+zygote where there is one, ``grading.engine.forked_command``), in its own
 session, with a wall-clock limit, so one submission that crashes, hangs or
 kills its grader costs only its own row. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
@@ -19,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +30,7 @@ from grading.commands.class_report import criterion_id, write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
+from grading.engine import forked_command
 from grading.engine.zygotes import Zygotes
 from grading.engine.rubric import selects
 from grading.engine.runner import FORKSERVER_ENV
@@ -71,14 +72,13 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     results.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "grading", "grade", str(entry.resolve()), "--json", str(results), "--quiet",
-               *grade_args]
+    command = ["grade", str(entry.resolve()), "--json", str(results), "--quiet", *grade_args]
     start = time.monotonic()
     code: int | None = None
     with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
         try:
-            proc = subprocess.Popen(command, cwd=KIT_ROOT, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                    start_new_session=True, env={**os.environ, **(env or {})})
+            proc = forked_command.start("grading", command, KIT_ROOT, {**os.environ, **(env or {})},
+                                        subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:
@@ -204,8 +204,9 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     ``results_dir`` defaults to ``<out_csv stem>_results`` next to the CSV;
     ``limit_s`` bounds each submission (default: ``default_limit_s``). The class
     report (``class_report.write_class_report``) is written next to ``out_csv`` at the end.
-    With more than one submission, each grade's fork servers are forked by the batch's zygotes
-    (``grading.engine.zygote``) instead of importing torch and the preloads again.
+    With more than one submission, each grade, and each grade's fork servers, are forked by the batch's zygotes
+    (``grading.engine.zygote``, ``grading.engine.forked_command``) instead of importing torch and the preloads
+    again.
     """
     grade_args = list(grade_args or [])
     out_csv = Path(out_csv)

@@ -18,9 +18,14 @@ Asked for a *zygote* instead (``request_zygote``: a socket path and the read
 end of a pipe), it forks one that listens there, holding everything it
 imported, and serves until the asker closes the pipe's other end or exits
 (the kit's test workers fork their zygotes from one master set this way).
+Asked for a *command* (``request_command``: ``python -m grading grade ...``
+with its folder, environment and stdio), it forks it in a new session
+(``grading.engine.forked_command``; ``batch`` starts each submission's grade
+so, instead of a new interpreter importing torch again).
 A zygote holds library modules only, like a server; it never preloads for a
-run, never forks a rank and never runs kit, student or probe code, so nothing
-of one run reaches another: each run's servers are new processes, and what a
+run, never forks a rank and never runs kit, student or probe code itself (a
+command's kit code runs in the forked child), so nothing of one run reaches
+another: each run's servers are new processes, and what a
 run's preloads add stays in its own server. A server ends with its run (the
 launcher closes its socket), not with the zygote: a rank that kills its
 server's parent (the zygote) ends no run; later runs start their servers cold
@@ -49,7 +54,7 @@ import socket
 import sys
 from pathlib import Path
 
-from grading.engine import forkserver, sandbox
+from grading.engine import forked_command, forkserver, sandbox
 from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 ZYGOTES_ENV = "GRADING_ZYGOTES"          # a folder with one listening zygote<i>.sock per server slot
@@ -71,15 +76,15 @@ def server_source_digest() -> str:
     return digest.hexdigest()
 
 
-def _request(folder: Path, index: int, fd: int, what: dict, timeout_s: float) -> int | None:
-    """Send the zygote of slot ``index`` in ``folder`` the request ``what`` (with this kit's digest) and ``fd``; the
+def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: float) -> int | None:
+    """Send the zygote of slot ``index`` in ``folder`` the request ``what`` (with this kit's digest) and ``fds``; the
     pid it forked, or None when there is no zygote there, it refused or it did not answer within ``timeout_s``."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout_s)
             conn.connect(str(socket_path(folder, index)))
             request = json.dumps({**what, "digest": server_source_digest()}).encode() + b"\n"
-            socket.send_fds(conn, [request], [fd])
+            socket.send_fds(conn, [request], fds)
             reply = b""
             while not reply.endswith(b"\n"):
                 chunk = conn.recv(4096)
@@ -95,13 +100,20 @@ def _request(folder: Path, index: int, fd: int, what: dict, timeout_s: float) ->
 def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: float) -> int | None:
     """Ask the zygote of slot ``index`` in ``folder`` to fork a server for the socket ``theirs``; its pid, or None
     when there is no zygote there, it refused (another kit version) or it did not answer within ``timeout_s``."""
-    return _request(folder, index, theirs.fileno(), {}, timeout_s)
+    return _request(folder, index, [theirs.fileno()], {}, timeout_s)
+
+
+def request_command(folder: Path, index: int, request: dict, fds: list[int], timeout_s: float) -> int | None:
+    """Ask the zygote of slot ``index`` in ``folder`` to fork the command ``request`` describes
+    (``grading.engine.forked_command``) with ``fds`` (stdin, stdout, stderr, the status pipe's write end); the pid
+    of the command's waiter, or None when there is no zygote there, it refused or it did not answer."""
+    return _request(folder, index, fds, request, timeout_s)
 
 
 def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: float) -> int | None:
     """Ask the zygote of slot ``index`` in ``folder`` to fork a zygote listening on ``path`` that serves until
     the write end of the pipe whose read end is ``alive`` is closed (its requester exits); its pid, or None."""
-    return _request(folder, index, alive, {"zygote": str(path)}, timeout_s)
+    return _request(folder, index, [alive], {"zygote": str(path)}, timeout_s)
 
 
 def _in_child(listener: socket.socket, conn: socket.socket, alive: int | None) -> None:
@@ -126,6 +138,21 @@ def _fork_server(fd: int, listener: socket.socket, conn: socket.socket, alive: i
             code = 70
         os._exit(code)
     os.close(fd)
+    return pid
+
+
+def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: socket.socket,
+                  alive: int | None) -> int:
+    """Fork the waiter of the command ``request`` (``grading.engine.forked_command``); in the child this never
+    returns."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _in_child(listener, conn, alive)
+        finally:
+            forked_command.run_in_child(request, fds[:3], fds[3])
+    for fd in fds:
+        os.close(fd)
     return pid
 
 
@@ -163,8 +190,12 @@ def _serve(listener: socket.socket, alive: int | None) -> None:
             return                                         # whoever asked for this zygote is gone
         conn, _ = listener.accept()
         with conn:
+            conn.settimeout(10.0)                          # a requester that stops mid-request blocks no other
             try:
-                message, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+                message, fds, _, _ = socket.recv_fds(conn, 65536, 4)
+                while message and not message.endswith(b"\n"):      # a command's environment may be long
+                    chunk = conn.recv(65536)
+                    message += chunk if chunk else b"\n"
             except OSError:
                 continue
             try:
@@ -172,10 +203,13 @@ def _serve(listener: socket.socket, alive: int | None) -> None:
                 wanted = request.get("digest")
             except (ValueError, AttributeError):
                 request, wanted = {}, None
-            if wanted != digest or len(fds) != 1:
+            why = _refusal(request, fds) if wanted == digest else "not a request from a kit copy with this fork server"
+            if why:
                 for fd in fds:
                     os.close(fd)
-                reply = {"refused": "not a request from a kit copy with this fork server"}
+                reply = {"refused": why}
+            elif "module" in request:
+                reply = {"pid": _fork_command(request, fds, listener, conn, alive)}
             elif "zygote" in request:
                 reply = {"pid": _fork_zygote(str(request["zygote"]), fds[0], listener, conn, alive)}
             else:
@@ -184,6 +218,18 @@ def _serve(listener: socket.socket, alive: int | None) -> None:
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError:
                 pass
+
+
+def _refusal(request: dict, fds: list[int]) -> str | None:
+    """Why this zygote does not serve ``request`` with ``fds``, or None."""
+    if "module" in request:
+        if len(fds) != 4:
+            return "a command needs stdin, stdout, stderr and a status pipe"
+        return forked_command.refusal(request, *_COMMAND_CONTEXT)
+    return None if len(fds) == 1 else "one file descriptor expected"
+
+
+_COMMAND_CONTEXT: tuple[dict[str, str], dict[str, str]] = ({}, {})   # start-up settings, kit module digests
 
 
 def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
@@ -195,8 +241,10 @@ def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
     forkserver._preload([*forkserver.PRELOAD, *imports])   # a failed import is left to the run that needs it
     if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody
         return
+    global _COMMAND_CONTEXT
+    _COMMAND_CONTEXT = (forked_command.startup_settings(dict(os.environ)), forked_command.kit_digests())
     _serve(listener, None)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] or IMPORTS)
+    main(sys.argv[1], [name for name in sys.argv[2:] if name.strip()] or IMPORTS)   # blank: a title's room

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from grading.engine.forked_command import TITLE_ROOM
 from grading.engine.forkserver import PRELOAD
 from grading.engine.forkservers import START_TIMEOUT_S, ForkServers, cuda_visible, running, server_env
 from grading.engine.zygote import ZYGOTES_ENV, request_zygote, socket_path
@@ -81,7 +82,7 @@ class Zygotes:
             if pid is not None:
                 return _Zygote(pid, alive=alive_w)
             os.close(alive_w)
-        proc = subprocess.Popen([sys.executable, "-m", "grading.engine.zygote", str(path), *self._imports],
+        proc = subprocess.Popen([sys.executable, "-m", "grading.engine.zygote", str(path), *self._imports, TITLE_ROOM],
                                 cwd=self.cwd, env={**self._env, "PYTHONHASHSEED": str(secrets.randbelow(2 ** 32))},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from grading import KIT_ROOT
 from grading.kit.regions import parse_regions, replace_bodies
 from tests.kit.shapes import MIN_NODES, node_count, shape
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 SECTION = "### Adding a sub-problem"
@@ -48,8 +48,7 @@ def guide_files() -> list[tuple[str, bool, str]]:
 
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grading", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    return run_kit_command(list(args), cwd=cwd)
 
 
 def _grade(cwd: Path, *args: str) -> dict[str, float]:

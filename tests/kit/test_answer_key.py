@@ -12,8 +12,6 @@ import ast
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from grading.staff import expected as expected_files
 from grading.problems import all_cases, folders, sub_problem
 from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.kit.variants import KIT_ROOT, make_variant_kit
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
@@ -124,8 +123,7 @@ def test_hidden_inputs_follow_the_course_secret(monkeypatch):
 
 def _grade_1_1(kit: Path, secret: str, out: Path) -> dict[str, float]:
     env = {**os.environ, "GRADING_COURSE_SECRET": secret}
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", str(kit), "--problem", "1.1", "--quiet",
-                           "--json", str(out)], cwd=KIT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = run_kit_command(["grade", kit, "--problem", "1.1", "--quiet", "--json", out], env=env)
     assert out.is_file(), done.stdout + done.stderr
     return {t["name"].split(":")[0]: t["score"] for t in json.loads(out.read_text())["tests"]}
 

@@ -6,6 +6,7 @@ import zipfile
 import pytest
 
 from grading.__main__ import main as grading_main
+from grading.engine import forked_command
 from grading.engine.zygotes import Zygotes
 from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
@@ -13,6 +14,7 @@ from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
 DATASET = "data_parallel/dataset.py"
+start = forked_command.start
 
 
 def _starter_text(rel: str) -> str:
@@ -44,6 +46,8 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
     """(The batch starts its own zygotes here, not the test session's, and hands them to every grade.)"""
     monkeypatch.delenv(ZYGOTES_ENV, raising=False)
     monkeypatch.setattr("grading.commands.batch.Zygotes", _SeenZygotes)
+    started = []
+    monkeypatch.setattr(forked_command, "start", lambda *args: started.append(start(*args)) or started[-1])
     subs = tmp_path / "submissions"
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())                 # reference: full marks
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:                         # starter, wrapped in a folder
@@ -57,7 +61,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
                       "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
                       "    except OSError:\n        continue\n"
                       "    if b'\\x00grade\\x00' in line and b'/submissions/eve\\x00' in line:\n"
-                      "        os.kill(int(pid), signal.SIGKILL)\n")   # its ancestors may not include it (zygotes)
+                      "        os.kill(int(pid), signal.SIGKILL)\n")   # no ancestor (zygotes); forked, its title
     killer = make_variant_kit(tmp_path / "k2", [(DATASET, "partition_indices", kill_my_grader)])
     _folder(subs / "eve", (killer / DATASET).read_text())                     # kills its own grader
     parent_killer = make_variant_kit(tmp_path / "k3", [(DATASET, "partition_indices",
@@ -69,6 +73,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
                          "--quiet"])
     assert code == 0
     assert len(_SeenZygotes.handed) == 6 and all(handed.get(ZYGOTES_ENV) for handed in _SeenZygotes.handed)
+    assert [type(process).__name__ for process in started] == ["ForkedProcess"] * 6    # no grade imported torch again
     assert _SeenZygotes.imports == [("torch",)]          # Problem 1.1's cases preload nothing more
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve", "frank"]

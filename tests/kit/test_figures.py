@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from grading.commands import benchmarks
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
+from tests.commands import run_kit_command
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
@@ -117,15 +117,13 @@ def test_benchmarks_command_without_two_gpus_says_thresholds_do_not_apply(tmp_pa
         archive.writestr(f"submit_figures/{SUMMARY_NAME}", json.dumps(_summary(dp=9.87)))
     out = tmp_path / "results.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-m", "grading", "benchmarks", str(submission), "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    done = run_kit_command(["benchmarks", submission, "--json", out], cwd=ROOT, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "thresholds do not apply: this machine has 0 GPU(s)" in done.stdout
     data = json.loads(out.read_text())
     assert data["max_score"] == 0 and len(data["tests"]) == 2
     assert "9.87" not in out.read_text() + done.stdout
-    missing = subprocess.run([sys.executable, "-m", "grading", "benchmarks", str(tmp_path / "nope")], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300, env=env)
+    missing = run_kit_command(["benchmarks", tmp_path / "nope"], cwd=ROOT, env=env, timeout=300)
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
 

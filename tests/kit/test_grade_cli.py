@@ -11,14 +11,15 @@ import pytest
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import student_files
 from grading.commands.release import release
+from tests.commands import run_kit_command
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 
 
 def grade(*args, cwd=KIT_ROOT):
-    return subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+    """``python -m grading grade --quiet ARGS`` in ``cwd``, as ``batch`` starts it (``tests/commands.py``)."""
+    return run_kit_command(["grade", "--quiet", *args], cwd=cwd, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,9 @@ def starter(tmp_path_factory):
 
 
 def test_reference_scores_full_marks_on_problem_1(tmp_path):
-    done = grade("--problem", "1", "--json", tmp_path / "r.json")
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--problem", "1", "--json",
+                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900)
+                                                    # a new interpreter, as a student starts it
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["score"] == results["max_score"] > 0

@@ -11,6 +11,7 @@ import pytest
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import parse_regions, student_files
 from tests.kit.variants import KIT_ROOT
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
@@ -18,8 +19,7 @@ pytestmark = pytest.mark.kit
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle") / "out"
-    done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(out)], cwd=KIT_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = run_kit_command(["gradescope", out], timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 

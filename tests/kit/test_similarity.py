@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 import csv
 import random
-import subprocess
-import sys
 import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +15,7 @@ from grading.commands import similarity
 from grading.kit.regions import stub_body
 from tests.kit.similarity_samples.make import (KIT_ROOT, kit_regions, planted_copy, reference_bodies, sample_bodies,
                                                write_submission)
+from tests.commands import run_kit_command
 
 HOSTILE = '# </pre><script>alert("x")</script><b>bold</b> & co\n'
 
@@ -193,13 +192,11 @@ def test_html_parses_names_every_file_shows_planted_pair_first_and_escapes(repor
 
 def test_cli_similarity_and_usage_error(batch, tmp_path):
     out = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "grading", "similarity", str(batch), "--out", str(out)],
-                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+    done = run_kit_command(["similarity", batch, "--out", out], timeout=300)
     assert done.returncode == 0, done.stderr
     assert (out / "pairs.csv").is_file() and (out / "index.html").is_file()
     assert "broken.zip" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "grading", "similarity", str(tmp_path / "missing"), "--out",
-                          str(out)], cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+    bad = run_kit_command(["similarity", tmp_path / "missing", "--out", out], timeout=300)
     assert bad.returncode == 2 and "not a folder" in bad.stderr
     assert similarity.run(batch, tmp_path / "other", top=-1) == 2
     (tmp_path / "a_file").write_text("")
@@ -211,9 +208,7 @@ def test_batch_similarity_option_writes_the_report(tmp_path):
     subs.mkdir()
     (subs / "broken.zip").write_bytes(b"not a zip")
     (subs / "no_code").mkdir()
-    done = subprocess.run([sys.executable, "-m", "grading", "batch", str(subs), "--out", str(tmp_path / "g.csv"),
-                           "--similarity", str(tmp_path / "sim"), "--quiet"],
-                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
+    done = run_kit_command(["batch", subs, "--out", tmp_path / "g.csv", "--similarity", tmp_path / "sim", "--quiet"])
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "g.csv").is_file()
     assert "broken.zip" in (tmp_path / "sim" / "index.html").read_text()

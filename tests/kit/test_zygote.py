@@ -2,6 +2,7 @@
 one run reaches the next, and a missing or refusing zygote only means cold servers."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from grading.commands.batch import _wants_zygotes, zygote_imports
-from grading.engine import zygote
+from grading.engine import forked_command, zygote
 from grading.engine.forkserver import parent_of
 from grading.engine.forkservers import ForkServers
 from grading.engine.zygotes import Zygotes
@@ -157,3 +158,79 @@ def test_zygotes_forked_from_running_ones_serve_at_once_and_end_with_their_owner
     assert len(orphans) == 2 and _gone(orphans), owner.stderr
     with Zygotes(KIT_ROOT, source=tmp_path / "nobody", imports=()) as started:
         assert all(parent_of(pid) == os.getpid() for pid in started.pids())
+
+
+def _command(folder: str, work, name: str, *args: str, **env: str):
+    """Run ``python -m tests.kit.command_probe`` through ``forked_command.start`` with the zygotes in ``folder``;
+    (the process object, its exit code, what it recorded, its stdout, its stderr)."""
+    work.mkdir(parents=True)
+    out = work / "facts.json"
+    (work / "stdin").write_text("typed in")
+    with open(work / "stdin") as stdin, open(work / "stdout", "w") as stdout, open(work / "stderr", "w") as stderr:
+        process = forked_command.start("tests.kit.command_probe", [str(out), *args], KIT_ROOT,
+                                       {**os.environ, ZYGOTES_ENV: folder, "PROBE_MARKER": name, **env},
+                                       stdin.fileno(), stdout.fileno(), stderr.fileno())
+        code = process.wait(timeout=120)
+    return process, code, json.loads(out.read_text()), (work / "stdout").read_text(), (work / "stderr").read_text()
+
+
+def test_a_forked_command_starts_and_ends_as_a_cold_one(tmp_path, zygotes_env):
+    """The same command forked by a zygote and started cold (``PYTHONWARNINGS`` set: another start-up setting, which
+    the zygote refuses): the same argv, folder, environment, stdio, torch threads and exit code; each in a session
+    of its own (the forked one under its waiter); different random seeds; its non-daemon thread joined and
+    ``atexit`` run before the end; its title in ``ps`` is its own command line."""
+    forked, code, facts, stdout, stderr = _command(zygotes_env, tmp_path / "forked", "one", "3")
+    cold, cold_code, cold_facts, cold_stdout, cold_stderr = _command(zygotes_env, tmp_path / "cold", "one", "3",
+                                                                     PYTHONWARNINGS="default")
+    assert type(forked).__name__ == "ForkedProcess" and isinstance(cold, subprocess.Popen)
+    assert code == cold_code == 3
+    assert (stdout, stderr) == (cold_stdout, cold_stderr) == ("probe on stdout\n", "probe on stderr\n")
+    for work, seen in (("forked", facts), ("cold", cold_facts)):
+        out = str(tmp_path / work / "facts.json")
+        assert seen.pop("argv") == [str(KIT_ROOT / "tests" / "kit" / "command_probe.py"), out, "3"]
+        assert seen.pop("cmdline") == [sys.executable, "-m", "tests.kit.command_probe", out, "3"]
+    assert [facts.pop("sid_is_parent"), cold_facts.pop("sid_is_parent")] == [True, False]  # cold: leads its own
+    random_draws = facts.pop("random"), cold_facts.pop("random")
+    assert facts == cold_facts and facts["marker"] == "one" and facts["stdin"] == "typed in"
+    assert facts["cwd"] == str(KIT_ROOT) and random_draws[0] != random_draws[1]
+    _, _, again, _, _ = _command(zygotes_env, tmp_path / "again", "two")
+    assert again["random"] not in random_draws and again["marker"] == "two"
+    for work in ("forked", "cold"):
+        assert (tmp_path / work / "facts.json.thread").read_text() == "joined"
+        assert (tmp_path / work / "facts.json.atexit").read_text() == "ran"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_forked_command_stops_and_reports_as_a_cold_one(tmp_path, zygotes_env, stop):
+    """``wait(timeout)`` raises ``TimeoutExpired`` while it runs; a signal to its process group (as ``batch`` sends
+    at its limit) ends it, and its exit status is ``-signal`` as ``subprocess`` reports a cold one's (the waiter
+    does not die of SIGTERM before the command can answer it)."""
+    codes = []
+    for work, env in (("forked", {}), ("cold", {"PYTHONWARNINGS": "default"})):
+        with open(os.devnull, "w") as null:
+            process = forked_command.start("tests.kit.command_probe", [str(tmp_path / work), "sleep"], KIT_ROOT,
+                                           {**os.environ, ZYGOTES_ENV: zygotes_env, **env}, subprocess.DEVNULL,
+                                           null.fileno(), null.fileno())
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=0.5)
+        os.killpg(process.pid, stop)
+        codes.append((type(process).__name__, process.wait(timeout=60)))
+    assert codes == [("ForkedProcess", -stop), ("Popen", -stop)]
+
+
+def test_a_zygote_forks_commands_of_its_own_unchanged_kit_and_start_up_settings_only(tmp_path):
+    """``refusal``: another kit copy as the working folder, a kit module changed since the zygote started, another
+    ``PYTHON*`` start-up setting or a malformed request each make the command start cold."""
+    env = dict(os.environ)
+    request = {"module": "grading", "args": ["list"], "cwd": str(KIT_ROOT), "env": env}
+    settings, digests = forked_command.startup_settings(env), forked_command.kit_digests()
+    assert digests and forked_command.refusal(request, settings, digests) is None
+    assert forked_command.refusal({**request, "cwd": str(tmp_path)}, settings, digests) == "another kit copy"
+    module = tmp_path / "module.py"
+    module.write_text("x = 1\n")
+    changed = {**digests, str(module): forked_command.kit_digests().popitem()[1]}
+    assert forked_command.refusal(request, settings, changed) == "the kit changed since the zygote started"
+    for other in ({"PYTHONWARNINGS": "error"}, {"PYTHONPATH": str(tmp_path)}):
+        assert forked_command.refusal({**request, "env": {**env, **other}}, settings, digests) == \
+            "other start-up settings"
+    assert forked_command.refusal({**request, "args": "list"}, settings, digests) == "a malformed command"
