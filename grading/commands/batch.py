@@ -2,7 +2,7 @@
 
 Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
 skipped) is graded by its own ``python -m grading grade`` process (forked by a
-zygote where there is one, ``grading.engine.forked_command``), in its own
+zygote where there is one, ``grading.engine.kit_command``), in its own
 session, with a wall-clock limit, so one submission that crashes, hangs or
 kills its grader costs only its own row. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
@@ -30,7 +30,7 @@ from grading.commands.class_report import criterion_id, write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
-from grading.engine import forked_command
+from grading.engine import kit_command
 from grading.engine.zygotes import Zygotes
 from grading.engine.rubric import selects
 from grading.engine.runner import FORKSERVER_ENV
@@ -77,7 +77,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     code: int | None = None
     with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
         try:
-            proc = forked_command.start("grading", command, KIT_ROOT, {**os.environ, **(env or {})},
+            proc = kit_command.start("grading", command, KIT_ROOT, {**os.environ, **(env or {})},
                                         subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
             try:
                 code = proc.wait(timeout=limit_s)
@@ -205,7 +205,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     ``limit_s`` bounds each submission (default: ``default_limit_s``). The class
     report (``class_report.write_class_report``) is written next to ``out_csv`` at the end.
     With more than one submission, each grade, and each grade's fork servers, are forked by the batch's zygotes
-    (``grading.engine.zygote``, ``grading.engine.forked_command``) instead of importing torch and the preloads
+    (``grading.engine.zygote``, ``grading.engine.kit_command``) instead of importing torch and the preloads
     again.
     """
     grade_args = list(grade_args or [])

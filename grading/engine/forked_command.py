@@ -1,91 +1,65 @@
-"""A kit command (``python -m grading ...``) forked by a zygote instead of started as a new interpreter.
+"""A command (``python -m MODULE ARGS``) as a zygote forks it: the child's side (the launcher's side is
+``grading.engine.kit_command``).
 
-``batch`` grades each submission in its own ``python -m grading grade``
-process; started cold, each imports torch again (about 3 s of CPU) before it
-grades. ``start`` asks the zygote of slot 0 named in the environment
-(``GRADING_ZYGOTES``, see ``grading.engine.zygote``) to fork the command
-instead; the zygote has imported torch and the library preloads once::
+A zygote (``grading.engine.zygote``) has imported torch and the library
+preloads once; asked for a command, it forks a *waiter* that leads a new
+session and forks the command::
 
-    batch ──argv, cwd, env, stdio fds, a status pipe──▶ zygote ──fork──▶ waiter (new session) ──fork──▶ command
+    launcher ──argv, folder, env, stdio fds, a status pipe──▶ zygote ──fork──▶ waiter ──fork──▶ command
 
-The command is then a new process as a cold one is: its own session (the
-waiter leads it, so killing the process group stops both), its own argv,
-working folder, environment and stdio, its own command line in ``ps`` (cut
-to the room the zygote keeps), a fresh ``random`` seed, torch's
-thread count of a new interpreter (``OMP_NUM_THREADS`` or one per core), and
-the usual end (non-daemon threads joined, ``atexit`` run, streams flushed).
-The waiter reports the command's exit status (``-N`` for signal N, as
-``subprocess``) on the status pipe. The kit's own modules it has not imported
-yet are imported from the kit copy on disk; the zygote refuses a command whose
-working folder is not its kit copy, when a kit module it holds changed on disk
-since it started, or when the command's ``PYTHON*`` start-up settings differ
-from its own: the command then starts cold (``subprocess.Popen``), with the
-same result. Nothing is forked where no zygote is named (CUDA visible, cold
-ranks asked for).
+The command then starts as a new interpreter would: its own argv, working
+folder, environment and stdio; ``sys.path`` as that folder and the command's
+``PYTHONPATH`` make it; no module of a kit copy imported (the zygote's own
+``grading`` modules are dropped, so the command imports its folder's, whatever
+kit copy or version that is); fresh ``random`` seeds; torch's thread count of
+a new interpreter; its own command line in ``ps`` (cut to the room the zygote
+keeps, ``TITLE_ROOM``); and it ends as one (non-daemon threads joined,
+``atexit`` run, streams flushed). The waiter ignores the stops a session gets
+(SIGTERM, SIGINT, SIGHUP: the command answers them) and writes the command's
+exit status (``-N`` for signal N, as ``subprocess`` gives it) to the status
+pipe. A zygote refuses a command whose ``PYTHON*`` start-up settings (read
+once by a new interpreter) differ from its own: the launcher then starts it
+cold.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import select
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-START_TIMEOUT_S = 10.0
 TITLE_ROOM = " " * 2048              # a zygote's last argument: room for a forked command's title (``set_title``)
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-_UNSET = "-"                         # no exit status written: the waiter was killed with the command
-
-
-def kit_root() -> Path:
-    """The kit copy whose ``grading`` package this process runs."""
-    return Path(__file__).resolve().parents[2]
-
-
-def kit_digests() -> dict[str, str]:
-    """File -> sha256 of every kit module this process has imported (what a forked command inherits)."""
-    root, found = kit_root(), {}
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if file and Path(file).resolve().is_relative_to(root):
-            found[str(Path(file).resolve())] = _digest(Path(file))
-    return found
-
-
-def _digest(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return ""
 
 
 def startup_settings(env: dict[str, str]) -> dict[str, str]:
     """The ``PYTHON*`` variables of ``env`` that a new interpreter reads once at start-up (``PYTHONHASHSEED`` and
-    ``PYTHONPATH`` apart: a zygote has its own seed, and the kit copy is first on the path either way)."""
+    ``PYTHONPATH`` apart: a zygote has its own seed, and a forked command's path is built from its own
+    ``PYTHONPATH``)."""
     return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in ("PYTHONHASHSEED", "PYTHONPATH")}
 
 
-def refusal(request: dict, settings: dict[str, str], digests: dict[str, str]) -> str | None:
-    """Why a zygote started with ``settings`` holding kit modules ``digests`` must not fork ``request``, or None."""
-    env, cwd = request.get("env"), request.get("cwd")
-    if not isinstance(env, dict) or not isinstance(request.get("args"), list) or not isinstance(cwd, str) or \
-            not isinstance(request.get("module"), str):
+def library_path() -> list[str]:
+    """This interpreter's ``sys.path`` without its first entry and its ``PYTHONPATH`` entries: where the libraries
+    are (the standard library, site-packages), the same for every command."""
+    own = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return [p for p in sys.path[1:] if os.path.abspath(p) not in own]
+
+
+def refusal(request: dict, settings: dict[str, str]) -> str | None:
+    """Why a zygote started with the start-up ``settings`` must not fork the command ``request``, or None."""
+    env = request.get("env")
+    if not isinstance(env, dict) or not isinstance(request.get("args"), list) or \
+            not isinstance(request.get("cwd"), str) or not isinstance(request.get("module"), str):
         return "a malformed command"
-    if Path(cwd).resolve() != kit_root():
-        return "another kit copy"
-    if env.get("PYTHONPATH", "") not in ("", str(kit_root())) or startup_settings(env) != settings:
+    if startup_settings(env) != settings:
         return "other start-up settings"
-    if any(_digest(Path(file)) != digest for file, digest in digests.items()):
-        return "the kit changed since the zygote started"
     return None
 
 
-def run_in_child(request: dict, stdio: list[int], status: int) -> None:
+def run_in_child(request: dict, stdio: list[int], status: int, libraries: list[str]) -> None:
     """In a zygote's new child (which leads a new session): fork the command and wait for it; write its exit
-    status to ``status`` and exit. Never returns."""
+    status to ``status`` and exit. ``libraries``: the zygote's ``library_path()``. Never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for number in _STOPS:                      # a stop for the session is the command's to answer
@@ -93,7 +67,7 @@ def run_in_child(request: dict, stdio: list[int], status: int) -> None:
         pid = os.fork()
         if pid == 0:
             os.close(status)
-            _run_command(request, stdio)          # never returns
+            _run_command(request, stdio, libraries)   # never returns
         for fd in stdio:
             os.close(fd)
         set_title([sys.executable, "-m", __name__, "waits for", str(pid)])
@@ -103,7 +77,7 @@ def run_in_child(request: dict, stdio: list[int], status: int) -> None:
         os._exit(0)
 
 
-def _run_command(request: dict, stdio: list[int]) -> None:
+def _run_command(request: dict, stdio: list[int], libraries: list[str]) -> None:
     """Become ``python -m MODULE ARGS`` as ``request`` describes it, then end as an interpreter ends."""
     code = 1
     try:
@@ -118,12 +92,26 @@ def _run_command(request: dict, stdio: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(env)
-        sys.path[0] = os.getcwd()
+        _fresh_modules(libraries, env)
         set_title([sys.executable, "-m", request["module"], *request["args"]])
         _fresh_state(env)
         code = _main(request["module"], request["args"])
     finally:
         _finish(code)
+
+
+def _fresh_modules(libraries: list[str], env: dict[str, str]) -> None:
+    """``sys.path`` as ``python -m`` in this folder with ``env`` builds it; every module imported from outside
+    the libraries (the zygote's own ``grading``) dropped, so the command imports its own."""
+    import importlib
+    own = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [os.getcwd(), *own, *libraries]
+    importlib.invalidate_caches()
+    roots = tuple(os.path.join(os.path.abspath(p), "") for p in libraries if p)
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and not os.path.abspath(file).startswith(roots):
+            del sys.modules[name]
 
 
 def set_title(argv: list[str]) -> None:
@@ -199,65 +187,3 @@ def _finish(code: int) -> None:
             stream.flush()
     finally:
         os._exit(code & 0xFF)
-
-
-class ForkedProcess:
-    """A command a zygote forked: ``pid`` leads its session; ``wait`` and ``returncode`` as ``subprocess.Popen``."""
-
-    def __init__(self, pid: int, status: int, args: list[str]):
-        self.pid, self.args, self.returncode = pid, args, None
-        self._status = status
-        self._read = b""
-
-    def poll(self) -> int | None:
-        """The exit status if the command has ended, else None."""
-        return self.returncode if self.returncode is not None else self._collect(0.0)
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the command to end; its exit status. Raises ``subprocess.TimeoutExpired`` after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if self._collect(left) is None and deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
-
-    def _collect(self, timeout: float | None) -> int | None:
-        """Read what the waiter wrote within ``timeout``; the exit status once the pipe ends."""
-        if not select.select([self._status], [], [], timeout)[0]:
-            return None
-        chunk = os.read(self._status, 64)
-        if chunk:
-            self._read += chunk
-            return None
-        os.close(self._status)
-        text = self._read.decode().strip() or _UNSET
-        # killed together with its waiter (the process group): no status came; report SIGKILL as subprocess would
-        self.returncode = int(text) if text.lstrip("-").isdigit() else -signal.SIGKILL
-        return self.returncode
-
-
-def start(module: str, args: list[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int,
-          stderr: int) -> ForkedProcess | subprocess.Popen:
-    """``python -m MODULE ARGS`` in ``cwd`` with ``env`` and the given stdio file descriptors (stdin may be
-    ``subprocess.DEVNULL``), in its own session:
-    forked by the zygote ``env`` names (slot 0) when it accepts, else started cold with ``subprocess.Popen``."""
-    from grading.engine import zygote
-    folder = env.get(zygote.ZYGOTES_ENV)
-    if folder:
-        read, write = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY) if stdin == subprocess.DEVNULL else None
-        try:
-            request = {"module": module, "args": [str(a) for a in args], "cwd": str(Path(cwd).resolve()),
-                       "env": dict(env)}
-            pid = zygote.request_command(Path(folder), 0, request, [stdin if null is None else null, stdout, stderr,
-                                                                    write], START_TIMEOUT_S)
-        finally:
-            os.close(write)
-            if null is not None:
-                os.close(null)
-        if pid is not None:
-            return ForkedProcess(pid, read, [module, *args])
-        os.close(read)
-    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env, stdin=stdin,
-                            stdout=stdout, stderr=stderr, start_new_session=True)

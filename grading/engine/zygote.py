@@ -21,7 +21,8 @@ imported, and serves until the asker closes the pipe's other end or exits
 Asked for a *command* (``request_command``: ``python -m grading grade ...``
 with its folder, environment and stdio), it forks it in a new session
 (``grading.engine.forked_command``; ``batch`` starts each submission's grade
-so, instead of a new interpreter importing torch again).
+so, ``grading.engine.kit_command``, instead of a new interpreter importing
+torch again).
 A zygote holds library modules only, like a server; it never preloads for a
 run, never forks a rank and never runs kit, student or probe code itself (a
 command's kit code runs in the forked child), so nothing of one run reaches
@@ -150,7 +151,7 @@ def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: 
         try:
             _in_child(listener, conn, alive)
         finally:
-            forked_command.run_in_child(request, fds[:3], fds[3])
+            forked_command.run_in_child(request, fds[:3], fds[3], _COMMAND_CONTEXT[1])
     for fd in fds:
         os.close(fd)
     return pid
@@ -225,11 +226,11 @@ def _refusal(request: dict, fds: list[int]) -> str | None:
     if "module" in request:
         if len(fds) != 4:
             return "a command needs stdin, stdout, stderr and a status pipe"
-        return forked_command.refusal(request, *_COMMAND_CONTEXT)
+        return forked_command.refusal(request, _COMMAND_CONTEXT[0])
     return None if len(fds) == 1 else "one file descriptor expected"
 
 
-_COMMAND_CONTEXT: tuple[dict[str, str], dict[str, str]] = ({}, {})   # start-up settings, kit module digests
+_COMMAND_CONTEXT: tuple[dict[str, str], list[str]] = ({}, [])   # start-up settings, library path (set by main)
 
 
 def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
@@ -242,7 +243,7 @@ def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
     if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody
         return
     global _COMMAND_CONTEXT
-    _COMMAND_CONTEXT = (forked_command.startup_settings(dict(os.environ)), forked_command.kit_digests())
+    _COMMAND_CONTEXT = (forked_command.startup_settings(dict(os.environ)), forked_command.library_path())
     _serve(listener, None)
 
 

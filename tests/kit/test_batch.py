@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.engine import forked_command
+from grading.engine import kit_command
 from grading.engine.zygotes import Zygotes
 from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
@@ -14,7 +14,7 @@ from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
 DATASET = "data_parallel/dataset.py"
-start = forked_command.start
+start = kit_command.start
 
 
 def _starter_text(rel: str) -> str:
@@ -47,7 +47,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
     monkeypatch.delenv(ZYGOTES_ENV, raising=False)
     monkeypatch.setattr("grading.commands.batch.Zygotes", _SeenZygotes)
     started = []
-    monkeypatch.setattr(forked_command, "start", lambda *args: started.append(start(*args)) or started[-1])
+    monkeypatch.setattr(kit_command, "start", lambda *args: started.append(start(*args)) or started[-1])
     subs = tmp_path / "submissions"
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())                 # reference: full marks
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:                         # starter, wrapped in a folder

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grading.commands.batch import _wants_zygotes, zygote_imports
-from grading.engine import forked_command, zygote
+from grading.engine import forked_command, kit_command, zygote
 from grading.engine.forkserver import parent_of
 from grading.engine.forkservers import ForkServers
 from grading.engine.zygotes import Zygotes
@@ -161,13 +161,13 @@ def test_zygotes_forked_from_running_ones_serve_at_once_and_end_with_their_owner
 
 
 def _command(folder: str, work, name: str, *args: str, **env: str):
-    """Run ``python -m tests.kit.command_probe`` through ``forked_command.start`` with the zygotes in ``folder``;
+    """Run ``python -m tests.kit.command_probe`` through ``kit_command.start`` with the zygotes in ``folder``;
     (the process object, its exit code, what it recorded, its stdout, its stderr)."""
     work.mkdir(parents=True)
     out = work / "facts.json"
     (work / "stdin").write_text("typed in")
     with open(work / "stdin") as stdin, open(work / "stdout", "w") as stdout, open(work / "stderr", "w") as stderr:
-        process = forked_command.start("tests.kit.command_probe", [str(out), *args], KIT_ROOT,
+        process = kit_command.start("tests.kit.command_probe", [str(out), *args], KIT_ROOT,
                                        {**os.environ, ZYGOTES_ENV: folder, "PROBE_MARKER": name, **env},
                                        stdin.fileno(), stdout.fileno(), stderr.fileno())
         code = process.wait(timeout=120)
@@ -208,7 +208,7 @@ def test_a_forked_command_stops_and_reports_as_a_cold_one(tmp_path, zygotes_env,
     codes = []
     for work, env in (("forked", {}), ("cold", {"PYTHONWARNINGS": "default"})):
         with open(os.devnull, "w") as null:
-            process = forked_command.start("tests.kit.command_probe", [str(tmp_path / work), "sleep"], KIT_ROOT,
+            process = kit_command.start("tests.kit.command_probe", [str(tmp_path / work), "sleep"], KIT_ROOT,
                                            {**os.environ, ZYGOTES_ENV: zygotes_env, **env}, subprocess.DEVNULL,
                                            null.fileno(), null.fileno())
         with pytest.raises(subprocess.TimeoutExpired):
@@ -218,19 +218,37 @@ def test_a_forked_command_stops_and_reports_as_a_cold_one(tmp_path, zygotes_env,
     assert codes == [("ForkedProcess", -stop), ("Popen", -stop)]
 
 
-def test_a_zygote_forks_commands_of_its_own_unchanged_kit_and_start_up_settings_only(tmp_path):
-    """``refusal``: another kit copy as the working folder, a kit module changed since the zygote started, another
-    ``PYTHON*`` start-up setting or a malformed request each make the command start cold."""
+def test_a_forked_command_in_another_folder_imports_that_folders_modules_and_path(tmp_path, zygotes_env):
+    """Forked in another kit copy (here a folder with its own ``grading``), a command imports that folder's
+    package, not the zygote's, and its ``PYTHONPATH`` comes before the libraries; the kit is not on its path."""
+    other = tmp_path / "other"
+    (other / "grading").mkdir(parents=True)
+    (other / "grading" / "__init__.py").write_text("")
+    (other / "grading" / "__main__.py").write_text(
+        "import sys, extra, grading\nprint(grading.__file__, extra.WHERE, sys.path[:2])\n"
+        "print(any(p.startswith(%r) for p in sys.path))\n" % str(KIT_ROOT))
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "extra.py").write_text("WHERE = 'extra'\n")
+    outputs = []
+    for env in ({}, {"PYTHONWARNINGS": "default"}):                 # forked, then cold
+        with open(tmp_path / "out", "w+") as out:
+            process = kit_command.start("grading", [], other, {**os.environ, ZYGOTES_ENV: zygotes_env,
+                                                               "PYTHONPATH": str(tmp_path / "extra"), **env},
+                                        subprocess.DEVNULL, out.fileno(), out.fileno())
+            assert process.wait(timeout=60) == 0
+            out.seek(0)
+            outputs.append((type(process).__name__, out.read()))
+    expected = f"{other / 'grading' / '__init__.py'} extra {[str(other), str(tmp_path / 'extra')]}\nFalse\n"
+    assert outputs == [("ForkedProcess", expected), ("Popen", expected)]
+
+
+def test_a_zygote_refuses_a_command_with_other_start_up_settings_or_malformed():
+    """``refusal``: another ``PYTHON*`` start-up setting, or a malformed request, makes the command start cold."""
     env = dict(os.environ)
     request = {"module": "grading", "args": ["list"], "cwd": str(KIT_ROOT), "env": env}
-    settings, digests = forked_command.startup_settings(env), forked_command.kit_digests()
-    assert digests and forked_command.refusal(request, settings, digests) is None
-    assert forked_command.refusal({**request, "cwd": str(tmp_path)}, settings, digests) == "another kit copy"
-    module = tmp_path / "module.py"
-    module.write_text("x = 1\n")
-    changed = {**digests, str(module): forked_command.kit_digests().popitem()[1]}
-    assert forked_command.refusal(request, settings, changed) == "the kit changed since the zygote started"
-    for other in ({"PYTHONWARNINGS": "error"}, {"PYTHONPATH": str(tmp_path)}):
-        assert forked_command.refusal({**request, "env": {**env, **other}}, settings, digests) == \
-            "other start-up settings"
-    assert forked_command.refusal({**request, "args": "list"}, settings, digests) == "a malformed command"
+    settings = forked_command.startup_settings(env)
+    assert forked_command.refusal(request, settings) is None
+    assert forked_command.refusal({**request, "env": {**env, "PYTHONPATH": "/elsewhere"}}, settings) is None
+    assert forked_command.refusal({**request, "env": {**env, "PYTHONWARNINGS": "error"}}, settings) == \
+        "other start-up settings"
+    assert forked_command.refusal({**request, "args": "list"}, settings) == "a malformed command"
