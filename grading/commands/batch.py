@@ -78,7 +78,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
         try:
             proc = kit_command.start("grading", command, KIT_ROOT, {**os.environ, **(env or {})},
-                                        subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
+                                     subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:

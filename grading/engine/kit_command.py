@@ -25,17 +25,13 @@ START_TIMEOUT_S = 10.0
 
 
 class ForkedProcess:
-    """A command a zygote forked: ``pid`` leads its session (its waiter); ``poll``, ``wait`` and ``returncode`` as
+    """A command a zygote forked: ``pid`` leads its session (its waiter); ``wait`` and ``returncode`` as
     ``subprocess.Popen``'s."""
 
     def __init__(self, pid: int, status: int, args: list[str]):
         self.pid, self.args, self.returncode = pid, args, None
         self._status = status
         self._read = b""
-
-    def poll(self) -> int | None:
-        """The exit status if the command has ended, else None."""
-        return self.returncode if self.returncode is not None else self._collect(0.0)
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the command to end; its exit status. Raises ``subprocess.TimeoutExpired`` after ``timeout``."""
