@@ -22,7 +22,9 @@ Asked for a *command* (``request_command``: ``python -m grading grade ...``
 with its folder, environment and stdio), it forks it in a new session
 (``grading.engine.forked_command``; ``batch`` starts each submission's grade
 so, ``grading.engine.kit_command``, instead of a new interpreter importing
-torch again).
+torch again). The command runs only once the requester, having read the pid,
+sends ``GO``: a requester that gave up waiting starts the command cold, and
+the request the zygote reads late then never runs a second copy.
 A zygote holds library modules only, like a server; it never preloads for a
 run, never forks a rank and never runs kit, student or probe code itself (a
 command's kit code runs in the forked child), so nothing of one run reaches
@@ -59,6 +61,7 @@ from grading.engine import forked_command, forkserver, sandbox
 from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 ZYGOTES_ENV = "GRADING_ZYGOTES"          # a folder with one listening zygote<i>.sock per server slot
+GO = b"g"                                # a command's requester got the pid and still wants it forked
 IMPORTS = tuple(dict.fromkeys((*forkserver.PRELOAD, *OPTIMIZER_IMPORTS, *GPT2_IMPORTS, *DEEPSPEED_IMPORTS)))
 
 
@@ -77,9 +80,11 @@ def server_source_digest() -> str:
     return digest.hexdigest()
 
 
-def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: float) -> int | None:
+def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: float, go: bool = False) -> int | None:
     """Send the zygote of slot ``index`` in ``folder`` the request ``what`` (with this kit's digest) and ``fds``; the
-    pid it forked, or None when there is no zygote there, it refused or it did not answer within ``timeout_s``."""
+    pid it forked, or None when there is no zygote there, it refused or it did not answer within ``timeout_s``.
+    ``go``: answer the pid with ``GO`` (a forked command starts only then: one this process gave up on before the
+    reply came, and so starts cold, never runs twice)."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout_s)
@@ -92,10 +97,14 @@ def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: fl
                 if not chunk:
                     return None
                 reply += chunk
-    except OSError:
+            pid = json.loads(reply).get("pid")
+            if not isinstance(pid, int):
+                return None
+            if go:
+                conn.sendall(GO)
+    except (OSError, ValueError):
         return None
-    pid = json.loads(reply).get("pid")
-    return pid if isinstance(pid, int) else None
+    return pid
 
 
 def request_server(folder: Path, index: int, theirs: socket.socket, timeout_s: float) -> int | None:
@@ -108,7 +117,7 @@ def request_command(folder: Path, index: int, request: dict, fds: list[int], tim
     """Ask the zygote of slot ``index`` in ``folder`` to fork the command ``request`` describes
     (``grading.engine.forked_command``) with ``fds`` (stdin, stdout, stderr, the status pipe's write end); the pid
     of the command's waiter, or None when there is no zygote there, it refused or it did not answer."""
-    return _request(folder, index, fds, request, timeout_s)
+    return _request(folder, index, fds, request, timeout_s, go=True)
 
 
 def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: float) -> int | None:
@@ -148,9 +157,17 @@ def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: 
     returns."""
     pid = os.fork()
     if pid == 0:
+        go = False
         try:
-            _in_child(listener, conn, alive)
+            listener.close()
+            if alive is not None:
+                os.close(alive)
+            os.setsid()
+            go = conn.recv(len(GO)) == GO                  # EOF or timeout: the requester started it cold
+            conn.close()
         finally:
+            if not go:
+                os._exit(0)
             forked_command.run_in_child(request, fds[:3], fds[3], _COMMAND_CONTEXT[1])
     for fd in fds:
         os.close(fd)

@@ -2,10 +2,13 @@
 one run reaches the next, and a missing or refusing zygote only means cold servers."""
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -252,3 +255,20 @@ def test_a_zygote_refuses_a_command_with_other_start_up_settings_or_malformed():
     assert forked_command.refusal({**request, "env": {**env, "PYTHONWARNINGS": "error"}}, settings) == \
         "other start-up settings"
     assert forked_command.refusal({**request, "args": "list"}, settings) == "a malformed command"
+
+
+def test_a_command_whose_launcher_gave_up_waiting_never_runs(tmp_path, zygotes_env):
+    """A launcher whose request times out starts the command cold; the zygote may still read that request later,
+    so it runs a command only after the launcher's ``GO``: here the launcher hangs up without it, and the waiter
+    exits without running the command (no status, no output)."""
+    out = tmp_path / "facts.json"
+    read, write = os.pipe()
+    request = {"module": "tests.kit.command_probe", "args": [str(out)], "cwd": str(KIT_ROOT), "env": dict(os.environ),
+               "digest": zygote.server_source_digest()}
+    with open(os.devnull) as null, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(zygote.socket_path(Path(zygotes_env), 0)))
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [null.fileno()] * 3 + [write])
+    os.close(write)
+    assert select.select([read], [], [], 60)[0], "the waiter did not end"
+    assert os.read(read, 64) == b"" and not out.exists()
+    os.close(read)
