@@ -22,9 +22,11 @@ Asked for a *command* (``request_command``: ``python -m grading grade ...``
 with its folder, environment and stdio), it forks it in a new session
 (``grading.engine.forked_command``; ``batch`` starts each submission's grade
 so, ``grading.engine.kit_command``, instead of a new interpreter importing
-torch again). The command runs only once the requester, having read the pid,
-sends ``GO``: a requester that gave up waiting starts the command cold, and
-the request the zygote reads late then never runs a second copy.
+torch again). What a zygote forks (a server, a zygote, a command) goes on
+only once the requester, having read its pid, sends ``GO``: a requester that
+gave up waiting starts its own, cold, and the request the zygote reads late
+then never runs a second copy (two servers on one run's socket, two graders
+writing one submission's results).
 A zygote holds library modules only, like a server; it never preloads for a
 run, never forks a rank and never runs kit, student or probe code itself (a
 command's kit code runs in the forked child), so nothing of one run reaches
@@ -61,7 +63,7 @@ from grading.engine import forked_command, forkserver, sandbox
 from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 ZYGOTES_ENV = "GRADING_ZYGOTES"          # a folder with one listening zygote<i>.sock per server slot
-GO = b"g"                                # a command's requester got the pid and still wants it forked
+GO = b"g"                                # the requester got the pid and still wants what was forked
 IMPORTS = tuple(dict.fromkeys((*forkserver.PRELOAD, *OPTIMIZER_IMPORTS, *GPT2_IMPORTS, *DEEPSPEED_IMPORTS)))
 
 
@@ -80,11 +82,11 @@ def server_source_digest() -> str:
     return digest.hexdigest()
 
 
-def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: float, go: bool = False) -> int | None:
+def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: float) -> int | None:
     """Send the zygote of slot ``index`` in ``folder`` the request ``what`` (with this kit's digest) and ``fds``; the
     pid it forked, or None when there is no zygote there, it refused or it did not answer within ``timeout_s``.
-    ``go``: answer the pid with ``GO`` (a forked command starts only then: one this process gave up on before the
-    reply came, and so starts cold, never runs twice)."""
+    The pid is answered with ``GO``: what the zygote forked starts only then, so a request this process gave up on
+    (and so starts itself, cold) never also runs forked when the zygote reads it late."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout_s)
@@ -100,8 +102,7 @@ def _request(folder: Path, index: int, fds: list[int], what: dict, timeout_s: fl
             pid = json.loads(reply).get("pid")
             if not isinstance(pid, int):
                 return None
-            if go:
-                conn.sendall(GO)
+            conn.sendall(GO)
     except (OSError, ValueError):
         return None
     return pid
@@ -117,7 +118,7 @@ def request_command(folder: Path, index: int, request: dict, fds: list[int], tim
     """Ask the zygote of slot ``index`` in ``folder`` to fork the command ``request`` describes
     (``grading.engine.forked_command``) with ``fds`` (stdin, stdout, stderr, the status pipe's write end); the pid
     of the command's waiter, or None when there is no zygote there, it refused or it did not answer."""
-    return _request(folder, index, fds, request, timeout_s, go=True)
+    return _request(folder, index, fds, request, timeout_s)
 
 
 def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: float) -> int | None:
@@ -127,12 +128,19 @@ def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: 
 
 
 def _in_child(listener: socket.socket, conn: socket.socket, alive: int | None) -> None:
-    """In a zygote's new child: drop the zygote's sockets and pipe end, lead a new session."""
+    """In a zygote's new child: drop the zygote's sockets and pipe end, lead a new session, and go on only once
+    the requester sends ``GO`` (EOF or the connection's timeout instead: it gave up and started its own; exit)."""
     listener.close()
-    conn.close()
     if alive is not None:
         os.close(alive)
     os.setsid()                                            # its own process group, as a cold server's
+    try:
+        go = conn.recv(len(GO)) == GO
+    except OSError:
+        go = False
+    conn.close()
+    if not go:
+        os._exit(0)
 
 
 def _fork_server(fd: int, listener: socket.socket, conn: socket.socket, alive: int | None) -> int:
@@ -157,17 +165,9 @@ def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: 
     returns."""
     pid = os.fork()
     if pid == 0:
-        go = False
         try:
-            listener.close()
-            if alive is not None:
-                os.close(alive)
-            os.setsid()
-            go = conn.recv(len(GO)) == GO                  # EOF or timeout: the requester started it cold
-            conn.close()
+            _in_child(listener, conn, alive)
         finally:
-            if not go:
-                os._exit(0)
             forked_command.run_in_child(request, fds[:3], fds[3], _COMMAND_CONTEXT[1])
     for fd in fds:
         os.close(fd)

@@ -272,3 +272,17 @@ def test_a_command_whose_launcher_gave_up_waiting_never_runs(tmp_path, zygotes_e
     assert select.select([read], [], [], 60)[0], "the waiter did not end"
     assert os.read(read, 64) == b"" and not out.exists()
     os.close(read)
+
+
+def test_a_server_whose_launcher_gave_up_waiting_never_serves(zygotes_env):
+    """The same for a fork server: a launcher that timed out starts a cold server on the run's socket, so the late
+    request must not add a second server on it: without ``GO`` the forked one exits before serving."""
+    ours, theirs = socket.socketpair()
+    request = {"digest": zygote.server_source_digest()}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(zygote.socket_path(Path(zygotes_env), 0)))
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [theirs.fileno()])
+    theirs.close()
+    ours.settimeout(60)
+    assert ours.recv(4096) == b""            # closed unserved: a server would have said it was ready
+    ours.close()
