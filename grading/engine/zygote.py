@@ -129,12 +129,14 @@ def request_zygote(folder: Path, index: int, path: Path, alive: int, timeout_s: 
 
 def _in_child(listener: socket.socket, conn: socket.socket, alive: int | None) -> None:
     """In a zygote's new child: drop the zygote's sockets and pipe end, lead a new session, and go on only once
-    the requester sends ``GO`` (EOF or the connection's timeout instead: it gave up and started its own; exit)."""
+    the requester sends ``GO`` (EOF instead: it gave up and started its own; exit). No time limit: a requester
+    that read the pid sends GO at once or closes the connection, however loaded the machine."""
     listener.close()
     if alive is not None:
         os.close(alive)
     os.setsid()                                            # its own process group, as a cold server's
     try:
+        conn.settimeout(None)
         go = conn.recv(len(GO)) == GO
     except OSError:
         go = False
