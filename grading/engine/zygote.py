@@ -169,8 +169,9 @@ def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: 
     if pid == 0:
         try:
             _in_child(listener, conn, alive)
-        finally:
-            forked_command.run_in_child(request, fds[:3], fds[3], _COMMAND_CONTEXT[1])
+        except BaseException:  # noqa: BLE001 - the requester reads no status: the command did not run
+            os._exit(70)
+        forked_command.run_in_child(request, fds[:3], fds[3], _COMMAND_CONTEXT[1])
     for fd in fds:
         os.close(fd)
     return pid

@@ -171,8 +171,8 @@ def _command(folder: str, work, name: str, *args: str, **env: str):
     (work / "stdin").write_text("typed in")
     with open(work / "stdin") as stdin, open(work / "stdout", "w") as stdout, open(work / "stderr", "w") as stderr:
         process = kit_command.start("tests.kit.command_probe", [str(out), *args], KIT_ROOT,
-                                       {**os.environ, ZYGOTES_ENV: folder, "PROBE_MARKER": name, **env},
-                                       stdin.fileno(), stdout.fileno(), stderr.fileno())
+                                    {**os.environ, ZYGOTES_ENV: folder, "PROBE_MARKER": name, **env},
+                                    stdin.fileno(), stdout.fileno(), stderr.fileno())
         code = process.wait(timeout=120)
     return process, code, json.loads(out.read_text()), (work / "stdout").read_text(), (work / "stderr").read_text()
 
@@ -185,7 +185,7 @@ def test_a_forked_command_starts_and_ends_as_a_cold_one(tmp_path, zygotes_env):
     forked, code, facts, stdout, stderr = _command(zygotes_env, tmp_path / "forked", "one", "3")
     cold, cold_code, cold_facts, cold_stdout, cold_stderr = _command(zygotes_env, tmp_path / "cold", "one", "3",
                                                                      PYTHONWARNINGS="default")
-    assert type(forked).__name__ == "ForkedProcess" and isinstance(cold, subprocess.Popen)
+    assert isinstance(forked, kit_command.ForkedProcess) and isinstance(cold, subprocess.Popen)
     assert code == cold_code == 3
     assert (stdout, stderr) == (cold_stdout, cold_stderr) == ("probe on stdout\n", "probe on stderr\n")
     for work, seen in (("forked", facts), ("cold", cold_facts)):
@@ -212,8 +212,8 @@ def test_a_forked_command_stops_and_reports_as_a_cold_one(tmp_path, zygotes_env,
     for work, env in (("forked", {}), ("cold", {"PYTHONWARNINGS": "default"})):
         with open(os.devnull, "w") as null:
             process = kit_command.start("tests.kit.command_probe", [str(tmp_path / work), "sleep"], KIT_ROOT,
-                                           {**os.environ, ZYGOTES_ENV: zygotes_env, **env}, subprocess.DEVNULL,
-                                           null.fileno(), null.fileno())
+                                        {**os.environ, ZYGOTES_ENV: zygotes_env, **env}, subprocess.DEVNULL,
+                                        null.fileno(), null.fileno())
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=0.5)
         os.killpg(process.pid, stop)
@@ -236,7 +236,7 @@ def test_a_forked_command_in_another_folder_imports_that_folders_modules_and_pat
     for env in ({}, {"PYTHONWARNINGS": "default"}):                 # forked, then cold
         with open(tmp_path / "out", "w+") as out:
             process = kit_command.start("grading", [], other, {**os.environ, ZYGOTES_ENV: zygotes_env,
-                                                               "PYTHONPATH": str(tmp_path / "extra"), **env},
+                                                            "PYTHONPATH": str(tmp_path / "extra"), **env},
                                         subprocess.DEVNULL, out.fileno(), out.fileno())
             assert process.wait(timeout=60) == 0
             out.seek(0)
