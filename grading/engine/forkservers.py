@@ -150,6 +150,10 @@ class ForkServer:
     def alive(self) -> bool:
         return running(self.pid, self.proc)
 
+    def fileno(self) -> int:
+        """The launcher's end of the socket (readable when the server has sent something: ``select`` on it)."""
+        return self._socket.fileno()
+
     def close(self) -> None:
         """Stop the server and everything under it (idempotent)."""
         try:
@@ -257,3 +261,12 @@ class ForkServers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def wait_for_news(servers: list[ForkServer], at_most_s: float) -> None:
+    """Return as soon as one of ``servers`` has sent something (a rank's exit: a finished case is noticed at
+    once, not at the next poll) or after ``at_most_s``."""
+    try:
+        select.select(list({id(server): server for server in servers}.values()), [], [], at_most_s)
+    except (OSError, ValueError):          # a socket already closed: the caller polls again after the interval
+        time.sleep(at_most_s)

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.engine import sandbox
-from grading.engine.forkservers import ForkServer, ForkServers
+from grading.engine.forkservers import ForkServer, ForkServers, wait_for_news
 from grading.engine.results import is_finished
 
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
+POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
 
 
 @dataclass
@@ -225,11 +226,11 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
                     cold_reasons.append(f"rank {rank}: {exc}")
             ranks.append(forked or _Rank.cold(out_dir / "spec.json", rank, key, run_id, files, cwd, env))
         clock = LoadClock()
-        while any(r.poll() is None for r in ranks):
+        while running := [r for r in ranks if r.poll() is None]:
             if clock.elapsed() > timeout_s:
                 timed_out = True
                 break
-            time.sleep(0.05)
+            wait_for_news([r.server for r in running if r.server is not None], POLL_S)   # cold ranks: polled
         if timed_out:
             for r in ranks:
                 if r.poll() is None:
