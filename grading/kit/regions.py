@@ -15,6 +15,7 @@ local grade splices exactly like the course's grader.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,15 @@ def parse_regions(text: str, path: str = "<string>") -> list[Region]:
 
     Raises RegionError (with ``path:line``) for an unclosed, nested, stray or
     mismatched marker, an empty id, a region whose END indentation differs
-    from its BEGIN, or a region that is not inside a function.
+    from its BEGIN, or a region that is not inside a function. A process
+    parses each distinct (text, path) once (a grade parses every kit file
+    several times: splice, protected text, hints); regions are immutable.
     """
+    return list(_parse_regions(text, path))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_regions(text: str, path: str) -> tuple[Region, ...]:
     lines = text.splitlines(keepends=True)
     regions: list[Region] = []
     open_at: tuple[int, re.Match] | None = None
@@ -89,7 +97,7 @@ def parse_regions(text: str, path: str = "<string>") -> list[Region]:
             open_at = None
     if open_at is not None:
         raise RegionError(f"{path}:{open_at[0]}: BEGIN_STUDENT {open_at[1]['id']} is never closed")
-    return regions
+    return tuple(regions)
 
 
 def _function_spans(lines: list[str]) -> list[tuple[int, int, str]] | None:
