@@ -8,6 +8,15 @@ benchmarks alike), ``loop`` (the one training loop, with its strategies in
 ``updates`` and ``zero_engine`` and its state in ``run_state``; ``precision``,
 ``checkpoint`` with its verified ``manifest``, ``guard``, ``metrics``), ``loss`` (training and validation
 loss) and ``output`` (progress, log lines, JSON files, the closing report).
+
+That order is also what keeps a refusal fast. ``cli``, ``options``,
+``readiness`` and ``bench.options`` (and ``metrics``, ``output``,
+``manifest``) import no torch, transformers or DeepSpeed at module level,
+and neither does an entry point: it imports the library inside the
+functions that run after its checks, and its parser reads the choices
+owned by modules that do import torch (presets, precisions) with
+``cli.read_constant``. So ``--help``, a bad option or an unwritten problem
+is one line in a fraction of a second, not after seconds of imports.
 """
 from pathlib import Path
 

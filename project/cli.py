@@ -9,10 +9,15 @@ accepts, and exit code 2::
 Choices that can only be judged later (a dataset that does not exist, a
 world size larger than the data) raise ``ConfigError``; ``run_cli`` turns it
 into the same one line and exit code 2.
+
+Nothing here imports torch: a parser lists the choices of the modules that
+do (presets, precisions, ZeRO stages) with ``read_constant``.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import math
 import sys
 from typing import Callable, NoReturn
@@ -81,3 +86,29 @@ def lr_spike(text: str) -> tuple[int, float]:
     if not sep or parsed[0] < 1 or not math.isfinite(parsed[1]) or parsed[1] <= 0:
         raise argparse.ArgumentTypeError(f"expected STEP:FACTOR with STEP >= 1 and FACTOR > 0, got {text!r}")
     return parsed
+
+
+def read_constant(module: str, name: str) -> object:
+    """The module-level constant ``name`` of ``module``, read from its source without importing the module.
+
+    The value must be a literal; a dict gives its keys (its values may be
+    any expression). For parsers: the modules that own the choices import
+    torch, which an entry point imports only after its command line is
+    checked (``project/__init__.py``). Raises LookupError when ``module``
+    does not assign ``name``, ValueError when the value is not a literal.
+    """
+    path = importlib.util.find_spec(module).origin
+    with open(path, encoding="utf-8") as source:
+        tree = ast.parse(source.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            continue
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            if isinstance(node.value, ast.Dict):
+                return tuple(ast.literal_eval(key) for key in node.value.keys)
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{module} ({path}) does not assign {name}")

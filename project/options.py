@@ -6,22 +6,24 @@
 - ``check_training_args``/``check_world``: what parsing alone cannot judge, refused with ConfigError
   before any data is read or any rank starts;
 - ``prepare_run``: the ``LoopSpec`` (``project.loop``), step log and first validation loss of a run.
+
+Light at import, like ``project.cli`` (``project/__init__.py``): torch and the
+library are imported by the functions that run after the checks.
 """
 from __future__ import annotations
 
 import argparse
 import math
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from project import checkpoint
-from project.cli import ConfigError, float_above, int_at_least, lr_spike
-from project.data import EMBEDDED
-from project.loop import LoopSpec
+from project.cli import ConfigError, float_above, int_at_least, lr_spike, read_constant
 from project.metrics import StepLog, check_tensorboard
-from project.precision import PRECISIONS, check_precision
+
+if TYPE_CHECKING:
+    import torch
+
+    from project.loop import LoopSpec
 
 SCHEDULES = ("constant", "cosine")
 
@@ -33,15 +35,14 @@ def add_common_args(parser: argparse.ArgumentParser, batch_size: int | None = 32
     ``batch_size=None`` leaves out ``--batch_size`` (an entry point that derives it).
     Numeric options are range-checked while parsing (see ``project.cli``).
     """
-    from project.model import PRESETS
-
     parser.add_argument("--workdir", default="workdir", help="cache for data and tokenizer (default: workdir)")
     parser.add_argument("--out_dir", default=None, help="metrics folder (default: <workdir>/out/<entry point>)")
-    parser.add_argument("--dataset", default=EMBEDDED,
+    parser.add_argument("--dataset", default=read_constant("project.data", "EMBEDDED"),
                         help="'embedded' (generated, offline), a folder of train/validation .jsonl files, "
                              "or a hub name such as bbaaaa/iwslt14-de-en-preprocess")
     parser.add_argument("--tokenizer", default="bpe", help="'bpe' (trained on the data) or a hub name like gpt2")
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model size (gpt2: 124M)")
+    parser.add_argument("--preset", default="tiny", choices=sorted(read_constant("project.model", "PRESETS")),
+                        help="model size (gpt2: 124M)")
     parser.add_argument("--pretrained", default=None, help="load GPT2LMHeadModel weights, e.g. gpt2 (network)")
     parser.add_argument("--n_train", type=int_at_least(1), default=None, help="training pairs (embedded default 4000)")
     parser.add_argument("--n_valid", type=int_at_least(1), default=None, help="validation pairs (embedded default 200)")
@@ -78,7 +79,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     """
     parser.add_argument("--grad_accum", type=int_at_least(1), default=1,
                         help="batches accumulated per optimizer step (default 1)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    parser.add_argument("--precision", choices=read_constant("project.precision", "PRECISIONS"), default="fp32",
                         help="autocast precision (fp16 needs CUDA)")
     parser.add_argument("--grad_ckpt", action="store_true",
                         help="activation checkpointing of the GPT-2 blocks (recompute in backward)")
@@ -113,6 +114,9 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
     accumulation, ...) differs. ``args.resume`` becomes the verified
     ``step_<n>`` folder it resolves to (``project.checkpoint.resolve``).
     """
+    from project import checkpoint
+    from project.precision import check_precision
+
     for name in ("workdir", "out_dir", "save_dir"):
         if getattr(args, name) is not None and Path(getattr(args, name)).is_file():
             raise ConfigError(f"--{name} {getattr(args, name)!r} is a file, not a folder")
@@ -170,6 +174,9 @@ def prepare_run(args, folder: Path, rank: int, meta: dict,
     training comes from the checkpoint (``val_loss`` is not called) and the
     step log keeps its lines up to the checkpoint's step.
     """
+    from project import checkpoint
+    from project.loop import LoopSpec
+
     resume = Path(args.resume) if args.resume else None   # the step check_training_args verified
     if resume is not None and not resume.name.startswith("step_"):
         resume = checkpoint.resolve(resume)
@@ -188,6 +195,8 @@ def prepare_run(args, folder: Path, rank: int, meta: dict,
 
 def make_scheduler(optimizer: torch.optim.Optimizer, kind: str, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """``constant`` (lr as given) or ``cosine`` (from lr down to 10 % of it over ``total_steps``), a LambdaLR."""
+    import torch
+
     if kind == "constant":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     total = max(total_steps, 1)

@@ -23,24 +23,22 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python project/run_capstone.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.engine.preloads import GPT2_IMPORTS
-from project.checkpoint import failure_is_one_line, save_errors_in_one_line
 from project.cli import ConfigError, run_cli
-from project.data import make_collate, prepare_data
-from project.devices import resolve_backend
-from project.launch import RankEnv, all_reduce_sum, join_group, launch, start_rank_server
-from project.loop import LoopParts, LoopSpec, train
-from project.loss import lm_loss
 from project.manifest import verify
-from project.model import build_model
 from project.output import quiet_libraries, write_json
 from grading.kit.quick_exit import run_and_exit
+
+if TYPE_CHECKING:
+    import torch
+
+    from project.launch import RankEnv
 
 NAME = "capstone"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
@@ -90,6 +88,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _data(args: argparse.Namespace):
     """(training examples, collate): exactly ``steps * batch_size`` pairs, global batch k = pairs [kB, (k+1)B)."""
+    from project.data import make_collate, prepare_data
+
     pairs, _, tokenizer = prepare_data("embedded", "bpe", Path(args.workdir), args.steps * args.batch_size, 16,
                                        args.seed)
     return pairs, make_collate(tokenizer, args.max_len), tokenizer
@@ -117,6 +117,8 @@ def memory_profile(model: torch.nn.Module, optimizer) -> dict:
 
 def params_digest(model: torch.nn.Module) -> str:
     """sha256 of every parameter's bytes, in order (equal digests: bitwise-equal parameters)."""
+    import torch
+
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
@@ -137,6 +139,7 @@ class ShardedCheckpoint:
     def save(self, step: int, state: dict, rank_state: dict, meta: dict) -> None:
         """``save_sharded`` at ``self.step`` (every rank); other steps are not saved."""
         from data_parallel.checkpoint import save_sharded
+        from project.checkpoint import failure_is_one_line
 
         if self.directory is not None and step == self.step:
             with failure_is_one_line(Path(self.directory), step):   # a full disk: one line, not a traceback
@@ -161,10 +164,15 @@ class ShardedCheckpoint:
 
 def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
+    import torch
     import torch.distributed as dist
 
     from data_parallel.ddp import BucketedDDP
     from data_parallel.zero1 import ShardedOptimizer
+    from project.launch import all_reduce_sum, join_group
+    from project.loop import LoopParts, LoopSpec, train
+    from project.loss import lm_loss
+    from project.model import build_model
 
     quiet_libraries()
     backend, device = join_group(env, args.backend, student_setup=False)
@@ -195,6 +203,9 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: Path | None) -> list[dict]:
     """Start the ranks (fresh processes) for one phase; return each rank's results."""
+    from project.checkpoint import save_errors_in_one_line
+    from project.launch import launch
+
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in run_dir.glob("rank*.json"):
         old.unlink()
@@ -257,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the capstone (or ``--resume``); return 0 when every invariant holds. Raises ConfigError, InvariantError."""
     args = parse_args(argv)
     check_args(args)
+    from project.devices import resolve_backend   # torch and the library: only after the checks
+    from project.launch import start_rank_server
+
     resolve_backend(args.backend, args.world_size)
     start_rank_server(args.world_size, GPT2_IMPORTS)
     quiet_libraries()

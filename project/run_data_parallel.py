@@ -20,28 +20,24 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.engine.preloads import GPT2_IMPORTS
 from grading.kit.files import atomic_path
 from project import readiness
-from project.checkpoint import save_errors_in_one_line
 from project.cli import ConfigError, Parser, run_cli
-from project.data import make_collate, prepare_data
-from project.devices import thread_facts
-from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, start_rank_server, world_of
-from project.loop import LoopParts, train
-from project.loss import lm_loss, validation_loss
 from project.metrics import summarize
-from project.model import build_model, count_parameters, enable_activation_checkpointing
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
 from grading.kit.quick_exit import run_and_exit
+
+if TYPE_CHECKING:
+    from project.launch import RankEnv
 
 NAME = "data_parallel"
 COMMAND = "project/run_data_parallel.py"
@@ -82,9 +78,17 @@ def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
 
 def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank, top to bottom: join the group, load data and model, train, evaluate, write metrics."""
+    import torch
+    import torch.distributed as dist
+
     from data_parallel.comm import average_gradients
     from data_parallel.dataset import partition_dataset
-    import torch.distributed as dist
+    from project.data import make_collate, prepare_data
+    from project.devices import thread_facts
+    from project.launch import all_reduce_sum, join_group
+    from project.loop import LoopParts, train
+    from project.loss import lm_loss, validation_loss
+    from project.model import build_model, count_parameters, enable_activation_checkpointing
 
     quiet_libraries()
     backend, device = join_group(env, args.backend)
@@ -145,6 +149,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     args = parse_args(argv)
     readiness.ensure_ready(COMMAND, readiness.DATA_PARALLEL)
+    from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
+    from project.data import prepare_data
+    from project.launch import launch_and_summarise, start_rank_server, world_of
+
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, GPT2_IMPORTS)
     check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))

@@ -29,28 +29,25 @@ import logging
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python project/run_finetune.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
-from project.checkpoint import save_errors_in_one_line
-from project.cli import ConfigError, Parser, float_above, int_at_least, run_cli
-from project.data import make_collate, prepare_data
-from project.devices import thread_facts
-from project.launch import RankEnv, all_reduce_sum, join_group, launch_and_summarise, start_rank_server, world_of
-from project.loop import REDUCED_BY_ENGINE, LoopParts, train
-from project.loss import lm_loss, validation_loss
+from project.cli import ConfigError, Parser, float_above, int_at_least, read_constant, run_cli
 from project.metrics import summarize
-from project.model import build_model, count_parameters, enable_activation_checkpointing
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from project.zero_engine import OFFLOADS, ZERO_STAGES, DeepSpeedUpdate, gathered, zero_config
 from grading.kit.quick_exit import run_and_exit
+
+if TYPE_CHECKING:
+    import torch
+
+    from project.launch import RankEnv
 
 NAME = "finetune"
 COMMAND = "project/run_finetune.py"
@@ -65,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_launch_args(parser)
     parser.add_argument("--micro_batch", type=int_at_least(1), default=16, help="sequences per rank per micro-batch")
-    parser.add_argument("--zero_stage", type=int, choices=ZERO_STAGES, default=2,
-                        help="2: optimizer state and gradients sharded; 3: parameters too")
-    parser.add_argument("--offload", choices=OFFLOADS, default="none",
+    parser.add_argument("--zero_stage", type=int, choices=read_constant("project.zero_engine", "ZERO_STAGES"),
+                        default=2, help="2: optimizer state and gradients sharded; 3: parameters too")
+    parser.add_argument("--offload", choices=read_constant("project.zero_engine", "OFFLOADS"), default="none",
                         help="cpu: keep the optimizer state (and its step) in CPU memory")
     parser.add_argument("--lora_rank", type=int_at_least(1), default=8)
     parser.add_argument("--lora_alpha", type=float_above(0.0), default=16.0)
@@ -98,8 +95,11 @@ def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
 
 def lora_model(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
     """The base GPT-2 (preset, --pretrained or --base_state) with LoRA adapters; only they are trainable."""
+    import torch
+
     from finetune.gpt2 import conv1d_to_linear, lora_target_names
     from finetune.lora import apply_lora
+    from project.model import build_model
 
     model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
     if args.base_state:
@@ -118,6 +118,8 @@ def lora_model(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
 
 def optimizer_state_bytes(engine) -> tuple[int, int]:
     """``(Adam state bytes, fp32 partition elements)`` this rank's ZeRO optimizer holds."""
+    import torch
+
     inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
     state_bytes = sum(t.numel() * t.element_size() for s in inner.state.values() for t in s.values()
                       if torch.is_tensor(t) and t.dim() > 0)
@@ -127,11 +129,20 @@ def optimizer_state_bytes(engine) -> tuple[int, int]:
 
 def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank: group, data, LoRA model, DeepSpeed engine, training, metrics; rank 0 checks the adapter."""
+    import torch
+    import torch.distributed as dist
+
     from data_parallel.dataset import partition_dataset
     from finetune.lora import adapter_parameters, load_adapter, save_adapter
     from finetune.peft_io import export_peft_adapter
     from finetune.zero import build_config, init_engine, train_microbatch
-    import torch.distributed as dist
+    from project.data import make_collate, prepare_data
+    from project.devices import thread_facts
+    from project.launch import all_reduce_sum, join_group
+    from project.loop import REDUCED_BY_ENGINE, LoopParts, train
+    from project.loss import lm_loss, validation_loss
+    from project.model import count_parameters, enable_activation_checkpointing
+    from project.zero_engine import DeepSpeedUpdate, gathered, zero_config
 
     quiet_libraries()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
@@ -221,6 +232,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     args = parse_args(argv)
     readiness.ensure_ready(COMMAND, readiness.FINETUNE)
+    from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
+    from project.data import prepare_data
+    from project.launch import launch_and_summarise, start_rank_server, world_of
+
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, RANK_IMPORTS)
     check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))

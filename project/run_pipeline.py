@@ -26,15 +26,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
-from project import microbatch, readiness
-from project.cli import ConfigError, Parser, int_at_least, run_cli
-from project.data import make_collate, prepare_data
-from project.devices import cpu_threads_per_rank, stage_devices, thread_facts
-from project.loop import SINGLE_REPLICA, LoopParts, train
-from project.loss import lm_loss, validation_loss
-from project.model import build_model, count_parameters, enable_activation_checkpointing
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
+from project import readiness
+from project.cli import ConfigError, Parser, int_at_least, read_constant, run_cli
 from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, out_dir,
                              prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
@@ -47,11 +41,11 @@ NEEDS = {"model_parallel": readiness.MODEL_PARALLEL, "pipeline_parallel": readin
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
-    from pipeline.gpt2 import MODES   # here, not at the top: main checks that the student files parse first
-
     parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_parallel_mode", choices=MODES, default="pipeline_parallel")
+    # read from pipeline/gpt2.py's source, which main first checks parses
+    parser.add_argument("--model_parallel_mode", choices=read_constant("pipeline.gpt2", "MODES"),
+                        default="pipeline_parallel")
     parser.add_argument("--n_chunk", type=int_at_least(1), default=4,
                         help="micro-batches per batch (pipeline_parallel): split size ceil(batch_size / n_chunk)")
     parser.add_argument("--n_stages", type=int_at_least(1), default=2, help="pipeline stages (default 2)")
@@ -86,10 +80,18 @@ def main(argv: list[str] | None = None) -> dict:
     """
     readiness.ensure_ready(COMMAND, {**NEEDS["model_parallel"], **NEEDS["pipeline_parallel"]}, stubs_too=False)
     args = parse_args(argv)
-    from pipeline.gpt2 import build_pipeline_gpt2
-
     mode = args.model_parallel_mode
     readiness.ensure_ready(f"{COMMAND} --model_parallel_mode {mode}", NEEDS[mode])
+    import torch   # torch, the library and the student code: only after the checks
+
+    from pipeline.gpt2 import build_pipeline_gpt2
+    from project import microbatch
+    from project.data import make_collate, prepare_data
+    from project.devices import cpu_threads_per_rank, stage_devices, thread_facts
+    from project.loop import SINGLE_REPLICA, LoopParts, train
+    from project.loss import lm_loss, validation_loss
+    from project.model import build_model, count_parameters, enable_activation_checkpointing
+
     devices = stage_devices(args.devices, args.n_stages)
     check_training_args(args, devices[0].type, resume_meta(args))
     n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1

@@ -30,25 +30,24 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.engine.preloads import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, Parser, int_at_least, run_cli
-from project.data import make_collate, prepare_data
-from project.devices import THREAD_POLICY
-from project.launch import RankEnv, join_group, launch_and_summarise, start_rank_server, torchrun_env, world_of
-from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
-from project.loss import lm_loss, validation_loss
 from project.metrics import StepLog, summarize
-from project.model import PRESETS, build_model
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
 from grading.kit.quick_exit import run_and_exit
+
+if TYPE_CHECKING:
+    import torch
+
+    from project.launch import RankEnv
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -101,7 +100,15 @@ def parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
 
 def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     """One rank, top to bottom: join the group, build and split the model, train, evaluate, write metrics."""
+    import torch
     import torch.distributed as dist
+
+    from project.data import make_collate, prepare_data
+    from project.devices import THREAD_POLICY
+    from project.launch import join_group
+    from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
+    from project.loss import lm_loss, validation_loss
+    from project.model import build_model
 
     quiet_libraries()
     backend, device = join_group(env, args.backend, student_setup=False)
@@ -168,6 +175,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     world size, unwritten Problem 5 code) before any rank starts.
     """
     args = build_parser().parse_args(argv)
+    # torch and the library: after parsing, not after the readiness check, which needs the world size: under
+    # torchrun project.launch's, and project.launch imports torch
+    from project.data import prepare_data
+    from project.launch import launch_and_summarise, start_rank_server, torchrun_env, world_of
+    from project.model import PRESETS, build_model
+
     env = torchrun_env()
     world_size = env.world_size if env else args.world_size
     if world_size > 1:
@@ -211,6 +224,8 @@ def compare_with_baseline(args: argparse.Namespace, summary: dict) -> dict:
     "difference", "tolerance", "matches"}`` (``matches`` None when missing:
     under torchrun a baseline is only read).
     """
+    from project.launch import launch_and_summarise, torchrun_env
+
     folder = Path(args.baseline_dir) if args.baseline_dir else Path(args.workdir) / "out" / NAME / "world1"
     path, base, source = folder / "summary.json", None, "read"
     if path.is_file():

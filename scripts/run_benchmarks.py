@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from project.bench.suite import Options  # noqa: E402
+# no torch here: the library is imported where it runs, after the checks (project/__init__.py)
+from project.bench.options import Options  # noqa: E402
 from grading.kit.quick_exit import run_and_exit  # noqa: E402
 
 
@@ -65,25 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit code (2 with one line when a needed problem is not written yet)."""
     args = parse_args(argv)
     from project import readiness
-    from project.bench import report, suite
-    from project.data import ConfigError
 
-    try:
+    try:   # a ConfigError (readiness) is a ValueError too
         readiness.ensure_some_ready("scripts/run_benchmarks.py", {k: v for k, v in readiness.BENCH_PARTS.items()
                                                                   if k != "finetune"})
-    except ConfigError as exc:
+        opts = Options(mode=args.mode, quick=args.quick, peers=args.peers, preset=args.preset,
+                       batch_size=args.batch_size, max_len=args.max_len, steps=args.steps, warmup=args.warmup,
+                       repeats=args.repeats, n_chunks=args.n_chunks, gpipe_chunks=args.gpipe_chunks,
+                       dp_threshold=args.dp_threshold, pp_threshold=args.pp_threshold, threads=args.threads,
+                       workdir=args.workdir, figures_dir=args.figures_dir, timeout_s=args.timeout,
+                       argv=sys.argv[1:] if argv is None else list(argv)).resolved()
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from project.bench import report, suite   # torch and the library: only after the checks
+    from project.bench.pool import BenchError
 
-    opts = Options(mode=args.mode, quick=args.quick, peers=args.peers, preset=args.preset,
-                   batch_size=args.batch_size, max_len=args.max_len, steps=args.steps, warmup=args.warmup,
-                   repeats=args.repeats, n_chunks=args.n_chunks, gpipe_chunks=args.gpipe_chunks,
-                   dp_threshold=args.dp_threshold, pp_threshold=args.pp_threshold, threads=args.threads,
-                   workdir=args.workdir, figures_dir=args.figures_dir, timeout_s=args.timeout,
-                   argv=sys.argv[1:] if argv is None else list(argv))
     try:
         summary, code = suite.run(opts)
-    except (ValueError, suite.BenchError) as exc:
+    except (ValueError, BenchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if "NotImplementedError" in str(exc):
             print("the benchmarks run your code: finish Problems 1 and 2 (and 3 for --peers) first",

@@ -50,20 +50,46 @@ def test_each_command_names_exactly_its_unwritten_problems(starter):
         assert readiness.problems_not_ready(needs, ROOT) == [], command   # the reference is complete
 
 
-@pytest.mark.parametrize("command", [
+ON_THE_STARTER = pytest.mark.parametrize("command", [
     ("project/run_data_parallel.py",),
     ("project/run_pipeline.py", "--model_parallel_mode", "model_parallel"),
     ("project/run_pipeline.py",),
     ("project/run_finetune.py",),
     ("scripts/run_benchmarks.py", "--quick"),
 ], ids=["data_parallel", "model_parallel", "pipeline_parallel", "finetune", "benchmarks"])
-def test_an_entry_point_on_the_starter_says_what_to_finish_in_one_line(starter, command):
-    done = _run(starter, *command)
+
+
+def _one_line_refusal(done: subprocess.CompletedProcess, command: tuple[str, ...]) -> None:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"error: {command[0]} " in lines[0] and " needs Problem" in lines[0] and "not implemented yet" in lines[0]
+
+
+@ON_THE_STARTER
+def test_an_entry_point_on_the_starter_says_what_to_finish_in_one_line(starter, command):
+    done = _run(starter, *command)
+    _one_line_refusal(done, command)
     assert not (starter / "workdir" / "out").exists() and not (starter / "workdir" / "perf").exists()
+
+
+@ON_THE_STARTER
+def test_the_refusal_comes_before_torch_transformers_or_deepspeed_is_imported(starter, command):
+    """Entry points parse and check readiness first (``project/__init__.py``): the one line costs no heavy import.
+
+    The script runs as ``python SCRIPT`` would (``runpy``, as ``__main__``); what it imported is printed at exit
+    by an ``atexit`` handler, which ``run_and_exit`` runs too before its ``os._exit``.
+    """
+    argv = [*command, "--workdir", str(starter / "workdir")]
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: print(sorted(m for m in ('torch', 'transformers', 'deepspeed')"
+            " if m in sys.modules)))\n"
+            f"sys.argv = {argv!r}\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=starter, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"})
+    _one_line_refusal(done, command)
+    assert done.stdout.strip().splitlines()[-1:] == ["[]"], done.stdout[-2000:]
 
 
 def test_finishing_a_problem_moves_the_message_on(starter, tmp_path):

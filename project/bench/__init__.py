@@ -9,6 +9,7 @@ Modules (each small, one concept):
 - ``tasks``     what a worker process runs on the student API (ours), its command loop (``serve``);
 - ``peers``     the reference implementations (DDP, flat all-reduce, torch GPipe, PEFT) and gradient checks;
 - ``pool``      the worker processes (one solo rank, a pair of ranks), started by ``project.launch``;
+- ``options``   what a run needs (``Options``): defaults and checks, light at import (checked before torch);
 - ``suite``     the measurement plan (warm-up, alternating repeats) and the summary JSON;
 - ``memory``    one step's peak memory with and without activation checkpointing (fresh processes);
 - ``ddp_peers`` (Problem 4) and ``tensor_parallel`` (Problem 5): groups with rank processes of their own;
