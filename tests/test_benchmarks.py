@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, report, stats
+from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, ddp_peers, report, stats
 from project.devices import THREAD_POLICY
 
 pytestmark = pytest.mark.kit
@@ -171,6 +171,28 @@ def test_ours_and_the_peers_compute_the_same_gradients(run):
     for name, check in checks.items():
         assert check["ok"] and check["max_abs_diff"] <= 1e-5, (name, check)
     assert checks["lora_peft_vs_ours_grads"]["reference_max_abs"] > 0   # non-zero gradients were compared
+
+
+def test_the_problem_4_group_recomputes_and_shards_the_optimizer_state(run):
+    """``--peers`` also measured Problem 4 (``project/bench/ddp_peers.py``): its ratios recompute from its run times,
+    and each rank's optimizer state is 12 bytes a parameter over the world size (ours and DeepSpeed ZeRO-1/2)."""
+    summary = run[0]
+    group = summary["ddp_zero"]
+    assert "ddp_zero" not in summary["errors"]
+    times = {name: v["run_times_s"] for name, v in group["variants"].items()}
+    assert set(times) == {"bucketed_ddp", "ddp", "average_gradients"}
+    assert all(len(t) == summary["workload"]["repeats"] and min(t) > 0 for t in times.values())
+    assert set(group["ratios"]) == {name for name, _, _, _ in ddp_peers.RATIOS}
+    for name, a, b, _ in ddp_peers.RATIOS:
+        ratio = group["ratios"][name]
+        assert ratio["paired"] == pytest.approx([x / y for x, y in zip(times[a], times[b])], rel=1e-12), name
+        assert ratio["median"] == pytest.approx(statistics.median(ratio["paired"]), rel=1e-12), name
+    assert len(group["memory_bytes"]) == 2
+    for memory in group["memory_bytes"]:
+        assert memory["formula_12P_over_N"] == 12 * -(-memory["parameters"] // 2)
+        assert memory["sharded_optimizer"] == memory["formula_12P_over_N"]
+        for stage in (1, 2):          # DeepSpeed may pad its partitions a little, never hold the whole state
+            assert memory["formula_12P_over_N"] <= memory[f"deepspeed_zero{stage}"] < memory["replicated_adam_12P"]
 
 
 def test_timeline_bubble_and_thresholds(run):
