@@ -13,10 +13,8 @@ DeepSpeed fine-tuning runner.
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -25,12 +23,12 @@ import pytest
 from project import run_data_parallel, run_finetune, run_pipeline
 from project.cli import run_cli
 from project.metrics import read_steps
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.project
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--n_train", "32", "--n_valid", "8", "--batch_size", "4", "--n_epochs", "1", "--quiet"]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +45,21 @@ def _copy(work: Path, name: str) -> Path:
     return Path(shutil.copytree(work / "out" / "data_parallel" / "world1", work / name))
 
 
+def _script(script: str, *args: str, limit: int | None = None, prelude: str = "") -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` as a process of its own (``limit``: RLIMIT_FSIZE bytes; ``prelude``: code first),
+    warnings off so that stderr holds only the run's own lines: forked by the test session's zygotes where there
+    are some (``tests/run_entry_point.py``), else a new interpreter."""
+    options = ["--warnings", "ignore", *(["--file_size_limit", str(limit)] if limit is not None else []),
+               *(["--prelude", textwrap.dedent(prelude)] if prelude else [])]
+    return run_kit_command([*options, script, *args], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                           timeout=300, module="tests.run_entry_point")
+
+
 def _dp(work: Path, out: Path, *extra: str, limit: int | None = None, prelude: str = "",
         world_size: int = 1) -> subprocess.CompletedProcess:
-    """``project/run_data_parallel.py`` in a fresh process (``limit``: RLIMIT_FSIZE bytes; ``prelude``: code first)."""
+    """``project/run_data_parallel.py`` in a process of its own (``_script``)."""
     argv = ["--workdir", str(work), "--out_dir", str(out), *SMALL, "--world_size", str(world_size), *extra]
-    code = (f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n{textwrap.dedent(prelude)}\n"
-            f"sys.argv = ['project/run_data_parallel.py', *{argv!r}]\n"
-            f"runpy.run_path('project/run_data_parallel.py', run_name='__main__')\n")
-    def set_limit() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=300, preexec_fn=set_limit)
+    return _script("project/run_data_parallel.py", *argv, limit=limit, prelude=prelude)
 
 
 def _steps(folder: Path) -> list[int]:
@@ -148,8 +149,7 @@ def test_fault_plot_draws_a_max_steps_run_with_a_torn_metrics_line(work):
     log = work / "plotted" / "out" / "data_parallel" / "world1" / "metrics.jsonl"
     with log.open("a") as f:
         f.write('{"step": 7, "loss": 3.')
-    done = subprocess.run([sys.executable, "project/plot.py", "--workdir", str(work / "plotted")], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    done = _script("project/plot.py", "--workdir", str(work / "plotted"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == (f"warning: {log}: line 7 is torn (the run stopped while writing it); "
                            "skipped it, read the rest\n")
