@@ -12,6 +12,7 @@ needs only costs the fork server that time, once.
 from __future__ import annotations
 
 OPTIMIZER_IMPORTS = ("torch._dynamo",)         # a process's first torch.optim optimizer imports it (about 1 s)
+GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)   # a first backward(gradient) imports it (sympy, ~1 s)
 GPT2_IMPORTS = (*OPTIMIZER_IMPORTS, "transformers.models.gpt2.modeling_gpt2")
 DEEPSPEED_IMPORTS = (*OPTIMIZER_IMPORTS, "deepspeed",
                      "deepspeed.runtime.zero.muon.muon_optimizer",   # deepspeed.initialize: torch.compile's imports

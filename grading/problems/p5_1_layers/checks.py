@@ -23,6 +23,7 @@ import torch
 
 from grading.engine.compare import assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
+from grading.engine.preloads import GRADIENT_IMPORTS
 from grading.engine.results import CaseRun
 from grading.engine.rubric import split_part
 from grading.kit.problem import SubProblem
@@ -79,7 +80,7 @@ def probe_layers(ctx) -> None:
         probes.record_shards(ctx, split, layers, group, world, inputs[split].chunks)
 
 
-CASE = PROBLEM.case("p5_layers", probe_layers, world_size=2, init_group=True, timeout_s=90)
+CASE = PROBLEM.case("p5_layers", probe_layers, world_size=2, init_group=True, timeout_s=90, preload=GRADIENT_IMPORTS)
 
 
 # ---------------------------------------------------------------- criteria
