@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 from project.devices import bind_rank, resolve_backend
-from project.rank_start import RankStart, rank_context, rank_start_method
+from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -231,6 +231,7 @@ def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: in
     """
     env = torchrun_env()
     if env is not None:
+        freeze_what_is_loaded()
         target(env, args)
         return
     Path(folder).mkdir(parents=True, exist_ok=True)     # a store in a missing folder: every rank waits forever
