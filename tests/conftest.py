@@ -13,9 +13,9 @@ kit, all of them. Markers (``p1_1`` ... ``p5_2``) come from the folders.
 Tests marked ``project`` run the entry points in this process where they can;
 their ranks then fork from this process's rank server (``project.rank_start``),
 which lives as long as the process and keeps what it imported when it started:
-it is started once, before the first such test, with every library a project
-rank preloads, so that a DeepSpeed run after a data-parallel run does not
-import DeepSpeed in each of its ranks.
+it is started once, before the first such test (or run: ``start_project_rank_server``),
+with every library a project rank preloads, so that a DeepSpeed run after a
+data-parallel run does not import DeepSpeed in each of its ranks.
 """
 from __future__ import annotations
 
@@ -71,15 +71,20 @@ def _kit_settings_kept():
         pytest.fail(f"the test left the kit's settings changed (now undone): {', '.join(changed)}", pytrace=False)
 
 
+def start_project_rank_server() -> None:
+    """This process's rank server, with every project preload (see the module docstring), if it is not running
+    yet; nothing where ranks are spawned rather than forked. Call it before the first run that starts ranks."""
+    from project.rank_start import rank_context
+    from project.run_finetune import RANK_IMPORTS      # GPT-2 and DeepSpeed: every project rank's preloads
+
+    rank_context(RANK_IMPORTS)
+
+
 @pytest.fixture(autouse=True)
 def _project_rank_server(request) -> None:
-    """Before a ``project`` test: this process's rank server, with every project preload (see the module
-    docstring); nothing where ranks are spawned rather than forked."""
+    """Before a ``project`` test: ``start_project_rank_server``."""
     if request.node.get_closest_marker("project"):
-        from project.rank_start import rank_context
-        from project.run_finetune import RANK_IMPORTS      # GPT-2 and DeepSpeed: every project rank's preloads
-
-        rank_context(RANK_IMPORTS)
+        start_project_rank_server()
 
 
 def graded_cases() -> list:

@@ -8,7 +8,10 @@ compute the same gradients; without 2 GPUs the thresholds do not apply.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import runpy
 import statistics
 import subprocess
 import sys
@@ -19,6 +22,7 @@ import torch
 
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, ddp_peers, report, stats
 from project.devices import THREAD_POLICY
+from tests.conftest import start_project_rank_server
 
 pytestmark = pytest.mark.kit
 
@@ -82,13 +86,19 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """``(summary, raw records, workload file)`` of one ``--quick --peers`` run in a private workdir, at the
-    smallest sizes that still show what the tests check: two repeats (alternation), one timed step, 8 rows."""
+    smallest sizes that still show what the tests check: two repeats (alternation), one timed step, 8 rows.
+
+    The script's ``main`` runs in this process, as the ``project`` tests run the entry points: its workers fork
+    from this process's rank server, which has imported the libraries already (``tests/test_partial_submission.py``
+    runs the script as a new interpreter)."""
     work = tmp_path_factory.mktemp("bench")
-    done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--peers", "--repeats", "2",
-                           "--steps", "1", "--batch_size", "8",
-                           "--workdir", str(work / "work"), "--figures_dir", str(work / "figures")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    start_project_rank_server()
+    script = runpy.run_path(str(ROOT / "scripts" / "run_benchmarks.py"), run_name="run_benchmarks")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = script["main"](["--quick", "--peers", "--repeats", "2", "--steps", "1", "--batch_size", "8",
+                               "--workdir", str(work / "work"), "--figures_dir", str(work / "figures")])
+    assert code == 0, printed.getvalue()[-8000:]
     summary = json.loads((work / "figures" / SUMMARY_NAME).read_text())
     log = Path(summary["raw_log"])
     records = [json.loads(line) for line in log.read_text().splitlines()]
