@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading.kit.bytecode import write_bytecode
 from grading.kit.course import chosen_problems
 from grading.engine.hints import static_hints
 from grading.kit.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
@@ -41,6 +42,7 @@ SUSPICIOUS = re.compile(
     r"\bctypes\b|\bos\.(?:fork|setsid|kill|_exit)\b|\bsubprocess\b|/proc/|\b__builtins__\b|\bbuiltins\b|"
     r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|\bsys\.argv\b|\b(?:site|user)customize\b|"
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
+RANK_PACKAGES = ("grading", *STUDENT_PACKAGES)   # what a grading copy's ranks import from it
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 
 
@@ -188,7 +190,8 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
 
     A region is matched by (problem id, enclosing function, occurrence). Files
     or regions the submission lacks keep the starter's NotImplementedError
-    body, so they score zero like unfinished work.
+    body, so they score zero like unfinished work. The packages ranks import
+    (``RANK_PACKAGES``) come with their bytecode (``grading.kit.bytecode``).
     """
     kit_root, submission_root = Path(kit_root), Path(submission_root)
     shutil.copytree(kit_root, dest, ignore=COPY_IGNORE, symlinks=False)
@@ -260,6 +263,7 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
             compile(spliced, rel, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
             report.syntax_errors.append(f"{rel}:{getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}")
+    write_bytecode(dest, RANK_PACKAGES)
     return report
 
 
