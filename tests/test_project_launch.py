@@ -71,11 +71,13 @@ def test_a_serving_rank_answers_commands_then_returns(tmp_path):
 
 
 def _environment_and_modules(env: RankEnv, names: list[str]) -> dict:
-    """What a rank sees at its start: a test variable, torch's threads, which of ``names`` were imported before."""
+    """What a rank sees at its start: a test variable, torch's threads, which of ``names`` were imported before,
+    how many objects no garbage collection will walk (``gc.freeze``)."""
+    import gc
     import sys
 
     return {"var": os.environ.get("KIT_TEST_VARIABLE"), "loaded": [n for n in names if n in sys.modules],
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "frozen": gc.get_freeze_count()}
 
 
 def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeypatch):
@@ -95,7 +97,8 @@ def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeyp
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_ranks_see_the_parents_environment_at_their_start_not_at_the_servers(tmp_path, monkeypatch, method):
     """A fork server started before the parent changed its environment still hands the ranks the current one,
-    and torch's thread count of a fresh interpreter (the server itself runs single-threaded)."""
+    and torch's thread count of a fresh interpreter (the server itself runs single-threaded); what a rank
+    inherited or imported before its work is frozen out of its garbage collections."""
     from project.launch import start_rank_server
     from project.rank_start import RankStart
     from project.rank_start import RANK_START_ENV
@@ -107,6 +110,7 @@ def test_ranks_see_the_parents_environment_at_their_start_not_at_the_servers(tmp
     values = spawn_ranks(_environment_and_modules, 2, None, ([],)).wait(timeout_s=240)
     assert [v["var"] for v in values] == ["after", "after"]
     assert [v["threads"] for v in values] == [RankStart.here().threads] * 2
+    assert all(v["frozen"] > 100_000 for v in values), values     # torch's objects: never walked by a collection
     monkeypatch.delenv("KIT_TEST_VARIABLE")
     values = spawn_ranks(_environment_and_modules, 1, None, ([],)).wait(timeout_s=240)
     assert values[0]["var"] is None
