@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from grading.engine.environment import adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
@@ -120,9 +121,7 @@ class RankStart:
         """In the rank: take the parent's environment and torch thread count where they differ (a forked rank
         has its fork server's environment and a single thread; a spawned one already has both); then
         ``freeze_what_is_loaded``."""
-        if os.environ != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
+        adopt_environment(self.environ)
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
         freeze_what_is_loaded()

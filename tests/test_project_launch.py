@@ -72,12 +72,13 @@ def test_a_serving_rank_answers_commands_then_returns(tmp_path):
 
 def _environment_and_modules(env: RankEnv, names: list[str]) -> dict:
     """What a rank sees at its start: a test variable, torch's threads, which of ``names`` were imported before,
-    how many objects no garbage collection will walk (``gc.freeze``)."""
+    how many objects no garbage collection will walk (``gc.freeze``), ``tempfile``'s folder."""
     import gc
     import sys
+    import tempfile
 
     return {"var": os.environ.get("KIT_TEST_VARIABLE"), "loaded": [n for n in names if n in sys.modules],
-            "threads": torch.get_num_threads(), "frozen": gc.get_freeze_count()}
+            "threads": torch.get_num_threads(), "frozen": gc.get_freeze_count(), "tempdir": tempfile.gettempdir()}
 
 
 def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeypatch):
@@ -98,7 +99,8 @@ def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeyp
 def test_ranks_see_the_parents_environment_at_their_start_not_at_the_servers(tmp_path, monkeypatch, method):
     """A fork server started before the parent changed its environment still hands the ranks the current one,
     and torch's thread count of a fresh interpreter (the server itself runs single-threaded); what a rank
-    inherited or imported before its work is frozen out of its garbage collections."""
+    inherited or imported before its work is frozen out of its garbage collections; ``tempfile`` finds the folder
+    the parent's ``TMPDIR`` names now."""
     from project.launch import start_rank_server
     from project.rank_start import RankStart
     from project.rank_start import RANK_START_ENV
@@ -107,8 +109,10 @@ def test_ranks_see_the_parents_environment_at_their_start_not_at_the_servers(tmp
     monkeypatch.setenv("KIT_TEST_VARIABLE", "before")
     start_rank_server(2)
     monkeypatch.setenv("KIT_TEST_VARIABLE", "after")
+    (tmp_path / "own tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "own tmp"))
     values = spawn_ranks(_environment_and_modules, 2, None, ([],)).wait(timeout_s=240)
-    assert [v["var"] for v in values] == ["after", "after"]
+    assert [(v["var"], v["tempdir"]) for v in values] == [("after", str(tmp_path / "own tmp"))] * 2
     assert [v["threads"] for v in values] == [RankStart.here().threads] * 2
     assert all(v["frozen"] > 100_000 for v in values), values     # torch's objects: never walked by a collection
     monkeypatch.delenv("KIT_TEST_VARIABLE")

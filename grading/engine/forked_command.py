@@ -28,6 +28,8 @@ import signal
 import sys
 from pathlib import Path
 
+from grading.engine.environment import adopt_environment
+
 TITLE_ROOM = " " * 2048              # a zygote's last argument: room for a forked command's title (``set_title``)
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -90,8 +92,7 @@ def _run_command(request: dict, stdio: list[int], libraries: list[str]) -> None:
             os.close(fd)
         env = request["env"]
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(env)
+        adopt_environment(env)
         _fresh_modules(libraries, env)
         set_title([sys.executable, "-m", request["module"], *request["args"]])
         _fresh_state(env)

@@ -57,6 +57,7 @@ import signal
 import socket
 import sys
 
+from grading.engine.environment import adopt_environment
 from grading.engine.sandbox import freeze_and_kill
 
 PRELOAD = ("torch",)                 # imported by every server before the first fork
@@ -104,10 +105,7 @@ def _use_environment(env: dict[str, str]) -> None:
     """In a rank: the launcher's environment ``env`` replaces the server's (as a cold rank gets it), except
     ``PYTHONHASHSEED``, which keeps stating the seed this process's hashes were made with (the server's)."""
     hash_seed = os.environ.get("PYTHONHASHSEED")
-    os.environ.clear()
-    os.environ.update(env)
-    if hash_seed is not None:
-        os.environ["PYTHONHASHSEED"] = hash_seed
+    adopt_environment({**env, **({"PYTHONHASHSEED": hash_seed} if hash_seed is not None else {})})
 
 
 def _use_kit(kit: str, server_kit: str) -> None:

@@ -1,6 +1,6 @@
 """Run as ``python -m tests.kit.command_probe OUT [EXIT]`` by tests/kit/test_zygote.py, forked or cold: writes what a
 command sees of its start (argv, its command line in ``ps``, folder, environment, session, random seed, torch
-threads) to OUT, leaves a
+threads, temporary folder) to OUT, leaves a
 non-daemon thread and an ``atexit`` hook that append to OUT when the interpreter ends, and exits with EXIT
 (``sleep``: sleeps two minutes first)."""
 import atexit
@@ -8,6 +8,7 @@ import json
 import os
 import random
 import sys
+import tempfile
 import threading
 import time
 
@@ -24,7 +25,8 @@ def main() -> int:
         cmdline = [part.decode() for part in handle.read().split(b"\0") if part]
     facts = {"argv": sys.argv, "cmdline": cmdline, "cwd": os.getcwd(), "marker": os.environ.get("PROBE_MARKER"),
              "sid_is_parent": os.getsid(0) == os.getppid(), "random": random.random(),
-             "threads": torch.get_num_threads(), "stdin": sys.stdin.read()}
+             "threads": torch.get_num_threads(), "tempdir": tempfile.gettempdir(),
+             "stdin": sys.stdin.read()}
     with open(out, "w") as handle:
         json.dump(facts, handle)
 

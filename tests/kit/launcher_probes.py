@@ -3,6 +3,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -67,6 +68,7 @@ def reports_fresh_state(ctx):
                                  "marker": os.environ.get("GRADING_RUN_ID", ""),
                                  "variable": os.environ.get("LAUNCHER_TEST_VARIABLE"),
                                  "server_kit": os.environ.get("GRADING_FORKSERVER_KIT"),
+                                 "tempdir": tempfile.gettempdir(),
                                  "torch_seed": torch.initial_seed(), "modules": sorted(
                                      m for m in sys.modules if m.startswith(("data_parallel", "pipeline")))})
 

@@ -111,13 +111,16 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
 
 def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
     """Warm or cold, a rank sees the launcher's environment when it starts (fork servers started earlier
-    included) and nothing of a server's own."""
+    included) and nothing of a server's own, nor what the server read from its own (``tempfile``'s folder)."""
     servers.warm_up(2)
     monkeypatch.setenv("LAUNCHER_TEST_VARIABLE", "set after the servers started")
+    (tmp_path / "own tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "own tmp"))
     result = run(tmp_path, "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
     assert result.ok, result.failure()
     states = [torch.load(tmp_path / "run" / f"rank{r}" / "state.pt", weights_only=True) for r in range(2)]
-    assert [(s["variable"], s["server_kit"]) for s in states] == [("set after the servers started", None)] * 2
+    assert [(s["variable"], s["server_kit"], s["tempdir"]) for s in states] == \
+        [("set after the servers started", None, str(tmp_path / "own tmp"))] * 2
 
 
 def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):

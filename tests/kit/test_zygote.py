@@ -181,10 +181,13 @@ def test_a_forked_command_starts_and_ends_as_a_cold_one(tmp_path, zygotes_env):
     """The same command forked by a zygote and started cold (``PYTHONWARNINGS`` set: another start-up setting, which
     the zygote refuses): the same argv, folder, environment, stdio, torch threads and exit code; each in a session
     of its own (the forked one under its waiter); different random seeds; its non-daemon thread joined and
-    ``atexit`` run before the end; its title in ``ps`` is its own command line."""
-    forked, code, facts, stdout, stderr = _command(zygotes_env, tmp_path / "forked", "one", "3")
+    ``atexit`` run before the end; its title in ``ps`` is its own command line; ``tempfile`` finds the folder its
+    own ``TMPDIR`` names (not the one the zygote read)."""
+    (tmp_path / "own tmp").mkdir()
+    tmp = {"TMPDIR": str(tmp_path / "own tmp")}
+    forked, code, facts, stdout, stderr = _command(zygotes_env, tmp_path / "forked", "one", "3", **tmp)
     cold, cold_code, cold_facts, cold_stdout, cold_stderr = _command(zygotes_env, tmp_path / "cold", "one", "3",
-                                                                     PYTHONWARNINGS="default")
+                                                                     PYTHONWARNINGS="default", **tmp)
     assert isinstance(forked, kit_command.ForkedProcess) and isinstance(cold, subprocess.Popen)
     assert code == cold_code == 3
     assert (stdout, stderr) == (cold_stdout, cold_stderr) == ("probe on stdout\n", "probe on stderr\n")
@@ -195,7 +198,7 @@ def test_a_forked_command_starts_and_ends_as_a_cold_one(tmp_path, zygotes_env):
     assert [facts.pop("sid_is_parent"), cold_facts.pop("sid_is_parent")] == [True, False]  # cold: leads its own
     random_draws = facts.pop("random"), cold_facts.pop("random")
     assert facts == cold_facts and facts["marker"] == "one" and facts["stdin"] == "typed in"
-    assert facts["cwd"] == str(KIT_ROOT) and random_draws[0] != random_draws[1]
+    assert facts["cwd"] == str(KIT_ROOT) and random_draws[0] != random_draws[1] and facts["tempdir"] == tmp["TMPDIR"]
     _, _, again, _, _ = _command(zygotes_env, tmp_path / "again", "two")
     assert again["random"] not in random_draws and again["marker"] == "two"
     for work in ("forked", "cold"):
