@@ -6,7 +6,9 @@ zygote where there is one, ``grading.engine.kit_command``), in its own
 session, with a wall-clock limit, so one submission that crashes, hangs or
 kills its grader costs only its own row. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
-the grader left none), ``report.txt`` (the table) and ``stderr.txt``. The CSV
+the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
+temporary files go to a folder of its own, removed when it ends, however it
+ends (``grade_one``). The CSV
 is rewritten after every submission, so an interrupted batch keeps what it
 graded. Each row also holds every criterion's points (a column per criterion id,
 after ``notes``; empty where it was not graded), and the class report
@@ -18,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +45,7 @@ from grading.problems import titles
 
 STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
           EXIT_GRADER_ERROR: "grader_error"}
+SCRATCH_PREFIX = "grading-grade-"      # each grade's temporary folder (its TMPDIR), removed when it ends
 GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
 COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
            *[f"problem_{p}" for p in titles()], "notes"]
@@ -66,6 +71,9 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
 
     ``env``: added to the child's environment (``run_batch`` names its zygotes there).
 
+    The grader, its ranks and whatever they start get a temporary folder of their own (``TMPDIR``, a new
+    ``grading-grade-*`` folder in this process's), removed when the grade ends, however it ends: a grader
+    killed by its submission or at its limit leaves nothing behind (its copy of the kit, its runs).
     Never raises for anything the submission or its grader does; when this process is stopped
     (SIGTERM, ^C) the child grader is stopped too before the exception goes on.
     """
@@ -75,19 +83,24 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     command = ["grade", str(entry.resolve()), "--json", str(results), "--quiet", *grade_args]
     start = time.monotonic()
     code: int | None = None
-    with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
-        try:
-            proc = kit_command.start("grading", command, KIT_ROOT, {**os.environ, **(env or {})},
-                                     subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    try:
+        with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             try:
-                code = proc.wait(timeout=limit_s)
-            except subprocess.TimeoutExpired:
-                _kill(proc, signal.SIGKILL)
-            except BaseException:       # SIGTERM (scancel, a Slurm time limit), ^C: the grader stops its ranks too
-                _kill(proc, signal.SIGTERM, grace_s=15.0)
-                raise
-        except OSError as exc:
-            stderr.write(f"cannot start the grader: {exc}\n".encode())
+                proc = kit_command.start("grading", command, KIT_ROOT,
+                                         {**os.environ, **(env or {}), "TMPDIR": str(scratch)},
+                                         subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
+                try:
+                    code = proc.wait(timeout=limit_s)
+                except subprocess.TimeoutExpired:
+                    _kill(proc, signal.SIGKILL)
+                except BaseException:    # SIGTERM (scancel, a Slurm time limit), ^C: the grader stops its ranks too
+                    _kill(proc, signal.SIGTERM, grace_s=15.0)
+                    raise
+            except OSError as exc:
+                stderr.write(f"cannot start the grader: {exc}\n".encode())
+    finally:
+        _remove(scratch)
     seconds = time.monotonic() - start
     data = _load(results)
     if code is None:
@@ -146,6 +159,16 @@ def _kill(proc: subprocess.Popen, sig: int, grace_s: float = 0.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _remove(folder: Path, tries: int = 20) -> None:
+    """Remove ``folder``; a killed grader's ranks may still be ending (their fork servers kill them once the
+    grader is gone) and writing there, so try again for a few seconds."""
+    for _ in range(tries):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.25)
 
 
 def _load(path: Path) -> dict | None:

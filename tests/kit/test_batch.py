@@ -2,10 +2,12 @@
 import csv
 import json
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from grading.__main__ import main as grading_main
+from grading.commands import batch
 from grading.engine import kit_command
 from grading.engine.zygotes import Zygotes
 from grading.engine.zygote import ZYGOTES_ENV
@@ -57,7 +59,10 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
     hang = make_variant_kit(tmp_path / "k1", [(DATASET, "partition_indices",
                                                "import time\nwhile True:\n    time.sleep(0.1)\n")])
     _folder(subs / "dave", (hang / DATASET).read_text())                      # hangs: cut off per case
-    kill_my_grader = ("import os, signal\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    seen_tmp = tmp_path / "eve's temporary folder.txt"
+    kill_my_grader = ("import os, signal, tempfile\n"
+                      f"open({str(seen_tmp)!r}, 'a').write(tempfile.gettempdir() + '\\n')\n"
+                      "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
                       "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
                       "    except OSError:\n        continue\n"
                       "    if b'\\x00grade\\x00' in line and b'/submissions/eve\\x00' in line:\n"
@@ -83,6 +88,11 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path, monkeypa
     assert rows["alice"]["problem_1.1"] == "13" and rows["alice"]["max_score"] == "13"
     assert "unsafe path" in rows["carol.zip"]["notes"]
     assert "did not finish" in rows["eve"]["notes"]
+    # eve's grader and ranks had a temporary folder of their own (the grader's kit copy and runs went there),
+    # and it is gone although the grader was killed before it could clean up
+    eve_tmp = {Path(line) for line in seen_tmp.read_text().splitlines() if line}     # one line a rank
+    assert len(eve_tmp) == 1 and all(p.name.startswith(batch.SCRATCH_PREFIX) and not p.exists() for p in eve_tmp), \
+        eve_tmp
     # the rank's parent is its fork server: killing it voids the whole run (whatever its ranks recorded before
     # they died with the server would depend on timing), and the grader goes on with a fresh server
     frank = json.loads((tmp_path / "grades_results" / "frank" / "results.json").read_text())
