@@ -16,8 +16,9 @@ A zygote imports torch and the library preloads it was started with
 in ``grading.engine.preloads``); a server imports what else its run asks for.
 Asked for a *zygote* instead (``request_zygote``: a socket path and the read
 end of a pipe), it forks one that listens there, holding everything it
-imported, and serves until the asker closes the pipe's other end or exits
-(the kit's test workers fork their zygotes from one master set this way).
+imported, and serves until the asker closes the pipe's other end or exits,
+then removes its socket (and the folder, once empty) (the kit's test workers
+fork their zygotes from one master set this way).
 Asked for a *command* (``request_command``: ``python -m grading grade ...``
 with its folder, environment and stdio), it forks it in a new session
 (``grading.engine.forked_command``; ``batch`` starts each submission's grade
@@ -179,13 +180,15 @@ def _fork_command(request: dict, fds: list[int], listener: socket.socket, conn: 
 
 def _fork_zygote(path: str, fd: int, listener: socket.socket, conn: socket.socket, alive: int | None) -> int:
     """Fork a zygote that listens on ``path`` and serves until the pipe ``fd`` ends; in the child this never
-    returns. It holds what this zygote imported, so it is ready at once."""
+    returns. It holds what this zygote imported, so it is ready at once. When the pipe ends (its requester is
+    gone, however it went) it removes its socket, and the socket's folder once that is empty."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
             _in_child(listener, conn, alive)
             _serve(_listen(path), fd)
+            _leave(Path(path))
         except BaseException:  # noqa: BLE001 - the requester finds no zygote listening and starts its own
             code = 70
         os._exit(code)
@@ -200,6 +203,16 @@ def _listen(path: str) -> socket.socket:
     listener.bind(path)
     listener.listen(64)
     return listener
+
+
+def _leave(path: Path) -> None:
+    """Remove this zygote's socket ``path``, and its folder if nothing else is left there (the last zygote of a
+    set whose owner exited without closing them)."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass
 
 
 def _serve(listener: socket.socket, alive: int | None) -> None:
