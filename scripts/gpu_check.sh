@@ -55,7 +55,7 @@ have_gpu() {
 }
 
 cd "$ROOT" || exit 1
-mkdir -p "$OUT"
+[ $DRY -eq 0 ] && mkdir -p "$OUT"          # a dry run writes nothing
 GPU=0
 [ $DRY -eq 0 ] && have_gpu && GPU=1
 failed=0

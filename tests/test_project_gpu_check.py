@@ -7,6 +7,7 @@ one-line-per-part report. The parts themselves need a GPU.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -26,17 +27,20 @@ PARSERS = {"project/run_pipeline.py": run_pipeline, "project/run_data_parallel.p
            "project/run_finetune.py": run_finetune}
 
 
-def _dry_run() -> list[tuple[str, int, str]]:
-    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=60)
+def _dry_run(out: Path | None = None) -> list[tuple[str, int, str]]:
+    """The parts a dry run lists; with ``out`` as its log folder, which it must leave uncreated."""
+    env = {**os.environ, **({"GPU_CHECK_DIR": str(out)} if out else {})}
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
+    assert out is None or not out.exists(), "a dry run wrote its log folder"
     parts = [re.fullmatch(r"(\S+) \(timeout (\d+)s\): (.*)", line) for line in done.stdout.splitlines()]
     assert all(parts), done.stdout
     return [(m.group(1), int(m.group(2)), m.group(3)) for m in parts]
 
 
-def test_script_parses_and_fits_in_eight_minutes():
+def test_script_parses_and_fits_in_eight_minutes(tmp_path):
     assert subprocess.run(["bash", "-n", str(SCRIPT)], timeout=30).returncode == 0
-    parts = _dry_run()
+    parts = _dry_run(tmp_path / "logs")
     assert sum(seconds for _, seconds, _ in parts) <= 8 * 60
     names = [name for name, _, _ in parts]
     assert len(names) == len(set(names)) >= 8
