@@ -118,9 +118,9 @@ class RankStart:
         return cls(dict(os.environ), _FRESH_THREADS)
 
     def adopt(self) -> None:
-        """In the rank: take the parent's environment and torch thread count where they differ (a forked rank
-        has its fork server's environment and a single thread; a spawned one already has both); then
-        ``freeze_what_is_loaded``."""
+        """In the rank: take the parent's environment (``adopt_environment``: ``tempfile``'s folder included) and
+        torch thread count (a forked rank has its fork server's environment and a single thread; a spawned one
+        already has both); then ``freeze_what_is_loaded``."""
         adopt_environment(self.environ)
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
