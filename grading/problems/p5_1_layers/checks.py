@@ -61,11 +61,13 @@ def probe_layers(ctx) -> None:
     """Functions alone, the student's MLP with communication counts, then the layers on grader stand-ins.
 
     Each split's group is joined first (every rank takes part); a rank outside
-    a split's group records nothing for it.
+    a split's group records nothing for it. A collective on other ranks than
+    the split's group is refused at once (``probes.Collectives``), not left to
+    hang until the collective timeout.
     """
     import torch.distributed as dist
 
-    counts = probes.count_collectives(dist)
+    collectives = probes.Collectives(dist)
     from tensor_parallel import layers
 
     inputs = {split: PROBLEM.rank_inputs(ctx, split) for split in PROBLEM.splits(ctx)}
@@ -73,11 +75,13 @@ def probe_layers(ctx) -> None:
     mine = {split: (group, members.index(ctx.rank), len(members))
             for split, (group, members) in joined.items() if ctx.rank in members}
     for split, (group, rank, _) in mine.items():
-        probes.record_own_functions(ctx, split, layers, counts, group, rank)
+        with collectives.splitting_over(joined[split][1]):
+            probes.record_own_functions(ctx, split, layers, collectives.counts, group, rank)
     apply(SWAPS)     # the layers from here on call the grader's all-gather stand-ins
     for split, (group, rank, world) in mine.items():
-        probes.record_layers(ctx, split, layers, group, rank, world)
-        probes.record_shards(ctx, split, layers, group, world, inputs[split].chunks)
+        with collectives.splitting_over(joined[split][1]):
+            probes.record_layers(ctx, split, layers, group, rank, world)
+            probes.record_shards(ctx, split, layers, group, world, inputs[split].chunks)
 
 
 CASE = PROBLEM.case("p5_layers", probe_layers, world_size=2, init_group=True, timeout_s=90, preload=GRADIENT_IMPORTS)

@@ -9,6 +9,10 @@ alone.
 """
 from __future__ import annotations
 
+import inspect
+from contextlib import contextmanager
+from typing import Iterator
+
 from grading.engine.rubric import PUBLIC, split_part
 from grading.problems.common import call_outcome
 from grading.problems.p5_1_layers import reference as ref
@@ -36,19 +40,51 @@ def uneven_sizes(world_size: int) -> dict[str, int]:
     return {"column": 2 * world_size + 1, "column_chunks3": 3 * (2 * world_size + 1), "row": 2 * world_size + 1}
 
 
-def count_collectives(dist) -> dict[str, int]:
-    """Wrap torch.distributed's collectives (before the student module binds any) to count calls by name."""
-    counts = {name: 0 for name in COLLECTIVES}
-    for name in COLLECTIVES:
-        real = getattr(dist, name, None)
-        if real is None:
-            continue
+class Collectives:
+    """torch.distributed's collectives, wrapped before the student module binds any: every call is counted by
+    name (``counts``), and inside ``splitting_over(members)`` a call on other ranks than ``members`` (no
+    ``group``, or another one) is refused at once with a RuntimeError that says so. The ranks outside the
+    split's group never join such a call: it would only end at the collective timeout, costing the student
+    most of a minute and a message about a timeout instead of the cause."""
 
-        def counting(*args, _real=real, _name=name, **kwargs):
-            counts[_name] += 1
-            return _real(*args, **kwargs)
-        setattr(dist, name, counting)
-    return counts
+    def __init__(self, dist):
+        self.counts = {name: 0 for name in COLLECTIVES}
+        self.members: list[int] | None = None
+        self._dist = dist
+        for name in COLLECTIVES:
+            real = getattr(dist, name, None)
+            if real is not None:
+                setattr(dist, name, self._wrap(name, real))
+
+    @contextmanager
+    def splitting_over(self, members: list[int]) -> Iterator[None]:
+        """Inside: a collective must run on exactly the ranks ``members`` (global ranks)."""
+        self.members = sorted(members)
+        try:
+            yield
+        finally:
+            self.members = None
+
+    def _wrap(self, name: str, real):
+        signature = inspect.signature(real)
+
+        def watched(*args, **kwargs):
+            self.counts[name] += 1
+            ranks = self._ranks(signature, args, kwargs)
+            if self.members is not None and ranks is not None and ranks != self.members:
+                raise RuntimeError(f"dist.{name} was called on the ranks {ranks} (no group, or another one), but "
+                                   f"the layer was given the group of the ranks {self.members}: the ranks outside "
+                                   "it never join the call, so it would wait until the collective timeout")
+            return real(*args, **kwargs)
+        return watched
+
+    def _ranks(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> list[int] | None:
+        """The global ranks a call would run on (None: arguments the real call will refuse itself)."""
+        try:
+            group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+            return sorted(self._dist.get_process_group_ranks(group if group is not None else self._dist.group.WORLD))
+        except Exception:  # noqa: BLE001 - a malformed call: the real collective raises its own error
+            return None
 
 
 def join_group(ctx, split: str, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
