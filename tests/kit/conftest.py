@@ -44,17 +44,18 @@ from grading.engine.zygote import ZYGOTES_ENV
 _ZYGOTES: list[Zygotes] = []                      # this process's own
 _MASTER: list[tuple[Zygotes, Path]] = []          # the master zygotes, where this worker started them
 
-LONGEST_FIRST = (   # summed test times of two 2-worker runs on 2026-12-02, 23:10-23:30 (p5's 30-s wait beside p4's CPU)
-    "tests/kit/test_variants_p5.py", "tests/kit/test_variants_p4.py", "tests/kit/test_launcher.py",
-    "tests/test_benchmarks.py", "tests/test_faults_runs.py", "tests/kit/test_adversarial.py",
-    "tests/test_project_runners.py", "tests/kit/test_local_grade.py", "tests/test_partial_submission.py",
-    "tests/test_project_launch.py", "tests/kit/test_variants_p1.py", "tests/test_training_loop.py",
-    "tests/kit/test_grade_cli.py", "tests/kit/test_zygote.py", "tests/kit/test_figures.py", "tests/kit/test_batch.py",
-    "tests/kit/test_answer_key.py", "tests/test_training_zero.py", "tests/test_project_tensor_parallel.py",
-    "tests/test_capstone.py", "tests/kit/test_slurm.py", "tests/kit/test_variants_p2.py", "tests/test_problems.py",
-    "tests/kit/test_gradescope.py", "tests/kit/test_exception_locations.py", "tests/kit/test_variants_p3.py",
-    "tests/kit/test_adding_a_subproblem.py", "tests/kit/test_similarity.py", "tests/test_submission_zip.py",
-    "tests/test_project_readiness.py",
+LONGEST_FIRST = (   # summed test times of a 2-worker run on 2026-12-03, 09:20 (226 s, 413 CPU-s)
+    "tests/kit/test_launcher.py", "tests/kit/test_variants_p4.py", "tests/kit/test_adversarial.py",
+    "tests/test_project_launch.py", "tests/kit/test_variants_p1.py", "tests/kit/test_variants_p5.py",
+    "tests/test_project_runners.py", "tests/kit/test_local_grade.py", "tests/test_faults_runs.py",
+    "tests/test_benchmarks.py", "tests/kit/test_batch.py", "tests/test_partial_submission.py",
+    "tests/kit/test_zygote.py", "tests/kit/test_answer_key.py", "tests/kit/test_grade_cli.py",
+    "tests/kit/test_variants_p2.py", "tests/kit/test_figures.py", "tests/test_training_loop.py",
+    "tests/kit/test_slurm.py", "tests/kit/test_gradescope.py", "tests/test_problems.py",
+    "tests/test_training_zero.py", "tests/kit/test_exception_locations.py", "tests/test_project_tensor_parallel.py",
+    "tests/test_capstone.py", "tests/kit/test_variants_p3.py", "tests/kit/test_adding_a_subproblem.py",
+    "tests/test_submission_zip.py", "tests/kit/test_similarity.py", "tests/test_project_gpu_check.py",
+    "tests/kit/test_bytecode.py",
 )
 
 
