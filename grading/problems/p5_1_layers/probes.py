@@ -70,8 +70,8 @@ class Collectives:
 
         def watched(*args, **kwargs):
             self.counts[name] += 1
-            ranks = self._ranks(signature, args, kwargs)
-            if self.members is not None and ranks is not None and ranks != self.members:
+            ranks = self._ranks(signature, args, kwargs) if self.members is not None else None
+            if ranks is not None and ranks != self.members:
                 raise RuntimeError(f"dist.{name} was called on the ranks {ranks} (no group, or another one), but "
                                    f"the layer was given the group of the ranks {self.members}: the ranks outside "
                                    "it never join the call, so it would wait until the collective timeout")
