@@ -132,6 +132,7 @@ def _in_child(listener: socket.socket, conn: socket.socket, alive: int | None) -
     """In a zygote's new child: drop the zygote's sockets and pipe end, lead a new session, and go on only once
     the requester sends ``GO`` (EOF instead: it gave up and started its own; exit). No time limit: a requester
     that read the pid sends GO at once or closes the connection, however loaded the machine."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)          # the zygote's own (``main``) is not the child's
     listener.close()
     if alive is not None:
         os.close(alive)
@@ -269,8 +270,10 @@ _COMMAND_CONTEXT: tuple[dict[str, str], list[str]] = ({}, [])   # start-up setti
 def main(path: str, imports: list[str] | tuple[str, ...] = IMPORTS) -> None:
     """Listen on ``path`` at once (runs that connect early wait), import torch and ``imports`` (default: every
     library preload), then fork a server (or a zygote) for each request; exit when the process that started
-    the zygote exits."""
-    ctypes.CDLL(None, use_errno=True).prctl(forkserver._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    the zygote exits (``PR_SET_PDEATHSIG``: SIGTERM, on which it removes its socket, and the folder once empty,
+    and exits)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_leave(Path(path)), os._exit(0)))
+    ctypes.CDLL(None, use_errno=True).prctl(forkserver._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     listener = _listen(path)     # what a dead server leaves stays below the zygote
     forkserver._preload([*forkserver.PRELOAD, *imports])   # a failed import is left to the run that needs it
     if forkserver.threads() != 1:          # a thread could hold a lock at fork: serve nobody

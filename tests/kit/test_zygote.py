@@ -144,7 +144,7 @@ def test_zygotes_forked_from_running_ones_serve_at_once_and_end_with_their_owner
     """``Zygotes(source=...)``: each slot's zygote is a child of the source's zygote of that slot; its runs'
     servers are its own children; it ends when the process that asked for it ends (here: exits without closing
     anything), removing its socket and the emptied folder; a source that does not answer means zygotes started
-    from scratch."""
+    from scratch, children of the owner, which end and clean up the same way."""
     with Zygotes(KIT_ROOT, source=zygotes_env) as forked:
         sources = [parent_of(pid) for pid in forked.pids()]
         with _servers(forked.env()[ZYGOTES_ENV]) as servers:
@@ -155,15 +155,16 @@ def test_zygotes_forked_from_running_ones_serve_at_once_and_end_with_their_owner
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             command = handle.read()
         assert b"grading.engine.zygote" in command, command
-    owner = subprocess.run([sys.executable, "-c", "import json, os\nfrom grading.engine.zygotes import Zygotes\n"
-                            f"z = Zygotes({str(KIT_ROOT)!r}, source={zygotes_env!r})\n"
-                            "print(json.dumps([z.pids(), str(z.folder)]), flush=True)\nos._exit(0)\n"],
-                           cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
-    orphans, folder = json.loads(owner.stdout)
-    assert len(orphans) == 2 and _gone(orphans), owner.stderr
-    assert not Path(folder).exists()                       # their sockets and folder went with them
-    with Zygotes(KIT_ROOT, source=tmp_path / "nobody", imports=()) as started:
-        assert all(parent_of(pid) == os.getpid() for pid in started.pids())
+    for source, kind in ((zygotes_env, "forked"), (str(tmp_path / "nobody"), "started")):
+        owner = subprocess.run([sys.executable, "-c", "import json, os\nfrom grading.engine.zygotes import Zygotes\n"
+                                f"z = Zygotes({str(KIT_ROOT)!r}, source={source!r}, imports=())\n"
+                                "print(json.dumps([z.pids(), str(z.folder), [open(f'/proc/{p}/stat').read().split()[3]"
+                                " for p in z.pids()], os.getpid()]), flush=True)\nos._exit(0)\n"],
+                               cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
+        orphans, folder, parents, owner_pid = json.loads(owner.stdout)
+        assert len(orphans) == 2 and _gone(orphans), (kind, owner.stderr)
+        assert not Path(folder).exists(), kind            # their sockets and folder went with them
+        assert (int(parents[0]) == owner_pid) == (kind == "started"), (kind, parents, owner_pid)
 
 
 def _command(folder: str, work, name: str, *args: str, **env: str):
