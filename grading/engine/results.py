@@ -12,6 +12,7 @@ in the rank, so nothing here trusts a verdict from it: the parent judges.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import io
@@ -58,6 +59,17 @@ class RankContext:
         self.out_dir = out_dir              # this rank's result folder
         self.saving_s = 0.0                 # time spent writing result files (for grade --profile)
         self._key = key
+        self._naming: tuple[Callable[[str], str], frozenset[str]] | None = None    # see recording_as
+
+    @contextlib.contextmanager
+    def recording_as(self, rename: Callable[[str], str], allowed: frozenset[str]):
+        """Within the block, ``record(name, ...)`` writes part ``rename(name)`` and accepts only ``allowed``
+        names (a case's split parts; ``grading.kit.problem.SubProblem.each_split`` is the one caller)."""
+        self._naming = (rename, frozenset(allowed))
+        try:
+            yield self
+        finally:
+            self._naming = None
 
     def record(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn()``; save its return value as part ``name``, or the exception it raised.
@@ -66,6 +78,12 @@ class RankContext:
         never propagated, so the next part still runs).
         """
         import torch
+        if self._naming is not None:
+            rename, allowed = self._naming
+            if name not in allowed:
+                raise ValueError(f"record: '{name}' is recorded once per split but is not one of the case's "
+                                 f"split_parts {sorted(allowed)}")
+            name = rename(name)
         try:
             value = fn()
         except BaseException as exc:  # noqa: BLE001 - a submission may raise anything, even SystemExit

@@ -6,20 +6,26 @@ points. Several criteria share one case, so one spawn serves many of them,
 while each criterion reads only the parts it needs, so one bug costs one
 criterion. A sub-problem's ``checks.py`` declares them next to the code::
 
-    CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2)
+    CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, split_parts=(P_PARTITIONS,))
 
     @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
-    def check_coverage(run: CaseRun, split: str) -> None: ...
+    def check_coverage(run: SplitRun) -> None: ...
 
-Every criterion function takes the case's run and the data *split* it judges
-(PUBLIC, or HIDDEN for the staff-only copy of it that a sub-problem's
-``staff.py`` asks for; see ``grading.kit.problem``). Probes record the parts
-that depend on the inputs once per split, under ``split_part(P_NAME, split)``.
+Hidden inputs are the framework's job, not the criterion's. A criterion is
+written once and judges a ``SplitRun``: the case's results as seen from one
+data *split* (PUBLIC, or HIDDEN for the staff-only twin ``<id>_hidden`` that a
+sub-problem's ``staff.py`` asks for), with that split's ``inputs`` and
+``expected`` values. The parts a probe records once per split (inside
+``SubProblem.each_split``) are the case's ``split_parts``; ``run.part(name)``
+reads the judged split's one (``grads`` publicly, ``grads_hidden`` hidden),
+every other part as recorded. What a criterion checks on one split only is
+declared (``public_only=``, ``hidden_only=``), never branched on in its body.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import cached_property
+from typing import Any, Callable, Protocol
 
 from grading.engine.results import CaseRun
 
@@ -27,15 +33,67 @@ PUBLIC, HIDDEN = "public", "hidden"
 SPLITS = (PUBLIC, HIDDEN)
 
 
-def split_part(part: str, split: str) -> str:
-    """The name under which a probe records ``part`` for the inputs of ``split`` (PUBLIC or HIDDEN).
+def twin(part: str, split: str) -> str:
+    """The name under which a split part is recorded for ``split``: ``part`` (PUBLIC) or ``part_hidden``.
 
     Public and hidden inputs are recorded apart, so an exception on a hidden
-    input never costs a public criterion.
+    input never costs a public criterion. Only the framework calls this.
     """
     if split not in SPLITS:
-        raise ValueError(f"split_part: unknown split {split!r}")
+        raise ValueError(f"twin: unknown split {split!r}")
+    return part if split == PUBLIC else f"{part}_{split}"
+
+
+def split_part(part: str, split: str) -> str:  # TRANSITION: the old naming, until every checks.py is converted
     return f"{part}_{split}"
+
+
+class InputSource(Protocol):
+    """Where a split's inputs and expected values come from (a ``grading.kit.problem.SubProblem``)."""
+
+    def inputs_for(self, split: str) -> Any: ...
+
+    def expected_for(self, split: str) -> Any: ...
+
+
+class SplitRun:
+    """What a criterion judges: a finished case's results as seen from one split, with its inputs and expected.
+
+    ``part(name, rank)`` reads the split's twin of a split part and every
+    other part as recorded; ``parts``, ``world_size`` and ``launch`` are the
+    case run's. ``inputs`` and ``expected`` are the split's (public: the
+    sub-problem's inputs and ``expected.json``; hidden: the staff's).
+    """
+
+    def __init__(self, run: CaseRun, split: str, split_parts: frozenset[str] = frozenset(),
+                 source: InputSource | None = None):
+        self._run, self._split, self._split_parts, self._source = run, split, split_parts, source
+
+    @property
+    def world_size(self) -> int:
+        return self._run.world_size
+
+    @property
+    def launch(self):
+        return self._run.launch
+
+    def part(self, name: str, rank: int = 0) -> Any:
+        """The value rank ``rank`` recorded as ``name`` for this split (``CaseRun.part``; raises CheckFailed)."""
+        return self._run.part(twin(name, self._split) if name in self._split_parts else name, rank)
+
+    def parts(self, name: str) -> list[Any]:
+        """``part(name, r)`` for every rank r."""
+        return [self.part(name, rank) for rank in range(self.world_size)]
+
+    @cached_property
+    def inputs(self) -> Any:
+        """The inputs this split's probe ran on."""
+        return self._source.inputs_for(self._split)
+
+    @cached_property
+    def expected(self) -> Any:
+        """The values the criteria expect on this split's inputs (never computed from a student function)."""
+        return self._source.expected_for(self._split)
 
 
 def problem_of(criterion_id: str) -> str:
@@ -48,18 +106,26 @@ def selects(selector: str | None, problem: str) -> bool:
     return selector is None or problem == selector or problem.startswith(selector + ".")
 
 
-Judge = Callable[[CaseRun, str], None]
+Judge = Callable[[SplitRun], None]
 
 
 @dataclass(frozen=True)
 class Criterion:
-    """One graded statement about a case's results, worth ``points``; ``judge(run, split)`` raises CheckFailed."""
+    """One graded statement about a case's results, worth ``points``; ``judge(run)`` raises CheckFailed.
+
+    ``public_only`` / ``hidden_only``: further judges run after ``judge`` on that split only (what the
+    public inputs check beyond the hidden ones, or the reverse), declared here rather than branched on.
+    """
 
     id: str                                   # "1.2.grads_2rank"
     title: str                                # shown in the table
     points: float
     judge: Judge
     split: str = PUBLIC                       # HIDDEN: staff only; Gradescope visibility "after_published"
+    public_only: tuple[Judge, ...] = ()
+    hidden_only: tuple[Judge, ...] = ()
+    split_parts: frozenset[str] = frozenset()  # the case's split parts (see SplitRun)
+    source: InputSource | None = None         # the sub-problem whose inputs the splits are
 
     @property
     def hidden(self) -> bool:
@@ -70,8 +136,13 @@ class Criterion:
         return problem_of(self.id)
 
     def evaluate(self, run: CaseRun) -> None:
-        """Judge ``run`` on this criterion's split; raises CheckFailed when it does not hold."""
-        self.judge(run, self.split)
+        """Judge ``run`` as seen from this criterion's split; raises CheckFailed when it does not hold."""
+        view = SplitRun(run, self.split, self.split_parts, self.source)
+        import inspect  # TRANSITION: remove with split_part once every checks.py is converted
+        if len(inspect.signature(self.judge).parameters) == 2:
+            return self.judge(run, self.split)
+        for judge in (self.judge, *(self.public_only if self.split == PUBLIC else self.hidden_only)):
+            judge(view)
 
 
 @dataclass
@@ -86,16 +157,24 @@ class Case:
     timeout_s: float = 90.0
     criteria: list[Criterion] = field(default_factory=list)
     preload: tuple[str, ...] = ()      # library modules the probe's ranks import (``ForkServers.preload``)
+    split_parts: frozenset[str] = frozenset()   # parts recorded once per split (``SubProblem.each_split``)
+    source: InputSource | None = None           # the sub-problem whose public and hidden inputs this case runs
 
     @property
     def target(self) -> str:
         """``"module:function"`` of the probe, as the worker imports it."""
         return f"{self.probe.__module__}:{self.probe.__name__}"
 
-    def criterion(self, id: str, title: str, points: float) -> Callable[[Judge], Judge]:
-        """Decorator: register ``judge(run, split)`` as the public criterion ``id`` of this case."""
+    def criterion(self, id: str, title: str, points: float, public_only: tuple[Judge, ...] = (),
+                  hidden_only: tuple[Judge, ...] = ()) -> Callable[[Judge], Judge]:
+        """Decorator: register ``judge(run: SplitRun)`` as the public criterion ``id`` of this case.
+
+        ``public_only`` / ``hidden_only``: judges that also run, after ``judge``, on that split only.
+        """
         def register(judge: Judge) -> Judge:
-            self.criteria.append(Criterion(id, title, points, judge))
+            self.criteria.append(Criterion(id, title, points, judge, public_only=tuple(public_only),
+                                           hidden_only=tuple(hidden_only), split_parts=frozenset(self.split_parts),
+                                           source=self.source))
             return judge
         return register
 

@@ -17,10 +17,22 @@ adds hidden ones of the same types::
     HIDDEN_SPAWN = Spawn(world_size=3)                     # optional: the hidden inputs need their own spawn
 
 That is the one mechanism for hidden criteria: the same judge, run on the
-HIDDEN split, as ``<id>_hidden`` worth the given points. Both splits reach the
-ranks as case arguments (``PROBLEM.splits(ctx)``, ``PROBLEM.rank_inputs``,
-``PROBLEM.rank_expected``); the criteria read them with ``PROBLEM.inputs_for``
-and ``PROBLEM.expected_for``.
+HIDDEN split, as ``<id>_hidden`` worth the given points. Neither a probe nor a
+criterion handles splits:
+
+- rank side, a probe records what depends on the inputs inside
+  ``PROBLEM.each_split(ctx, record)``: the framework calls ``record(inputs)``
+  once per split the spawn runs, and the parts it records (the case's
+  ``split_parts``) get their split's name; what does not depend on the inputs
+  goes inside ``PROBLEM.shared(ctx, record)``, which a hidden-only spawn
+  (``HIDDEN_SPAWN``) skips. ``PROBLEM.shipped_expected(ctx)`` gives a stand-in
+  the expected values it replays (the splits ``expected_in_ranks`` names);
+- parent side, a criterion judges a ``SplitRun`` (``grading.engine.rubric``):
+  ``run.part(name)``, ``run.inputs`` and ``run.expected`` are its split's.
+
+Follow a criterion from its region to its expected value: the probe in
+``checks.py`` calls the region's function on ``inputs``; the criterion compares
+``run.part(...)`` with ``run.expected`` (``expected.json`` publicly, ``staff.expected(hidden inputs)`` hidden).
 """
 from __future__ import annotations
 
@@ -34,7 +46,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, Criterion
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, twin
 from grading.kit.secret import course_secret, secret_rng
 from grading.kit.typed import from_data, to_data
 
@@ -71,9 +83,12 @@ class SubProblem:
     cases: list[Case] = field(default_factory=list)
 
     # ------------------------------------------------------------ declaring
-    def case(self, name: str, probe: Callable, **options: Any) -> Case:
-        """A new case of this sub-problem (``Case`` options: world_size, init_group, args, timeout_s, preload)."""
-        case = Case(name, probe, **options)
+    def case(self, name: str, probe: Callable, split_parts: tuple[str, ...] = (), **options: Any) -> Case:
+        """A new case of this sub-problem (``Case`` options: world_size, init_group, args, timeout_s, preload).
+
+        ``split_parts``: the parts the probe records inside ``each_split`` (once per split).
+        """
+        case = Case(name, probe, split_parts=frozenset(split_parts), source=self, **options)
         self.cases.append(case)
         return case
 
@@ -107,49 +122,66 @@ class SubProblem:
         spawn: Spawn | None = getattr(staff, "HIDDEN_SPAWN", None) if staff else None
         out = []
         for case in self.cases:
-            hidden = [Criterion(c.id + "_hidden", c.title + " (hidden inputs)", hidden_points[c.judge], c.judge, HIDDEN)
+            hidden = [dataclasses.replace(c, id=c.id + "_hidden", title=c.title + " (hidden inputs)",
+                                          points=hidden_points[c.judge], split=HIDDEN)
                       for c in case.criteria if c.judge in hidden_points]
             same_spawn = bool(hidden) and spawn is None
             public = dataclasses.replace(case, criteria=[*case.criteria, *(hidden if same_spawn else [])],
-                                         args={**case.args, **self._split_args([PUBLIC, HIDDEN] if same_spawn
-                                                                                else [PUBLIC])})
+                                         args={**case.args, **self._split_args(case, [PUBLIC, HIDDEN] if same_spawn
+                                                                                      else [PUBLIC])})
             out.append(public)
             if hidden and spawn is not None:
                 out.append(dataclasses.replace(
                     case, name=case.name + "_hidden", world_size=spawn.size_for(self.inputs_for(HIDDEN)),
                     timeout_s=spawn.timeout_s or case.timeout_s, criteria=hidden,
-                    args={**case.args, **self._split_args([HIDDEN])}))
+                    args={**case.args, **self._split_args(case, [HIDDEN])}))
         return out
 
-    def _split_args(self, splits: list[str]) -> dict:
-        """The case arguments for ``splits``: their inputs, and the expected values only of the splits that
-        ``expected_in_ranks`` names (the answers stay in the grader unless a stand-in must replay them)."""
-        args: dict = {"splits": splits, "inputs": {s: to_data(self.inputs_for(s)) for s in splits}}
+    def _split_args(self, case: Case, splits: list[str]) -> dict:
+        """The case arguments for ``splits``: their inputs, the case's split parts, and the expected values only
+        of the splits that ``expected_in_ranks`` names (the answers stay in the grader unless a stand-in must
+        replay them)."""
+        args: dict = {"splits": splits, "inputs": {s: to_data(self.inputs_for(s)) for s in splits},
+                      "split_parts": sorted(case.split_parts)}
         shipped = [s for s in splits if s in self.expected_in_ranks]
         if shipped:
             args["expected"] = {s: to_data(self.expected_for(s)) for s in shipped}
         return args
 
     # ------------------------------------------------------------ rank side
+    def each_split(self, ctx, record: Callable[[Any], None]) -> None:
+        """In a rank: call ``record(inputs)`` once per split this spawn runs (public, and hidden on the staff
+        side), with that split's typed inputs; the parts it records are the case's ``split_parts``, each
+        written under its split's name (``twin``). Any other name raises ValueError (a grader bug)."""
+        allowed = frozenset(ctx.args.get("split_parts", ()))
+        for split in ctx.args.get("splits", [PUBLIC]):
+            data = ctx.args.get("inputs", {}).get(split)
+            inputs = self.inputs if data is None else from_data(type(self.inputs), data)
+            with ctx.recording_as(functools.partial(twin, split=split), allowed):
+                record(inputs)
+
+    def shared(self, ctx, record: Callable[[], None]) -> None:
+        """In a rank: call ``record()`` (the parts that do not depend on the inputs) unless this spawn runs the
+        hidden split alone (``HIDDEN_SPAWN``), where no criterion reads them."""
+        if PUBLIC in ctx.args.get("splits", [PUBLIC]):
+            record()
+
+    # TRANSITION: the old rank-side API, until every checks.py is converted
     def splits(self, ctx) -> list[str]:
-        """The splits this spawn runs (PUBLIC, and HIDDEN on the staff side)."""
         return list(ctx.args.get("splits", [PUBLIC]))
 
     def rank_inputs(self, ctx, split: str) -> Any:
-        """In a rank: the typed inputs of ``split`` (sent by the parent as case arguments)."""
         data = ctx.args.get("inputs", {}).get(split)
         return self.inputs if data is None else from_data(type(self.inputs), data)
 
     def rank_expected(self, ctx, split: str) -> Any:
-        """In a rank: the typed expected values of ``split`` (for stand-ins that replay recorded answers).
+        return from_data(self.expected_type, ctx.args["expected"][split])
 
-        Only the splits named in ``expected_in_ranks`` are sent; asking for another raises LookupError.
-        """
+    def shipped_expected(self, ctx) -> list[Any]:
+        """In a rank: the typed expected values sent to this spawn (the splits ``expected_in_ranks`` names),
+        for stand-ins that replay recorded answers; empty when none was sent."""
         shipped = ctx.args.get("expected", {})
-        if split not in shipped:
-            raise LookupError(f"{self.id}: the expected values of the {split} split are not sent to the ranks "
-                              "(add it to expected_in_ranks)")
-        return from_data(self.expected_type, shipped[split])
+        return [from_data(self.expected_type, shipped[s]) for s in ctx.args.get("splits", [PUBLIC]) if s in shipped]
 
 
 def render_expected(value: Any) -> str:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from grading.engine.compare import describe
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
 from grading.problems.common import call_outcome
@@ -58,7 +57,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(partitions=((10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234))),
                      expected_type=Expected, expected_in_ranks=(PUBLIC,))   # the loader's stand-in replays them
 
-P_PARTITIONS = "partitions"    # recorded per split: split_part(P_PARTITIONS, split)
+P_PARTITIONS = "partitions"    # a split part: recorded once per split
 P_EDGE = "edge_partitions"
 P_DEFAULT_SEED = "default_seed"
 P_SEED_PAIR = "seed_pair"
@@ -120,12 +119,9 @@ def probe_partition(ctx) -> None:
 
     from data_parallel.dataset import Partition, partition_dataset, partition_indices
 
-    splits = PROBLEM.splits(ctx)
     before = random.getstate()
-    for split in splits:
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_PARTITIONS, split), lambda inputs=inputs: [partition_indices(*c)
-                                                                           for c in inputs.partitions])
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_PARTITIONS, lambda: [partition_indices(*c)
+                                                                             for c in inputs.partitions]))
     ctx.record(P_EDGE, lambda: [partition_indices(*c) for c in EDGE_CONFIGS])
     ctx.record(P_DEFAULT_SEED, lambda: partition_indices(*DEFAULT_SEED_CALL))
     ctx.record(P_SEED_PAIR, lambda: [partition_indices(100, 2, seed=1), partition_indices(100, 2, seed=2)])
@@ -134,7 +130,7 @@ def probe_partition(ctx) -> None:
     ctx.record(P_PARTITION_CLASS, lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
         Partition(list("abcdefg"), [3, 1, 4])))
 
-    seams.apply(swaps(PROBLEM.rank_expected(ctx, PUBLIC)))
+    seams.apply(swaps(*PROBLEM.shipped_expected(ctx)))
 
     def loader_batches(rank, world_size, **seed):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch, **seed)
@@ -148,7 +144,8 @@ def probe_partition(ctx) -> None:
                                              for a in BAD_LOADER_ARGS])
 
 
-CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60)
+CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60,
+                    split_parts=(P_PARTITIONS,))
 
 
 # ---------------------------------------------------------------- criteria
@@ -178,22 +175,30 @@ def _check_sizes(label: str, parts, expected: Parts) -> None:
 
 
 @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
-def check_coverage(run: CaseRun, split: str) -> None:
-    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
+def check_coverage(run: SplitRun) -> None:
+    for config, parts in zip(run.inputs.partitions, run.part(P_PARTITIONS)):
         _check_cover(_label(*config), parts, config[0], config[1])
 
 
 @CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1)
-def check_sizes(run: CaseRun, split: str) -> None:
-    expected = PROBLEM.expected_for(split).partitions
-    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
+def check_sizes(run: SplitRun) -> None:
+    expected = run.expected.partitions
+    for config, parts in zip(run.inputs.partitions, run.part(P_PARTITIONS)):
         _check_sizes(_label(*config), parts, expected[config])
 
 
-@CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1)
-def check_exact(run: CaseRun, split: str) -> None:
-    expected = PROBLEM.expected_for(split).partitions
-    for config, parts in zip(PROBLEM.inputs_for(split).partitions, run.part(split_part(P_PARTITIONS, split))):
+def _check_default_seed(run: SplitRun) -> None:
+    got = run.part(P_DEFAULT_SEED)
+    want = run.expected.partitions[(*DEFAULT_SEED_CALL, DEFAULT_SEED)]
+    expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
+           "the default seed is DEFAULT_SEED")
+
+
+@CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1,
+                public_only=(_check_default_seed,))
+def check_exact(run: SplitRun) -> None:
+    expected = run.expected.partitions
+    for config, parts in zip(run.inputs.partitions, run.part(P_PARTITIONS)):
         label, want = _label(*config), expected[config]
         _check_cover(label, parts, config[0], config[1])
         _check_sizes(label, parts, want)
@@ -201,41 +206,35 @@ def check_exact(run: CaseRun, split: str) -> None:
             expect(list(got) == ref, f"{label}: part {rank} is {list(got)[:8]}..., expected {ref[:8]}... "
                    "(shuffle list(range(size)) with random.Random(seed), then rank r takes the next "
                    "contiguous slice, rank 0 first)")
-    if split != PUBLIC:
-        return
-    got = run.part(P_DEFAULT_SEED)
-    want = expected[(*DEFAULT_SEED_CALL, DEFAULT_SEED)]
-    expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
-           "the default seed is DEFAULT_SEED")
 
 
 @CASE.criterion("1.1.edge_cases", "empty parts (size < world_size) and size 0", points=1)
-def check_edge_cases(run: CaseRun, split: str) -> None:
-    expected = PROBLEM.expected_for(split).partitions
+def check_edge_cases(run: SplitRun) -> None:
+    expected = run.expected.partitions
     for config, parts in zip(EDGE_CONFIGS, run.part(P_EDGE)):
         _check_cover(_label(*config), parts, config[0], config[1])
         _check_sizes(_label(*config), parts, expected[config])
 
 
 @CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
-def check_deterministic(run: CaseRun, split: str) -> None:
-    for name in (split_part(P_PARTITIONS, split), P_DEFAULT_SEED, P_SEED_PAIR):
+def check_deterministic(run: SplitRun) -> None:
+    for name in (P_PARTITIONS, P_DEFAULT_SEED, P_SEED_PAIR):
         a, b = run.part(name, 0), run.part(name, 1)
         expect(a == b, f"partition_indices gives different parts in two processes whose global random "
                f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
 
 
 @CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1)
-def check_rng_untouched(run: CaseRun, split: str) -> None:
+def check_rng_untouched(run: SplitRun) -> None:
     for rank in range(run.world_size):
-        run.part(split_part(P_PARTITIONS, split), rank)          # only meaningful once partition_indices runs
+        run.part(P_PARTITIONS, rank)          # only meaningful once partition_indices runs
         before, after = run.part(P_RNG_STATE, rank)
         expect(before == after, f"rank {rank}: the global random state changed during partition_indices: "
                "use a private random.Random(seed)")
 
 
 @CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1)
-def check_seed_sensitivity(run: CaseRun, split: str) -> None:
+def check_seed_sensitivity(run: SplitRun) -> None:
     first, second = run.part(P_SEED_PAIR, 0)
     expect(first != second, "partition_indices(100, 2) gives the same parts for seed=1 and seed=2")
     unshuffled = [list(range(50)), list(range(50, 100))]
@@ -244,13 +243,13 @@ def check_seed_sensitivity(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", points=1)
-def check_value_errors(run: CaseRun, split: str) -> None:
+def check_value_errors(run: SplitRun) -> None:
     for (size, ws), outcome in zip(BAD_ARGS, run.part(P_BAD_ARGS, 0)):
         expect(outcome == "ValueError", f"partition_indices({size}, {ws}) must raise ValueError, got {outcome}")
 
 
 @CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1)
-def check_partition_class(run: CaseRun, split: str) -> None:
+def check_partition_class(run: SplitRun) -> None:
     got = run.part(P_PARTITION_CLASS, 0)
     expect(got == [3, ["d", "b", "e"]], f"Partition(list('abcdefg'), [3, 1, 4]): len and items {got}, "
            "expected 3 and ['d', 'b', 'e']")
@@ -279,8 +278,8 @@ def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expect
 
 @CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part (of the given "
                 "seed) in order, the given collate_fn", points=1)
-def check_partition_dataset(run: CaseRun, split: str) -> None:
-    expected = PROBLEM.expected_for(split)
+def check_partition_dataset(run: SplitRun) -> None:
+    expected = run.expected
     _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2, expected)
     _check_loaders("partition_dataset(world_size=3)", run.part(P_LOADER_3, 0), 3, expected)
     _check_loaders(f"partition_dataset(world_size=2, seed={LOADER_SEED})", run.part(P_LOADER_SEED, 0), 2, expected,
@@ -289,7 +288,7 @@ def check_partition_dataset(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world",
                 points=1)
-def check_partition_dataset_errors(run: CaseRun, split: str) -> None:
+def check_partition_dataset_errors(run: SplitRun) -> None:
     for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, run.part(P_LOADER_ERRORS, 0)):
         expect(outcome == "ValueError", f"partition_dataset(rank={rank}, world_size={ws}, batch_size={batch}) "
                f"must raise ValueError, got {outcome}")
