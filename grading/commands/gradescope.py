@@ -14,23 +14,21 @@ region bodies into the kit's files, and judges against its own references
 (``grading/references``), so the region bodies are never needed.
 
 ``run_autograder`` writes a placeholder results.json first and checks the
-real one at the end (``python -m grading.commands.gradescope finalize``), so
-Gradescope always gets a report, even when the grader is killed. Every path
-can be moved with environment variables (a test runs it on a temporary
-folder laid out like ``/autograder``).
+real one at the end (``python -m grading.commands.report placeholder|finalize``:
+shipped in the bundle, unlike this staff-only module), so Gradescope always
+gets a report, even when the grader is killed. Every path can be moved with
+environment variables (a test unpacks the zip into a folder laid out like
+``/autograder`` and runs it there).
 """
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 import zipfile
 from pathlib import Path
 
 from grading.kit.secret import SECRET_FILE
 from grading.commands.release import release, staff_files
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.quick_exit import run_and_exit
 
 LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 
@@ -63,12 +61,16 @@ RESULTS="${GRADING_RESULTS:-$ROOT/results/results.json}"
 PYTHON="${GRADING_PYTHON:-python3}"
 mkdir -p "$(dirname "$RESULTS")"
 cd "$SOURCE" || exit 1
-"$PYTHON" -m grading.commands.gradescope placeholder "$RESULTS"
+LIMIT="${GRADING_TOTAL_TIMEOUT:-2400}"
+"$PYTHON" -m grading.commands.report placeholder "$RESULTS"
+started=$SECONDS
 # shellcheck disable=SC2086
-timeout --kill-after=30 "${GRADING_TOTAL_TIMEOUT:-2400}" \\
+timeout --kill-after=30 "$LIMIT" \\
     "$PYTHON" -m grading grade "$SUBMISSION" --json "$RESULTS" --quiet ${GRADING_ARGS:-}
 code=$?
-"$PYTHON" -m grading.commands.gradescope finalize "$RESULTS" "$code"
+out_of_time=0
+[ $((SECONDS - started)) -ge "$LIMIT" ] && out_of_time=1
+"$PYTHON" -m grading.commands.report finalize "$RESULTS" "$code" "$out_of_time"
 exit 0
 """
 
@@ -108,54 +110,3 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
                 info.compress_type = zipfile.ZIP_DEFLATED
                 bundle.writestr(info, file.read_bytes())
     return archive
-
-
-def _fallback(message: str) -> dict:
-    return {"score": 0.0, "output": message, "visibility": "visible", "tests": [
-        {"name": "grading", "score": 0.0, "max_score": 0.0, "status": "failed", "output": message,
-         "visibility": "visible"}]}
-
-
-def write_placeholder(results: Path) -> None:
-    """A results.json saying the grader did not finish (replaced by the real report when it does)."""
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(_fallback("The autograder started but did not finish (killed or out of time). "
-                                            "Please tell the course staff."), indent=1) + "\n")
-
-
-def finalize(results: Path, exit_code: int) -> bool:
-    """Keep a valid results.json; otherwise replace it by one explaining ``exit_code``. True when it was valid."""
-    try:
-        data = json.loads(results.read_text())
-        valid = isinstance(data, dict) and isinstance(data.get("tests"), list) and "score" in data
-    except (OSError, ValueError):
-        valid = False
-    if valid and exit_code not in (124, 137):
-        return True
-    why = {124: "ran out of time (GRADING_TOTAL_TIMEOUT)", 137: "was killed after running out of time"}.get(
-        exit_code, f"stopped with exit code {exit_code} without a valid report")
-    if valid and data.get("tests"):
-        data["output"] = (data.get("output", "") + f"\nThe autograder {why}; this report may be partial.").strip()
-        results.write_text(json.dumps(data, indent=1) + "\n")
-        return True
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(_fallback(f"The autograder {why}. Please tell the course staff."), indent=1)
-                       + "\n")
-    return False
-
-
-def main(argv: list[str]) -> int:
-    """``placeholder RESULTS`` or ``finalize RESULTS EXIT_CODE`` (used by run_autograder)."""
-    if len(argv) == 2 and argv[0] == "placeholder":
-        write_placeholder(Path(argv[1]))
-        return 0
-    if len(argv) == 3 and argv[0] == "finalize":
-        finalize(Path(argv[1]), int(argv[2]))
-        return 0
-    print("usage: python -m grading.commands.gradescope placeholder RESULTS | finalize RESULTS EXIT_CODE",
-          file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    run_and_exit(lambda: main(sys.argv[1:]))

@@ -1,7 +1,12 @@
-"""Grading output: the terminal table, Gradescope's results.json, and the exit code."""
+"""Grading output: the terminal table, Gradescope's results.json, and the exit code.
+
+``python -m grading.commands.report placeholder|finalize`` are the steps the
+Gradescope bundle's ``run_autograder`` runs before and after the grade.
+"""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from grading.problems import titles
@@ -77,3 +82,55 @@ def write_json(path: Path, results: list[CriterionResult], notes: list[str] = ()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(gradescope_json(results, notes), indent=1) + "\n")
+
+
+PLACEHOLDER = "grading started but did not finish (the grader was killed or ran out of time)"
+
+
+def write_placeholder(path: Path) -> None:
+    """A results.json saying the grade did not finish, written before it starts (the real report replaces it)."""
+    write_json(path, [], [PLACEHOLDER])
+
+
+def finalize(results: Path, exit_code: int, out_of_time: bool) -> bool:
+    """Keep the grade's results.json when the grade finished; otherwise write one that says why it did not.
+
+    ``exit_code`` is the grade's (through ``timeout``), ``out_of_time`` whether the whole run reached its limit
+    (``GRADING_TOTAL_TIMEOUT``). Returns True when the grade's own report was kept.
+    """
+    try:
+        data = json.loads(results.read_text())
+        finished = isinstance(data, dict) and isinstance(data.get("tests"), list) and data.get("output") != PLACEHOLDER
+    except (OSError, ValueError):
+        finished = False
+    if finished and not out_of_time:
+        return True
+    if out_of_time:
+        why = ("ran out of time (GRADING_TOTAL_TIMEOUT): a submission that runs far slower than the reference, or "
+               "a limit set below what the assignment needs")
+    elif exit_code >= 128:
+        why = (f"was stopped by signal {exit_code - 128} before it finished: a submission that kills its grader, "
+               "or the container ran out of memory")
+    else:
+        why = f"stopped with exit code {exit_code} without a report"
+    write_json(results, [], [f"The autograder {why}. Please tell the course staff."])
+    return False
+
+
+def main(argv: list[str]) -> int:
+    """``placeholder RESULTS`` or ``finalize RESULTS EXIT_CODE OUT_OF_TIME(0|1)``: the two steps ``run_autograder``
+    (Gradescope) runs around the grade, so that Gradescope always gets a valid results.json that says what
+    happened."""
+    if len(argv) == 2 and argv[0] == "placeholder":
+        write_placeholder(Path(argv[1]))
+        return 0
+    if len(argv) == 4 and argv[0] == "finalize" and argv[2].isdigit() and argv[3] in ("0", "1"):
+        finalize(Path(argv[1]), int(argv[2]), argv[3] == "1")
+        return 0
+    print("usage: python -m grading.commands.report placeholder RESULTS | finalize RESULTS EXIT_CODE OUT_OF_TIME",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

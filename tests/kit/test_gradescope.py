@@ -1,7 +1,6 @@
 """``python -m grading gradescope``: the bundle's layout, and run_autograder on a folder laid out like /autograder."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -10,10 +9,11 @@ import pytest
 
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import parse_regions, student_files
-from tests.kit.variants import KIT_ROOT
+from tests.kit.variants import KIT_ROOT, make_variant_kit
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
+DATASET = "data_parallel/dataset.py"
 
 
 @pytest.fixture(scope="module")
@@ -24,18 +24,36 @@ def bundle(tmp_path_factory):
     return out
 
 
+VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
+
+
 def autograder(tmp_path, bundle, submission_files: dict[str, str], **env) -> tuple[subprocess.CompletedProcess, dict]:
-    """Lay out tmp_path/autograder like Gradescope's /autograder, run run_autograder, return results.json."""
+    """Run the bundle as Gradescope does: unpack autograder.zip into tmp_path/autograder/source (a folder laid
+    out like /autograder), put the submission in .../submission, run run_autograder with the kit's own
+    environment standing in for what setup.sh installs; return the run and results.json, checked against
+    Gradescope's specification, with no traceback of the kit's own in stdout or stderr."""
     root = tmp_path / "autograder"
-    shutil.copytree(bundle / "source", root / "source")
+    with zipfile.ZipFile(bundle / "autograder.zip") as archive:
+        archive.extractall(root / "source")
+    for name in ("setup.sh", "run_autograder"):       # zipfile drops permissions; Gradescope runs them as scripts
+        (root / "source" / name).chmod(0o755)
     for rel, text in submission_files.items():
         (root / "submission" / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / "submission" / rel).write_text(text)
     (root / "submission").mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
+    done = subprocess.run([str(root / "source" / "run_autograder")], capture_output=True, text=True, cwd=root,
                           timeout=600, env={**os.environ, "AUTOGRADER_ROOT": str(root),
                                             "GRADING_PYTHON": sys.executable, **env})
-    return done, json.loads((root / "results" / "results.json").read_text())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert isinstance(results["score"], (int, float)) and results.get("visibility", "visible") in VISIBILITIES
+    assert isinstance(results.get("output", ""), str) and isinstance(results["tests"], list), results
+    for test in results["tests"]:
+        assert isinstance(test["name"], str) and isinstance(test["output"], str), test
+        assert isinstance(test["score"], (int, float)) and isinstance(test["max_score"], (int, float)), test
+        assert test["status"] in ("passed", "failed") and test["visibility"] in VISIBILITIES, test
+    return done, results
 
 
 def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
@@ -59,11 +77,10 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
         assert shipped and all("NotImplementedError" in r.body and r.body not in reference for r in shipped), rel
 
 
-def test_run_autograder_grades_the_submission_into_results_json(tmp_path, bundle):
-    files = {rel: (KIT_ROOT / rel).read_text() for rel in ("data_parallel/dataset.py", "data_parallel/comm.py")}
-    done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1.1")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert results["score"] == results["max_score"] == 13, results        # 12 public + 1 hidden
+def test_run_autograder_grades_the_reference_into_results_json(tmp_path, bundle):
+    files = {rel: (KIT_ROOT / rel).read_text() for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS)}
+    done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1")
+    assert results["score"] == results["max_score"] == 27, results        # 24 public + 3 hidden
     assert {t["status"] for t in results["tests"]} == {"passed"}
     assert {t["visibility"] for t in results["tests"] if "hidden" in t["name"]} == {"after_published"}
 
@@ -81,8 +98,22 @@ def test_run_autograder_reports_a_rejected_submission(tmp_path, bundle):
     assert all("no student file found" in t["output"] for t in results["tests"]), results
 
 
-def test_run_autograder_leaves_a_report_when_the_grader_is_cut_off(tmp_path, bundle):
-    files = {"data_parallel/dataset.py": (KIT_ROOT / "data_parallel/dataset.py").read_text()}
-    done, results = autograder(tmp_path, bundle, files, GRADING_TOTAL_TIMEOUT="2")
-    assert done.returncode == 0
-    assert results["score"] == 0 and "ran out of time" in results["output"], results
+def test_run_autograder_reports_a_grade_that_exceeds_the_total_timeout(tmp_path, bundle):
+    hang = make_variant_kit(tmp_path / "hang", [(DATASET, "partition_indices", "while True:\n    pass\n")])
+    done, results = autograder(tmp_path, bundle, {DATASET: (hang / DATASET).read_text()}, GRADING_TOTAL_TIMEOUT="4")
+    assert results["score"] == 0 and "ran out of time (GRADING_TOTAL_TIMEOUT)" in results["output"], results
+
+
+def test_run_autograder_reports_a_submission_that_kills_its_grader(tmp_path, bundle):
+    kill = ("import os, signal\n"            # the grade's own process: `python -m grading grade <submission>`
+            "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+            "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+            "    except OSError:\n        continue\n"
+            "    if line.startswith(b'timeout'):\n        continue\n"
+            "    if b'\\x00grade\\x00' in line and b'/autograder/submission\\x00' in line:\n"
+            "        os.kill(int(pid), signal.SIGKILL)\n")
+    killer = make_variant_kit(tmp_path / "killer", [(DATASET, "partition_indices", kill)])
+    done, results = autograder(tmp_path, bundle, {DATASET: (killer / DATASET).read_text()},
+                               GRADING_ARGS="--problem 1.1")
+    assert results["score"] == 0, results
+    assert "stopped by signal 9 before it finished: a submission that kills its grader" in results["output"], results
