@@ -9,7 +9,7 @@
 A folder is a package whose ``__init__.py`` sets ``ID`` and ``TITLE``; its
 ``checks.py`` defines ``PROBLEM`` (a ``grading.kit.problem.SubProblem``).
 What a folder holds is described in ``grading/kit/problem.py``; how to add
-one, in the README's "Adding a sub-problem". A starter holds only the
+one, in ``docs/adding-a-subproblem.md``. A starter holds only the
 folders of the problems its course chose, so discovery finds just those.
 """
 from __future__ import annotations

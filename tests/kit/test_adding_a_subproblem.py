@@ -1,6 +1,6 @@
-"""Issue 19.5: the README's "Adding a sub-problem" walk-through, followed literally on a copy of the kit.
+"""Issue 19.5 (issue 36: moved to docs/): the sub-problem guide, followed literally on a copy of the kit.
 
-The test reads every file block of that README section (``File `PATH`:`` or
+The test reads every file block of ``docs/adding-a-subproblem.md`` (``File `PATH`:`` or
 ``File `PATH` (append):`` followed by a ```python block), writes them into a
 temporary copy of the kit and checks what the guide promises: the expected
 values are written by ``grading fixtures``, the reference scores full marks
@@ -22,11 +22,14 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.kit.regions import parse_regions, replace_bodies
+from grading.problems import titles
 from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
-SECTION = "### Adding a sub-problem"
+GUIDE = KIT_ROOT / "docs" / "adding-a-subproblem.md"
+TOY = "9.1"
+TOY_FOLDER = "grading/problems/p9_1_chunks"
 TOY_FILE, TOY_FUNCTION = "data_parallel/dataset.py", "chunk_sizes"
 BUGGY_BODY = """
         if total < 0 or parts < 1:
@@ -37,13 +40,9 @@ BUGGY_BODY = """
 
 
 def guide_files() -> list[tuple[str, bool, str]]:
-    """(path, append, code) for every file block of the README's walk-through, in order."""
-    readme = (KIT_ROOT / "README.md").read_text()
-    start = readme.index(SECTION)
-    end = readme.find("\n## ", start)
-    section = readme[start:end if end != -1 else len(readme)]
+    """(path, append, code) for every file block of the guide, in order."""
     blocks = re.finditer(r"File `(?P<path>[^`]+)`(?P<append> \(append\))?:\s*\n+```python\n(?P<code>.*?)```",
-                         section, flags=re.S)
+                         GUIDE.read_text(), flags=re.S)
     return [(m.group("path"), bool(m.group("append")), m.group("code")) for m in blocks]
 
 
@@ -53,7 +52,7 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _grade(cwd: Path, *args: str) -> dict[str, float]:
     out = cwd / "toy_results.json"
-    done = _run(cwd, "grade", *args, "--problem", "1.3", "--quiet", "--json", str(out))
+    done = _run(cwd, "grade", *args, "--problem", TOY, "--quiet", "--json", str(out))
     assert out.is_file(), done.stdout[-2000:] + done.stderr[-2000:]
     return {t["name"].split(":")[0]: t["score"] for t in json.loads(out.read_text())["tests"]}
 
@@ -75,26 +74,42 @@ def toy_kit(tmp_path_factory) -> Path:
 
 def test_the_guide_has_a_block_for_every_step():
     paths = [path for path, _, _ in guide_files()]
-    assert paths == [TOY_FILE, "grading/problems/p1_3_chunks/__init__.py", "grading/problems/p1_3_chunks/checks.py",
-                     "grading/problems/p1_3_chunks/staff.py"]
+    assert paths == [TOY_FILE, f"{TOY_FOLDER}/__init__.py", f"{TOY_FOLDER}/checks.py", f"{TOY_FOLDER}/staff.py"]
+
+
+def test_the_toy_id_is_no_real_problem():
+    assert TOY not in titles() and not (KIT_ROOT / TOY_FOLDER).exists()
+
+
+def test_the_guides_criteria_judge_one_split_run():
+    """The toy is written in the framework's one style: a criterion takes ``run: SplitRun`` alone, and neither
+    it nor the probe handles splits (no loop over them, no part names built from them)."""
+    code = dict((path, code) for path, _, code in guide_files())[f"{TOY_FOLDER}/checks.py"]
+    criteria = [node for node in ast.walk(ast.parse(code)) if isinstance(node, ast.FunctionDef)
+                and any("criterion" in ast.unparse(d) for d in node.decorator_list)]
+    assert criteria
+    for node in criteria:
+        assert [(a.arg, ast.unparse(a.annotation)) for a in node.args.args] == [("run", "SplitRun")], node.name
+    for old in ("split_part", "rank_inputs", "rank_expected", "splits", "inputs_for", "expected_for"):
+        assert not re.search(rf"\b{old}\b", code), f"the guide's checks.py uses {old}: leave splits to the framework"
 
 
 def test_fixtures_write_the_expected_values(toy_kit):
-    expected = json.loads((toy_kit / "grading/problems/p1_3_chunks/expected.json").read_text())
+    expected = json.loads((toy_kit / TOY_FOLDER / "expected.json").read_text())
     assert [[10, 3], [4, 3, 3]] in expected["sizes"]
 
 
 def test_the_reference_scores_full_marks_hidden_criterion_included(toy_kit):
     scores = _grade(toy_kit)
-    assert scores == {"1.3.sizes": 2, "1.3.errors": 1, "1.3.sizes_hidden": 1}
+    assert scores == {"9.1.sizes": 2, "9.1.errors": 1, "9.1.sizes_hidden": 1}
 
 
 def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
     starter = tmp_path / "starter"
     done = _run(toy_kit, "release", str(starter))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not (starter / "grading/problems/p1_3_chunks/staff.py").exists()
-    assert (starter / "grading/problems/p1_3_chunks/expected.json").is_file()
+    assert not (starter / TOY_FOLDER / "staff.py").exists()
+    assert (starter / TOY_FOLDER / "expected.json").is_file()
     assert set(_grade(starter).values()) == {0}
     region = next(r for r in parse_regions((toy_kit / TOY_FILE).read_text(), TOY_FILE)
                   if r.function == TOY_FUNCTION)
@@ -116,4 +131,4 @@ def test_the_guides_variant_loses_exactly_its_criterion(toy_kit, tmp_path):
     body = textwrap.indent(textwrap.dedent(BUGGY_BODY).strip("\n") + "\n", regions[index].indent)
     (buggy / TOY_FILE).write_text(replace_bodies(text, TOY_FILE, {index: body}))
     scores = _grade(toy_kit, str(buggy))
-    assert scores == {"1.3.sizes": 0, "1.3.errors": 1, "1.3.sizes_hidden": 0}
+    assert scores == {"9.1.sizes": 0, "9.1.errors": 1, "9.1.sizes_hidden": 0}

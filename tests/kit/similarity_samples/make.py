@@ -207,7 +207,7 @@ def generate_batch(out_dir: Path, count: int = 200, seed: int = 0) -> list[Path]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: write a generated batch (for the README's scale figures)."""
+    """CLI: write a generated batch (a class to try the similarity report on: docs/grading-a-class.md)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--count", type=int, default=200)
