@@ -21,8 +21,7 @@ import torch
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
 from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
@@ -49,8 +48,8 @@ SETUP_BACKEND = "cpu:gloo"
 UNUSABLE_PORT = "unusable-use-the-given-init_method"
 
 P_SETUP = "setup"
-P_GRADS = "grads"        # recorded per split: split_part(P_GRADS, split)
-P_ALL_REDUCE_CALLS = "all_reduce_calls"
+P_GRADS = "grads"        # split parts: recorded once per split
+P_ALL_REDUCE_CALLS = "all_reduce_calls"    # the all_reduce calls of that split's average_gradients
 P_TRAIN_STEP = "train_step"
 
 
@@ -93,7 +92,8 @@ def probe_comm(ctx) -> None:
     """Student setup (grader fallback), then average_gradients and an isolated train_step.
 
     A spawn of the hidden inputs alone (their own world size) joins the grader's
-    group and records only the averaged gradients: nothing else runs hidden.
+    group and records only the averaged gradients (and their all_reduce calls):
+    setup and train_step are ``PROBLEM.shared``, which that spawn skips.
     """
     import torch.distributed as dist
 
@@ -107,7 +107,6 @@ def probe_comm(ctx) -> None:
     dist.all_reduce = counting_all_reduce     # before the student module binds any name
     from data_parallel import comm
 
-    splits = PROBLEM.splits(ctx)
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
 
     def setup():
@@ -125,8 +124,7 @@ def probe_comm(ctx) -> None:
         value = torch.tensor([float(ctx.rank + 1)])
         real_all_reduce(value)
         return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(), _group_timeout_s()]
-    if PUBLIC in splits:
-        ctx.record(P_SETUP, setup)
+    PROBLEM.shared(ctx, lambda: ctx.record(P_SETUP, setup))
     if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
         dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout)
@@ -139,13 +137,11 @@ def probe_comm(ctx) -> None:
         calls["all_reduce"] = 0
         comm.average_gradients(model)
         return ref.grads_of(model)
-    for split in splits:
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_GRADS, split), lambda inputs=inputs: grads(inputs))
-        if split == PUBLIC:
-            ctx.record(P_ALL_REDUCE_CALLS, lambda: calls["all_reduce"])
-    if PUBLIC not in splits:                 # train_step has no hidden criterion
-        return
+
+    def record_grads(inputs: Inputs):
+        ctx.record(P_GRADS, lambda: grads(inputs))
+        ctx.record(P_ALL_REDUCE_CALLS, lambda: calls["all_reduce"])
+    PROBLEM.each_split(ctx, record_grads)
 
     def train():
         serial = seams.apply(SWAPS)["data_parallel.comm.average_gradients"]
@@ -162,7 +158,7 @@ def probe_comm(ctx) -> None:
             serial.batch, serial.shard = (inputs, targets), shard
             losses.append(comm.train_step(model, optimizer, *shard, loss_fn))
         return {"losses": losses, "params": ref.params_of(model), "loss_fn_calls": len(loss_calls)}
-    ctx.record(P_TRAIN_STEP, train)
+    PROBLEM.shared(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
 
 
 def _group_timeout_s() -> float | None:
@@ -176,13 +172,13 @@ def _group_timeout_s() -> float | None:
 
 
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
-                    timeout_s=90, preload=OPTIMIZER_IMPORTS)
+                    timeout_s=90, preload=OPTIMIZER_IMPORTS, split_parts=(P_GRADS, P_ALL_REDUCE_CALLS))
 
 
 # ---------------------------------------------------------------- criteria
 @CASE.criterion("1.2.setup", "setup_process_group joins the group as given (init_method, rank, world, backend, "
                 "timeout)", points=2)
-def check_setup(run: CaseRun, split: str) -> None:
+def check_setup(run: SplitRun) -> None:
     call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
             f"timeout={PG_TIMEOUT_S} s)")
     for rank in range(run.world_size):
@@ -200,12 +196,12 @@ def check_setup(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)
-def check_grads(run: CaseRun, split: str) -> None:
+def check_grads(run: SplitRun) -> None:
     """Every rank's averaged gradients equal the serial gradients of the global batch."""
-    inputs = PROBLEM.inputs_for(split)
+    inputs = run.inputs
     expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
     for rank in range(run.world_size):
-        got = run.part(split_part(P_GRADS, split), rank)
+        got = run.part(P_GRADS, rank)
         try:
             assert_state_close(f"average_gradients ({run.world_size} ranks): rank {rank} grad of", got, expected,
                                atol=1e-6, rtol=1e-5)
@@ -214,11 +210,11 @@ def check_grads(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=2)
-def check_unused_grads_none(run: CaseRun, split: str) -> None:
-    inputs = PROBLEM.inputs_for(split)
+def check_unused_grads_none(run: SplitRun) -> None:
+    inputs = run.inputs
     expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
     for rank in range(run.world_size):
-        got = run.part(split_part(P_GRADS, split), rank)
+        got = run.part(P_GRADS, rank)
         expect(isinstance(got, dict), f"rank {rank}: gradients missing")
         for name, ref_grad in expected.items():
             if ref_grad is None:
@@ -227,9 +223,9 @@ def check_unused_grads_none(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", points=1)
-def check_uses_all_reduce(run: CaseRun, split: str) -> None:
+def check_uses_all_reduce(run: SplitRun) -> None:
     for rank in range(run.world_size):
-        run.part(split_part(P_GRADS, split), rank)     # only meaningful once average_gradients runs
+        run.part(P_GRADS, rank)     # only meaningful once average_gradients runs
         calls = run.part(P_ALL_REDUCE_CALLS, rank)
         expect(isinstance(calls, int) and calls >= 1,
                f"average_gradients: rank {rank} never called torch.distributed.all_reduce")
@@ -237,7 +233,7 @@ def check_uses_all_reduce(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("1.2.train_step_updates", "3 train_step updates (with the given loss_fn) equal serial SGD on the "
                 "global batch", points=3)
-def check_train_step_updates(run: CaseRun, split: str) -> None:
+def check_train_step_updates(run: SplitRun) -> None:
     expected, _ = ref.serial_sgd(seed=0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN_STEP, rank)
@@ -253,7 +249,7 @@ def check_train_step_updates(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1)
-def check_train_step_loss(run: CaseRun, split: str) -> None:
+def check_train_step_loss(run: SplitRun) -> None:
     _, losses = ref.serial_sgd(seed=0)
     for rank in range(run.world_size):
         got = run.part(P_TRAIN_STEP, rank)["losses"]

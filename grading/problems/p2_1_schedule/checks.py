@@ -14,8 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import call_outcome, describe_exception
 from grading.problems.p2_1_schedule import ID, TITLE
@@ -45,7 +44,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
 EDGE_SCHEDULE_CONFIGS = [(0, 1), (0, 3)]
 BAD_SCHEDULE_ARGS = [(-1, 2), (3, 0), (2, -1), (0, 0)]
 
-P_SCHEDULES = "schedules"    # recorded per split: split_part(P_SCHEDULES, split)
+P_SCHEDULES = "schedules"    # a split part: recorded once per split
 P_EDGE_SCHEDULES = "edge_schedules"
 P_SCHEDULE_ERRORS = "schedule_errors"
 P_SPLIT_PLAIN = "split_plain"
@@ -129,10 +128,8 @@ def probe_schedule_split(ctx) -> None:
 
     from pipeline import partition, schedule
 
-    for split in PROBLEM.splits(ctx):
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_SCHEDULES, split), lambda inputs=inputs: [_waves(schedule.clock_cycles, m, n)
-                                                                          for m, n in inputs.schedules])
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n)
+                                                                            for m, n in inputs.schedules]))
     ctx.record(P_EDGE_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n) for m, n in EDGE_SCHEDULE_CONFIGS])
     ctx.record(P_SCHEDULE_ERRORS, lambda: [
         call_outcome(lambda m=m, n=n: list(itertools.islice(schedule.clock_cycles(m, n), 50)))
@@ -157,7 +154,8 @@ def probe_schedule_split(ctx) -> None:
     ctx.record(P_SPLIT_SPANNING, spanning)
 
 
-CASE = PROBLEM.case("p2_schedule_split", probe_schedule_split, init_group=False, timeout_s=60)
+CASE = PROBLEM.case("p2_schedule_split", probe_schedule_split, init_group=False, timeout_s=60,
+                    split_parts=(P_SCHEDULES,))
 
 
 # ================================================================ criteria
@@ -175,25 +173,25 @@ def _compare_schedule(m: int, n: int, got, expected: list[list[tuple[int, int]]]
 
 
 @CASE.criterion("2.1.clock_cycles", "clock_cycles: every cycle's tasks for many (m >= 1, n)", points=3)
-def check_schedule(run: CaseRun, split: str) -> None:
-    waves = PROBLEM.expected_for(split).waves
-    for (m, n), got in zip(PROBLEM.inputs_for(split).schedules, run.part(split_part(P_SCHEDULES, split))):
+def check_schedule(run: SplitRun) -> None:
+    waves = run.expected.waves
+    for (m, n), got in zip(run.inputs.schedules, run.part(P_SCHEDULES)):
         _compare_schedule(m, n, got, waves[m, n])
 
 
 @CASE.criterion("2.1.clock_cycles_empty", "clock_cycles: nothing for zero micro-batches", points=1)
-def check_schedule_empty(run: CaseRun, split: str) -> None:
+def check_schedule_empty(run: SplitRun) -> None:
     for (m, n), got in zip(EDGE_SCHEDULE_CONFIGS, run.part(P_EDGE_SCHEDULES)):
         expect(got == [], f"clock_cycles({m}, {n}) must yield nothing (zero micro-batches), got {got}")
 
 
 @CASE.criterion("2.1.clock_cycles_errors", "clock_cycles: ValueError for m < 0 or stages < 1", points=1)
-def check_schedule_errors(run: CaseRun, split: str) -> None:
+def check_schedule_errors(run: SplitRun) -> None:
     for (m, n), outcome in zip(BAD_SCHEDULE_ARGS, run.part(P_SCHEDULE_ERRORS)):
         expect(outcome == "ValueError", f"clock_cycles({m}, {n}) must raise ValueError, got {outcome}")
 
 
-def _check_split(run: CaseRun, part: str, cases: dict) -> None:
+def _check_split(run: SplitRun, part: str, cases: dict) -> None:
     got_all = run.part(part)
     for name, (devices, groups) in cases.items():
         got = got_all.get(name) if isinstance(got_all, dict) else None
@@ -214,17 +212,17 @@ def _check_split(run: CaseRun, part: str, cases: dict) -> None:
 
 
 @CASE.criterion("2.1.split_module", "split_module groups consecutive layers by parameter device", points=2)
-def check_split_plain(run: CaseRun, split: str) -> None:
+def check_split_plain(run: SplitRun) -> None:
     _check_split(run, P_SPLIT_PLAIN, SPLIT_PLAIN)
 
 
 @CASE.criterion("2.1.with_device", "split_module honours WithDevice (moves and unwraps the layer)", points=1)
-def check_split_with_device(run: CaseRun, split: str) -> None:
+def check_split_with_device(run: SplitRun) -> None:
     _check_split(run, P_SPLIT_WITH_DEVICE, SPLIT_WITH_DEVICE)
 
 
 @CASE.criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", points=1)
-def check_split_spanning(run: CaseRun, split: str) -> None:
+def check_split_spanning(run: SplitRun) -> None:
     outcome = run.part(P_SPLIT_SPANNING)
     expect(outcome == "ValueError", "split_module must raise ValueError for a layer whose parameters are on "
            f"cpu and meta, got {outcome}")

@@ -22,8 +22,7 @@ import torch
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.launch import LoadClock
-from grading.engine.results import CaseRun
-from grading.engine.rubric import HIDDEN, PUBLIC, split_part
+from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
 from grading.problems.common import OPTIMIZER_IMPORTS, describe_exception, stage_devices
@@ -65,7 +64,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
                      expected_type=Expected, expected_in_ranks=(PUBLIC, HIDDEN))   # waves for the schedule stand-in
 
 P_DEVICES = "devices"
-P_FORWARD = "forward"    # recorded per split: split_part(P_FORWARD, split)
+P_FORWARD = "forward"    # a split part: recorded once per split
 P_EDGE_FORWARD = "edge_forward"
 P_REPEATED = "repeated"
 P_NO_GRAD = "no_grad"
@@ -127,16 +126,13 @@ def probe_pipe(ctx) -> None:
 
     from grading.kit import seams
     from pipeline import runtime
-    splits = PROBLEM.splits(ctx)
-    seams.apply(swaps(*(PROBLEM.rank_expected(ctx, split) for split in splits)))
+    seams.apply(swaps(*PROBLEM.shipped_expected(ctx)))
     runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S * LoadClock.typical_slowdown()
     from pipeline.pipe import Pipe
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})
-    for split in splits:
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_FORWARD, split), lambda inputs=inputs: [
-            _pipe_run(Pipe, *c, seed=inputs.data_seed) for c in inputs.forward])
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_FORWARD, lambda: [
+        _pipe_run(Pipe, *c, seed=inputs.data_seed) for c in inputs.forward]))
     ctx.record(P_EDGE_FORWARD, lambda: [_pipe_run(Pipe, *c) for c in EDGE_FORWARD_CONFIGS])
 
     def repeated():
@@ -243,7 +239,8 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_SGD, sgd)
 
 
-CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, preload=OPTIMIZER_IMPORTS)
+CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, preload=OPTIMIZER_IMPORTS,
+                    split_parts=(P_FORWARD,))
 
 
 # ================================================================ criteria
@@ -251,15 +248,7 @@ def _check_output(what: str, got: dict, rows: int, split: int, seed: int = 0) ->
     assert_tensor_close(what, got["output"], ref.sequential_forward(rows, seed), atol=1e-5, rtol=1e-4)
 
 
-@CASE.criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, repeated calls, no_grad)",
-                points=3)
-def check_pipe_forward(run: CaseRun, split: str) -> None:
-    inputs = PROBLEM.inputs_for(split)
-    for (stages, rows, size), got in zip(inputs.forward, run.part(split_part(P_FORWARD, split))):
-        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size,
-                      inputs.data_seed)
-    if split != PUBLIC:
-        return
+def _check_repeated_and_no_grad(run: SplitRun) -> None:
     outputs = run.part(P_REPEATED)
     expect(isinstance(outputs, list) and len(outputs) == REPEATS, f"repeated calls: got {describe(outputs)}")
     for k, out in enumerate(outputs):
@@ -270,15 +259,24 @@ def check_pipe_forward(run: CaseRun, split: str) -> None:
     expect(got["requires_grad"] is False, "Pipe output under torch.no_grad() requires grad: it built a graph")
 
 
+@CASE.criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, repeated calls, no_grad)",
+                points=3, public_only=(_check_repeated_and_no_grad,))
+def check_pipe_forward(run: SplitRun) -> None:
+    inputs = run.inputs
+    for (stages, rows, size), got in zip(inputs.forward, run.part(P_FORWARD)):
+        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size,
+                      inputs.data_seed)
+
+
 @CASE.criterion("2.2.forward_uneven", "Pipe output with a smaller last micro-batch, and split_size > batch",
                 points=1)
-def check_pipe_forward_uneven(run: CaseRun, split: str) -> None:
+def check_pipe_forward_uneven(run: SplitRun) -> None:
     for (stages, rows, size), got in zip(EDGE_FORWARD_CONFIGS, run.part(P_EDGE_FORWARD)):
         _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size)
 
 
 @CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1)
-def check_pipe_device(run: CaseRun, split: str) -> None:
+def check_pipe_device(run: SplitRun) -> None:
     devices = run.part(P_DEVICES)[3]
     got = run.part(P_OUTPUT_DEVICE)
     expect(got["device"] == devices[-1], f"Pipe output (stages on {devices}, a cpu input) is on {got['device']}, "
@@ -290,7 +288,7 @@ def check_pipe_device(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("2.2.moves_in_worker", "each task moves its input to its stage's device inside the worker",
                 points=1)
-def check_moves_in_worker(run: CaseRun, split: str) -> None:
+def check_moves_in_worker(run: SplitRun) -> None:
     got = run.part(P_MOVES)
     expect(got["threads"], "Pipe with stages on [cpu, meta]: no tensor was moved to the second stage's device"
            + (f" (the forward raised {got['failure']})" if got["failure"] else ""))
@@ -301,9 +299,9 @@ def check_moves_in_worker(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3)
-def check_pipe_waves(run: CaseRun, split: str) -> None:
+def check_pipe_waves(run: SplitRun) -> None:
     found = run.part(P_EVENTS)
-    expected = PROBLEM.expected_for(split).events
+    expected = run.expected.events
     for k_config, config in enumerate(EVENT_CONFIGS):
         micro, stages = schedule_of(config)
         want = [list(event) for event in expected[micro, stages]]
@@ -319,7 +317,7 @@ def check_pipe_waves(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2)
-def check_pipe_exception(run: CaseRun, split: str) -> None:
+def check_pipe_exception(run: SplitRun) -> None:
     got = run.part(P_STAGE_EXCEPTION)
     kind, message, described = (list(got["outcome"]) + [""])[:3]
     expect(kind == "ValueError" and ref.FailingStage.MESSAGE in message,
@@ -332,7 +330,7 @@ def check_pipe_exception(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("2.2.backward", "input/parameter gradients and 3 SGD steps equal the plain model", points=3)
-def check_pipe_backward(run: CaseRun, split: str) -> None:
+def check_pipe_backward(run: SplitRun) -> None:
     stages, rows, size = BACKWARD_CONFIG
     want_input, want_params = ref.sequential_gradients(rows)
     got = run.part(P_BACKWARD)

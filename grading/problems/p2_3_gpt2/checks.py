@@ -18,8 +18,7 @@ from torch import nn
 
 from grading.engine.compare import assert_state_close, assert_tensor_close
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
 from grading.problems.common import GPT2_IMPORTS, stage_devices
@@ -49,9 +48,9 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
                      expected_type=Expected)
 
 P_DEVICES = "devices"
-P_STAGES = "stages"    # recorded per split: split_part(P_STAGES, split)
-# pipeline_parallel logits of the split's GPT-2 over 3 stages, recorded for the hidden split only (the public
-# GPT-2's logits are judged by 2.3.pipeline_parallel): split_part(P_STAGES_LOGITS, HIDDEN)
+P_STAGES = "stages"    # a split part: recorded once per split
+# a split part: pipeline_parallel logits of the split's GPT-2 over 3 stages, judged on the hidden split only (the
+# public GPT-2's logits are judged by 2.3.pipeline_parallel); recorded last, so a hang there costs no other part
 P_STAGES_LOGITS = "stages_logits"
 
 
@@ -108,17 +107,9 @@ def probe_gpt2(ctx) -> None:
         gpt2, ref.tiny_gpt2(), len(META_DEVICES), META_DEVICES)])
     ids = ref.gpt2_batch()
 
-    def split_logits(inputs: Inputs):
-        model = ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers)
-        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
-            return net(ids).detach().cpu()
-    for split in PROBLEM.splits(ctx):
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_STAGES, split), lambda inputs=inputs: {
-            n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
-            for n in inputs.stage_counts})
-        if split != PUBLIC:
-            ctx.record(split_part(P_STAGES_LOGITS, split), lambda inputs=inputs: split_logits(inputs))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES, lambda: {
+        n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
+        for n in inputs.stage_counts}))
 
     def logits(mode):
         found = {}
@@ -152,8 +143,15 @@ def probe_gpt2(ctx) -> None:
         return {"loss": float(loss.item()), "grads": grads}
     ctx.record(P_TRAINING_STEP, training_step)
 
+    def split_logits(inputs: Inputs):
+        model = ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers)
+        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+            return net(ids).detach().cpu()
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES_LOGITS, lambda: split_logits(inputs)))
 
-CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, preload=GPT2_IMPORTS)
+
+CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, preload=GPT2_IMPORTS,
+                    split_parts=(P_STAGES, P_STAGES_LOGITS))
 
 
 # ================================================================ criteria
@@ -183,12 +181,19 @@ def _check_stages(label: str, stages: list, layers: int, want_split: list, devic
            f"{sorted({x for x in listed if listed.count(x) > 1 or x not in all_names})[:3]})")
 
 
+def _check_stages_logits(run: SplitRun) -> None:
+    inputs = run.inputs
+    assert_tensor_close(f"pipeline_parallel logits of a {inputs.layers}-block GPT-2 over 3 stages",
+                        run.part(P_STAGES_LOGITS), ref.gpt2_logits("sdpa", inputs.model_seed, inputs.layers),
+                        atol=1e-5, rtol=1e-4)
+
+
 @CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, each moved to its "
                 "device",
-                points=2)
-def check_gpt2_stages(run: CaseRun, split: str) -> None:
-    inputs, expected = PROBLEM.inputs_for(split), PROBLEM.expected_for(split).blocks_per_stage
-    found = run.part(split_part(P_STAGES, split))
+                points=2, hidden_only=(_check_stages_logits,))
+def check_gpt2_stages(run: SplitRun) -> None:
+    inputs, expected = run.inputs, run.expected.blocks_per_stage
+    found = run.part(P_STAGES)
     layers = inputs.layers
     all_names = {name for name, _ in ref.tiny_gpt2(seed=inputs.model_seed, layers=layers).named_parameters()}
     for n in inputs.stage_counts:
@@ -197,14 +202,9 @@ def check_gpt2_stages(run: CaseRun, split: str) -> None:
     moved = run.part(P_STAGES_META)
     expect(moved == [[d] for d in META_DEVICES], f"gpt2_stages(model, {list(META_DEVICES)}): the stages' parameters "
            f"are on {moved}, expected {[[d] for d in META_DEVICES]} (move stage k with .to(devices[k]))")
-    if split == PUBLIC:
-        return
-    got = run.part(split_part(P_STAGES_LOGITS, split))
-    assert_tensor_close(f"pipeline_parallel logits of a {layers}-block GPT-2 over 3 stages", got,
-                        ref.gpt2_logits("sdpa", inputs.model_seed, layers), atol=1e-5, rtol=1e-4)
 
 
-def _check_logits(run: CaseRun, mode: str) -> None:
+def _check_logits(run: SplitRun, mode: str) -> None:
     devices = run.part(P_DEVICES)
     found = run.part(logits_part(mode))
     for impl in ("sdpa", "eager"):
@@ -216,19 +216,19 @@ def _check_logits(run: CaseRun, mode: str) -> None:
 
 @CASE.criterion("2.3.model_parallel", "model_parallel logits equal the unsplit GPT-2 (causal, tuple blocks)",
                 points=2)
-def check_gpt2_model_parallel(run: CaseRun, split: str) -> None:
+def check_gpt2_model_parallel(run: SplitRun) -> None:
     _check_logits(run, "model_parallel")
     assert_tensor_close("model_parallel GPT-2 logits when blocks return tuples (older transformers)",
                         run.part(P_TUPLE_BLOCKS), ref.gpt2_logits("eager"), atol=1e-5, rtol=1e-4)
 
 
 @CASE.criterion("2.3.pipeline_parallel", "pipeline_parallel logits equal the unsplit GPT-2", points=2)
-def check_gpt2_pipeline_parallel(run: CaseRun, split: str) -> None:
+def check_gpt2_pipeline_parallel(run: SplitRun) -> None:
     _check_logits(run, "pipeline_parallel")
 
 
 @CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks pass their input through", points=1)
-def check_more_stages_than_blocks(run: CaseRun, split: str) -> None:
+def check_more_stages_than_blocks(run: SplitRun) -> None:
     assert_tensor_close(f"model_parallel logits of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} stages "
                         "(some stages hold no block)", run.part(P_MORE_STAGES), ref.gpt2_logits("eager"),
                         atol=1e-5, rtol=1e-4)
@@ -236,7 +236,7 @@ def check_more_stages_than_blocks(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("2.3.training_step", "one pipeline_parallel training step's loss and gradients equal the unsplit "
                 "GPT-2", points=2)
-def check_gpt2_training_step(run: CaseRun, split: str) -> None:
+def check_gpt2_training_step(run: SplitRun) -> None:
     got = run.part(P_TRAINING_STEP)             # first: a rank that failed costs no reference GPT-2 here
     want_loss, want_grads = ref.gpt2_training_step()
     expect(abs(got["loss"] - want_loss) <= 1e-5 * max(1.0, abs(want_loss)),
