@@ -18,7 +18,6 @@ import threading
 
 from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
-from grading.kit.quick_exit import run_and_exit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,4 +44,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    sys.exit(main())

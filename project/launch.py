@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -68,7 +67,7 @@ def _reply(conn: Connection, message: tuple) -> None:
         pass
 
 
-def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool, start: RankStart) -> None:
+def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart) -> None:
     try:
         start.adopt()
         value = target(env, *args)
@@ -76,10 +75,6 @@ def _rank_main(target: Callable, env: RankEnv, args: tuple, skip_shutdown: bool,
         _reply(env.conn, ("error", traceback.format_exc()))
         raise SystemExit(1) from None
     _reply(env.conn, ("ok", value))
-    if skip_shutdown:   # a native thread still joinable at interpreter shutdown can abort the process
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
 
 class Ranks:
@@ -167,16 +162,15 @@ def start_rank_server(world_size: int, preload: tuple[str, ...] = ()) -> None:
 
 
 def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args: tuple = (), name: str = "rank",
-                skip_shutdown: bool = False, preload: tuple[str, ...] = ()) -> Ranks:
+                preload: tuple[str, ...] = ()) -> Ranks:
     """Start ``world_size`` rank processes; rank r runs ``target(RankEnv(r, world_size, r, world_size,
     init_method, conn), *args)`` and its return value (or traceback) goes back over its pipe.
 
     Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
     be picklable. Each rank starts as ``rank_start_method`` says, with this
     process's current environment; ``preload`` names library modules worth
-    importing once for all ranks (``grading.engine.preloads``). ``skip_shutdown``
-    ends each rank with ``os._exit(0)`` after its reply (for ranks whose
-    native threads can abort a normal interpreter shutdown).
+    importing once for all ranks (``grading.startup``). Each rank ends as
+    ``multiprocessing`` ends its processes, after its reply.
     """
     context = rank_context(preload)
     procs, conns = [], []
@@ -184,7 +178,7 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
         parent, child = context.Pipe()
         env = RankEnv(rank, world_size, rank, world_size, init_method, child)
         proc = context.Process(target=_rank_main, name=f"{name}{rank}", daemon=True,
-                               args=(target, env, args, skip_shutdown, RankStart.here()))
+                               args=(target, env, args, RankStart.here()))
         proc.start()
         child.close()
         procs.append(proc)

@@ -30,7 +30,6 @@ if __package__ in (None, ""):  # run as `python project/plot.py`
 from grading.kit.files import read_json
 from project.cli import ConfigError, Parser, run_cli
 from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
-from grading.kit.quick_exit import run_and_exit
 
 
 def _warn(message: str) -> None:
@@ -176,4 +175,4 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    run_and_exit(lambda: run_cli(main))
+    sys.exit(run_cli(main))

@@ -3,9 +3,9 @@
 A rank started with ``spawn`` is a new interpreter that imports torch,
 transformers and DeepSpeed itself: seconds per rank, paid again by every
 rank of every run. Where no GPU is visible ``project.launch`` forks ranks
-from a fork server instead (``multiprocessing``'s ``forkserver``): one clean
-process per launching process that imported torch and the caller's
-``preload`` modules (``grading.engine.preloads``) once::
+from a fork server instead (``multiprocessing``'s ``forkserver`` start method
+with ``set_forkserver_preload``): one clean process per launching process that
+imported torch and the caller's ``preload`` modules (``grading.startup``) once::
 
     launching process ──starts──> fork server (imports torch + preload, one thread)
           │                            │ fork, per rank
@@ -17,8 +17,9 @@ starts (``RankStart``), not as it was when the server started, and torch's
 intra-op thread count a fresh interpreter would have had. The server runs
 with ``OMP_NUM_THREADS=1`` so that importing torch starts no OpenMP thread,
 and stays single-threaded (the preload modules are checked for that), so
-nothing in it can hold a lock at the moment it forks. It is killed when the
-launching process exits.
+nothing in it can hold a lock at the moment it forks. It is stopped (SIGTERM,
+found among this process's children with ``psutil``) when the launching process
+exits, so that it does not hold that process's output open while it shuts down.
 
 Where a GPU is visible every rank is a fresh interpreter, so nothing has
 touched CUDA before the rank binds its device. ``KIT_RANK_START`` (``auto``,
@@ -30,18 +31,17 @@ import atexit
 import gc
 import multiprocessing
 import os
-import signal
 from dataclasses import dataclass
 
+import psutil
 import torch
 
-from grading.engine.environment import adopt_environment
+from grading.startup import SERVER_IMPORTS, adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
 RANK_START_ENV = "KIT_RANK_START"
 RANK_START_CHOICES = ("auto", "spawn", "forkserver")
-SERVER_IMPORTS = ("torch", "torch.distributed")
 _FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)
 
 
@@ -90,18 +90,28 @@ def _ensure_server(context, preload: tuple[str, ...]) -> None:
     atexit.register(_stop_server)
 
 
-def _stop_server() -> None:
-    """Kill this process's fork server as it exits. Left alone, the server would shut its interpreter down on
-    its own (seconds, with torch, transformers and DeepSpeed imported) while holding this process's stdout and
-    stderr open, which a caller reading them to the end would wait for."""
-    from multiprocessing import forkserver
-
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    if pid is not None:
+def fork_servers() -> list[psutil.Process]:
+    """This process's ``multiprocessing`` fork servers: its children started as ``multiprocessing.forkserver``."""
+    found = []
+    for child in psutil.Process().children():
         try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
+            if any("multiprocessing.forkserver" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.Error:            # ended meanwhile
+            continue
+    return found
+
+
+def _stop_server() -> None:
+    """Stop this process's fork server as it exits. Left alone, the server would shut its interpreter down on
+    its own (seconds, with torch, transformers and DeepSpeed imported) while holding this process's stdout and
+    stderr open, which a caller reading them to the end would wait for. SIGTERM ends it at once (the server
+    does not handle it); its ranks have ended before."""
+    for server in fork_servers():
+        try:
+            server.terminate()
+            server.wait(10)
+        except psutil.Error:
             pass
 
 

@@ -29,11 +29,10 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.engine.preloads import GPT2_IMPORTS
+from grading.startup import GPT2_IMPORTS
 from project.cli import ConfigError, run_cli
 from project.manifest import verify
 from project.output import quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 if TYPE_CHECKING:
     import torch
@@ -306,4 +305,4 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(cli)
+    sys.exit(cli())

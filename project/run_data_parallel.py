@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.engine.preloads import GPT2_IMPORTS
+from grading.startup import GPT2_IMPORTS
 from grading.kit.files import atomic_path
 from project import readiness
 from project.cli import ConfigError, Parser, run_cli
@@ -34,7 +34,6 @@ from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 if TYPE_CHECKING:
     from project.launch import RankEnv
@@ -172,4 +171,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    run_and_exit(lambda: run_cli(main))
+    sys.exit(run_cli(main))

@@ -35,14 +35,13 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.engine.preloads import DEEPSPEED_IMPORTS, GPT2_IMPORTS
+from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, Parser, float_above, int_at_least, read_constant, run_cli
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              make_scheduler, out_dir, prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 if TYPE_CHECKING:
     import torch
@@ -268,4 +267,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    run_and_exit(lambda: run_cli(main))
+    sys.exit(run_cli(main))

@@ -32,7 +32,6 @@ from project.cli import ConfigError, Parser, int_at_least, read_constant, run_cl
 from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, out_dir,
                              prepare_run, steps_per_epoch)
 from project.output import print_outcome, quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 NAME = "pipeline"
 COMMAND = "project/run_pipeline.py"
@@ -160,4 +159,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run_and_exit(lambda: run_cli(main))
+    sys.exit(run_cli(main))

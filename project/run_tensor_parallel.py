@@ -36,13 +36,12 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.engine.preloads import GPT2_IMPORTS
+from grading.startup import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, Parser, int_at_least, run_cli
 from project.metrics import StepLog, summarize
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 if TYPE_CHECKING:
     import torch
@@ -275,4 +274,4 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(cli)
+    sys.exit(cli())

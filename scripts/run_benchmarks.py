@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from project.bench.options import Options  # noqa: E402
-from grading.kit.quick_exit import run_and_exit  # noqa: E402
 
 
 def _chunks(text: str) -> tuple[int, ...]:
@@ -117,4 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    sys.exit(main())

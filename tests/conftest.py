@@ -35,10 +35,6 @@ _NOTES: list[str] = []
 
 
 def pytest_configure(config) -> None:
-    # pytest-xdist (--dist loadfile) hands out files in collection order, which tests/kit/conftest.py sets, not
-    # sorted by their number of tests (its default): a short file with many tests says nothing about its time
-    if getattr(config.option, "loadscopereorder", False):
-        config.option.loadscopereorder = False
     for problem, title in titles().items():
         config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
 

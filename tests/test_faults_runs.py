@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -23,7 +24,6 @@ import pytest
 from project import run_data_parallel, run_finetune, run_pipeline
 from project.cli import run_cli
 from project.metrics import read_steps
-from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.project
 
@@ -45,14 +45,22 @@ def _copy(work: Path, name: str) -> Path:
     return Path(shutil.copytree(work / "out" / "data_parallel" / "world1", work / name))
 
 
+RUN_SCRIPT = "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+
+
 def _script(script: str, *args: str, limit: int | None = None, prelude: str = "") -> subprocess.CompletedProcess:
-    """``python SCRIPT ARGS`` as a process of its own (``limit``: RLIMIT_FSIZE bytes; ``prelude``: code first),
-    warnings off so that stderr holds only the run's own lines: forked by the test session's zygotes where there
-    are some (``tests/run_entry_point.py``), else a new interpreter."""
-    options = ["--warnings", "ignore", *(["--file_size_limit", str(limit)] if limit is not None else []),
-               *(["--prelude", textwrap.dedent(prelude)] if prelude else [])]
-    return run_kit_command([*options, script, *args], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                           timeout=300, module="tests.run_entry_point")
+    """``python SCRIPT ARGS`` as a process of its own, warnings off so that stderr holds only the run's own lines.
+
+    A fault set up first, in that process, makes it ``python -c SETUP+RUN_SCRIPT SCRIPT ARGS``: ``limit`` sets its
+    ``RLIMIT_FSIZE`` in bytes (inherited by its ranks; a write past it fails with EFBIG, Python ignores SIGXFSZ),
+    ``prelude`` is Python run before the script (e.g. one that kills the process mid-save)."""
+    setup = textwrap.dedent(prelude)
+    if limit is not None:
+        setup = f"import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n{setup}"
+    command = [sys.executable, "-c", f"{setup}\n{RUN_SCRIPT}"] if setup else [sys.executable]
+    return subprocess.run([*command, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"},
+                          stdin=subprocess.DEVNULL)
 
 
 def _dp(work: Path, out: Path, *extra: str, limit: int | None = None, prelude: str = "",

@@ -139,13 +139,13 @@ def test_a_launching_process_preloads_once_and_exits_without_waiting_for_its_for
     from pathlib import Path
 
     script = ("import atexit, json, os\n"
-              "from multiprocessing import forkserver\n"
               "from project.launch import spawn_ranks\n"
+              "from project.rank_start import fork_servers\n"
               "from tests.test_project_launch import _environment_and_modules\n"
               "atexit.register(lambda: print(json.dumps({'server_at_exit': os.path.exists(f'/proc/{server}')})))\n"
               "names = ['transformers.models.gpt2.modeling_gpt2', 'deepspeed']\n"
               "values = spawn_ranks(_environment_and_modules, 2, None, (names,), preload=(names[0],)).wait(240)\n"
-              "server = forkserver._forkserver._forkserver_pid\n"
+              "[server] = [process.pid for process in fork_servers()]\n"
               "print(json.dumps({'loaded': [v['loaded'] for v in values],\n"
               "                  'server_running': os.path.exists(f'/proc/{server}')}))\n")
     root = Path(__file__).resolve().parent.parent

@@ -78,7 +78,7 @@ def test_the_refusal_comes_before_torch_transformers_or_deepspeed_is_imported(st
     """Entry points parse and check readiness first (``project/__init__.py``): the one line costs no heavy import.
 
     The script runs as ``python SCRIPT`` would (``runpy``, as ``__main__``); what it imported is printed at exit
-    by an ``atexit`` handler, which ``run_and_exit`` runs too before its ``os._exit``.
+    by an ``atexit`` handler (the entry point ends with ``sys.exit``, the normal way).
     """
     argv = [*command, "--workdir", str(starter / "workdir")]
     code = ("import atexit, runpy, sys\n"

@@ -1,10 +1,10 @@
 """Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
 
 Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
-skipped) is graded by its own ``python -m grading grade`` process (forked by a
-zygote where there is one, ``grading.engine.kit_command``), in its own
-session, with a wall-clock limit, so one submission that crashes, hangs or
-kills its grader costs only its own row. Each gets
+skipped) is graded by its own ``python -m grading grade`` process, a new
+interpreter in its own session, with a wall-clock limit, so one submission that
+crashes, hangs or kills its grader costs only its own row, and nothing of one
+grade (imported modules, fork servers, temporary files) reaches the next. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
 the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
 temporary files go to a folder of its own, removed when it ends, however it
@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,11 +35,6 @@ from grading.commands.class_report import criterion_id, write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
-from grading.engine import kit_command
-from grading.engine.zygotes import Zygotes
-from grading.engine.rubric import selects
-from grading.engine.runner import FORKSERVER_ENV
-from grading.engine.zygote import ZYGOTES_ENV
 from grading.kit.files import atomic_write
 from grading.problems import all_cases
 from grading.problems import titles
@@ -66,10 +62,8 @@ def default_limit_s(grade_args: list[str]) -> float:
     return sum(timeout if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
 
 
-def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env: dict[str, str] | None = None) -> dict:
+def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> dict:
     """Grade ``entry`` in a child ``python -m grading grade`` into folder ``out``; return its CSV row.
-
-    ``env``: added to the child's environment (``run_batch`` names its zygotes there).
 
     The grader, its ranks and whatever they start get a temporary folder of their own (``TMPDIR``, a new
     ``grading-grade-*`` folder in this process's), removed when the grade ends, however it ends: a grader
@@ -87,9 +81,9 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     try:
         with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             try:
-                proc = kit_command.start("grading", command, KIT_ROOT,
-                                         {**os.environ, **(env or {}), "TMPDIR": str(scratch)},
-                                         subprocess.DEVNULL, stdout.fileno(), stderr.fileno())
+                proc = subprocess.Popen([sys.executable, "-m", "grading", *command], cwd=KIT_ROOT,
+                                        env={**os.environ, "TMPDIR": str(scratch)}, stdin=subprocess.DEVNULL,
+                                        stdout=stdout, stderr=stderr, start_new_session=True)
                 try:
                     code = proc.wait(timeout=limit_s)
                 except subprocess.TimeoutExpired:
@@ -204,20 +198,6 @@ def class_report_inputs(rows: list[dict], results_dir: Path) -> tuple[dict[str, 
                                                          for row in rows if row["submission"] not in counted}
 
 
-def _wants_zygotes(submissions: int) -> bool:
-    """Whether a batch starts zygotes: not for a single submission, nor where the environment asks for cold
-    ranks (``GRADING_FORKSERVER=0``) or already names zygotes (a test session's, which the grades then use)."""
-    return submissions > 1 and os.environ.get(FORKSERVER_ENV, "1") != "0" and not os.environ.get(ZYGOTES_ENV)
-
-
-def zygote_imports(grade_args: list[str]) -> tuple[str, ...]:
-    """The library preloads of the cases a ``grade`` with ``grade_args`` runs (its ``--problem``, else all): what
-    a batch's zygotes import (speed only: a server imports what else its run asks for)."""
-    problem = grade_args[grade_args.index("--problem") + 1] if "--problem" in grade_args[:-1] else None
-    cases = [case for case in all_cases() if any(selects(problem, c.problem) for c in case.criteria)]
-    return tuple(dict.fromkeys(module for case in cases for module in case.preload))
-
-
 def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: list[str] | None = None,
               results_dir: Path | None = None, limit_s: float | None = None,
               progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -227,9 +207,6 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     ``results_dir`` defaults to ``<out_csv stem>_results`` next to the CSV;
     ``limit_s`` bounds each submission (default: ``default_limit_s``). The class
     report (``class_report.write_class_report``) is written next to ``out_csv`` at the end.
-    With more than one submission, each grade, and each grade's fork servers, are forked by the batch's zygotes
-    (``grading.engine.zygote``, ``grading.engine.kit_command``) instead of importing torch and the preloads
-    again.
     """
     grade_args = list(grade_args or [])
     out_csv = Path(out_csv)
@@ -241,7 +218,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     def one(entry: Path) -> None:
         try:
-            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, zygotes.env())
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in COLUMNS}
             row.update(submission=entry.name, score="0", max_score="0", status="grader_error",
@@ -254,8 +231,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                          f"({row['status']}) in {row['seconds'] or '?'} s")
 
     _write_csv(out_csv, rows)
-    with Zygotes(KIT_ROOT, start=_wants_zygotes(len(entries)), imports=zygote_imports(grade_args)) as zygotes:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            list(pool.map(one, entries))
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, entries))
     write_class_report(out_csv, *class_report_inputs(rows, results_dir))
     return sorted(rows, key=lambda row: row["submission"])

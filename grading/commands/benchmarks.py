@@ -29,7 +29,6 @@ from pathlib import Path
 
 from grading import KIT_ROOT
 from grading.kit.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
-from grading.kit.quick_exit import run_and_exit
 
 NOT_SCORED = "figures (not scored by the autograder)"
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024
@@ -297,4 +296,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    sys.exit(main())

@@ -1,160 +1,104 @@
-"""Warm rank processes: fork servers that have imported torch once and fork the ranks of grading runs.
+"""Warm rank processes: fork servers that import torch once and fork the ranks of a grading run.
 
-A fresh ``python -m grading.engine.worker`` spends seconds importing torch
-before milliseconds of probing. Instead, a grading run starts two *fork
-servers*, one for even and one for odd ranks (``python -m
-grading.engine.forkserver``, with ``OMP_NUM_THREADS=1`` so it stays
-single-threaded; the launcher's side is ``grading.engine.forkservers``); each
-imports torch, then, on request, forks a rank:
+A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
+grading run (``grade``, each submission of ``batch``) therefore starts two fork servers, for even and odd ranks,
+each ``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded): it imports torch,
+then forks a rank per request::
 
-    launcher ──request (spec, rank, key, run id, kit, log paths)──▶ server r % 2 ──fork──▶ rank r of the case
+    launcher ──request (spec, rank, key, environment, kit, logs)──▶ server r % 2 ──fork──▶ rank r of the case
              ◀──────────────── pid, later its exit status ───────────┘
 
-The forked child is a fresh process for everything the sandbox gives it: its
-own session (process group), stdout/stderr to its files, the run's signing
-key on a new stdin pipe, the environment a cold rank would get at that moment
-(the launcher's, with the run marker; not the server's), its own
-``random`` seed, then ``worker.main`` exactly as a cold start runs it
-(limits, network namespace, group, probe). It holds no descriptor of the
-server. It imports every kit module itself, from the kit copy the request
-names: the server's own ``grading`` modules are dropped and that copy leads
-``sys.path`` and ``PYTHONPATH``. So a server holds library modules only, never
-kit, student or probe code, and nothing of one case or submission reaches
-another. The two servers are started with their own ``PYTHONHASHSEED`` each,
-so neighbouring ranks of a case differ in hash order as fresh interpreters do
-(a set iterated in hash order diverges between ranks 0 and 1); a third
-server would cost an interpreter and its imports for no new check. The
-server is the *subreaper* of its ranks: a daemon that double-forks and calls
-setsid is re-parented to it, and ``sweep`` kills every
-descendant after a case; ``PR_SET_PDEATHSIG`` ties the server to the
-launcher and the ranks to the server. A grading run (``grade``, each
-submission of ``batch``) starts its own servers, cold or forked by a zygote
-that imported everything once (``grading.engine.zygote``: a batch's, or the
-test session's); a test session may also keep one set for the kit copies it
-grades.
+``serve`` is the server's loop, ``ForkServers`` the launcher's handle (one JSON object a line each way over a
+socket pair). A forked rank is a fresh process for everything the sandbox gives it: its own session, its log
+files, the key on a new stdin pipe, the environment a cold rank would get now
+(``grading.startup.adopt_environment``), new random seeds, every kit module imported from the kit copy the
+request names (the server's ``grading`` modules are dropped: a server holds library modules only, and nothing of
+one case reaches another), then ``worker.main``. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
+differ in hash order as fresh interpreters do. A server is the *subreaper* of its ranks: what a rank
+double-forks away is re-parented to it and swept (``psutil``) after the case. ``PR_SET_PDEATHSIG`` ties the
+server to the launcher and (``sandbox``) the ranks to the server.
 
-*Preloads.* A case names the library modules its ranks import (``Case.preload``:
-``torch._dynamo``, which the first ``torch.optim`` optimizer imports, transformers'
-GPT-2, DeepSpeed: each a second or more per rank). Before forking that case's
-ranks, each server imports those it has not imported yet, once; a rank then
-finds them in ``sys.modules`` exactly as if it had imported them at its start.
-A server that a preload leaves with a second thread refuses to fork
-(``error``). A failed preload is ignored: the rank imports the module itself and
-meets the same error there. Where CUDA is visible nothing is preloaded
-(``preloads_allowed``): a library that touches the driver before ``fork`` would
-break the ranks' CUDA.
+A forked rank ends with ``os._exit`` after the worker has written its results and ``done`` marker and flushed
+its streams: the documented end of a child after ``fork()`` (``multiprocessing`` ends its fork and forkserver
+children so), since the code below the fork is the server's loop. A stray non-daemon thread ends with it.
+
+*Preloads* (``Case.preload``, ``grading.startup``): before forking a case's ranks each server imports those it
+has not imported yet, once. A server that a preload leaves with a second thread could fork a held lock: it
+refuses (``error``), is replaced, and the run preloads no more; a failed import is left to the rank. Where CUDA
+is visible nothing is preloaded (a library that touches the driver before ``fork`` breaks the ranks' CUDA).
 """
-
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
 import os
 import random
+import secrets
 import select
 import signal
 import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
 
-from grading.engine.environment import adopt_environment
-from grading.engine.sandbox import freeze_and_kill
+import psutil
 
-PRELOAD = ("torch",)                 # imported by every server before the first fork
+from grading.engine.sandbox import freeze_and_kill, signal_group
+from grading.startup import SERVER_IMPORTS, adopt_environment
+
 SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
+START_TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid of process ``pid`` (from /proc), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+# ------------------------------------------------------------------------------------------ server side
+def descendants(pid: int) -> list[int]:
+    """Pids of every process below ``pid`` (a live one) in the process tree."""
+    return [child.pid for child in psutil.Process(pid).children(recursive=True)]
 
 
-def threads() -> int:
-    """How many threads this process has (a process that forks must have one)."""
-    return len(os.listdir("/proc/self/task"))
-
-
-def _descendants(root: int) -> list[int]:
-    """Pids of every process below ``root`` in the process tree (by /proc parent links)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        ppid = parent_of(int(name))
-        if ppid is not None:
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _sweep(me: int) -> list[int]:
-    """Stop every descendant until no new one appears, then kill them all (``sandbox.freeze_and_kill``)."""
-    return freeze_and_kill(lambda: _descendants(me))
-
-
-def _use_environment(env: dict[str, str]) -> None:
-    """In a rank: the launcher's environment ``env`` replaces the server's (as a cold rank gets it), except
-    ``PYTHONHASHSEED``, which keeps stating the seed this process's hashes were made with (the server's)."""
-    hash_seed = os.environ.get("PYTHONHASHSEED")
-    adopt_environment({**env, **({"PYTHONHASHSEED": hash_seed} if hash_seed is not None else {})})
-
-
-def _use_kit(kit: str, server_kit: str) -> None:
-    """In a rank: import kit modules from the copy ``kit`` only (the server's ``grading`` modules are dropped and
-    its folder ``server_kit`` leaves ``sys.path``), as a cold worker started there would."""
+def _in_rank(request: dict, control: socket.socket, key_pipe: int) -> int:
+    """In a freshly forked rank: become what a cold worker would be (module docstring); run the worker."""
+    os.setsid()
+    control.close()
+    os.dup2(key_pipe, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC), 0o644)
+        os.dup2(log, fd)
+        os.close(log)
+    os.closerange(3, 1 << 16)
+    os.chdir(request["cwd"])
+    server_kit, hash_seed = os.environ.get(SERVER_KIT_ENV, ""), os.environ.get("PYTHONHASHSEED")
+    adopt_environment({**request["env"], **({"PYTHONHASHSEED": hash_seed} if hash_seed else {})})  # our hashes' seed
     for name in [name for name in sys.modules if name == "grading" or name.startswith("grading.")]:
         del sys.modules[name]
-    sys.path[:] = [kit, *(entry for entry in sys.path if entry not in ("", server_kit, kit))]
-    os.environ["PYTHONPATH"] = kit
+    sys.path[:] = [request["cwd"], *(entry for entry in sys.path if entry not in ("", server_kit, request["cwd"]))]
     importlib.invalidate_caches()
-
-
-def _reseed() -> None:
-    """Draw new seeds, as a fresh interpreter does (``random``, torch's default generator, numpy's global one)."""
     random.seed()
-    if "torch" in sys.modules:
-        sys.modules["torch"].seed()
+    sys.modules["torch"].seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    from grading.engine import worker
+    sys.argv = [worker.__file__, request["spec"], str(request["rank"])]      # as a cold worker sees it
+    return worker.main(sys.argv[1:])
 
 
 def _start_rank(request: dict, control: socket.socket) -> int:
-    """Fork one rank for ``request``; in the child this never returns."""
+    """Fork one rank for ``request`` and hand it the key; return its pid (in the child this never returns)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:                                           # the rank
+    if pid == 0:
         code = 70
         try:
-            os.setsid()
-            control.close()
             os.close(write_end)
-            os.dup2(read_end, 0)
-            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-                log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(log, fd)
-                os.close(log)
-            os.closerange(3, 1 << 16)
-            os.chdir(request["cwd"])
-            server_kit = os.environ.get(SERVER_KIT_ENV, "")
-            _use_environment(request["env"])
-            _use_kit(request["cwd"], server_kit)
-            _reseed()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            from grading.engine import worker
-            sys.argv = [worker.__file__, request["spec"], str(request["rank"])]      # as a cold worker sees it
-            code = worker.main(sys.argv[1:])
-        except BaseException:  # noqa: BLE001 - report through the exit code; the worker logged what it could
+            code = _in_rank(request, control, read_end)      # the worker flushed its streams, wrote its results
+        except BaseException:  # noqa: BLE001 - reported through the exit code; the worker logged what it could
             pass
-        os._exit(code if isinstance(code, int) else 70)
+        os._exit(code if isinstance(code, int) else 70)    # a forked child's end (module docstring)
     os.close(read_end)
     try:
         os.write(write_end, request["key"].encode())
@@ -163,39 +107,32 @@ def _start_rank(request: dict, control: socket.socket) -> int:
     return pid
 
 
-def _preload(modules: list[str]) -> None:
-    """Import each of ``modules`` not imported yet; an import that fails is left to the rank that needs it."""
+def _preload(modules: list[str]) -> str:
+    """Import each of ``modules`` not imported yet (a failure is left to the rank that needs it); return why this
+    process must not fork now ("" when it may)."""
     for name in modules:
-        if name in sys.modules:
-            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the rank imports it again and reports what goes wrong there
             sys.modules.pop(name, None)
+    threads = psutil.Process().num_threads()
+    return "" if threads == 1 else f"the fork server has {threads} threads after preloading {modules}"
 
 
-def serve(fd: int, tied_to_parent: bool = True) -> None:
-    """The server loop on the control socket ``fd`` (one JSON object per line each way). It ends, sweeping its
-    ranks, when the launcher closes the socket (or exits); ``tied_to_parent``: also killed when its parent dies
-    (a cold server's parent is the launcher; a zygote's child outlives its zygote)."""
+def serve(fd: int) -> None:
+    """The server loop on the control socket ``fd``: it ends, sweeping its ranks, when the launcher closes the
+    socket, and is killed when the launcher dies."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if tied_to_parent:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     control = socket.socket(fileno=fd)
-    for name in PRELOAD:
-        __import__(name)
-    count = threads()
-    ranks: set[int] = set()
 
     def send(message: dict) -> None:
         control.sendall((json.dumps(message) + "\n").encode())
-    if count != 1:
-        send({"error": f"the fork server has {count} threads after its imports"})
-        return
-    send({"ready": os.getpid()})
-    buffer = b""
-    while True:
+    error = _preload(list(SERVER_IMPORTS))
+    send({"error": error} if error else {"ready": os.getpid()})
+    ranks, buffer = set(), b""
+    while not error:
         while True:                                        # reap: ranks report, adopted orphans vanish
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -206,31 +143,182 @@ def serve(fd: int, tied_to_parent: bool = True) -> None:
             if pid in ranks:
                 ranks.discard(pid)
                 send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
-        ready, _, _ = select.select([control], [], [], 0.02)
-        if not ready:
+        if not select.select([control], [], [], 0.02)[0]:
             continue
         chunk = control.recv(65536)
         if not chunk:
-            _sweep(os.getpid())
+            freeze_and_kill(lambda: descendants(os.getpid()))
             return
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            request = json.loads(line)
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for request in map(json.loads, lines):
             if request["op"] == "preload":
-                _preload(request["modules"])
-                count = threads()
-                if count != 1:
-                    send({"error": f"the fork server has {count} threads after preloading {request['modules']}"})
-                    return
-                send({"preloaded": request["modules"]})
+                error = _preload(request["modules"])
+                send({"error": error} if error else {"preloaded": request["modules"]})
             elif request["op"] == "spawn":
-                pid = _start_rank(request, control)
-                ranks.add(pid)
+                ranks.add(pid := _start_rank(request, control))
                 send({"spawned": pid})
             elif request["op"] == "sweep":
-                send({"swept": _sweep(os.getpid())})
+                send({"swept": freeze_and_kill(lambda: descendants(os.getpid()))})
 
+
+# ------------------------------------------------------------------------------------------ launcher side
+class ForkServer:
+    """One server process (module docstring), driven over a socket pair by the launcher."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]):
+        """Start a ``python -m grading.engine.forkserver`` in ``cwd`` with ``env``; it imports in the background."""
+        ours, theirs = socket.socketpair()
+        self._socket, self._buffer, self._inbox, self._ready = ours, b"", [], False
+        self.exits: dict[int, int] = {}
+        self.preloaded: set[str] = set()           # modules already asked for (the server imports each once)
+        self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
+                                     cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self.proc.pid
+        theirs.close()
+
+    def _receive(self, timeout_s: float) -> None:
+        """Read what the server sent within ``timeout_s``: exit reports into ``exits``, replies into the inbox, in
+        order (one read may hold a reply and an exit sent after it)."""
+        if not select.select([self._socket], [], [], timeout_s)[0]:
+            return
+        chunk = self._socket.recv(65536)
+        if not chunk:
+            raise RuntimeError("the fork server exited")
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        for message in map(json.loads, lines):
+            if "exit" in message:
+                self.exits[message["exit"]] = message["code"]
+            else:
+                self._inbox.append(message)
+
+    def reply(self, kind: str, timeout_s: float = START_TIMEOUT_S) -> dict:
+        """The next reply of ``kind`` (replies before it are dropped: each request has one). Raises RuntimeError
+        with the server's ``error``, at the timeout, or when the server is gone."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while self._inbox:
+                message = self._inbox.pop(0)
+                if "error" in message:
+                    raise RuntimeError(message["error"])
+                if kind in message:
+                    return message
+            if (remaining := deadline - time.monotonic()) <= 0:
+                raise RuntimeError(f"the fork server sent no '{kind}' in {timeout_s:.0f} s")
+            self._receive(remaining)
+
+    def ask(self, request: dict) -> None:
+        """Send ``request`` once the server is ready (it may still be importing torch); RuntimeError if it is not."""
+        if not self._ready:
+            try:
+                self.reply("ready")
+            except RuntimeError:
+                self.close()
+                raise
+            self._ready = True
+        self._socket.sendall((json.dumps(request) + "\n").encode())
+
+    def spawn(self, spec: Path, rank: int, key: bytes, env: dict[str, str], stdout: Path, stderr: Path,
+              cwd: Path, append: bool = False) -> int:
+        """Fork rank ``rank`` of the case whose spec is ``spec`` (logs appended to with ``append``); its pid."""
+        self.ask({"op": "spawn", "spec": str(spec), "rank": rank, "key": key.decode(), "env": env,
+                  "stdout": str(stdout), "stderr": str(stderr), "cwd": str(cwd), "append": append})
+        return self.reply("spawned")["spawned"]
+
+    def poll(self) -> dict[int, int]:
+        """Exit codes reported so far (pid -> code, negative for a signal)."""
+        with contextlib.suppress(RuntimeError):      # gone: ``alive`` says so
+            self._receive(0.0)
+        return self.exits
+
+    def sweep(self) -> list[int]:
+        """Kill every process the server's ranks left behind (re-parented to it); their pids. A server that is
+        gone (a rank killed it) sweeps nothing: its ranks died with it, the run marker finds the rest."""
+        try:
+            self.ask({"op": "sweep"})
+            return self.reply("swept", 30.0)["swept"]
+        except (OSError, RuntimeError):
+            return []
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fileno(self) -> int:
+        """The launcher's end of the socket: readable when the server has sent something (a rank's exit)."""
+        return self._socket.fileno()
+
+    def close(self) -> None:
+        """Stop the server and everything under it (idempotent)."""
+        self._socket.close()
+        signal_group(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+class ForkServers:
+    """The fork servers of a grading run, started when first needed in ``cwd`` (a kit copy whose ``grading`` runs
+    them; ``env``: their environment, default this process's): rank r is forked by server r % ``SERVERS``, for
+    any kit copy (module docstring)."""
+
+    SERVERS = 2
+
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None):
+        self.cwd = Path(cwd).resolve()
+        base = dict(os.environ if env is None else env)
+        self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
+                    "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
+        self._servers: dict[int, ForkServer] = {}
+        self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
+        self.refused = ""                          # why preloading stopped for this run ("" while it works)
+
+    def server(self, rank: int) -> ForkServer:
+        """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
+        index = rank % self.SERVERS
+        current = self._servers.get(index)
+        if current is None or not current.alive():
+            if current is not None:
+                current.close()
+            self._servers[index] = ForkServer(self.cwd, {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2**32))})
+        return self._servers[index]
+
+    def preload(self, world_size: int, modules: tuple[str, ...]) -> None:
+        """Have the servers of ranks 0 .. ``world_size``-1 import ``modules`` side by side, and wait for them;
+        nothing where CUDA is visible. A server that a preload left unable to fork is replaced, and the run
+        preloads nothing more (``refused`` says why)."""
+        if self.preloads_allowed is None:
+            import torch
+            self.preloads_allowed = not torch.cuda.is_available()
+        if not (self.preloads_allowed and modules):
+            return
+        asked = []
+        for index in range(min(world_size, self.SERVERS)):
+            server = self.server(index)
+            if wanted := [name for name in modules if name not in server.preloaded]:
+                server.ask({"op": "preload", "modules": wanted})
+                server.preloaded.update(wanted)
+                asked.append(index)
+        for index in asked:                          # all servers import side by side; then wait for each
+            try:
+                self._servers[index].reply("preloaded")
+            except (OSError, RuntimeError) as exc:
+                self.preloads_allowed, self.refused = False, str(exc)
+                self._servers.pop(index).close()
+
+    def warm_up(self, ranks: int = 2) -> None:
+        """Start the servers of ranks 0 .. ``ranks``-1 now (their imports overlap the caller's own work)."""
+        for rank in range(min(ranks, self.SERVERS)):
+            self.server(rank)
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
+    def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 if __name__ == "__main__":

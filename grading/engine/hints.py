@@ -1,17 +1,11 @@
 """Where student code failed, and the likely cause of well-known mistakes.
 
-``student_frame`` finds the innermost traceback frame that lies in a student
-package, so a message can say ``data_parallel/comm.py:57 (in
-average_gradients)`` instead of a bare ``IndexError``. ``likely_cause``
-matches an error (type, message, file) against the mistakes students make
-most often and returns a hint phrased as a likely cause; the raw message is
-always shown next to it, never replaced.
-
-``format_error`` is the one way a student exception is reported, wherever it
-was caught: ``RankContext.record`` (through ``results.describe_error``) and
-every probe helper that catches one itself (``describe_exception``: the
-shared helpers of ``grading/problems/common.py``, and probes that keep a
-caught error as data).
+``student_frame`` finds the innermost traceback frame in a student package, so a message can say
+``data_parallel/comm.py:57 (in average_gradients)`` instead of a bare ``IndexError``. ``likely_cause`` matches an
+error (type, message, file) against the mistakes students make most often; the raw message is always shown
+next to its hint. ``format_error`` is the one way a student exception is reported, wherever it was caught:
+``RankContext.record`` (through ``case_run.describe_error``) and every probe helper that catches one itself
+(``describe_exception``: the helpers of ``grading/problems/common.py``, probes that keep an error as data).
 """
 from __future__ import annotations
 

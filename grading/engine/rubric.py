@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Protocol
 
-from grading.engine.results import CaseRun
+from grading.engine.case_run import CaseRun
 
 PUBLIC, HIDDEN = "public", "hidden"
 SPLITS = (PUBLIC, HIDDEN)
@@ -42,10 +42,6 @@ def twin(part: str, split: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"twin: unknown split {split!r}")
     return part if split == PUBLIC else f"{part}_{split}"
-
-
-def split_part(part: str, split: str) -> str:  # TRANSITION: the old naming, until every checks.py is converted
-    return f"{part}_{split}"
 
 
 class InputSource(Protocol):
@@ -138,9 +134,6 @@ class Criterion:
     def evaluate(self, run: CaseRun) -> None:
         """Judge ``run`` as seen from this criterion's split; raises CheckFailed when it does not hold."""
         view = SplitRun(run, self.split, self.split_parts, self.source)
-        import inspect  # TRANSITION: remove with split_part once every checks.py is converted
-        if len(inspect.signature(self.judge).parameters) == 2:
-            return self.judge(run, self.split)
         for judge in (self.judge, *(self.public_only if self.split == PUBLIC else self.hidden_only)):
             judge(view)
 
@@ -159,11 +152,17 @@ class Case:
     preload: tuple[str, ...] = ()      # library modules the probe's ranks import (``ForkServers.preload``)
     split_parts: frozenset[str] = frozenset()   # parts recorded once per split (``SubProblem.each_split``)
     source: InputSource | None = None           # the sub-problem whose public and hidden inputs this case runs
+    then: tuple[Callable, ...] = ()    # probes run next, each by new rank processes (``grading.engine.launch``)
 
     @property
     def target(self) -> str:
         """``"module:function"`` of the probe, as the worker imports it."""
         return f"{self.probe.__module__}:{self.probe.__name__}"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """``"module:function"`` of the probe, then of each ``then`` probe: what each phase's ranks run."""
+        return tuple(f"{probe.__module__}:{probe.__name__}" for probe in (self.probe, *self.then))
 
     def criterion(self, id: str, title: str, points: float, public_only: tuple[Judge, ...] = (),
                   hidden_only: tuple[Judge, ...] = ()) -> Callable[[Judge], Judge]:

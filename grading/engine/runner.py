@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.engine.expect import CheckFailed
-from grading.engine.forkservers import ForkServers
+from grading.engine.case_run import CaseRun
+from grading.engine.forkserver import ForkServers
 from grading.engine.launch import LaunchResult, launch, pick_backend
-from grading.engine.results import CaseRun
 from grading.engine.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
@@ -56,10 +56,8 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
     the submission does; an exception inside a criterion's own code is
     reported as status ``grader_error``.
     """
-    barred = barred or {}
-    if all(c.problem in barred for c in case.criteria):
-        return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, "failed", barred[c.problem], 0.0, c.hidden)
-                for c in case.criteria]
+    if all(c.problem in (barred or {}) for c in case.criteria):
+        return judge_case(case, None, barred)
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
             return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints, servers)
@@ -69,37 +67,41 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
 def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, backend: str,
             servers: ForkServers | None) -> LaunchResult:
     """Run ``case``'s ranks on ``kit_root`` into ``work_dir/<case name>``."""
-    return launch(case.target, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
+    first, *then = case.phases
+    return launch(first, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
-                  backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload)
+                  backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload,
+                  then=tuple(then))
 
 
-def judge_case(case: Case, result: LaunchResult, barred: dict[str, str] | None = None,
+def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] | None = None,
                hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
-    """Judge every criterion of ``case`` on its finished launch ``result`` (see ``run_case``); never raises."""
+    """Judge every criterion of ``case`` on its finished launch ``result`` (None: every criterion is barred;
+    see ``run_case``); never raises."""
     barred = barred or {}
     run = CaseRun(case.world_size, result)
     judging = time.perf_counter()
     verdicts = []
     for criterion in case.criteria:
         if criterion.problem in barred:
-            verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points, 0.0,
-                                            "failed", barred[criterion.problem], 0.0, criterion.hidden))
-            continue
-        try:
-            criterion.evaluate(run)
-            status, message = "passed", ""
-        except CheckFailed as failure:
-            message = str(failure)
-            status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
-            extra = [h for h in (hints or {}).get(criterion.problem, []) if h not in message]
-            message = "\n".join([message, *extra])
-        except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
-            status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
+            status, message = "failed", barred[criterion.problem]
+        else:
+            try:
+                criterion.evaluate(run)
+                status, message = "passed", ""
+            except CheckFailed as failure:
+                message = str(failure)
+                status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
+                extra = [h for h in (hints or {}).get(criterion.problem, []) if h not in message]
+                message = "\n".join([message, *extra])
+            except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
+                status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
+        seconds = result.wall_s if result is not None and criterion.problem not in barred else 0.0
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
-                                        criterion.points if status == "passed" else 0.0, status, message,
-                                        result.wall_s, criterion.hidden))
-    (result.out_dir / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
+                                        criterion.points if status == "passed" else 0.0, status, message, seconds,
+                                        criterion.hidden))
+    if result is not None:
+        (result.out_dir / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
     return verdicts
 
 
@@ -132,7 +134,7 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
                 if progress:
                     progress(case)
                 if all(c.problem in (barred or {}) for c in case.criteria):
-                    pending.append(run_case(case, kit_root, work_dir, barred=barred))
+                    pending.append(judge_case(case, None, barred))
                     continue
                 result = _launch(case, kit_root, work_dir, timeout_scale, "auto", servers)
                 pending.append(judges.submit(judge_case, case, result, barred, hints))

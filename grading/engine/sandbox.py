@@ -1,32 +1,22 @@
 """Resource limits and isolation for the rank processes that run student code.
 
-Two halves:
+* **child side** (``apply_limits``, called by the worker before any student module is imported): the rank
+  dies with its parent (``PR_SET_PDEATHSIG``), gets ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU
+  seconds, open files and the size of any file it writes (its logs included; ``SIGXFSZ`` is ignored, so an
+  over-long write raises ``OSError``), and, when the launcher made one, joins the case's private network
+  namespace (loopback only), then drops every capability so it cannot leave it again.
+* **parent side** (``Namespaces``, ``kill_marked``): one network namespace per case, held by a small process and
+  shared by its ranks (gloo talks over the shared loopback); and a scan of every process (``psutil``) for the
+  run's marker variable, which finds what student code left running even after ``setsid`` or a double fork.
 
-* **child side** (``apply_limits``, called by ``grading.engine.worker`` before any
-  student module is imported): the rank dies with the grader
-  (``PR_SET_PDEATHSIG``), gets ``setrlimit`` limits on memory
-  (``RLIMIT_DATA``), CPU seconds, open files and the size of any file it
-  writes (its stdout/stderr logs included; ``SIGXFSZ`` is ignored so an
-  over-long write raises ``OSError`` instead of killing the rank), and, when
-  the launcher made one, joins the case's private network namespace
-  (loopback only), then drops every capability so it cannot leave it again.
-* **parent side** (``Namespaces``, ``kill_marked``): one network namespace
-  per case, held by a small process and shared by all its ranks (gloo talks
-  over the shared loopback); and a scan of ``/proc`` for processes carrying
-  the run's marker variable, which finds what student code left running even
-  after ``setsid`` or a double fork.
-
-A PID namespace would catch more, but a process cannot join one itself (only
-its children do) and then cannot start threads, and ranks *inside* one see
-pids that do not match ``/proc`` (psutil in DeepSpeed), so none is used.
-
-What this is **not**: a security boundary. Student code runs as the grader's
-own user, in the same process as the probe that records its results, and can
-read every file the grader can (hidden checks included). The README's
-sandbox section lists what it does and does not do.
+A PID namespace would catch more, but a process cannot join one itself (only its children do) and ranks inside
+one see pids that do not match ``/proc`` (psutil in DeepSpeed), so none is used. What this is **not**: a
+security boundary. Student code runs as the grader's user, in the process that records its results, and can
+read every file the grader can (hidden checks included). ``docs/sandbox.md`` lists what it does and does not do.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -34,10 +24,11 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its children) inherits
 
@@ -47,7 +38,6 @@ _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
-
 
 
 @dataclass(frozen=True)
@@ -62,11 +52,9 @@ class Limits:
 
 
 def _env_int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    number = int(value)
-    return None if number <= 0 else number
+    """The number the variable ``name`` holds (0 or less: None), or ``default`` when it is unset or empty."""
+    value = int(os.environ.get(name) or default or 0)
+    return value if value > 0 else None
 
 
 def default_limits(timeout_s: float) -> Limits:
@@ -91,10 +79,6 @@ def limits_to_spec(limits: Limits) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ child side
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _set_limit(which: int, value: int) -> None:
     soft, hard = resource.getrlimit(which)
     if hard != resource.RLIM_INFINITY and value > hard:
@@ -138,7 +122,7 @@ def apply_limits(spec: dict) -> dict:
     limits = spec.get("limits") or {}
     libc = None
     try:
-        libc = _libc()
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         done["applied"].append("pdeathsig")
     except (OSError, AttributeError) as exc:
@@ -178,10 +162,8 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)   # bring loopback up in th
 got = fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0))                              # SIOCGIFFLAGS
 fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", struct.unpack("16sh", got)[1] | 1))   # SIOCSIFFLAGS IFF_UP
 s.close()
-print(f"pid {os.getpid()}", flush=True)
-print("ready", flush=True)
+print(f"ready {os.getpid()}", flush=True)
 sys.stdin.read()                # until the launcher closes the pipe (or dies)
-os._exit(0)
 """
 
 
@@ -213,66 +195,43 @@ class Namespaces:
         except OSError as exc:
             self.reason = f"cannot start the namespace holder: {exc}"
             return
-        lines = self._read_lines(2, start_timeout_s)
-        if len(lines) < 2 or not lines[0].startswith("pid ") or lines[1] != "ready":
-            self.reason = "namespace holder failed: " + (" / ".join(lines) or "no answer")
+        answered = select.select([self._proc.stdout], [], [], start_timeout_s)[0]     # one line, written at once
+        line = self._proc.stdout.readline().decode(errors="replace").strip() if answered else ""
+        if not line.startswith("ready "):
+            self.reason = f"namespace holder failed: {line or 'no answer'}"
             self.close()
             return
-        self.paths = {"net": f"/proc/{int(lines[0].split()[1])}/ns/net"}
-
-    def _read_lines(self, count: int, timeout_s: float) -> list[str]:
-        lines, buffer = [], b""
-        deadline = time.monotonic() + timeout_s
-        fd = self._proc.stdout.fileno()
-        while len(lines) < count and time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            lines += [line.decode(errors="replace").strip() for line in complete]
-        return lines
+        self.paths = {"net": f"/proc/{int(line.split()[1])}/ns/net"}
 
     def close(self) -> None:
         """Kill the holder (idempotent)."""
         if self._proc is None:
             return
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self._proc.pid, signal.SIGKILL)
         for stream in (self._proc.stdin, self._proc.stdout):
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         self._proc = None
-
-
-def _marked(pid: int, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return marker in handle.read().split(b"\0")
-    except OSError:
-        return False
 
 
 def find_marked(run_id: str) -> list[int]:
     """Pids (other than this process) whose environment holds ``GRADING_RUN_ID=<run_id>``."""
-    marker = f"{RUN_MARKER}={run_id}".encode()
-    me = os.getpid()
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return []
-    return [pid for pid in pids if pid != me and _marked(pid, marker)]
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get(RUN_MARKER) == run_id:
+                found.append(process.pid)
+        except psutil.Error:           # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process group that ``pid`` leads (nothing when it is gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
 def freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> list[int]:
@@ -290,16 +249,12 @@ def freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> list[int
                 continue
             stopped.append(pid)
     for pid in stopped:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     return stopped
 
 
 def kill_marked(run_id: str, rounds: int = 20) -> list[int]:
-    """Stop, then kill, every process carrying the run's marker; return their pids (``freeze_and_kill``).
-
-    Best effort: a process that dropped the marker from its environment is not found.
-    """
+    """Stop, then kill, every process carrying the run's marker; return their pids (``freeze_and_kill``). Best
+    effort: a process that dropped the marker from its environment is not found."""
     return freeze_and_kill(lambda: find_marked(run_id), rounds)

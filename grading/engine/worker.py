@@ -1,21 +1,19 @@
 """The child side of ``grading.engine.launch``: one rank of one check.
 
-``python -m grading.engine.worker SPEC.json RANK`` sets up stack dumps and the
-process group, then calls the probe with a RankContext. The probe records
-each piece of student work with ``ctx.record``; results go to
-``<out>/rank<R>/<name>.pt`` and exceptions to ``<name>.error.json``. The
-parent never trusts a verdict from here: it loads the raw values and judges
-them itself.
-
-Before any student code runs, the worker reads a per-run key from stdin and
-applies ``grading.engine.sandbox`` limits. Recording, signing and the ``done``
-marker are the results protocol of ``grading.engine.results``.
+``python -m grading.engine.worker SPEC.json RANK`` (or ``main`` in a rank a fork
+server forked) reads the run's key from stdin, applies the sandbox limits,
+sets up stack dumps and the process group, then calls the probe with a
+``RankContext`` (``grading.engine.recording``: what it records, signed). The
+parent never trusts a verdict from here: it loads the raw values and judges.
+``main`` returns the exit code: a cold worker ends the normal way
+(``sys.exit``), a forked one as its fork server ends a child. The ``done``
+marker is its last act; the launcher bounds what comes after it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
-import functools
 import importlib
 import json
 import os
@@ -25,50 +23,39 @@ import time
 import traceback
 from pathlib import Path
 
-from grading.engine.results import RankContext
+from grading.engine.recording import RankContext
 
 
-def _init_group(spec: dict, rank: int) -> str:
+def _device(spec: dict, rank: int) -> str:
+    """This rank's device (its own GPU under NCCL), joining the case's group first when the spec says so."""
     import torch
     import torch.distributed as dist
-    backend = spec["backend"]
-    device = "cpu"
-    if backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-        device = f"cuda:{rank % torch.cuda.device_count()}"
-    dist.init_process_group(backend, init_method=f"file://{spec['store']}", rank=rank,
-                            world_size=spec["world_size"],
-                            timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]))
+    device = f"cuda:{rank % torch.cuda.device_count()}" if spec["backend"] == "nccl" else "cpu"
+    if spec["init_group"]:
+        if device != "cpu":
+            torch.cuda.set_device(device)
+        dist.init_process_group(spec["backend"], init_method=f"file://{spec['store']}", rank=rank,
+                                world_size=spec["world_size"],
+                                timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]))
     return device
 
 
 def _flush() -> None:
     """Flush stdout/stderr, ignoring errors (a flooded log may be over its file size limit)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def _read_key() -> bytes:
     """The per-run key the launcher writes to stdin; stdin is then /dev/null for the student code."""
-    try:
+    key = b""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         key = sys.stdin.buffer.read(256).strip()
-    except (OSError, ValueError, AttributeError):
-        key = b""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     return key
-
-
-def _write_timing(rank_dir: Path, marks: dict) -> None:
-    """Where this rank's time went (``timing.json``: wall-clock marks), for ``grade --profile``; never fails."""
-    try:
-        (rank_dir / "timing.json").write_text(json.dumps(marks))
-    except OSError:
-        pass
 
 
 def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int]:
@@ -87,6 +74,7 @@ def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int
 
 
 def main(argv: list[str]) -> int:
+    """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code."""
     marks = {"main": time.time()}
     spec_path, rank = Path(argv[0]), int(argv[1])
     spec = json.loads(spec_path.read_text())
@@ -103,32 +91,27 @@ def main(argv: list[str]) -> int:
         import torch
         torch.set_num_threads(int(os.environ.get("GRADING_THREADS", "1")))
         marks["torch"] = time.time()
-        device = "cpu"
-        if spec["init_group"]:
-            device = _init_group(spec, rank)
-        elif spec["backend"] == "nccl":
-            device = f"cuda:{rank % torch.cuda.device_count()}"
+        device = _device(spec, rank)
         marks["group"] = time.time()
         loaded = set(sys.modules)
         module_name, function_name = spec["target"].split(":")
         probe = getattr(importlib.import_module(module_name), function_name)
         marks["probe_imported"] = time.time()
         ctx = RankContext(rank, spec["world_size"], spec["args"], rank_dir, spec["backend"], device,
-                          spec["store"], key, join=functools.partial(_init_group, spec, rank))
+                          spec["store"], Path(spec["shared"]), key)
         del key
         probe(ctx)
     except BaseException:  # noqa: BLE001
         (rank_dir / "error.txt").write_text(traceback.format_exc()[-6000:])
         _flush()
-        os._exit(1)
-    ctx.finish()
+        return 1
     marks.update(probe_done=time.time(), saving_s=ctx.saving_s,
                  cold_imports=_cold_imports(loaded, Path.cwd().resolve()))
-    _write_timing(rank_dir, marks)
+    with contextlib.suppress(OSError):          # where this rank's time went, for ``grade --profile``
+        (rank_dir / "timing.json").write_text(json.dumps(marks))
     _flush()
-    # Skip interpreter shutdown: a submission's stray non-daemon thread must not keep the rank alive,
-    # and destroying a process group whose peer died can block.
-    os._exit(0)
+    ctx.finish()                  # last: the launcher may stop a finished rank from here on
+    return 0
 
 
 if __name__ == "__main__":

@@ -153,11 +153,12 @@ class SubProblem:
         """In a rank: call ``record(inputs)`` once per split this spawn runs (public, and hidden on the staff
         side), with that split's typed inputs; the parts it records are the case's ``split_parts``, each
         written under its split's name (``twin``). Any other name raises ValueError (a grader bug)."""
-        allowed = frozenset(ctx.args.get("split_parts", ()))
+        allowed = ctx.args.get("split_parts")      # absent only in a hand-made public run (names unchanged)
         for split in ctx.args.get("splits", [PUBLIC]):
             data = ctx.args.get("inputs", {}).get(split)
             inputs = self.inputs if data is None else from_data(type(self.inputs), data)
-            with ctx.recording_as(functools.partial(twin, split=split), allowed):
+            with ctx.recording_as(functools.partial(twin, split=split),
+                                  None if allowed is None else frozenset(allowed)):
                 record(inputs)
 
     def shared(self, ctx, record: Callable[[], None]) -> None:
@@ -165,17 +166,6 @@ class SubProblem:
         hidden split alone (``HIDDEN_SPAWN``), where no criterion reads them."""
         if PUBLIC in ctx.args.get("splits", [PUBLIC]):
             record()
-
-    # TRANSITION: the old rank-side API, until every checks.py is converted
-    def splits(self, ctx) -> list[str]:
-        return list(ctx.args.get("splits", [PUBLIC]))
-
-    def rank_inputs(self, ctx, split: str) -> Any:
-        data = ctx.args.get("inputs", {}).get(split)
-        return self.inputs if data is None else from_data(type(self.inputs), data)
-
-    def rank_expected(self, ctx, split: str) -> Any:
-        return from_data(self.expected_type, ctx.args["expected"][split])
 
     def shipped_expected(self, ctx) -> list[Any]:
         """In a rank: the typed expected values sent to this spawn (the splits ``expected_in_ranks`` names),

@@ -35,12 +35,11 @@ from pathlib import Path
 
 import torch
 
-from grading.engine.preloads import GPT2_IMPORTS
+from grading.startup import GPT2_IMPORTS
 from project import readiness
 from project.bench import stats
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.output import quiet_libraries, write_json
-from grading.kit.quick_exit import run_and_exit
 
 SUMMARY_FILE = "tensor_parallel_summary.json"
 FIGURE_FILE = "tensor_parallel.png"
@@ -291,10 +290,8 @@ def run(opts: TPOptions, echo=print) -> dict:
     echo(f"tensor-parallel comparison: {', '.join(variants)} ({opts.repeats} repeats of {opts.steps} steps); "
          f"raw numbers in {folder}")
     workload = _workload(opts, folder / "workload.pt")
-    # skip_shutdown: a native gloo thread still joinable at interpreter shutdown aborts the process
-    # ("terminate called without an active exception"), which would read as a crash of a finished rank.
     raw = spawn_ranks(_rank_main, 2, file_rendezvous(folder, "store"), (str(folder), asdict(opts), variants),
-                      name="tensor_parallel", skip_shutdown=True, preload=GPT2_IMPORTS).wait()[0]
+                      name="tensor_parallel", preload=GPT2_IMPORTS).wait()[0]
     write_json(folder / "times.json", raw)
     summary = summarize(raw, workload, skipped, opts)
     out = Path(opts.figures_dir)
@@ -325,4 +322,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    sys.exit(main())

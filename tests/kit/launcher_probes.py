@@ -87,9 +87,20 @@ def imports_matplotlib(ctx):
     import matplotlib  # noqa: F401 - about 80 modules: what grade --profile lists as imported by the ranks
 
 
-def kills_its_servers_parent(ctx):
-    """Rank 0 kills the parent of the process that forked it (a zygote, when its server came from one)."""
-    from grading.engine.forkserver import parent_of
-    if ctx.rank == 0:
-        os.kill(parent_of(os.getppid()), 9)
-    ctx.record("alive", lambda: True)
+def leaves_a_thread(ctx):
+    """Records, then leaves a non-daemon thread that sleeps ten minutes (a stray thread of a submission)."""
+    import threading
+    ctx.record("started", lambda: True)
+    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+
+
+def hands_a_file_over(ctx):
+    """Phase 1 of a two-phase case: leaves its pid in the shared folder and records it."""
+    (ctx.shared_dir / f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
+    ctx.record("first", os.getpid)
+
+
+def takes_the_file(ctx):
+    """Phase 2: records its own pid and what phase 1 left for this rank."""
+    left = ctx.shared_dir / f"rank{ctx.rank}.pid"
+    ctx.record("second", lambda: {"pid": os.getpid(), "left": int(left.read_text())})

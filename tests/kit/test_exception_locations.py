@@ -3,7 +3,7 @@
 One copy of the kit carries a planted ``raise IndexError(...)`` as the first statement of one region of
 each of the 13 sub-problems; every problem is graded once on it (each sub-problem through its own cases).
 For each sub-problem, some failed criterion's message must name the planted region's file and a line
-inside that region (``hints.describe_exception`` / ``results.describe_error``: "(at path:line (in fn))"),
+inside that region (``hints.describe_exception`` / ``case_run.describe_error``: "(at path:line (in fn))"),
 whether ``ctx.record`` caught the exception or a probe helper did (``call_outcome``, ``labelled``, a
 probe's own ``except``).
 """

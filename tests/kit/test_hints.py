@@ -6,7 +6,7 @@ import traceback
 import pytest
 
 from grading.engine.hints import describe_exception, format_error, likely_cause, static_hints, student_frame
-from grading.engine.results import describe_error
+from grading.engine.case_run import describe_error
 from grading.problems.common import call_outcome, labelled
 
 pytestmark = pytest.mark.kit

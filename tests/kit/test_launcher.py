@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from grading.engine.forkservers import ForkServers
+from grading.engine.case_run import CaseRun
+from grading.engine.forkserver import ForkServers
 from grading.engine.launch import launch
-from grading.engine.profile import case_profile, table
+from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
-from grading.engine.zygote import ZYGOTES_ENV
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -78,6 +78,31 @@ def test_an_exit_read_in_one_go_with_the_spawn_reply_still_ends_the_run(tmp_path
                     init_group=False, servers=servers)
     assert not result.timed_out, result.failure()
     assert "rank 0 exited with code 0 before finishing" in result.failure()
+
+
+def test_a_finished_rank_that_a_stray_thread_keeps_alive_ends_the_run_at_once(tmp_path, run):
+    """A probe that leaves a non-daemon thread sleeping for ten minutes: a forked rank ends with its worker, a
+    cold one (whose interpreter would wait for the thread at its exit) is stopped once it has finished; either
+    way the run ends long before its limit."""
+    result = run(tmp_path, "leaves_a_thread", world_size=2, timeout_s=120, init_group=False)
+    assert result.ok and not result.timed_out, result.failure()
+    assert all(r.finished for r in result.ranks)
+
+
+def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_path, run):
+    """``then``: each rank of the second phase is a new process, finds what its predecessor left in the shared
+    folder, and records into the same signed results; a first phase that does not finish ends the case there."""
+    result = run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
+                 then=(f"{PROBES}:takes_the_file",))
+    assert result.ok, result.failure()
+    run_view = CaseRun(2, result)
+    for rank in range(2):
+        first, second = run_view.part("first", rank), run_view.part("second", rank)
+        assert second["left"] == first != second["pid"]
+    stopped = run(tmp_path / "b", "exits_early", world_size=1, timeout_s=60, init_group=False,
+                  then=(f"{PROBES}:takes_the_file",))
+    assert "rank 0 exited with code 0 before finishing" in stopped.failure()
+    assert not list((tmp_path / "b" / "run" / "rank0").glob("second.*"))         # no second phase ran
 
 
 def test_spawned_grandchild_is_killed(tmp_path, run):
@@ -166,7 +191,7 @@ def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):
 
 def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
     """Grading never depends on the fork servers: a server that dies at start-up means cold ranks, same result."""
-    broken = {**{k: v for k, v in os.environ.items() if k != ZYGOTES_ENV}, "PYTHONHOME": str(tmp_path / "none")}
+    broken = {**os.environ, "PYTHONHOME": str(tmp_path / "none")}
     with ForkServers(KIT_ROOT, env=broken) as servers:
         result = launch(f"{PROBES}:all_reduce_rank", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=60,
                         servers=servers)
@@ -177,13 +202,13 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 
 
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
-    """Every module a case of the kit or a runner's ranks preload (``grading.engine.preloads``) imports in a fork server
+    """Every module a case of the kit or a runner's ranks preload (``grading.startup``) imports in a fork server
     without starting a thread."""
-    from grading.engine import preloads
+    from grading import startup
 
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"
-    names = sorted({*names, *(name for value in vars(preloads).values() if isinstance(value, tuple) for name in value)})
+    names = sorted({*names, *(name for value in vars(startup).values() if isinstance(value, tuple) for name in value)})
     with ForkServers(KIT_ROOT) as servers:
         result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
                         init_group=False, args={"names": names}, servers=servers, preload=tuple(names))

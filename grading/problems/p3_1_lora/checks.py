@@ -4,9 +4,10 @@ The probe applies LoRA to fresh copies of the grader's small residual MLP
 (``LoRANet`` in this folder's ``reference.py``, shared by all of Problem 3)
 and records which modules were replaced, the outputs before and after, the
 trainable set and what invalid inputs do. The replacement runs once per
-split: on ``Inputs`` (targets, rank, alpha), and on the staff side also on
-hidden ones (``staff.py``). Nothing is stored as expected data: every
-criterion compares with the inputs themselves and with ``LoRANet``.
+split (``PROBLEM.each_split``): on ``Inputs`` (targets, rank, alpha), and on
+the staff side also on hidden ones (``staff.py``), where the trainable set is
+judged too. Nothing is stored as expected data: every criterion compares
+with the inputs themselves and with ``LoRANet``.
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 
 from grading.engine.compare import assert_tensor_close
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import HIDDEN, split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import call_outcome, describe_exception, expect_refusals, labelled
 from grading.problems.p3_1_lora import ID, TITLE
@@ -43,7 +43,7 @@ BAD_APPLY = [
     ("rank 0", ["embed", "head"], 0),
 ]
 
-P_REPLACE = "replace"    # recorded per split: split_part(P_REPLACE, split)
+P_REPLACE = "replace"    # a split part: recorded once per split
 P_OUTPUTS = "outputs"
 P_TRAINABLE = "trainable"
 P_INVALID = "invalid"
@@ -83,9 +83,7 @@ def probe_apply(ctx) -> None:
         trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
         return {"same_object": result is model, "wrapped": wrapped, "others_moved": sorted(others_moved),
                 "lora_modules": new_lora, "trainable": trainable}
-    for split in PROBLEM.splits(ctx):
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_REPLACE, split), lambda inputs=inputs: replace(inputs))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_REPLACE, lambda: replace(inputs)))
 
     def outputs():
         model = ref.LoRANet(0).to(device, torch.float64)
@@ -125,16 +123,26 @@ def probe_apply(ctx) -> None:
     ctx.record(P_INVALID, invalid)
 
 
-CASE = PROBLEM.case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60)
+CASE = PROBLEM.case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60,
+                    split_parts=(P_REPLACE,))
 
 
 # ---------------------------------------------------------------- criteria
+def _check_replace_trainable(run: SplitRun) -> None:
+    """Hidden inputs: only the targets' adapters are trainable (publicly 3.1.only_adapters_trainable's: one bug,
+    one criterion)."""
+    got = run.part(P_REPLACE)
+    want = sorted(f"{t}.{p}" for t in run.inputs.targets for p in ("lora_A", "lora_B"))
+    expect(got["trainable"] == want, f"{_call(run.inputs)}: trainable parameters are {got['trainable']}, "
+           f"expected {want}")
+
+
 @CASE.criterion("3.1.replaces_targets", "dotted targets become LoRALinear around the original layer; nothing "
-                "else moves; same model returned", points=3)
-def check_replace(run: CaseRun, split: str) -> None:
-    inputs = PROBLEM.inputs_for(split)
+                "else moves; same model returned", points=3, hidden_only=(_check_replace_trainable,))
+def check_replace(run: SplitRun) -> None:
+    inputs = run.inputs
     targets, rank, alpha = list(inputs.targets), inputs.rank, inputs.alpha
-    got = run.part(split_part(P_REPLACE, split))
+    got = run.part(P_REPLACE)
     call = _call(inputs)
     expect(got["same_object"], f"{call} must return the model it was given (modified in place), not a copy")
     for name, info in got["wrapped"].items():
@@ -149,14 +157,11 @@ def check_replace(run: CaseRun, split: str) -> None:
            f"{got['lora_modules']}, expected exactly {sorted(targets)}")
     expect(not got["others_moved"], f"{call}: modules other than the targets were replaced or removed: "
            f"{got['others_moved']}")
-    if split == HIDDEN:       # publicly the trainable set is 3.1.only_adapters_trainable's (one bug, one criterion)
-        want = sorted(f"{t}.{p}" for t in targets for p in ("lora_A", "lora_B"))
-        expect(got["trainable"] == want, f"{call}: trainable parameters are {got['trainable']}, expected {want}")
 
 
 @CASE.criterion("3.1.outputs_dtype_device", "outputs unchanged right after apply; adapters keep dtype/device",
                 points=2)
-def check_outputs(run: CaseRun, split: str) -> None:
+def check_outputs(run: SplitRun) -> None:
     got = run.part(P_OUTPUTS)
     call = f"apply_lora(float64 model on {got['device']}, {ref.TOP_TARGETS})"
     for name, (dtype, device) in got["adapters"].items():
@@ -169,7 +174,7 @@ def check_outputs(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("3.1.only_adapters_trainable", "only lora_A/lora_B require grad", points=2)
-def check_trainable(run: CaseRun, split: str) -> None:
+def check_trainable(run: SplitRun) -> None:
     got = run.part(P_TRAINABLE)
     want = sorted(f"{t}.{p}" for t in ref.TOP_TARGETS for p in ("lora_A", "lora_B"))
     expect(got["trainable"] == want, f"apply_lora(model, {ref.TOP_TARGETS}): trainable parameters are "
@@ -178,7 +183,7 @@ def check_trainable(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
                 points=2)
-def check_invalid(run: CaseRun, split: str) -> None:
+def check_invalid(run: SplitRun) -> None:
     expect_refusals(run.part(P_INVALID), "apply_lora with", {
         "swapped": "validate every target before changing the model",
         "requires_grad": "validate before freezing"})

@@ -5,20 +5,20 @@ The probe wraps the grader's model with the provided ``LoRALinear`` itself
 shares; so 3.2 does not depend on the student's ``apply_lora``), sets known
 adapter values, and records what the student's functions write and load.
 The criteria compare with those values (``adapter_state``, same module). The
-save runs once per split: on ``Inputs`` (targets, rank, adapter seed), and on
-the staff side also on hidden ones (``staff.py``). Nothing is stored as
-expected data.
+save runs once per split (``PROBLEM.each_split``): on ``Inputs`` (targets,
+rank, adapter seed), and on the staff side also on hidden ones
+(``staff.py``). Nothing is stored as expected data.
 """
 from __future__ import annotations
 
+import itertools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from grading.engine.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import call_outcome, expect_refusals, labelled
 from grading.problems.p3_1_lora import reference as ref
@@ -39,7 +39,7 @@ SAVED_SEED, OTHER_SEED = 1, 2    # the grader's file holds adapter_state(1); mod
 PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(targets=tuple(ref.ADAPTER_TARGETS), rank=ref.RANK, seed=SAVED_SEED))
 
-P_SAVE = "save"    # recorded per split: split_part(P_SAVE, split)
+P_SAVE = "save"    # a split part: recorded once per split
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
@@ -73,11 +73,13 @@ def probe_adapter_io(ctx) -> None:
     torch.save(saved, grader_file)
     x = ref.inputs(1).to(device)
 
-    def save(inputs: Inputs, name: str) -> dict:
+    saves = itertools.count()
+
+    def save(inputs: Inputs) -> dict:
         adapters = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
         model = _kit_lora_model(device, adapters, inputs.targets, inputs.rank)
         before = _snapshot(model)
-        path = folder / f"{name}.pt"
+        path = folder / f"student_{next(saves)}.pt"       # a file of its own for each split
         labelled("save_adapter(model, path)", save_adapter, model, path)
         loaded = torch.load(path, map_location=None, weights_only=True)
         meta = ({k: [type(v).__name__, str(v.device) if isinstance(v, torch.Tensor) else "",
@@ -86,9 +88,7 @@ def probe_adapter_io(ctx) -> None:
         values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
                    for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
         return {"values": values, "meta": meta, "model_changed": _changed(model, before)}
-    for split in PROBLEM.splits(ctx):
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_SAVE, split), lambda inputs=inputs, split=split: save(inputs, f"student_{split}"))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SAVE, lambda: save(inputs)))
 
     def restore():
         source = _kit_lora_model(device, saved)
@@ -138,14 +138,15 @@ def probe_adapter_io(ctx) -> None:
     ctx.record(P_REJECTS, rejects)
 
 
-CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60)
+CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60,
+                    split_parts=(P_SAVE,))
 
 
 # ---------------------------------------------------------------- criteria
 @CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable", points=3)
-def check_save(run: CaseRun, split: str) -> None:
-    inputs = PROBLEM.inputs_for(split)
-    got = run.part(split_part(P_SAVE, split))
+def check_save(run: SplitRun) -> None:
+    inputs = run.inputs
+    got = run.part(P_SAVE)
     expected = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
     values = got["values"]
     expect(isinstance(values, dict), f"save_adapter: the file holds {values}, expected a dict name -> tensor")
@@ -163,7 +164,7 @@ def check_save(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2)
-def check_restore(run: CaseRun, split: str) -> None:
+def check_restore(run: SplitRun) -> None:
     got = run.part(P_RESTORE)
     assert_tensor_close("load_adapter: outputs after loading the adapter of another model (must equal that "
                         "model's outputs)", got["loaded_out"], got["source_out"], atol=0.0, rtol=0.0)
@@ -172,7 +173,7 @@ def check_restore(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", points=2)
-def check_in_place(run: CaseRun, split: str) -> None:
+def check_in_place(run: SplitRun) -> None:
     got = run.part(P_IN_PLACE)
     expect(not got["replaced"], f"load_adapter replaced the Parameter objects {got['replaced']}; copy into the "
            "existing parameters (param.copy_ under torch.no_grad()) so optimizers keep working")
@@ -183,7 +184,7 @@ def check_in_place(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
                 points=3)
-def check_rejects(run: CaseRun, split: str) -> None:
+def check_rejects(run: SplitRun) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
                     {"changed": "check the whole file before copying anything"})
 

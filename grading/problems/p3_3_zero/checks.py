@@ -20,8 +20,7 @@ from typing import Any
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import HIDDEN, PUBLIC, split_part
+from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import DEEPSPEED_IMPORTS, call_outcome, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
@@ -57,7 +56,7 @@ BAD_CONFIGS = [(0, 2, 2, "fp32"), (2, 0, 2, "fp32"), (2, 2, 0, "fp32"), (-1, 2, 
                (2, 2, 2, "float64"), (True, 2, 2, "fp32"), (2, 2.0, 2, "fp32")]
 PRECISION_FLAGS: tuple[ConfigPath, ...] = (("fp16", "enabled"), ("bf16", "enabled"))
 
-P_CONFIG_VALUES = "config_values"    # recorded per split (rank 0): split_part(P_CONFIG_VALUES, split)
+P_CONFIG_VALUES = "config_values"    # a split part (rank 0): recorded once per split
 P_CONFIG_ERRORS = "config_errors"
 P_TRAIN = "train"
 P_STUDENT_ENGINE = "student_engine"
@@ -93,16 +92,13 @@ def probe_zero(ctx) -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"      # before DeepSpeed is imported: ranks may share one GPU
     from finetune.zero import build_config, train_microbatch
 
-    splits = PROBLEM.splits(ctx)
     if ctx.rank == 0:
-        for split in splits:
-            inputs = PROBLEM.rank_inputs(ctx, split)
-            ctx.record(split_part(P_CONFIG_VALUES, split),
-                       lambda inputs=inputs: [build_config(*c) for c in inputs.configs])
+        PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_CONFIG_VALUES,
+                                                          lambda: [build_config(*c) for c in inputs.configs]))
         ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
     def train():
-        engine, model = _engine(copy.deepcopy(PROBLEM.rank_expected(ctx, PUBLIC).engine_config))
+        engine, model = _engine(copy.deepcopy(PROBLEM.shipped_expected(ctx)[0].engine_config))
         losses = []
         for step in range(ref.STEPS):
             row = []
@@ -130,7 +126,7 @@ def probe_zero(ctx) -> None:
 
 
 CASE = PROBLEM.case("p3_zero_2rank", probe_zero, world_size=2, init_group=True, timeout_s=150,
-                    preload=DEEPSPEED_IMPORTS)
+                    preload=DEEPSPEED_IMPORTS, split_parts=(P_CONFIG_VALUES,))
 
 
 # ---------------------------------------------------------------- criteria
@@ -153,11 +149,24 @@ def _same_value(got, want) -> bool:
     return type(got) in (int, float) and got == want
 
 
+def _check_student_engine(run: SplitRun) -> None:
+    """Every rank's live engine from the student's fp32 config for ENGINE_SIZES reports that config's settings
+    (fixed sizes, so judged on the public split only)."""
+    want = {"train_batch_size": ref.WORLD_SIZE * ref.MICRO_BATCH * ref.GRAD_ACCUM, "micro": ref.MICRO_BATCH,
+            "accum": ref.GRAD_ACCUM, "stage": 2, "clipping": 0.0, "offload": False, "fp16": False, "bf16": False}
+    for rank in range(run.world_size):
+        got = run.part(P_STUDENT_ENGINE, rank)
+        for key, value in want.items():
+            expect(got[key] == value, f"DeepSpeed engine from build_config({ref.WORLD_SIZE}, {ref.MICRO_BATCH}, "
+                   f"{ref.GRAD_ACCUM}, 'fp32') on {ref.WORLD_SIZE} ranks: rank {rank} reports {key} = "
+                   f"{got[key]!r}, expected {value!r}")
+
+
 @CASE.criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine from it",
-                points=6)
-def check_config(run: CaseRun, split: str) -> None:
-    configs, expected = PROBLEM.inputs_for(split).configs, PROBLEM.expected_for(split).entries
-    for (w, m, a, p), config in zip(configs, run.part(split_part(P_CONFIG_VALUES, split))):
+                points=6, public_only=(_check_student_engine,))
+def check_config(run: SplitRun) -> None:
+    configs, expected = run.inputs.configs, run.expected.entries
+    for (w, m, a, p), config in zip(configs, run.part(P_CONFIG_VALUES)):
         call = f"build_config({w}, {m}, {a}, {p!r})"
         expect(isinstance(config, dict), f"{call} returned {describe(config)}, expected a dict")
         for path, want in expected[w, m, a, p].items():
@@ -170,27 +179,17 @@ def check_config(run: CaseRun, split: str) -> None:
             device = _lookup(zero, (key, "device")) if isinstance(zero, dict) else "<absent>"
             expect(device in ("<absent>", "none", None), f"{call}: zero_optimization.{key} offloads to "
                    f"{device!r}; ZeRO-2 here runs without offload")
-    if split == HIDDEN:
-        return
-    want = {"train_batch_size": ref.WORLD_SIZE * ref.MICRO_BATCH * ref.GRAD_ACCUM, "micro": ref.MICRO_BATCH,
-            "accum": ref.GRAD_ACCUM, "stage": 2, "clipping": 0.0, "offload": False, "fp16": False, "bf16": False}
-    for rank in range(run.world_size):
-        got = run.part(P_STUDENT_ENGINE, rank)
-        for key, value in want.items():
-            expect(got[key] == value, f"DeepSpeed engine from build_config({ref.WORLD_SIZE}, {ref.MICRO_BATCH}, "
-                   f"{ref.GRAD_ACCUM}, 'fp32') on {ref.WORLD_SIZE} ranks: rank {rank} reports {key} = "
-                   f"{got[key]!r}, expected {value!r}")
 
 
 @CASE.criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", points=2)
-def check_config_errors(run: CaseRun, split: str) -> None:
+def check_config_errors(run: SplitRun) -> None:
     for args, outcome in zip(BAD_CONFIGS, run.part(P_CONFIG_ERRORS)):
         expect(outcome == "ValueError", f"build_config{args} must raise ValueError, got {outcome}")
 
 
 @CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
                 "base frozen; global_steps == 3", points=8)
-def check_update(run: CaseRun, split: str) -> None:
+def check_update(run: SplitRun) -> None:
     expected_adapters, expected_losses = ref.serial_sgd()
     base = lora_ref.wrapped_base_state(0)
     for rank in range(run.world_size):

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
@@ -53,7 +52,7 @@ OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can laun
 IO = (ref.DDP_IN, ref.DDP_OUT)
 
 P_BROADCAST = "broadcast"
-P_BUCKETS = "buckets"         # recorded per split: split_part(P_BUCKETS, split)
+P_BUCKETS = "buckets"         # a split part: recorded once per split
 P_GRADS = "grads"             # one part per GRAD_BUCKETS label: grads_part(label)
 P_RESET = "reset"
 P_TRAIN = "train"
@@ -82,8 +81,9 @@ def _backward(ctx, wrapper, step: int) -> None:
 def probe_ddp(ctx) -> None:
     """Record broadcast, buckets, gradients (with the hook/launch event order), reset and training on this rank.
 
-    Broadcast, reset and training are read by public criteria only: a spawn
-    without the PUBLIC split (the hidden one, on another world size) skips them.
+    Broadcast, reset, launch order, the unused parameter and training are read
+    by public criteria only: they are recorded inside ``PROBLEM.shared``, which
+    the hidden spawn (on another world size) skips.
     """
     import torch.distributed as dist
 
@@ -97,20 +97,14 @@ def probe_ddp(ctx) -> None:
     dist.all_reduce = recording_all_reduce      # before the student module binds any name
     from data_parallel.ddp import BucketedDDP
 
-    splits = PROBLEM.splits(ctx)
-    public = PUBLIC in splits
-
     def broadcast():
         model = ref.DDPProbeNet(seed=BROADCAST_SEED + ctx.rank)
         BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
         return ref.state_of(model)
-    if public:
-        ctx.record(P_BROADCAST, broadcast)
+    PROBLEM.shared(ctx, lambda: ctx.record(P_BROADCAST, broadcast))
 
-    for split in splits:
-        inputs = PROBLEM.rank_inputs(ctx, split)
-        ctx.record(split_part(P_BUCKETS, split), lambda inputs=inputs: [
-            BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes])
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_BUCKETS, lambda: [
+        BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes]))
 
     wrappers = {}
     for label, mb in GRAD_BUCKETS.items():
@@ -137,8 +131,6 @@ def probe_ddp(ctx) -> None:
         _backward(ctx, wrapper, 0)              # same batch, same weights: a fresh state gives the same grads
         wrapper.finish_gradient_synchronization()
         return {"first": first, "second": ref.grads_of(model)}
-    if public and OVERLAP_BUCKET in wrappers:
-        ctx.record(P_RESET, reset)
 
     def order():
         model = ref.ShuffledNet(seed=0)
@@ -147,8 +139,6 @@ def probe_ddp(ctx) -> None:
         _backward(ctx, wrapper, 0)
         wrapper.finish_gradient_synchronization()
         return {"buckets": wrapper.buckets, "launches": [e[2] for e in events if e[0] == "all_reduce"]}
-    if public:
-        ctx.record(P_ORDER, order)
 
     unused_state = {}
 
@@ -175,10 +165,6 @@ def probe_ddp(ctx) -> None:
         _backward(ctx, fresh_wrapper, 0)
         fresh_wrapper.finish_gradient_synchronization()
         return {"after": ref.grads_of(model), "fresh": ref.grads_of(fresh)}
-    if public:
-        ctx.record(P_UNUSED, lambda: {"raised": unused()})
-        if unused_state:
-            ctx.record(P_AFTER_ERROR, after_error)
 
     def train(optimizer_name: str):
         model = ref.DDPProbeNet(seed=0)
@@ -190,16 +176,25 @@ def probe_ddp(ctx) -> None:
             wrapper.finish_gradient_synchronization()
             optimizer.step()
         return ref.params_of(model)
-    if public:
+
+    def record_public_parts():
+        if OVERLAP_BUCKET in wrappers:
+            ctx.record(P_RESET, reset)
+        ctx.record(P_ORDER, order)
+        ctx.record(P_UNUSED, lambda: {"raised": unused()})
+        if unused_state:
+            ctx.record(P_AFTER_ERROR, after_error)
         ctx.record(P_TRAIN, lambda: {name: train(name) for name in ("sgd", "adam")})
+    PROBLEM.shared(ctx, record_public_parts)
 
 
-CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)
+CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS,
+                    split_parts=(P_BUCKETS,))
 
 
 # ---------------------------------------------------------------- criteria (grader side)
 @CASE.criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", points=2)
-def check_broadcast(run: CaseRun, split: str) -> None:
+def check_broadcast(run: SplitRun) -> None:
     """Every rank's parameters and buffers after construction equal rank 0's model (seed BROADCAST_SEED)."""
     expected = ref.state_of(ref.DDPProbeNet(seed=BROADCAST_SEED))
     for rank in range(run.world_size):
@@ -208,11 +203,11 @@ def check_broadcast(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.buckets", "bucket assignment: reverse order, byte cap, frozen excluded", points=2)
-def check_buckets(run: CaseRun, split: str) -> None:
+def check_buckets(run: SplitRun) -> None:
     """Each rank's ``buckets`` for each cap of the split's inputs equal ``Expected.buckets`` of that cap."""
-    sizes, expected = PROBLEM.inputs_for(split).bucket_sizes, PROBLEM.expected_for(split).buckets
+    sizes, expected = run.inputs.bucket_sizes, run.expected.buckets
     for rank in range(run.world_size):
-        got = run.part(split_part(P_BUCKETS, split), rank)
+        got = run.part(P_BUCKETS, rank)
         expect(isinstance(got, list) and len(got) == len(sizes),
                f"BucketedDDP: rank {rank} recorded {describe(got)} for {len(sizes)} bucket sizes")
         for mb, buckets in zip(sizes, got):
@@ -223,7 +218,7 @@ def check_buckets(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket)", points=3)
-def check_grads(run: CaseRun, split: str) -> None:
+def check_grads(run: SplitRun) -> None:
     """After ``finish_gradient_synchronization`` every rank holds the serial gradients of the global batch."""
     expected = ref.serial_gradients(ref.DDPProbeNet(seed=0), 0, *IO)
     for label, mb in GRAD_BUCKETS.items():
@@ -239,7 +234,7 @@ def check_grads(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2)
-def check_overlap(run: CaseRun, split: str) -> None:
+def check_overlap(run: SplitRun) -> None:
     """An async all-reduce is launched during backward, before the last gradient hook fires."""
     for rank in range(run.world_size):
         got = run.part(grads_part(OVERLAP_BUCKET), rank)
@@ -258,7 +253,7 @@ def check_overlap(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.reset", "a second backward after finish gives the same grads", points=1)
-def check_reset(run: CaseRun, split: str) -> None:
+def check_reset(run: SplitRun) -> None:
     """A second backward on the same batch and weights gives the first backward's gradients."""
     for rank in range(run.world_size):
         run.part(grads_part(OVERLAP_BUCKET), rank)      # the first backward's own error, when it failed
@@ -269,7 +264,7 @@ def check_reset(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.train", "5 SGD and 5 Adam steps equal serial training", points=2)
-def check_train(run: CaseRun, split: str) -> None:
+def check_train(run: SplitRun) -> None:
     """Five SGD and five Adam steps through BucketedDDP equal serial training on the global batches."""
     for name in ("sgd", "adam"):
         expected = ref.serial_training(ref.DDPProbeNet(seed=0), name, *IO)
@@ -290,7 +285,7 @@ def _bucket_numels(buckets, model) -> list[int] | None:
 
 
 @CASE.criterion("4.1.one_buffer", "one all-reduce per bucket, of the bucket's whole flat buffer", points=1)
-def check_one_buffer(run: CaseRun, split: str) -> None:
+def check_one_buffer(run: SplitRun) -> None:
     """With three buckets on DDPProbeNet, each rank issues one all-reduce per bucket, sized like the bucket."""
     for rank in range(run.world_size):
         got = run.part(grads_part(OVERLAP_BUCKET), rank)
@@ -304,7 +299,7 @@ def check_one_buffer(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.launch_order", "buckets launch in index order when layers run in another order", points=1)
-def check_launch_order(run: CaseRun, split: str) -> None:
+def check_launch_order(run: SplitRun) -> None:
     """On ShuffledNet (computed in another order than registered), all-reduces follow the bucket index order."""
     for rank in range(run.world_size):
         got = run.part(P_ORDER, rank)
@@ -317,7 +312,7 @@ def check_launch_order(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.1.unused_raises", "a parameter without gradient: RuntimeError naming exactly it", points=1)
-def check_unused_raises(run: CaseRun, split: str) -> None:
+def check_unused_raises(run: SplitRun) -> None:
     """A backward without ShuffledNet's gate: finish raises RuntimeError naming 'gate.scale' and no other parameter."""
     others = [n for n, _ in ref.ShuffledNet(seed=0).named_parameters() if n != UNUSED]
     for rank in range(run.world_size):
@@ -333,7 +328,7 @@ def check_unused_raises(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("4.1.after_error", "after that RuntimeError the next backward synchronises as a fresh one",
                 points=1)
-def check_after_error(run: CaseRun, split: str) -> None:
+def check_after_error(run: SplitRun) -> None:
     """After the RuntimeError of an incomplete backward, a full backward gives a fresh wrapper's gradients."""
     for rank in range(run.world_size):
         run.part(P_UNUSED, rank)                  # the incomplete backward's own error, when the probe failed

@@ -10,8 +10,8 @@ the optimizer state a rank holds from the tensors it recorded (master shard
 bytes for Adam in fp32.
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
-3 ranks (212 parameters, padded), where the spawn without the PUBLIC split
-skips the parts only public criteria read.
+3 ranks (212 parameters, padded), where the hidden spawn skips the parts only
+public criteria read (``PROBLEM.shared``).
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ import torch
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_1_ddp import reference as ref
@@ -81,8 +80,8 @@ def probe_zero(ctx) -> None:
     """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, master.grad after step,
     Adam with a None gradient (ShuffledNet without its gate), bf16, Adam (odd P).
 
-    All but the first two are read by public criteria only: a spawn without
-    the PUBLIC split (the hidden one, on 3 ranks) skips them.
+    All but the first two are read by public criteria only: they are recorded
+    inside ``PROBLEM.shared``, which the hidden spawn (on 3 ranks) skips.
     """
     def steps():
         return {name: ref.params_of(_train(ctx, EVEN_SIZES, name)[0]) for name in ("sgd", "adam")}
@@ -94,11 +93,6 @@ def probe_zero(ctx) -> None:
         _, trained["optimizer"] = _train(ctx, EVEN_SIZES, "adam")
         return held_state(trained["optimizer"])
     ctx.record(P_MEMORY, memory)
-    if PUBLIC not in PROBLEM.splits(ctx):
-        return
-    if trained:
-        ctx.record(P_MASTER_GRAD, lambda: {"grad": describe(trained["optimizer"].master.grad),
-                                           "is_none": trained["optimizer"].master.grad is None})
 
     def none_grads():
         from data_parallel.zero1 import ShardedOptimizer
@@ -113,14 +107,20 @@ def probe_zero(ctx) -> None:
             ref.loss_fn(model(inputs), targets).backward()
             optimizer.step()
         return ref.params_of(model)
-    ctx.record(P_NONE_GRADS, none_grads)
 
     def bf16():
         model, optimizer = _train(ctx, EVEN_SIZES, "adam", torch.bfloat16)
         return {"params": ref.params_of(model), "master": optimizer.master.detach().clone()}
-    ctx.record(P_BF16, bf16)
-    # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
-    ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
+
+    def record_public_parts():
+        if trained:
+            ctx.record(P_MASTER_GRAD, lambda: {"grad": describe(trained["optimizer"].master.grad),
+                                               "is_none": trained["optimizer"].master.grad is None})
+        ctx.record(P_NONE_GRADS, none_grads)
+        ctx.record(P_BF16, bf16)
+        # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
+        ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
+    PROBLEM.shared(ctx, record_public_parts)
 
 
 CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)
@@ -131,7 +131,7 @@ def _serial(sizes: tuple[int, ...], name: str) -> dict:
     return ref.serial_training(_model(sizes), name, sizes[0], sizes[-1])
 
 
-def _every_rank_trained_like(run: CaseRun, part: str, expected: dict, setting: str) -> None:
+def _every_rank_trained_like(run: SplitRun, part: str, expected: dict, setting: str) -> None:
     """Every rank's recorded parameters ``part`` equal the serial Adam run ``expected`` (``setting`` names it)."""
     for rank in range(run.world_size):
         assert_state_close(f"ShardedOptimizer(Adam) {setting}: rank {rank} after {ref.TRAIN_STEPS} steps, parameter",
@@ -139,7 +139,7 @@ def _every_rank_trained_like(run: CaseRun, part: str, expected: dict, setting: s
 
 
 @CASE.criterion("4.2.steps", "5 Adam and 5 SGD steps equal serial torch.optim on the global batch", points=3)
-def check_steps(run: CaseRun, split: str) -> None:
+def check_steps(run: SplitRun) -> None:
     """Every rank's parameters after 5 Adam and 5 SGD steps equal serial training on the global batches."""
     for name in ("adam", "sgd"):
         expected = _serial(EVEN_SIZES, name)
@@ -164,7 +164,7 @@ def _scale_hint(got, name: str, world_size: int) -> str:
 
 
 @CASE.criterion("4.2.uneven", "a parameter count not divisible by the world size works", points=2)
-def check_uneven(run: CaseRun, split: str) -> None:
+def check_uneven(run: SplitRun) -> None:
     """Adam on 55 parameters (divisible by neither 2 nor 3) equals serial training on every rank."""
     expected = _serial(ODD_SIZES, "adam")
     numel = sum(t.numel() for t in expected.values())
@@ -173,7 +173,7 @@ def check_uneven(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", points=3)
-def check_memory(run: CaseRun, split: str) -> None:
+def check_memory(run: SplitRun) -> None:
     """Each rank holds a 1-D fp32 master shard of ceil(P / N) and 12 x that many bytes of optimizer state."""
     numel = ref.flat_numel(_model(EVEN_SIZES))
     shard = math.ceil(numel / run.world_size)
@@ -195,7 +195,7 @@ def check_memory(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", points=2)
-def check_bf16(run: CaseRun, split: str) -> None:
+def check_bf16(run: SplitRun) -> None:
     """A bf16 model keeps bf16 parameters, an fp32 master that is not bf16-rounded, and tracks fp32 Adam."""
     expected = {k: v.to(torch.bfloat16) for k, v in _serial(EVEN_SIZES, "adam").items()}
     for rank in range(run.world_size):
@@ -217,7 +217,7 @@ def check_bf16(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.2.none_grads", "a trainable parameter whose grad is None counts as zeros", points=1)
-def check_none_grads(run: CaseRun, split: str) -> None:
+def check_none_grads(run: SplitRun) -> None:
     """ShuffledNet without its gate in forward (gate.scale.grad stays None): Adam equals serial training."""
     model = ref.ShuffledNet(seed=0)
     model.skip_gate = True
@@ -233,7 +233,7 @@ def check_none_grads(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.2.master_grad_none", "master.grad is None after step()", points=1)
-def check_master_grad_none(run: CaseRun, split: str) -> None:
+def check_master_grad_none(run: SplitRun) -> None:
     """After ``step()`` the master shard holds no gradient (``master.grad is None``)."""
     for rank in range(run.world_size):
         run.part(P_MEMORY, rank)                  # the training's own error, when it failed

@@ -11,12 +11,13 @@ The probe (``probe.py``) also damages copies of a good checkpoint
 (``damage.py``: some break the manifest's promise, some only its content),
 logs the collectives, writes and renames of one save, and simulates a crash
 in the middle of a save. The resumed half of the exact-resume check runs in
-*new processes*: each rank's ``Successor``, forked before the rank joined its
-group or called the submission (``probe.py``).
+*new processes*: the case's second phase (``then``), whose ranks the engine
+starts once the first phase's have finished, and which finds the checkpoint in
+the case's shared folder (``probe.py``).
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
-3 ranks, where the spawn without the PUBLIC split skips the exact resume
-(read by a public criterion only).
+3 ranks, where the second phase records nothing (``PROBLEM.shared``: only
+public criteria read the exact resume and the crash).
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ from pathlib import Path
 
 from grading.engine.compare import assert_state_close, describe
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
@@ -38,21 +38,19 @@ from grading.problems.p4_3_checkpoint.reference import same
 PROBLEM = SubProblem(ID, TITLE, __package__)
 
 
-
-def probe_checkpoint(ctx) -> None:
-    """Round trip, manifest, files, refusals, exact resume (new processes; public split only) and a crash.
-    The probe joins the group itself (``init_group=False``), after forking the successors."""
-    probe.probe_checkpoint(ctx, PUBLIC in PROBLEM.splits(ctx))
+def probe_resumed(ctx) -> None:
+    """The second phase, in new processes: the exact resume and a crashing save (not in a hidden-only spawn)."""
+    PROBLEM.shared(ctx, lambda: probe.probe_resumed(ctx))
 
 
-CASE = PROBLEM.case("p4_checkpoint", probe_checkpoint, world_size=2, init_group=False, timeout_s=120,
-                    preload=OPTIMIZER_IMPORTS)
+CASE = PROBLEM.case("p4_checkpoint", probe.probe_checkpoint, world_size=2, timeout_s=120,
+                    preload=OPTIMIZER_IMPORTS, then=(probe_resumed,))
 
 
 # ---------------------------------------------------------------- criteria (grader side)
 @CASE.criterion("4.3.roundtrip", "a round trip restores model, optimizer shard state and extra bit for bit",
                 points=2)
-def check_roundtrip(run: CaseRun, split: str) -> None:
+def check_roundtrip(run: SplitRun) -> None:
     """``load_sharded`` gives every rank back its own step, extra, model and optimizer state, bit for bit."""
     for rank in range(run.world_size):
         run.part(P_STRAIGHT, rank)             # save_sharded's own error, when it raised
@@ -68,7 +66,7 @@ def check_roundtrip(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size", points=2)
-def check_manifest(run: CaseRun, split: str) -> None:
+def check_manifest(run: SplitRun) -> None:
     """manifest.json holds the step, the world size and every file's digest; no stray files remain."""
     run.part(P_STRAIGHT, 0)
     got = run.part(P_MANIFEST, 0)
@@ -89,7 +87,7 @@ def check_manifest(run: CaseRun, split: str) -> None:
            "must be renamed or removed)")
 
 
-def _judge_refusals(run: CaseRun, kinds: dict) -> None:
+def _judge_refusals(run: SplitRun, kinds: dict) -> None:
     """Each damaged checkpoint of ``kinds`` raised CheckpointError (a ValueError) on every rank, naming the file."""
     run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
@@ -108,33 +106,33 @@ def _judge_refusals(run: CaseRun, kinds: dict) -> None:
 
 @CASE.criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
                 "CheckpointError naming the file", points=3)
-def check_refuse(run: CaseRun, split: str) -> None:
+def check_refuse(run: SplitRun) -> None:
     """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file."""
     _judge_refusals(run, CORRUPTIONS)
 
 
 @CASE.criterion("4.3.refuse_manifest", "no manifest, format 2, a shard not listed: CheckpointError", points=1)
-def check_refuse_manifest(run: CaseRun, split: str) -> None:
+def check_refuse_manifest(run: SplitRun) -> None:
     """A missing manifest, format 2, or a manifest that does not list shard_00001.pt is refused on every rank."""
     _judge_refusals(run, MANIFEST_DAMAGE)
 
 
 @CASE.criterion("4.3.refuse_shard_fields", "valid-looking shards of another rank or step: CheckpointError",
                 points=1)
-def check_refuse_shard_fields(run: CaseRun, split: str) -> None:
+def check_refuse_shard_fields(run: SplitRun) -> None:
     """Digests that match, but each shard holds another rank's state (or an older step's): refused."""
     _judge_refusals(run, SHARD_DAMAGE)
 
 
 @CASE.criterion("4.3.refuse_model", "valid-looking model.pt with a missing key or another shape: CheckpointError",
                 points=1)
-def check_refuse_model(run: CaseRun, split: str) -> None:
+def check_refuse_model(run: SplitRun) -> None:
     """Digests that match, but model.pt misses a key or holds another shape: refused, naming model.pt."""
     _judge_refusals(run, MODEL_DAMAGE)
 
 
 @CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=2)
-def check_untouched(run: CaseRun, split: str) -> None:
+def check_untouched(run: SplitRun) -> None:
     """A refused ``load_sharded`` changed neither the model nor the optimizer."""
     run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
@@ -148,7 +146,7 @@ def check_untouched(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", points=3)
-def check_resume(run: CaseRun, split: str) -> None:
+def check_resume(run: SplitRun) -> None:
     """Save, new processes, load and the remaining steps reproduce the straight run's losses and weights."""
     for rank in range(run.world_size):
         straight = run.part(P_STRAIGHT, rank)
@@ -163,7 +161,7 @@ def check_resume(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.3.crash_no_manifest", "a save that crashes midway leaves no manifest", points=1)
-def check_crash_no_manifest(run: CaseRun, split: str) -> None:
+def check_crash_no_manifest(run: SplitRun) -> None:
     """A save that fails in every rank's torch.save, into a folder with a complete checkpoint: no manifest.json."""
     run.part(P_STRAIGHT, 0)                     # save_sharded's own error, when it raised
     got = run.part(P_CRASH, 0)
@@ -176,7 +174,7 @@ def check_crash_no_manifest(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("4.3.barriers", "a barrier before any file is written; the last call a barrier after the manifest",
                 points=1)
-def check_barriers(run: CaseRun, split: str) -> None:
+def check_barriers(run: SplitRun) -> None:
     """Every rank enters a barrier before it writes a file, and returns right after a barrier that rank 0
     entered with the manifest in place."""
     for rank in range(run.world_size):
@@ -196,7 +194,7 @@ def check_barriers(run: CaseRun, split: str) -> None:
 
 @CASE.criterion("4.3.manifest_atomic", "manifest.json is os.replace-d into place from a temporary in the folder",
                 points=1)
-def check_manifest_atomic(run: CaseRun, split: str) -> None:
+def check_manifest_atomic(run: SplitRun) -> None:
     """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder."""
     run.part(P_STRAIGHT, 0)
     got = run.part(P_EVENTS, 0)
@@ -209,7 +207,7 @@ def check_manifest_atomic(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("4.3.file_format", "model.pt and each shard hold what the format says (weights_only)", points=1)
-def check_file_format(run: CaseRun, split: str) -> None:
+def check_file_format(run: SplitRun) -> None:
     """torch.load(weights_only=True) of model.pt gives the model's state_dict, of shard r its step/rank/..."""
     for rank in range(run.world_size):
         run.part(P_STRAIGHT, rank)

@@ -1,26 +1,17 @@
-"""Problem 4.3 probe (rank side): train, save, inspect, load damaged copies, resume in new processes, crash.
+"""Problem 4.3 probes (rank side): train, save, inspect, load damaged copies; resume in new processes, crash.
 
-The resumed half of the exact-resume check runs in *new processes*: before
-it joins the case's group, each rank forks its ``Successor``, while the rank
-has no group, no second thread and has not called the submission yet (so
-nothing the submission keeps in memory can reach it; it has the libraries
-imported, as the rank had). Given the checkpoint, the successor joins a
-fresh process group, loads it into a differently initialised model and
-trains the last steps::
+The case runs in two phases (``Case.then``): the engine starts the second
+phase's ranks, new processes that never ran the submission's save (nothing it
+keeps in memory reaches them), once every rank of the first has finished.
+The checkpoint goes from one to the other through the case's shared folder::
 
-    rank r:  fork ─> successor r (waits on a pipe)
-             join group, train 10 steps, save, ..., send the checkpoint ─> join a new group, load, train 10 steps
-             read what the successor recorded <──────────────────────────── resumed.pt, exit
+    phase 1, rank r:  train 10 steps, save ─> shared/checkpoints/step_10, ..., inspect, load, refuse damage
+    phase 2, rank r:  fresh model ─> load step_10 ─> train the last 10 steps; then a save that crashes
 """
 from __future__ import annotations
 
 import copy
-import datetime
 import json
-import os
-import signal
-import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -33,7 +24,6 @@ from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
 SIZES = (8, 16, 4)
 TOTAL_STEPS, SAVE_STEP, EARLY_STEP = 20, 10, 5
 NOISE = 0.05
-CHILD_TIMEOUT_S = 60
 
 P_STRAIGHT = "straight"
 P_MANIFEST = "manifest"
@@ -79,27 +69,14 @@ def _snapshot(model, optimizer) -> dict:
     return {"model": ref.state_of(model), "optimizer": _optimizer_state(optimizer)}
 
 
-# ---------------------------------------------------------------- probe (rank side)
-def probe_checkpoint(ctx, public: bool) -> None:
-    """Round trip, manifest, files, refusals, exact resume (new processes; ``public`` only) and a crash.
-
-    The case joins no group before the probe: the successor is forked first (``public`` only).
-    """
-    successor = Successor(ctx) if public else None
-    try:
-        ctx.join_group()
-        _probe(ctx, successor)
-    finally:
-        if successor is not None:
-            successor.close()
-
-
-def _probe(ctx, successor: Successor | None) -> None:
+# ---------------------------------------------------------------- probes (rank side)
+def probe_checkpoint(ctx) -> None:
+    """Phase 1: the straight run with its saves, the saved files, a round trip and the damaged copies."""
     log = SaveLog()
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
-    root = Path(ctx.store).parent / "checkpoints"
+    root = ctx.shared_dir / "checkpoints"
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
@@ -164,9 +141,28 @@ def _probe(ctx, successor: Successor | None) -> None:
             outcomes[kind] = outcome
         return outcomes
     ctx.record(P_REFUSALS, refusals)
-    if successor is None:                       # only public criteria read the rest
-        return
-    ctx.record(P_RESUME, lambda: successor.resume(saved))
+
+
+def probe_resumed(ctx) -> None:
+    """Phase 2, in new processes: resume from phase 1's checkpoint on a fresh, differently initialised model
+    (``load_sharded``, then the remaining steps); then a save that crashes, into a folder holding a complete
+    checkpoint (last: a save that does not fail everywhere can hang the ranks)."""
+    from data_parallel.checkpoint import load_sharded, save_sharded
+
+    root = ctx.shared_dir / "checkpoints"
+    torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
+    model = _model(seed=7)
+    optimizer = OwnerAdam(model, ref.ADAM_LR)
+
+    def resume():
+        step, extra = load_sharded(root / f"step_{SAVE_STEP}", model, optimizer)
+        if not (isinstance(extra, dict) and {"torch_rng", "position"} <= set(extra)):
+            raise ValueError(f"load_sharded in a new process returned the extra {str(extra)[:100]}, not the one this "
+                             "rank saved (it must come back from the checkpoint's files)")
+        torch.set_rng_state(extra["torch_rng"])
+        losses = _steps(model, optimizer, extra["position"], TOTAL_STEPS)
+        return {"step": step, "losses": losses, "params": ref.params_of(model)}
+    ctx.record(P_RESUME, resume)
 
     def crash():
         folder = root / "crashed"
@@ -178,90 +174,4 @@ def _probe(ctx, successor: Successor | None) -> None:
             raised = type(exc).__name__
         dist.barrier()
         return {"raised": raised, "manifest_left": (folder / "manifest.json").exists()}
-    ctx.record(P_CRASH, crash)               # last: a save that does not fail everywhere can hang the ranks
-
-
-class Successor:
-    """This rank's successor: a process forked now, that resumes from a checkpoint it is sent (``resume``).
-
-    Fork it before the rank joins a group or starts a thread: the fork then
-    holds no lock another thread owned, and no state the submission made.
-    ``close`` lets a successor that was never sent a checkpoint exit.
-    """
-
-    def __init__(self, ctx):
-        self.rank, self.world_size, self.store = ctx.rank, ctx.world_size, ctx.store
-        self.out = Path(ctx.out_dir) / "resumed.pt"
-        self.error = Path(ctx.out_dir) / "resumed_error.txt"
-        read_end, self._pipe = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            os.close(self._pipe)
-            _successor_main(read_end, self.error)
-        os.close(read_end)
-
-    def resume(self, checkpoint: Path) -> dict:
-        """Send ``checkpoint``; wait (``CHILD_TIMEOUT_S`` at most) until the successor has resumed from it on a
-        fresh group; return what it recorded. Raises RuntimeError with its traceback when it failed."""
-        spec = {"rank": self.rank, "world_size": self.world_size, "store": f"{self.store}.resume",
-                "checkpoint": str(checkpoint), "out": str(self.out)}
-        os.write(self._pipe, json.dumps(spec).encode())
-        os.close(self._pipe)
-        self._pipe = None
-        deadline = time.monotonic() + CHILD_TIMEOUT_S
-        while (done := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"the resumed process of rank {self.rank} did not finish in {CHILD_TIMEOUT_S} s")
-            time.sleep(0.01)
-        self.pid, status = None, done[1]
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
-            detail = self.error.read_text()[-1500:] if self.error.exists() else f"exit code {code}"
-            raise RuntimeError(f"the resumed process of rank {self.rank} failed:\n{detail}")
-        return torch.load(self.out, weights_only=True)
-
-    def close(self) -> None:
-        """End the successor: it exits at once when it was sent nothing; a running one is killed."""
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        if self.pid is not None:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-            if pid == 0:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            self.pid = None
-
-
-def _successor_main(read_end: int, error: Path) -> None:
-    """The successor's whole life: read a spec until end of file, resume from it (nothing read: just exit)."""
-    code = 1
-    try:
-        chunks = []
-        while chunk := os.read(read_end, 65536):
-            chunks.append(chunk)
-        if chunks:
-            resume_child(json.loads(b"".join(chunks)))
-        code = 0
-    except BaseException:  # noqa: BLE001 - reported to the rank through the error file
-        error.write_text(traceback.format_exc()[-6000:])
-    finally:
-        os._exit(code)
-
-
-def resume_child(spec: dict) -> None:
-    """The resumed half, in the successor: fresh group and model, ``load_sharded``, the remaining steps."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{spec['store']}", rank=spec["rank"],
-                            world_size=spec["world_size"], timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_S))
-    from data_parallel.checkpoint import load_sharded
-
-    torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
-    model = _model(seed=7)
-    optimizer = OwnerAdam(model, ref.ADAM_LR)
-    step, extra = load_sharded(spec["checkpoint"], model, optimizer)
-    torch.set_rng_state(extra["torch_rng"])
-    losses = _steps(model, optimizer, extra["position"], TOTAL_STEPS)
-    torch.save({"step": step, "losses": losses, "params": ref.params_of(model)}, spec["out"])
-    dist.barrier()
+    ctx.record(P_CRASH, crash)

@@ -1,11 +1,11 @@
 """Problem 5.1 probe helpers: what each rank records (``checks.py`` declares the case and judges).
 
-Every part is recorded per split (``split_part(P_X, split)``); a rank outside
-the split's group records nothing for it. The layer parts run after the
-grader's stand-ins replace the student's region functions (``checks.SWAPS``).
-Parts that only public criteria read (the region functions' memory, the
-shards' copies, dtype/device and bias-free layers) run for the PUBLIC split
-alone.
+Every part depends on the group the layers split over, so each is recorded
+once per split (the helpers run inside ``PROBLEM.each_split``, which names the
+parts); a rank outside the split's group records nothing for it. The layer
+parts run after the grader's stand-ins replace the student's region functions
+(``checks.SWAPS``). Some parts only public criteria read (the region
+functions' memory, the shards' copies, dtype/device and bias-free layers).
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import inspect
 from contextlib import contextmanager
 from typing import Iterator
 
-from grading.engine.rubric import PUBLIC, split_part
 from grading.problems.common import call_outcome
 from grading.problems.p5_1_layers import reference as ref
 
@@ -31,6 +30,8 @@ P_SHARD_TENSORS = "shard_tensors"
 P_NO_BIAS = "no_bias"
 P_UNEVEN = "uneven"
 P_BAD_CHUNKS = "bad_chunks"
+SPLIT_PARTS = (P_GROUP, P_REGION_FUNCTIONS, P_REGION_MEMORY, P_MLP_COMM, *P_OUT.values(), *P_GRADS.values(), P_CHUNKS,
+               P_SHARD_COPIES, P_SHARD_TENSORS, P_NO_BIAS, P_UNEVEN, P_BAD_CHUNKS)    # all: each depends on the group
 SHARD_KINDS = ("column", "column_chunks3", "row")     # the layers the shard parts build
 BAD_CHUNKS = (0, -1)
 
@@ -87,24 +88,24 @@ class Collectives:
             return None
 
 
-def join_group(ctx, split: str, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
+def join_group(ctx, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
     """``(group, members)``: the default group (``group_ranks`` empty), or a subgroup of ``group_ranks``.
 
-    Every rank must call it (creating a group is collective). Rank 0 records
-    the members (part ``split_part(P_GROUP, split)``), so the criteria know
-    which ranks hold results and each one's rank in the group (its index in
-    ``members``).
+    Every rank must call it (creating a group is collective), inside
+    ``PROBLEM.each_split``. Rank 0 records the members (split part
+    ``P_GROUP``), so the criteria know which ranks hold results and each
+    one's rank in the group (its index in ``members``).
     """
     import torch.distributed as dist
 
     members = list(group_ranks) if group_ranks else list(range(ctx.world_size))
     group = dist.new_group(members) if group_ranks else None
     if ctx.rank == 0:
-        ctx.record(split_part(P_GROUP, split), lambda: members)
+        ctx.record(P_GROUP, lambda: members)
     return group, members
 
 
-def record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int) -> None:
+def record_own_functions(ctx, layers, counts: dict, group, rank: int) -> None:
     """The student's region functions alone, and the collectives of the student's column -> row MLP."""
     import torch
     import torch.nn.functional as F
@@ -120,7 +121,7 @@ def record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int
             out[name] = {"out": y.detach(), "input_grad": x.grad, "x_unchanged": bool(
                 torch.equal(x.detach(), ref.data("x", ref.IN_FEATURES) * scale))}
         return out
-    ctx.record(split_part(P_REGION_FUNCTIONS, split), region_functions)
+    ctx.record(P_REGION_FUNCTIONS, region_functions)
 
     def region_memory():
         """Does f's forward share the input's memory, and does f's backward leave the caller's gradient alone?"""
@@ -130,8 +131,7 @@ def record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int
         y.backward(upstream)            # autograd hands this very tensor to the backward
         return {"forward_shares_input": bool(y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()),
                 "upstream_unchanged": bool(torch.equal(upstream, ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1)))}
-    if split == PUBLIC:
-        ctx.record(split_part(P_REGION_MEMORY, split), region_memory)
+    ctx.record(P_REGION_MEMORY, region_memory)
 
     def mlp_comm():
         column = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
@@ -144,10 +144,10 @@ def record_own_functions(ctx, split: str, layers, counts: dict, group, rank: int
         (out * ref.data("g_row", ref.OUT_FEATURES)).sum().backward()
         backward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
         return {"forward": forward, "backward": backward}
-    ctx.record(split_part(P_MLP_COMM, split), mlp_comm)
+    ctx.record(P_MLP_COMM, mlp_comm)
 
 
-def record_layers(ctx, split: str, layers, group, rank: int, world: int) -> None:
+def record_layers(ctx, layers, group, rank: int, world: int) -> None:
     """Column/row outputs and gradients (on the grader's region functions), and the uneven-split refusals."""
     def run_layer(kind: str) -> tuple:
         """Build the layer and run its forward: (layer, input, output); kept for the backward part."""
@@ -169,8 +169,8 @@ def record_layers(ctx, split: str, layers, group, rank: int, world: int) -> None
 
     state: dict = {}
     for kind in ("column", "row"):     # output and gradients recorded apart: a backward bug costs only gradients
-        ctx.record(split_part(P_OUT[kind], split), lambda kind=kind: run_layer(kind)[2].detach())
-        ctx.record(split_part(P_GRADS[kind], split), lambda kind=kind: backward(kind))
+        ctx.record(P_OUT[kind], lambda kind=kind: run_layer(kind)[2].detach())
+        ctx.record(P_GRADS[kind], lambda kind=kind: backward(kind))
 
     def uneven():
         sizes = uneven_sizes(world)
@@ -188,13 +188,13 @@ def record_layers(ctx, split: str, layers, group, rank: int, world: int) -> None
                 ref.make_linear(4, sizes["column_chunks3"], 1), group, chunks=3)),
             "row": outcome(lambda: layers.RowParallelLinear.from_linear(ref.make_linear(sizes["row"], 4, 1), group)),
         }
-    ctx.record(split_part(P_UNEVEN, split), uneven)
-    ctx.record(split_part(P_BAD_CHUNKS, split), lambda: {chunks: call_outcome(
+    ctx.record(P_UNEVEN, uneven)
+    ctx.record(P_BAD_CHUNKS, lambda: {chunks: call_outcome(
         lambda: layers.ColumnParallelLinear.from_linear(ref.column_linear(), group, chunks=chunks), message=True)
         for chunks in BAD_CHUNKS})
 
 
-def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> None:
+def record_shards(ctx, layers, group, world: int, chunks: int) -> None:
     """The chunked column layout, whether shards are copies, their dtype/device/trainability, layers without bias."""
     import torch
 
@@ -202,9 +202,7 @@ def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> No
         layer = layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks)
         return {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone(),
                 "out": layer(ref.data("x", ref.IN_FEATURES)).detach()}
-    ctx.record(split_part(P_CHUNKS, split), chunked)
-    if split != PUBLIC:
-        return
+    ctx.record(P_CHUNKS, chunked)
 
     def source(kind: str, bias: bool = True):
         if kind == "row":
@@ -229,7 +227,7 @@ def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> No
             mutated = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
             out[kind] = {"changed_by_from_linear": built, "changed_by_shard_update": mutated}
         return out
-    ctx.record(split_part(P_SHARD_COPIES, split), copies)
+    ctx.record(P_SHARD_COPIES, copies)
 
     def tensors():
         out = {}
@@ -243,7 +241,7 @@ def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> No
                                                ("meta", lambda lin: lin.to("meta")),
                                                ("frozen", lambda lin: lin.requires_grad_(False)))}
         return out
-    ctx.record(split_part(P_SHARD_TENSORS, split), tensors)
+    ctx.record(P_SHARD_TENSORS, tensors)
 
     def no_bias():
         """Each layer built without bias, and with a zero bias (same weight): the outputs must be equal."""
@@ -258,7 +256,7 @@ def record_shards(ctx, split: str, layers, group, world: int, chunks: int) -> No
             out[kind] = {"bias_is_none": layer.bias is None, "out": layer(x).detach(),
                          "zero_bias_out": build(kind, zero_bias)(x).detach()}
         return out
-    ctx.record(split_part(P_NO_BIAS, split), no_bias)
+    ctx.record(P_NO_BIAS, no_bias)
 
 
 def dist_rank(group) -> int:

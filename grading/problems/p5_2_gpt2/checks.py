@@ -11,10 +11,10 @@ bytes of block matrices each rank would hold with real parallel layers
 (1/N of a split layer's weight).
 
 Every part depends on the inputs (``Inputs``: the group the blocks split
-over, the attention implementation), so each is recorded per split. On the
-staff side the hidden inputs split 3 ways inside a subgroup of 4 ranks with
-PyTorch's fused (sdpa) attention (``staff.py``); the SGD steps, read by a
-public criterion only, run for the PUBLIC split alone.
+over, the attention implementation), so each is a split part, and a criterion
+judges the group and parts of its split. On the staff side the hidden inputs
+split 3 ways inside a subgroup of 4 ranks with PyTorch's fused (sdpa)
+attention (``staff.py``); the SGD steps are read by a public criterion only.
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ import torch
 
 from grading.engine.compare import assert_tensor_close, describe
 from grading.engine.expect import expect
-from grading.engine.results import CaseRun
-from grading.engine.rubric import PUBLIC, split_part
+from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply
 from grading.problems.common import GPT2_IMPORTS, call_outcome
 from grading.problems.p5_1_layers.checks import group_members, join_group
+from grading.problems.p5_1_layers.probes import P_GROUP
 from grading.problems.p5_2_gpt2 import ID, TITLE
 from grading.problems.p5_2_gpt2 import reference as ref
 
@@ -45,13 +45,13 @@ class Inputs:
 PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
 
 ATOL, RTOL = 1e-5, 1e-4
-# every part is recorded per split: split_part(P_X, split)
 P_VALUE_ERRORS = "value_errors"
 P_SPLIT = "split"
 P_FORWARD = "forward"
 P_GRADS = "grads"
-P_SGD = "sgd"                           # PUBLIC split only
-P_SGD_PARAMS = "sgd_params"             # PUBLIC split only
+P_SGD = "sgd"                           # read by a public criterion only
+P_SGD_PARAMS = "sgd_params"             # read by a public criterion only
+SPLIT_PARTS = (P_GROUP, P_VALUE_ERRORS, P_SPLIT, P_FORWARD, P_GRADS, P_SGD, P_SGD_PARAMS)  # all: on the inputs
 ATTENTION_SIZES = ("num_heads", "embed_dim", "split_size", "head_dim")
 
 
@@ -80,15 +80,16 @@ def probe_gpt2(ctx) -> None:
     from tensor_parallel import gpt2 as student
 
     apply(SWAPS)
-    inputs = {split: PROBLEM.rank_inputs(ctx, split) for split in PROBLEM.splits(ctx)}
-    joined = {split: join_group(ctx, split, inputs[split].group_ranks) for split in inputs}
-    for split, (group, members) in joined.items():
+
+    def record(inputs: Inputs) -> None:
+        group, members = join_group(ctx, inputs.group_ranks)
         if ctx.rank in members:
-            _probe_split(ctx, split, student, inputs[split].attention, group, len(members))
+            _probe_split(ctx, student, inputs.attention, group, len(members))
+    PROBLEM.each_split(ctx, record)
 
 
-def _probe_split(ctx, split: str, student, attention: str, group, world: int) -> None:
-    """This rank's parts of ``split``: refusals, the split, forward, gradients (and SGD for the PUBLIC split)."""
+def _probe_split(ctx, student, attention: str, group, world: int) -> None:
+    """This rank's parts of one split: refusals, the split, forward, gradients, SGD steps."""
     def value_errors():
         out = {}
         for key, sizes in bad_sizes(world).items():
@@ -98,7 +99,7 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
             after = _block_state(block)
             out[key] = {"outcome": outcome, "changed": [what for what in before if before[what] != after.get(what)]}
         return out
-    ctx.record(split_part(P_VALUE_ERRORS, split), value_errors)
+    ctx.record(P_VALUE_ERRORS, value_errors)
 
     model = ref.build_gpt2(0, attention)
 
@@ -109,7 +110,7 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
                 "block_matrix_bytes": ref.held_block_matrix_bytes(model, world), "returned_block": returned,
                 "attention": [{size: getattr(block.attn, size, None) for size in ATTENTION_SIZES}
                               for block in model.transformer.h]}
-    if ctx.record(split_part(P_SPLIT, split), split_blocks) is None:
+    if ctx.record(P_SPLIT, split_blocks) is None:
         return                               # the criteria report the split's error
     optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
     losses = []
@@ -121,11 +122,9 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
         losses.append(loss.item())
         loss.backward()
         return {"logits": logits.detach(), "loss": loss.item()}
-    if ctx.record(split_part(P_FORWARD, split), lambda: step(0)) is None:
+    if ctx.record(P_FORWARD, lambda: step(0)) is None:
         return
-    ctx.record(split_part(P_GRADS, split), lambda: ref.full_values(model, "grad"))
-    if split != PUBLIC:
-        return
+    ctx.record(P_GRADS, lambda: ref.full_values(model, "grad"))
 
     def sgd():
         optimizer.step()
@@ -133,8 +132,8 @@ def _probe_split(ctx, split: str, student, attention: str, group, world: int) ->
             step(index)
             optimizer.step()
         return list(losses)
-    if ctx.record(split_part(P_SGD, split), sgd) is not None:
-        ctx.record(split_part(P_SGD_PARAMS, split), lambda: ref.full_values(model, "data"))
+    if ctx.record(P_SGD, sgd) is not None:
+        ctx.record(P_SGD_PARAMS, lambda: ref.full_values(model, "data"))
 
 
 def _block_state(block) -> dict[str, object]:
@@ -145,17 +144,18 @@ def _block_state(block) -> dict[str, object]:
     return state
 
 
-CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120, preload=GPT2_IMPORTS)
+CASE = PROBLEM.case("p5_gpt2", probe_gpt2, world_size=2, init_group=True, timeout_s=120, preload=GPT2_IMPORTS,
+                    split_parts=SPLIT_PARTS)
 
 
 # ---------------------------------------------------------------- criteria
-def _split(run: CaseRun, split: str) -> None:
+def _split(run: SplitRun) -> None:
     """Raise CheckFailed with parallelize_block's own error when the split failed on some rank."""
-    for _, rank, _ in group_members(run, split):
-        run.part(split_part(P_SPLIT, split), rank)
+    for _, rank, _ in group_members(run):
+        run.part(P_SPLIT, rank)
 
 
-def assert_split_close(what: str, run: CaseRun, split: str, part: str, expected: dict[str, torch.Tensor],
+def assert_split_close(what: str, run: SplitRun, part: str, expected: dict[str, torch.Tensor],
                        initial: dict[str, torch.Tensor] | None = None) -> None:
     """Compare what the ranks hold with the unsplit model's ``expected`` values, parameter by parameter.
 
@@ -166,10 +166,10 @@ def assert_split_close(what: str, run: CaseRun, split: str, part: str, expected:
     every rank computes, biases added after the all-reduce, layer norms,
     embeddings -- must equal the serial value on every rank.
     """
-    members = group_members(run, split)
+    members = group_members(run)
     world = len(members)
-    per_rank = [run.part(split_part(part, split), rank) for _, rank, _ in members]
-    layers = run.part(split_part(P_SPLIT, split), members[0][1])["layers"]
+    per_rank = [run.part(part, rank) for _, rank, _ in members]
+    layers = run.part(P_SPLIT, members[0][1])["layers"]
     for (_, _, who), values in zip(members, per_rank):
         expect(isinstance(values, dict), f"{what}: {who} recorded {describe(values)}")
     for name, full in expected.items():
@@ -195,11 +195,11 @@ def assert_split_close(what: str, run: CaseRun, split: str, part: str, expected:
 
 @CASE.criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
                 "block unchanged", points=1)
-def check_value_errors(run: CaseRun, split: str) -> None:
+def check_value_errors(run: SplitRun) -> None:
     """Heads or MLP inner size that do not split: ValueError naming the sizes, the block left unchanged."""
-    members = group_members(run, split)
+    members = group_members(run)
     world = len(members)
-    got = run.part(split_part(P_VALUE_ERRORS, split), members[0][1])
+    got = run.part(P_VALUE_ERRORS, members[0][1])
     for key, sizes in bad_sizes(world).items():
         outcome, changed = got[key]["outcome"], got[key]["changed"]
         label = (f"parallelize_block on a block with {sizes['bad']} "
@@ -212,46 +212,46 @@ def check_value_errors(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", points=4)
-def check_forward(run: CaseRun, split: str) -> None:
+def check_forward(run: SplitRun) -> None:
     """Every rank's logits and loss of the split GPT-2 equal the unsplit model's."""
-    _split(run, split)
+    _split(run)
     serial = ref.serial_gpt2()
-    for _, rank, who in group_members(run, split):
-        got = run.part(split_part(P_FORWARD, split), rank)
+    for _, rank, who in group_members(run):
+        got = run.part(P_FORWARD, rank)
         assert_tensor_close(f"split GPT-2: {who} logits", got["logits"], serial["logits"], atol=ATOL, rtol=RTOL)
         expect(abs(got["loss"] - serial["loss"]) <= 1e-5 * max(1.0, abs(serial["loss"])), f"split GPT-2: {who} "
                f"loss {got['loss']:.6g}, unsplit model {serial['loss']:.6g}")
 
 
 @CASE.criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", points=4)
-def check_grads(run: CaseRun, split: str) -> None:
+def check_grads(run: SplitRun) -> None:
     """The ranks' gradients make up the unsplit model's (see ``assert_split_close``)."""
-    _split(run, split)
-    assert_split_close("split GPT-2: gradient of", run, split, P_GRADS, ref.serial_gpt2()["grads"])
+    _split(run)
+    assert_split_close("split GPT-2: gradient of", run, P_GRADS, ref.serial_gpt2()["grads"])
 
 
 @CASE.criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", points=2)
-def check_sgd(run: CaseRun, split: str) -> None:
+def check_sgd(run: SplitRun) -> None:
     """Losses and parameters over three SGD steps stay equal to the unsplit model's."""
-    _split(run, split)
+    _split(run)
     serial = ref.serial_gpt2()
-    for _, rank, who in group_members(run, split):
-        for step, (mine, want) in enumerate(zip(run.part(split_part(P_SGD, split), rank), serial["losses"])):
+    for _, rank, who in group_members(run):
+        for step, (mine, want) in enumerate(zip(run.part(P_SGD, rank), serial["losses"])):
             expect(abs(mine - want) <= 1e-5 * max(1.0, abs(want)), f"split GPT-2: {who} loss at SGD step "
                    f"{step} is {mine:.6g}, unsplit model {want:.6g}")
-    assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, split, P_SGD_PARAMS,
+    assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, P_SGD_PARAMS,
                        serial["params"], initial=serial["initial"])
 
 
 @CASE.criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", points=2)
-def check_param_bytes(run: CaseRun, split: str) -> None:
+def check_param_bytes(run: SplitRun) -> None:
     """Each rank would hold 1/N of the blocks' matrix bytes with real parallel layers."""
-    _split(run, split)
-    members = group_members(run, split)
+    _split(run)
+    members = group_members(run)
     world = len(members)
     full = ref.serial_block_matrix_bytes()
     for _, rank, who in members:
-        got = run.part(split_part(P_SPLIT, split), rank)
+        got = run.part(P_SPLIT, rank)
         held = got["block_matrix_bytes"]
         expect(held * world == full, f"{who} holds {held:,} bytes of block matrices, expected "
                f"{full // world:,} (1/{world} of the unsplit {full:,}); layers: {got['layers']}")
@@ -259,26 +259,26 @@ def check_param_bytes(run: CaseRun, split: str) -> None:
 
 
 @CASE.criterion("5.2.returns_block", "parallelize_block returns the block it split (in place)", points=1)
-def check_returns_block(run: CaseRun, split: str) -> None:
+def check_returns_block(run: SplitRun) -> None:
     """``parallelize_block(block, group) is block`` for every block."""
-    _split(run, split)
-    for _, rank, who in group_members(run, split):
-        returned = run.part(split_part(P_SPLIT, split), rank)["returned_block"]
+    _split(run)
+    for _, rank, who in group_members(run):
+        returned = run.part(P_SPLIT, rank)["returned_block"]
         expect(all(returned), f"{who}: parallelize_block did not return the block it was given (blocks "
                f"{[k for k, same in enumerate(returned) if not same]}); return block itself")
 
 
 @CASE.criterion("5.2.attention_sizes", "the attention's num_heads, embed_dim, split_size become H/N, E/N, E/N; "
                 "head_dim unchanged", points=1)
-def check_attention_sizes(run: CaseRun, split: str) -> None:
+def check_attention_sizes(run: SplitRun) -> None:
     """Every split block's attention reports its local sizes."""
-    _split(run, split)
-    world = len(group_members(run, split))
+    _split(run)
+    world = len(group_members(run))
     heads, embed = ref.GPT2_SIZES["n_head"], ref.GPT2_SIZES["n_embd"]
     want = {"num_heads": heads // world, "embed_dim": embed // world, "split_size": embed // world,
             "head_dim": embed // heads}
-    for _, rank, who in group_members(run, split):
-        for index, sizes in enumerate(run.part(split_part(P_SPLIT, split), rank)["attention"]):
+    for _, rank, who in group_members(run):
+        for index, sizes in enumerate(run.part(P_SPLIT, rank)["attention"]):
             wrong = {k: v for k, v in sizes.items() if v != want[k]}
             expect(not wrong, f"{who}: block {index}'s attention after the split has "
                    f"{', '.join(f'{k}={v}' for k, v in wrong.items())}; expected "

@@ -1,0 +1,47 @@
+"""What the grader's rank processes and the entry points' rank processes share about starting: one source.
+
+Both start their ranks warm, forked from a process that imported the heavy
+libraries once: the grader from its fork servers (``grading.engine.forkserver``),
+the entry points from ``multiprocessing``'s fork server (``project.rank_start``).
+Two things are the same on both sides, so they live here:
+
+* which library modules are worth that import (a second or more each in every
+  rank otherwise): the grader names them per case (``Case.preload``, through
+  ``grading.problems.common``), the entry points pass them to ``project.launch``;
+* how a forked rank takes the environment its launcher has *now*
+  (``adopt_environment``), not the one its server started with.
+
+A module here must be importable without starting a thread under
+``OMP_NUM_THREADS=1`` (``tests/kit/test_launcher.py`` checks every tuple):
+``datasets`` is not, its pyarrow starts jemalloc's background thread. This
+module imports the standard library only, so the grader's engine and the
+student-facing ``project`` package may both import it
+(``tests/kit/test_layout.py``).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Mapping
+
+SERVER_IMPORTS = ("torch", "torch.distributed")                   # every fork server, before its first fork
+OPTIMIZER_IMPORTS = ("torch._dynamo",)         # a process's first torch.optim optimizer imports it (about 1 s)
+GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)   # a first backward(gradient) imports it (sympy, ~1 s)
+GPT2_IMPORTS = (*OPTIMIZER_IMPORTS, "transformers.models.gpt2.modeling_gpt2")
+DEEPSPEED_IMPORTS = (*OPTIMIZER_IMPORTS, "deepspeed",
+                     "deepspeed.runtime.zero.muon.muon_optimizer",   # deepspeed.initialize: torch.compile's imports
+                     "torch.utils.cpp_extension", "torch._inductor.codegen.cpp")
+
+
+def adopt_environment(env: Mapping[str, str]) -> None:
+    """Make ``env`` this (forked) process's whole environment, as if the interpreter had started with it.
+
+    ``os.environ`` holds exactly ``env`` afterwards, and ``tempfile`` looks
+    its folder up again (``TMPDIR``, ...) on its next use: the standard library
+    reads it once and keeps it (importing torch asks for it), so a rank given
+    another ``TMPDIR`` (a batch gives each grade its own) would otherwise still
+    write to its server's.
+    """
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None
