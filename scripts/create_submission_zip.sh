@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Package the submission: every student-editable file (those with BEGIN_STUDENT regions) and
-# what submit_figures/ holds (plots + performance_summary.json) into submission.zip at the
-# repository root. The student files are always packaged; a missing figure is a warning naming
-# the problems it needs (scripts/run_benchmarks.py draws what the finished problems allow).
+# what submit_figures/ holds (plots + performance_summary.json + analysis.md, the written analysis)
+# into submission.zip at the repository root. The student files are always packaged; a missing
+# figure is a warning naming the problems it needs (scripts/run_benchmarks.py draws what the
+# finished problems allow), a missing or unanswered analysis.md is a warning too.
 # Afterwards it warns when the summary comes from a --quick run, and says the figures are not
 # scored by the autograder.
 #   bash scripts/create_submission_zip.sh [--figures_dir DIR] [--output FILE]

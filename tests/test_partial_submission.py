@@ -70,7 +70,8 @@ def test_a_starter_with_only_1_1_and_1_2_done_benchmarks_packages_and_grades_lik
     assert packed.returncode == 0, packed.stderr
     names = set(zipfile.ZipFile(starter / "submission.zip").namelist())
     assert names == set(student_files(starter)) | {"submit_figures/data_parallel.png",
-                                                    "submit_figures/performance_summary.json"}
+                                                    "submit_figures/performance_summary.json",
+                                                    "submit_figures/analysis.md"}   # the starter's template
     warnings = [line for line in packed.stderr.splitlines() if line.startswith("warning: ")]
     for name in ("pipeline.png", "pipeline_timeline.png"):
         assert any(f"{name} is missing: it needs Problems 2.1, 2.2 and 2.3" in w for w in warnings), warnings

@@ -1,5 +1,6 @@
 """scripts/create_submission_zip.sh: exactly the student files + submit_figures/ (missing or broken figures are
-warnings naming the problems they need, never a refusal), graded from the zip with the same score as the kit."""
+warnings naming the problems they need, never a refusal; the written analysis goes in, a missing, empty or
+unanswered one is a warning), graded from the zip with the same score as the kit."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
 from grading.kit.regions import student_files
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
-from project.bench.submission import figure_files
+from project.bench.submission import create_zip, figure_files
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
@@ -102,3 +104,27 @@ def test_zip_holds_exactly_the_student_files_and_figures_and_grades_like_the_kit
     assert "every required plot is there" in from_zip["output"]    # the figures are listed, marked not scored
     assert sorted((t["name"], t["status"]) for t in from_zip["tests"]) == \
         sorted((t["name"], t["status"]) for t in from_kit["tests"])
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "unanswered", "answered"])
+def test_the_written_analysis_is_zipped_and_a_missing_or_unanswered_one_is_a_warning(tmp_path, state):
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    analysis = figures / ANALYSIS_NAME
+    if state == "empty":
+        analysis.write_text("\n")
+    elif state == "unanswered":        # the starter's template, one of its two questions answered
+        analysis.write_text(f"# Written analysis\n\n### Q1\n\n1.3x of an ideal 2x\n\n### Q2\n\n{ANSWER_PLACEHOLDER}\n")
+    elif state == "answered":
+        analysis.write_text("# Written analysis\n\n### Q1\n\n1.3x of an ideal 2x: efficiency 0.65\n")
+    warnings: list[str] = []
+    create_zip(ROOT, figures, tmp_path / "s.zip", warn=warnings.append)
+    zipped = f"submit_figures/{ANALYSIS_NAME}" in zipfile.ZipFile(tmp_path / "s.zip").namelist()
+    about = [w for w in warnings if ANALYSIS_NAME in w]
+    if state == "answered":
+        assert zipped and not about, about
+    elif state == "unanswered":
+        assert zipped and about == [f"{analysis} has 1 question(s) still unanswered (the template's placeholder "
+                                    "is still there)"]
+    else:
+        assert not zipped and len(about) == 1 and f"{analysis} is {state}" in about[0], about

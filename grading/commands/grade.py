@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.commands import benchmarks, report
+from grading.commands import benchmarks, profile, report
 from grading.commands.options import add_course_options
-from grading.engine import profile
 from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_cases, warm_servers
+from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.regions import PROTECTED_RECORD
 from grading.kit.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
@@ -128,11 +128,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{case.name}  ({case.world_size} rank(s), limit {case.timeout_s:g} s)")
         for c in case.criteria:
             print(f"    {c.id:<34} {c.points:>4g}  {c.title}{'  [hidden]' if c.hidden else ''}")
-    for problem in sorted({c.problem.split(".")[0] for case in cases for c in case.criteria}):
-        criteria = [c for case in cases for c in case.criteria if selects(problem, c.problem)]
-        hidden = sum(c.points for c in criteria if c.hidden)
-        print(f"Problem {problem}: {sum(c.points for c in criteria):g} points ({hidden:g} hidden)")
-    print(f"TOTAL {sum(c.points for case in cases for c in case.criteria):g}")
+    print("\n".join(points.problem_lines([c for case in cases for c in case.criteria], points.worth)))
     return 0
 
 
@@ -144,7 +140,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grade.add_argument("--json", help="write Gradescope results.json here")
     grade.add_argument("--timeout", type=float, help="limit per case in seconds, counted on an idle machine's "
                        "clock (default: each case's)")
-    grade.add_argument("--verbose", "-v", action="store_true", help="show full failure messages")
+    grade.add_argument("--verbose", "-v", action="store_true",
+                       help="show each failure's whole message (tracebacks, every line); by default the "
+                       "table shows its first line and likely cause, wrapped")
     grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")
     grade.add_argument("--profile", action="store_true", help="also print where each case's time went")

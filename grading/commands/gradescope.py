@@ -34,16 +34,25 @@ LOCAL_CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".
 
 SETUP_SH = """\
 #!/usr/bin/env bash
-# Gradescope setup: install the kit's pinned requirements, with the CPU build of torch
-# (the PyPI default wheel pulls in gigabytes of CUDA libraries that the grader never uses).
+# Gradescope setup: a virtual environment (Ubuntu 24.04's python3 refuses system-wide pip installs, PEP 668)
+# with the kit's pinned requirements and the CPU build of torch (the PyPI default wheel pulls in gigabytes
+# of CUDA libraries that the grader never uses).
+# Overridable (defaults in brackets): GRADING_PYTHON [python3], GRADING_VENV [/autograder/venv],
+# GRADING_VENV_OPTIONS [none; e.g. --system-site-packages], GRADING_TORCH_INDEX [the PyTorch CPU index].
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${GRADING_PYTHON:-python3}"
-"$PYTHON" -m pip install --no-cache-dir --upgrade pip
-"$PYTHON" -m pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \\
+VENV="${GRADING_VENV:-/autograder/venv}"
+# The pinned transformers needs Python >= 3.11: Ubuntu 22.04's python3 (3.10) cannot install it.
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "setup.sh: the kit needs Python 3.11 or newer, this image has " + sys.version.split()[0] + ": choose the Ubuntu 24.04 base image (Python 3.12)")'
+# shellcheck disable=SC2086
+"$PYTHON" -m venv ${GRADING_VENV_OPTIONS:-} "$VENV" 2>/dev/null || {
+    apt-get update -qq && apt-get install -y -qq python3-venv && "$PYTHON" -m venv ${GRADING_VENV_OPTIONS:-} "$VENV"; }
+"$VENV/bin/python" -m pip install --no-cache-dir --upgrade pip
+"$VENV/bin/python" -m pip install --no-cache-dir --index-url "${GRADING_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" \\
     "$(grep -E '^torch==' requirements.txt)"
-"$PYTHON" -m pip install --no-cache-dir -r requirements.txt
-"$PYTHON" -c "import torch, transformers, deepspeed; print('torch', torch.__version__)"
+"$VENV/bin/python" -m pip install --no-cache-dir -r requirements.txt
+"$VENV/bin/python" -c "import torch, transformers, deepspeed; print('torch', torch.__version__)"
 """
 
 RUN_AUTOGRADER = """\
@@ -51,17 +60,19 @@ RUN_AUTOGRADER = """\
 # Gradescope entry point: grade the submission into results.json. Always leaves a results.json.
 # Overridable (defaults in brackets): AUTOGRADER_ROOT [/autograder], GRADING_SOURCE [$AUTOGRADER_ROOT/source],
 # GRADING_SUBMISSION [$AUTOGRADER_ROOT/submission], GRADING_RESULTS [$AUTOGRADER_ROOT/results/results.json],
-# GRADING_PYTHON [python3], GRADING_ARGS [extra arguments for "grade", e.g. --problem 1],
-# GRADING_TOTAL_TIMEOUT [2400 seconds for the whole run; set Gradescope's limit above it].
+# GRADING_PYTHON [$AUTOGRADER_ROOT/venv/bin/python, made by setup.sh], GRADING_ARGS [extra arguments for "grade",
+# e.g. --problem 1],
+# GRADING_TOTAL_TIMEOUT [@TOTAL_TIMEOUT@ seconds for the whole grade, from `gradescope --total_timeout`;
+# Gradescope's own limit must be above it].
 set -u
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="${GRADING_SOURCE:-$ROOT/source}"
 SUBMISSION="${GRADING_SUBMISSION:-$ROOT/submission}"
 RESULTS="${GRADING_RESULTS:-$ROOT/results/results.json}"
-PYTHON="${GRADING_PYTHON:-python3}"
+PYTHON="${GRADING_PYTHON:-$ROOT/venv/bin/python}"
 mkdir -p "$(dirname "$RESULTS")"
 cd "$SOURCE" || exit 1
-LIMIT="${GRADING_TOTAL_TIMEOUT:-2400}"
+LIMIT="${GRADING_TOTAL_TIMEOUT:-@TOTAL_TIMEOUT@}"
 "$PYTHON" -m grading.commands.report placeholder "$RESULTS"
 started=$SECONDS
 # shellcheck disable=SC2086
@@ -75,8 +86,11 @@ exit 0
 """
 
 
+DEFAULT_TOTAL_TIMEOUT_S = 540      # inside Gradescope's default 10-minute limit, with a minute for the rest
+
+
 def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS,
-                 course_secret: str = "") -> Path:
+                 course_secret: str = "", total_timeout_s: int = DEFAULT_TOTAL_TIMEOUT_S) -> Path:
     """Write ``out_dir/source/`` and ``out_dir/autograder.zip``; return the zip's path.
 
     The tree is the student release of ``kit_root`` for ``problems`` (regions
@@ -84,10 +98,13 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
     ``staff.py``: answers and hidden inputs; with ``course_secret`` written to
     ``grading/staff/course_secret.txt``, so
     hidden inputs follow this term's secret), ``setup.sh`` and
-    ``run_autograder``. Raises FileExistsError when ``out_dir`` exists and is
+    ``run_autograder`` (whose whole grade stops after ``total_timeout_s`` seconds, reported as out of
+    time; Gradescope's own limit must be above it). Raises ValueError for a limit below 1 s, FileExistsError when ``out_dir`` exists and is
     not empty, RegionError for malformed markers.
     """
     kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
+    if total_timeout_s < 1:
+        raise ValueError(f"--total_timeout must be at least 1 second, got {total_timeout_s}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"bundle target {out_dir} is not empty")
     source = out_dir / "source"
@@ -99,7 +116,8 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
         shutil.copy2(kit_root / rel, source / rel)
     if course_secret:
         (source / "grading" / "staff" / SECRET_FILE.name).write_text(course_secret + "\n")
-    for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
+    run_autograder = RUN_AUTOGRADER.replace("@TOTAL_TIMEOUT@", str(int(total_timeout_s)))
+    for name, text in (("setup.sh", SETUP_SH), ("run_autograder", run_autograder)):
         (source / name).write_text(text)
         (source / name).chmod(0o755)
     archive = out_dir / "autograder.zip"

@@ -33,7 +33,8 @@ def cmd_release(args: argparse.Namespace) -> int:
         return refused
     from grading.commands.release import release
     try:
-        record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems), preface=args.preface)
+        record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems), preface=args.preface,
+                         analysis_points=args.analysis_points)
     except (RegionError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -67,7 +68,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     from grading.commands.gradescope import build_bundle
     try:
         archive = build_bundle(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems),
-                               args.course_secret or os.environ.get(SECRET_ENV, ""))
+                               args.course_secret or os.environ.get(SECRET_ENV, ""), args.total_timeout)
     except (RegionError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -160,9 +161,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rel.add_argument("--problems", default="1,2,3", help="the problems this course hands out (default 1,2,3)")
     rel.add_argument("--preface", metavar="FILE", help="a UTF-8 text file put first in the starter's README "
                      "(course name, deadline, policies)")
+    rel.add_argument("--analysis_points", type=float, default=0.0, metavar="N",
+                     help="points the course gives the written analysis (submit_figures/analysis.md), graded by "
+                     "the staff; stated in the handout (default 0: ungraded unless the staff say so)")
     rel.set_defaults(func=cmd_release)
     bundle = subparsers.add_parser("gradescope", help="write the Gradescope autograder (setup.sh, run_autograder, zip)")
     bundle.add_argument("out_dir")
+    bundle.add_argument("--total_timeout", type=int, default=540,
+                        help="seconds the whole grade may take before it is reported as out of time (default 540, "
+                        "inside Gradescope's default 10-minute limit; Gradescope's limit must be above it)")
     bundle.add_argument("--problems", default="1,2,3", help="the problems this course grades (default 1,2,3)")
     bundle.add_argument("--course-secret", help="derive the hidden inputs from this secret (stored in the bundle "
                         f"only, never in a starter); default: ${SECRET_ENV}")

@@ -9,7 +9,10 @@ What the starter holds, and why it gives nothing away:
   from the staff answers), and isolation stand-ins that are lookups in that data, library classes
   or different computations;
 - a README written for students: the handout for the chosen problems (``grading/staff/handout``), after an
-  optional preface of the course's own (``release --preface FILE``).
+  optional preface of the course's own (``release --preface FILE``);
+- ``submit_figures/analysis.md``: the written analysis's questions for the chosen problems, to answer and hand in;
+- ``grading/course.json``: the chosen problems, the hidden points of each sub-problem (so the starter's
+  ``list`` and ``grade`` can state them) and the points of the written analysis (``--analysis_points``).
 Left out: the staff answers and hidden checks (``grading/staff`` and every ``grading/problems/*/staff.py``),
 the kit's own tests and buggy
 variants (``tests/kit`` and the tests of the project code), CI, local state, and the files of the
@@ -22,8 +25,11 @@ import json
 import shutil
 from pathlib import Path
 
-from grading.kit.course import COURSE_RECORD, parse_problems
+from grading.kit.course import COURSE_RECORD, parse_problems, record_text
+from grading.kit.handin import ANALYSIS_NAME, FIGURES_DIR
 from grading.staff import expected, handout
+from grading.staff.handout import analysis
+from grading.staff.handout.rubric import sub_points
 from grading.kit.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
                              stub_body, student_files)
 from grading.kit.course import DEFAULT_PROBLEMS
@@ -85,9 +91,10 @@ def staff_files(kit_root: Path, problems: tuple[str, ...]) -> list[str]:
     return found
 
 
-def student_readme(kit_root: Path, problems: tuple[str, ...], preface: str = "") -> str:
+def student_readme(kit_root: Path, problems: tuple[str, ...], preface: str = "", analysis_points: float = 0.0) -> str:
     """The starter's README: ``preface`` (the course's own text, first, as given), then the handout for
-    ``problems`` (``grading.staff.handout.render``: a section per problem with its points from the rubric).
+    ``problems`` (``grading.staff.handout.render``: a section per problem with its points from the rubric),
+    saying ``analysis_points`` for the written analysis.
 
     The table of what to fill in is made from the regions themselves (problem, title, files, functions), so
     it cannot drift. Raises ValueError when a handout template is broken.
@@ -102,7 +109,7 @@ def student_readme(kit_root: Path, problems: tuple[str, ...], preface: str = "")
     for problem in sorted(where, key=lambda p: [int(x) for x in p.split(".")]):
         files = "; ".join(f"`{rel}`: " + ", ".join(f"`{f}`" for f in fns) for rel, fns in where[problem].items())
         rows.append(f"| {problem} | {titles()[problem]} | {files} |")
-    text = handout.render(kit_root, problems, "\n".join(rows))
+    text = handout.render(kit_root, problems, "\n".join(rows), analysis_points)
     return f"{preface.rstrip()}\n\n{text}" if preface.strip() else text
 
 
@@ -124,16 +131,27 @@ def read_preface(path: Path | str) -> str:
     return text
 
 
+def check_analysis_points(points: float) -> float:
+    """``points`` for the written analysis as a float; ValueError in one line when it is negative or not finite."""
+    value = float(points)
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"--analysis_points {points}: give 0 (ungraded) or a positive number of points")
+    return value
+
+
 def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_PROBLEMS,
-            preface: Path | str | None = None) -> dict:
+            preface: Path | str | None = None, analysis_points: float = 0.0) -> dict:
     """Write the student starter of ``kit_root`` for ``problems`` into ``out_dir`` (absent or empty).
 
     ``preface``: a UTF-8 file whose text goes first in the starter's README
-    (course name, deadline, policies). Validates everything first (markers,
+    (course name, deadline, policies). ``analysis_points``: what the course
+    gives the written analysis (0: ungraded unless the staff say so),
+    stated in the README and the template and recorded in
+    ``grading/course.json``. Validates everything first (markers,
     problems, preface, target) and writes nothing when it raises: RegionError
     for malformed markers, FileExistsError for a non-empty ``out_dir``,
     ValueError for a target inside the kit, an unknown problem or an
-    unreadable or empty preface. Returns the release record (also written to
+    unreadable or empty preface or negative analysis points. Returns the release record (also written to
     ``grading/protected.json``): the problems, the regions of every student
     file and a SHA-256 of every other released file (a starter's ``grade``
     warns when its grader files differ from them).
@@ -145,6 +163,7 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"release target {out_dir} is not empty")
     preface_text = read_preface(preface) if preface is not None else ""
+    analysis_points = check_analysis_points(analysis_points)
     student_files(kit_root)                   # validates every marker first
     students = set(student_files(kit_root, problems))
     files = [p for p in sorted(kit_root.rglob("*")) if p.is_file()
@@ -165,10 +184,12 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             staged[rel] = file.read_bytes()
             if rel.split("/")[0] in STUDENT_PACKAGES:
                 staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
-    staged["README.md"] = student_readme(kit_root, problems, preface_text).encode()
+    staged["README.md"] = student_readme(kit_root, problems, preface_text, analysis_points).encode()
+    staged[f"{FIGURES_DIR}/{ANALYSIS_NAME}"] = analysis.template(problems, analysis_points).encode()
     for rel, text in expected.rendered(problems).items():
         staged[rel] = text.encode()
-    staged[COURSE_RECORD] = (json.dumps({"problems": list(problems)}) + "\n").encode()
+    hidden = {sub: row.tally.hidden for sub, row in sub_points(problems).items()}
+    staged[COURSE_RECORD] = record_text(problems, hidden, analysis_points).encode()
     for rel, data in staged.items():
         if rel not in record["student_files"] and not rel.startswith(PRISTINE_DIR + "/"):
             record["provided_files"][rel] = hashlib.sha256(data).hexdigest()

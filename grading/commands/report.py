@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
+from grading.kit import points
 from grading.problems import titles
 from grading.engine.runner import CriterionResult
 
@@ -27,9 +29,12 @@ def exit_code(results: list[CriterionResult]) -> int:
     return EXIT_PASS
 
 
-def _short(message: str, width: int = 110) -> str:
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    return first if len(first) <= width else first[: width - 1] + "…"
+def summary(message: str, width: int = 100) -> list[str]:
+    """What the default table shows of a failure message: its first line and every "likely cause" line, each
+    wrapped at ``width`` (never cut). ``--verbose`` shows the whole message instead."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    kept = lines[:1] + [line for line in lines[1:] if line.startswith("likely cause")]
+    return [part for line in kept for part in textwrap.wrap(line, width, break_on_hyphens=False)]
 
 
 def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool = False) -> str:
@@ -40,20 +45,18 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
     if notes:
         lines.append("")
     problems = sorted({r.problem for r in results}, key=lambda p: [int(x) for x in p.split(".")])
-    total = got = 0.0
     for problem in problems:
         rows = [r for r in results if r.problem == problem]
-        score, max_score = sum(r.score for r in rows), sum(r.max_score for r in rows)
-        total, got = total + max_score, got + score
-        lines.append(f"Problem {problem}  {titles().get(problem, '')}  [{score:g}/{max_score:g}]")
+        lines.append(f"Problem {problem}  {titles().get(problem, '')}")
+        lines.append(f"  [{points.scored(rows)}]")
         for r in rows:
             mark = {"passed": "PASS", "failed": "FAIL", "not_implemented": "TODO", "grader_error": "ERR!"}[r.status]
             lines.append(f"  {mark} {r.score:>4g}/{r.max_score:<4g} {r.seconds:6.1f}s  {r.id:<34} {r.title}")
             if r.message:
-                body = r.message.strip() if verbose else _short(r.message)
-                lines.extend("         " + line for line in body.splitlines())
+                body = r.message.strip().splitlines() if verbose else summary(r.message)
+                lines.extend("         " + line for line in body)
     lines.append("")
-    lines.append(f"TOTAL {got:g}/{total:g}")
+    lines.append(f"TOTAL {points.scored(results)}")
     return "\n".join(lines)
 
 

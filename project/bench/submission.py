@@ -5,13 +5,15 @@
 
 The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
 grader's own list, ``grading.kit.regions.student_files``) and the
-``submit_figures/*.png`` + ``performance_summary.json`` that are there.
+``submit_figures/*.png`` + ``performance_summary.json`` + ``analysis.md``
+(the written analysis) that are there.
 Nothing else, so no ``workdir/``, checkpoints, caches or virtual
 environments can slip in. The student files are always packaged: a partial
 solution is a normal submission. A missing figure is a warning naming the
 problems it needs (``FIGURE_PARTS`` -> ``project.readiness.BENCH_PARTS``);
 a file that is not what it claims to be (a PNG that is not a PNG, a summary
-that is not JSON) is left out with a warning.
+that is not JSON) is left out with a warning. A missing or empty analysis is
+a warning, and so is one with questions still unanswered (packaged anyway).
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ import zipfile
 from pathlib import Path
 
 from grading.kit.files import atomic_path
+from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
-from grading.kit.quick_exit import run_and_exit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES_ARCDIR = "submit_figures"
@@ -74,10 +76,31 @@ def figure_files(figures_dir: Path) -> tuple[list[Path], list[str]]:
     return files, warnings
 
 
+def analysis_file(figures_dir: Path) -> tuple[list[Path], list[str]]:
+    """``([path] or [], warnings)``: the written analysis ``figures_dir/analysis.md`` if it is there and not empty.
+
+    Never raises: a missing or empty file is a warning (and left out), one
+    whose template placeholders are still there is packaged with a warning
+    saying how many questions are unanswered.
+    """
+    path = Path(figures_dir) / ANALYSIS_NAME
+    if not path.is_file() or path.is_symlink():
+        return [], [f"{path} is missing: it holds your written analysis (the starter's template, answered; see the "
+                    "README's Written analysis); write it, then package again"]
+    text = path.read_text(errors="replace")
+    if not text.strip():
+        return [], [f"{path} is empty: left out; answer the questions of the starter's template, then package again"]
+    open_questions = text.count(ANSWER_PLACEHOLDER)
+    if open_questions:
+        return [path], [f"{path} has {open_questions} question(s) still unanswered (the template's placeholder "
+                        "is still there)"]
+    return [path], []
+
+
 def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: None) -> list[str]:
     """Write ``output`` from the kit at ``root``; return the member names.
 
-    Warnings about the figures go to ``warn`` (the files are packaged
+    Warnings about the figures and the analysis go to ``warn`` (the files are packaged
     anyway). Raises ``grading.kit.regions.RegionError`` (malformed student
     markers) before writing anything.
     """
@@ -86,7 +109,9 @@ def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: No
     root = Path(root)
     members = [(root / rel, rel) for rel in student_files(root)]
     figures, warnings = figure_files(figures_dir)
-    members += [(path, f"{FIGURES_ARCDIR}/{path.name}") for path in figures]
+    written, more = analysis_file(figures_dir)
+    warnings += more
+    members += [(path, f"{FIGURES_ARCDIR}/{path.name}") for path in figures + written]
     for text in warnings:
         warn(text)
     with atomic_path(output) as scratch, zipfile.ZipFile(scratch, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -120,4 +145,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    sys.exit(main())

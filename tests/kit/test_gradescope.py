@@ -82,12 +82,19 @@ def test_run_autograder_grades_the_reference_into_results_json(tmp_path, bundle)
     done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1")
     assert results["score"] == results["max_score"] == 27, results        # 24 public + 3 hidden
     assert {t["status"] for t in results["tests"]} == {"passed"}
-    assert {t["visibility"] for t in results["tests"] if "hidden" in t["name"]} == {"after_published"}
+    hidden = [t for t in results["tests"] if "_hidden" in t["name"]]
+    assert hidden and {t["visibility"] for t in hidden} == {"after_published"}     # the spec then hides the total
+    shown = [results["output"], *(t["name"] + t["output"] for t in results["tests"] if t not in hidden)]
+    assert not any("hidden" in text for text in shown), shown      # nothing visible before publication names them
 
 
-def test_a_course_secret_goes_into_the_bundle_only(tmp_path):
+def test_a_course_secret_and_the_total_timeout_go_into_the_bundle_only(tmp_path):
     from grading.commands.gradescope import build_bundle
-    build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026")
+    with pytest.raises(ValueError, match="at least 1 second"):
+        build_bundle(KIT_ROOT, tmp_path / "refused", total_timeout_s=0)
+    assert not (tmp_path / "refused").exists()
+    build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026", total_timeout_s=777)
+    assert 'LIMIT="${GRADING_TOTAL_TIMEOUT:-777}"' in (tmp_path / "b" / "source" / "run_autograder").read_text()
     assert (tmp_path / "b" / "source" / "grading" / "staff" / "course_secret.txt").read_text().strip() == "fall-2026"
     assert not (KIT_ROOT / "grading" / "staff" / "course_secret.txt").exists()
 

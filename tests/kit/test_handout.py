@@ -1,15 +1,24 @@
-"""The released README is a handout for the course's chosen problems (issue 21, item 1).
+"""The released README is a handout for the course's chosen problems (issues 21 and 38).
 
-Two releases per module (all five problems with a preface, and the default),
-read back: a section per chosen problem, the points of every sub-problem as
-the rubric sums them (what ``grading list`` prints), the markers and entry
-points of Problems 4 and 5 only where chosen, the preface first, a bad
-preface refused before anything is written. Nothing is graded here.
+Two releases per module (all five problems with a preface and analysis
+points, and the default), read back: a section per chosen problem, the points
+of every sub-problem as the rubric sums them, stated as ``grading list``
+states them (public, then hidden), the markers and entry points of Problems
+4 and 5 only where chosen, the preface first, a bad preface or bad analysis
+points refused before anything is written; the torch.distributed primer with
+its example, run for real (gloo, 2 processes); what to observe per problem;
+the suggested order and time; the written analysis in the README, as the
+starter's template and in the starter's submission zip. Nothing is graded here.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
+import json
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,38 +26,51 @@ import pytest
 from grading import KIT_ROOT
 from grading.__main__ import main
 from grading.engine import hints
+from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
+from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
+from grading.kit.regions import parse_regions, student_files
 from grading.problems import all_cases, folders
 from grading.staff import handout
-from grading.staff.handout import faq, figures
+from grading.staff.handout import analysis, faq, figures, plan
+from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
 ALL = ("1", "2", "3", "4", "5")
 PREFACE = "# CS 11-868, Spring 2026\n\nDue May 1, 23:59. Late days: see the syllabus.\n"
 ENTRY_POINTS = {"4": ("project/run_capstone.py",), "5": ("project/run_tensor_parallel.py",)}
+ANALYSIS_POINTS = 10
+EXAMPLE = "scripts/two_ranks.py"
 
 
-def _release(tmp_path_factory, name: str, *args: str) -> tuple[int, str]:
+def _release(tmp_path_factory, name: str, *args: str) -> Path:
     out = tmp_path_factory.mktemp(name) / "starter"
-    code = main(["release", str(out), *args])
-    return code, (out / "README.md").read_text()
+    assert main(["release", str(out), *args]) == 0
+    return out
 
 
 @pytest.fixture(scope="module")
-def everything(tmp_path_factory) -> str:
+def everything_starter(tmp_path_factory) -> Path:
     preface = tmp_path_factory.mktemp("preface") / "preface.md"
     preface.write_text(PREFACE)
-    code, text = _release(tmp_path_factory, "all", "--problems", ",".join(ALL), "--preface", str(preface))
-    assert code == 0
-    return text
+    return _release(tmp_path_factory, "all", "--problems", ",".join(ALL), "--preface", str(preface),
+                    "--analysis_points", str(ANALYSIS_POINTS))
 
 
 @pytest.fixture(scope="module")
-def default(tmp_path_factory) -> str:
-    code, text = _release(tmp_path_factory, "default")
-    assert code == 0
-    return text
+def default_starter(tmp_path_factory) -> Path:
+    return _release(tmp_path_factory, "default")
+
+
+@pytest.fixture(scope="module")
+def everything(everything_starter) -> str:
+    return (everything_starter / "README.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def default(default_starter) -> str:
+    return (default_starter / "README.md").read_text()
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -60,19 +82,19 @@ def _sections(text: str) -> dict[str, str]:
 
 
 def _rubric(problems: tuple[str, ...]) -> dict[str, tuple[float, float]]:
-    """Sub-problem -> (points, hidden points), summed from the criteria as ``grading list`` sums them."""
+    """Sub-problem -> (public points, hidden points), summed from the kit's criteria (hidden ones included)."""
     sums: dict[str, list[float]] = {}
     for case in all_cases(problems):
         for criterion in case.criteria:
             entry = sums.setdefault(criterion.problem, [0.0, 0.0])
-            entry[0] += criterion.points
-            entry[1] += criterion.points if criterion.hidden else 0.0
-    return {sub: (points, hidden) for sub, (points, hidden) in sums.items()}
+            entry[1 if criterion.hidden else 0] += criterion.points
+    return {sub: (public, hidden) for sub, (public, hidden) in sums.items()}
 
 
 def _points_rows(section: str) -> dict[str, tuple[float, float]]:
+    """Sub-problem -> (public points, hidden points) as the section's points table gives them."""
     rows = re.findall(r"^\| (\d\.\d) \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", section, flags=re.MULTILINE)
-    return {sub: (float(points), float(hidden)) for sub, points, hidden in rows}
+    return {sub: (float(public), float(hidden)) for sub, public, hidden in rows}
 
 
 @pytest.mark.parametrize("which", ["everything", "default"])
@@ -85,18 +107,23 @@ def test_a_section_per_chosen_problem_with_the_rubric_points(which, request):
     for problem, section in sections.items():
         mine = {sub: pts for sub, pts in rubric.items() if sub.split(".")[0] == problem}
         assert _points_rows(section) == mine, f"Problem {problem}: README points differ from the rubric"
-        total = sum(p for p, _ in mine.values())
-        assert section.startswith(f"## Problem {problem}: ") and f"({total:g} points)" in section.splitlines()[0]
-        assert f"**Problem {problem}** | | **{total:g}** | **{sum(h for _, h in mine.values()):g}** |" in section
+        public, hidden = sum(p for p, _ in mine.values()), sum(h for _, h in mine.values())
+        assert section.startswith(f"## Problem {problem}: ")
+        assert section.splitlines()[2] == f"**Points:** {public:g} public points + {hidden:g} hidden points the " \
+            f"course adds when it grades ({public + hidden:g} in all)."
+        assert f"**Problem {problem}** | | **{public:g}** | **{hidden:g}** |" in section
         for part in ("what it is", "why it matters"):
             assert part in section.lower(), f"Problem {problem}: no background ({part!r})"
         assert "```" in section, f"Problem {problem}: no figure"
-    grand = sum(p for p, _ in rubric.values())
-    assert f"| **total** | **{grand:g}** |" in text
+    public, hidden = sum(p for p, _ in rubric.values()), sum(h for _, h in rubric.values())
+    assert f"| **total** | **{public:g}** | **{hidden:g}** | **{public + hidden:g}** |" in text
+    overview = re.search(r"^This assignment has Problems [\d, and]+: (.*?)\.(?: |$)", text, flags=re.MULTILINE)
+    assert overview and overview.group(1) == f"{public:g} public points + {hidden:g} hidden points the course " \
+        f"adds when it grades ({public + hidden:g} in all)", overview
 
 
 def test_default_release_mentions_neither_optional_problem(default):
-    assert "| **total** | **100** |" in default
+    assert "| **total** | **91** | **9** | **100** |" in default
     for word in ("Problem 4", "Problem 5", "p4_", "p5_", "run_capstone", "run_tensor_parallel", "tensor_parallel",
                  "BucketedDDP", "ShardedOptimizer", "--problems", "optional"):
         assert word not in default, f"the default handout mentions {word!r}"
@@ -173,3 +200,164 @@ def test_gpipe_figure_follows_the_schedule_contract():
 def test_a_placeholder_without_a_value_is_refused():
     with pytest.raises(ValueError, match=r"unknown placeholder\(s\) \{\{nope\}\}"):
         handout.fill("a {{known}} and {{nope}}", {"known": "x"}, "t.md")
+
+
+# ------------------------------------------------------------------------------- points, stated one way (item 3)
+def test_the_starters_list_states_each_problems_points_as_its_handout_does(default_starter, default):
+    """A starter has no hidden criteria, yet its ``grading list`` counts their points (from the course record)
+    exactly as the kit's rubric has them, in the handout's words."""
+    done = run_kit_command(["list"], cwd=default_starter, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[hidden]" not in done.stdout                      # the starter holds no hidden criterion
+    stated = [line for line in done.stdout.splitlines() if line.startswith(("Problem ", "TOTAL "))]
+    rubric = _rubric(DEFAULT_PROBLEMS)
+    want = []
+    for problem in DEFAULT_PROBLEMS:
+        mine = [pts for sub, pts in rubric.items() if sub.split(".")[0] == problem]
+        want.append((f"Problem {problem}", points.Tally(sum(p for p, _ in mine), sum(h for _, h in mine))))
+    want.append(("TOTAL", points.Tally(sum(p for p, _ in rubric.values()), sum(h for _, h in rubric.values()))))
+    assert stated == [f"Problem {p[8:]}: {t}" if p != "TOTAL" else f"TOTAL {t}" for p, t in want]
+    sections = _sections(default)
+    for problem, (_, tally) in zip(DEFAULT_PROBLEMS, want):
+        assert f"**Points:** {tally}." in sections[problem]
+
+
+def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_starter, default):
+    """The starter's own ``grade`` states the hidden points it cannot run, from the course record."""
+    quoted = re.search(r"`python -m grading grade --problem 1` ends with\n  `(TOTAL [^`]+)`", default)
+    assert quoted, "the handout quotes the starter's TOTAL line"
+    done = run_kit_command(["grade", "--quiet", "--problem", "1"], cwd=default_starter, timeout=900)
+    assert done.returncode == 3, done.stdout + done.stderr              # nothing implemented yet
+    assert done.stdout.strip().splitlines()[-1] == quoted.group(1)
+    public, hidden = (sum(v) for v in zip(*(pts for sub, pts in _rubric(("1",)).items())))
+    assert quoted.group(1) == f"TOTAL 0/{public:g} public points + {hidden:g} hidden points the course adds when " \
+        f"it grades (0/{public + hidden:g} in all)"
+
+
+def test_problems_4_and_5_are_stated_as_part_of_the_grade_when_handed_out(everything):
+    rubric = _rubric(("4", "5"))
+    public, hidden = sum(p for p, _ in rubric.values()), sum(h for _, h in rubric.values())
+    assert ("Problems 4 and 5 go beyond the usual assignment (Problems 1-3) and your course hands them out, so "
+            f"they count toward your grade like the others: {public:g} public points + {hidden:g} hidden points "
+            "of the total above.") in everything
+
+
+# ------------------------------------------------------------------------------- the torch.distributed primer
+def _primer(text: str) -> str:
+    return text.split("## A torch.distributed primer\n")[1].split("\n## ")[0]
+
+
+def test_the_primer_covers_groups_rendezvous_backends_two_ranks_and_hangs(default, default_starter):
+    primer = _primer(default)
+    for needed in ("process group", "rank", "world size", "file://", "env://", "gloo", "nccl", "torchrun",
+                   "timeout=", "faulthandler.dump_traceback_later", "py-spy dump", "TORCH_DISTRIBUTED_DEBUG=DETAIL"):
+        assert needed in primer, f"the primer does not explain {needed!r}"
+    source = (default_starter / EXAMPLE).read_text()
+    code = source.split('"""', 2)[2].strip()
+    assert f"```python\n{code}\n```" in primer, "the primer shows the starter's example in full"
+    assert f"python {EXAMPLE}" in primer and f"python {EXAMPLE} --hang" in primer
+
+
+def test_the_primer_example_implements_no_student_function(default_starter):
+    tree = ast.parse((default_starter / EXAMPLE).read_text())
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    student = {region.function for rel in student_files(KIT_ROOT)
+               for region in parse_regions((KIT_ROOT / rel).read_text(), rel)}
+    assert defined and not defined & student, defined & student
+    assert "BEGIN_STUDENT" not in (default_starter / EXAMPLE).read_text()
+
+
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")     # what `torchrun` runs
+
+
+def _run_example(starter: Path, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *launcher, EXAMPLE, *args], cwd=starter, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_the_primer_example_runs_two_gloo_ranks_and_prints_what_the_primer_says(launcher, default_starter, default):
+    assert f"{'torchrun --standalone --nproc_per_node 2' if launcher == 'torchrun' else 'python'} {EXAMPLE}" \
+        in _primer(default)
+    done = _run_example(default_starter, launcher=TORCHRUN if launcher == "torchrun" else ())
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = sorted(line for line in done.stdout.splitlines() if line.strip())
+    assert printed == ["rank 0 of 2: all_reduce gave 3", "rank 1 of 2: all_reduce gave 3"], done.stdout
+    for line in printed:
+        assert f"    {line}\n" in _primer(default)
+
+
+def test_the_primer_example_shows_a_hang_as_the_primer_describes_it(default_starter, default):
+    done = _run_example(default_starter, "--hang")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "all_reduce gave" not in done.stdout
+    dumps = out.split("Timeout (0:00:05)!")
+    assert len(dumps) == 3, out                                 # one stack dump per rank
+    assert "in all_reduce" in out and f'File "{default_starter / EXAMPLE}"' in out
+    for quoted in ("Timeout (0:00:05)!", "Timed out waiting 10000ms for recv operation to complete"):
+        assert quoted in _primer(default) and quoted in out, quoted
+
+
+# ------------------------------------------------------------------------------- observe, order and time
+@pytest.mark.parametrize("which", ["everything", "default"])
+def test_every_section_says_what_to_observe_and_the_suggested_order_and_time(which, request):
+    text = request.getfixturevalue(which)
+    problems = ALL if which == "everything" else DEFAULT_PROBLEMS
+    for problem, section in _sections(text).items():
+        for part in ("**What you should observe.**", "**Speed and memory.**", plan.line(problem)):
+            assert part in section, f"Problem {problem}: no {part!r}"
+    order = text.split("## Suggested order and time\n")[1].split("\n## ")[0]
+    assert plan.table(problems) in order
+    assert re.findall(r"^\| Problem (\d) \|", order, flags=re.MULTILINE) == list(problems)
+    assert "The *efficiency* is speedup / N" in text and "read a CPU speedup against\n1" in text
+
+
+def test_problem_1_gives_the_measured_losses_and_why_one_and_two_ranks_differ(default):
+    section = _sections(default)["1"]
+    for number in ("3.3305", "0.3301", "3.3885", "0.3570"):
+        assert number in section
+    assert "contiguous slice" in section and "not a bug" in section
+
+
+# ------------------------------------------------------------------------------- the written analysis
+@pytest.mark.parametrize("which", ["everything", "default"])
+def test_the_written_analysis_in_the_readme_the_template_and_the_course_record(which, request):
+    starter = request.getfixturevalue(f"{which}_starter")
+    problems, worth = (ALL, ANALYSIS_POINTS) if which == "everything" else (DEFAULT_PROBLEMS, 0)
+    asked = analysis.questions(problems)
+    assert all(2 <= len(q) <= 4 for q in asked.values())
+    readme = (starter / "README.md").read_text()
+    section = readme.split("## Written analysis\n")[1].split("\n## ")[0]
+    assert re.findall(r"^\*Problem (\d)\*$", section, flags=re.MULTILINE) == list(problems)
+    for problem, questions in asked.items():
+        for k, question in enumerate(questions, 1):
+            assert f"\n{k}. {question}\n" in section + "\n"
+    says = f"worth **{worth} points**" if worth else "ungraded unless your staff say so"
+    assert says in section and "staff" in section
+    template = (starter / FIGURES_DIR / ANALYSIS_NAME).read_text()
+    assert re.findall(r"^## Problem (\d)$", template, flags=re.MULTILINE) == list(problems)
+    assert template.count(ANSWER_PLACEHOLDER) == sum(len(q) for q in asked.values())
+    assert says.replace("**", "") in " ".join(template.split())
+    record = json.loads((starter / "grading/course.json").read_text())
+    assert record["analysis_points"] == worth
+    assert record["hidden_points"] == {sub: hidden for sub, (_, hidden) in _rubric(problems).items()}
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_bad_analysis_points_are_refused_in_one_line_and_nothing_written(value, tmp_path, capsys):
+    out = tmp_path / "starter"
+    assert main(["release", str(out), "--analysis_points", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: --analysis_points {value}"), err
+    assert not out.exists()
+
+
+def test_the_starters_submission_zip_carries_the_analysis_and_says_it_is_unanswered(default_starter, tmp_path):
+    archive = tmp_path / "submission.zip"
+    done = subprocess.run(["bash", "scripts/create_submission_zip.sh", "--output", str(archive)],
+                          cwd=default_starter, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{FIGURES_DIR}/{ANALYSIS_NAME}" in zipfile.ZipFile(archive).namelist()
+    questions = sum(len(q) for q in analysis.questions(DEFAULT_PROBLEMS).values())
+    assert f"{ANALYSIS_NAME} has {questions} question(s) still unanswered" in done.stderr, done.stderr

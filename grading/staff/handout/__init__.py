@@ -6,13 +6,17 @@ Staff only (``grading/staff`` is never released). The parts:
     handout/problem<N>.md             one section per problem: background, figure, sub-problems and points,
                                       markers, entry points (what they print, how long), expectations
     handout/faq.md                    hand-written FAQ entries (faq.py adds the generated ones)
+    handout/primer.md                 the torch.distributed primer (shows scripts/two_ranks.py)
+    handout/analysis.md, analysis.py  the written analysis: questions, handout section, starter template
+    handout/plan.py                   suggested order and time per problem
     handout/figures.py                the plain-text figures      handout/rubric.py   points from the rubric
 
 Templates hold ``{{name}}`` placeholders, filled here from the kit itself:
-the points from ``grading.problems.all_cases`` (as ``grading list`` sums
-them), the markers from the sub-problem ids, the performance thresholds
-from the defaults of ``scripts/run_benchmarks.py``, the figure names from
-``grading.kit.handin``. A placeholder left unfilled is an error.
+the points from ``grading.problems.all_cases``, stated by ``grading.kit.points``
+exactly as ``grading list`` and ``grade`` state them, the markers from the
+sub-problem ids, the performance thresholds from the defaults of
+``scripts/run_benchmarks.py``, the figure names from ``grading.kit.handin``.
+A placeholder left unfilled is an error.
 """
 from __future__ import annotations
 
@@ -20,14 +24,17 @@ import ast
 import re
 from pathlib import Path
 
+from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
+from grading.kit.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
 from grading.kit.regions import student_files
-from grading.staff.handout import faq, figures
+from grading.staff.handout import analysis, faq, figures, plan
 from grading.staff.handout.rubric import marker, markers_line, points_table, problem_points, sub_points
 
 HANDOUT_DIR = Path(__file__).resolve().parent
 COMMON_TEMPLATE = HANDOUT_DIR.parent / "README.student.md"
+PRIMER_TEMPLATE = HANDOUT_DIR / "primer.md"
+EXAMPLE = "scripts/two_ranks.py"        # the primer's runnable example, shipped in every starter
 BENCHMARK_SCRIPT = "scripts/run_benchmarks.py"
 THRESHOLD_OPTIONS = ("--dp_threshold", "--pp_threshold")
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -67,29 +74,44 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _overview(problems: tuple[str, ...], rows: dict) -> str:
-    """The opening lines: which problems, their points, and what the extra ones are."""
-    total, hidden = sum(r.points for r in rows.values()), sum(r.hidden for r in rows.values())
+def _overview(problems: tuple[str, ...], rows: dict, analysis_points: float) -> str:
+    """The opening lines: which problems, their points (stated as ``grading.kit.points`` states them), what the
+    problems beyond the default assignment mean for the student, and how the written analysis counts."""
     lines = [f"This assignment has Problem{'s' if len(problems) > 1 else ''} {_and(list(problems))}: "
-             f"{total:g} points in all, {hidden:g} of them on hidden checks."]
+             f"{problem_points(rows)}."]
     extra = [p for p in problems if p not in DEFAULT_PROBLEMS]
     if extra:
-        lines.append(f"Problem{'s' if len(extra) > 1 else ''} {_and(extra)} go{'es' if len(extra) == 1 else ''} "
-                     "beyond the usual assignment (Problems 1-3); your course hands "
-                     f"{'it' if len(extra) == 1 else 'them'} out too, and its staff say how "
-                     f"{'it counts' if len(extra) == 1 else 'they count'}.")
-    table = ["| problem | points | of them hidden |", "|---|---|---|"]
+        worth = problem_points({k: row for k, row in rows.items() if row.problem in extra})
+        one = len(extra) == 1
+        lines.append(f"Problem{'' if one else 's'} {_and(extra)} go{'es' if one else ''} beyond the usual assignment "
+                     f"(Problems 1-3) and your course hands {'it' if one else 'them'} out, so "
+                     f"{'it counts' if one else 'they count'} toward your grade like the others: "
+                     f"{worth.public:g} public points + {worth.hidden:g} hidden points of the total above.")
+    lines.append("You also hand in a written analysis (see \"Written analysis\"). "
+                 + analysis.points_sentence(analysis_points))
+    table = ["| problem | public points | hidden points (the course adds them when it grades) | in all |",
+             "|---|---|---|---|"]
     for problem in problems:
-        points, secret = problem_points(rows, problem)
-        table.append(f"| Problem {problem} | {points:g} | {secret:g} |")
-    table.append(f"| **total** | **{total:g}** | **{hidden:g}** |")
+        tally = problem_points(rows, problem)
+        table.append(f"| Problem {problem} | {tally.public:g} | {tally.hidden:g} | {tally.public + tally.hidden:g} |")
+    total = problem_points(rows)
+    table.append(f"| **total** | **{total.public:g}** | **{total.hidden:g}** | **{total.public + total.hidden:g}** |")
     return " ".join(lines) + "\n\n" + "\n".join(table)
 
 
-def render(kit_root: Path, problems: tuple[str, ...], problem_table: str) -> str:
-    """The handout for ``problems`` (sorted, e.g. ("1", "2", "3")) with ``problem_table`` (the regions' table).
+def primer(kit_root: Path) -> str:
+    """The torch.distributed primer (``primer.md``) with the starter's runnable example shown in full."""
+    source = (Path(kit_root) / EXAMPLE).read_text()
+    code = source.split('"""', 2)[2].strip() if source.startswith('"""') else source.strip()
+    text = re.sub(r"<!--.*?-->", "", PRIMER_TEMPLATE.read_text(), flags=re.DOTALL).strip()
+    return fill(text, {"example": code, "example_path": EXAMPLE}, PRIMER_TEMPLATE.name)
 
-    Raises ValueError for a placeholder no value fills, or a problem without a template.
+
+def render(kit_root: Path, problems: tuple[str, ...], problem_table: str, analysis_points: float = 0.0) -> str:
+    """The handout for ``problems`` (sorted, e.g. ("1", "2", "3")) with ``problem_table`` (the regions' table);
+    ``analysis_points``: what the course gives the written analysis (0: ungraded unless the staff say so).
+
+    Raises ValueError for a placeholder no value fills, or a problem without a template, plan or questions.
     """
     kit_root = Path(kit_root)
     problems = tuple(sorted(problems, key=int))
@@ -104,12 +126,15 @@ def render(kit_root: Path, problems: tuple[str, ...], problem_table: str) -> str
         template = problem_template(problem)
         if not template.is_file():
             raise ValueError(f"no handout section for Problem {problem} ({template.name} missing)")
-        points, hidden = problem_points(rows, problem)
-        values = shared | {"points": f"{points:g}", "hidden": f"{hidden:g}",
+        values = shared | {"points": str(problem_points(rows, problem)), "plan": plan.line(problem),
                            "points_table": points_table(rows, problem), "markers": markers_line(rows, problem)}
         sections.append(fill(template.read_text(), values, template.name).strip())
-    common = {"overview": _overview(problems, rows), "problem_table": problem_table,
-              "problem_sections": "\n\n".join(sections),
+    first = problems[0]
+    example = points.Tally(problem_points(rows, first).public, problem_points(rows, first).hidden, earned=0.0)
+    common = {"overview": _overview(problems, rows, analysis_points), "problem_table": problem_table,
+              "problem_sections": "\n\n".join(sections), "plan_table": plan.table(problems),
+              "primer": primer(kit_root), "analysis": analysis.section(problems, analysis_points),
+              "analysis_name": ANALYSIS_NAME, "points_example": f"TOTAL {example}", "first_problem": first,
               "all_markers": " ".join(marker(r) for r in rows), "first_marker": marker(next(iter(rows))),
               "figures_dir": FIGURES_DIR, "figures": ", ".join(f"`{n}`" for n in REQUIRED_FIGURES),
               "summary_name": SUMMARY_NAME, "faq": faq.render(list(rows), student_files(kit_root, problems))}

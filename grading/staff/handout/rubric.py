@@ -1,13 +1,14 @@
 """Points of the handout, read from the rubric (``grading.problems.all_cases``), never typed by hand.
 
-What ``python -m grading list`` prints is the same sum over the same
-criteria: a sub-problem's points are those of its public criteria plus its
-hidden twins (``<id>_hidden``), and the hidden share is the latter alone.
+The same criteria ``python -m grading list`` sums, stated the same way
+(``grading.kit.points``): a sub-problem's public points are those of its
+public criteria, its hidden points those of its hidden twins (``<id>_hidden``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grading.kit import points
 from grading.problems import all_cases, titles
 
 HIDDEN_SUFFIX = " (hidden inputs)"
@@ -15,17 +16,21 @@ HIDDEN_SUFFIX = " (hidden inputs)"
 
 @dataclass
 class SubPoints:
-    """One sub-problem's share of the rubric."""
+    """One sub-problem's share of the rubric: its criteria (public and hidden) and what the hidden ones rerun."""
 
     id: str                                       # "1.2"
     title: str
-    points: float = 0.0                           # public + hidden
-    hidden: float = 0.0
+    criteria: list = field(default_factory=list)
     hidden_titles: list[str] = field(default_factory=list)   # the criteria that also run on hidden inputs
 
     @property
     def problem(self) -> str:
         return self.id.split(".")[0]
+
+    @property
+    def tally(self) -> points.Tally:
+        """Its public and hidden points, counted from its criteria (the kit has the hidden ones)."""
+        return points.worth(self.criteria, recorded={})
 
 
 def sub_points(problems: tuple[str, ...]) -> dict[str, SubPoints]:
@@ -35,19 +40,18 @@ def sub_points(problems: tuple[str, ...]) -> dict[str, SubPoints]:
     for case in all_cases(problems):
         for criterion in case.criteria:
             entry = found.setdefault(criterion.problem, SubPoints(criterion.problem, names[criterion.problem]))
-            entry.points += criterion.points
+            entry.criteria.append(criterion)
             if criterion.hidden:
-                entry.hidden += criterion.points
                 title = criterion.title.removesuffix(HIDDEN_SUFFIX)
                 if title not in entry.hidden_titles:
                     entry.hidden_titles.append(title)
     return dict(sorted(found.items(), key=lambda item: [int(x) for x in item[0].split(".")]))
 
 
-def problem_points(rows: dict[str, SubPoints], problem: str) -> tuple[float, float]:
-    """``(points, hidden points)`` of Problem ``problem`` ("1"), summed over its sub-problems in ``rows``."""
-    mine = [row for row in rows.values() if row.problem == problem]
-    return sum(r.points for r in mine), sum(r.hidden for r in mine)
+def problem_points(rows: dict[str, SubPoints], problem: str | None = None) -> points.Tally:
+    """The points of Problem ``problem`` ("1"), summed over its sub-problems in ``rows``; None: of all ``rows``."""
+    mine = [c for row in rows.values() if problem is None or row.problem == problem for c in row.criteria]
+    return points.worth(mine, recorded={})
 
 
 def marker(sub_problem: str) -> str:
@@ -56,14 +60,17 @@ def marker(sub_problem: str) -> str:
 
 
 def points_table(rows: dict[str, SubPoints], problem: str) -> str:
-    """The markdown table of Problem ``problem``'s sub-problems: points, hidden points, what the hidden part runs."""
-    lines = ["| sub-problem | what | points | of them hidden | run again on hidden inputs |", "|---|---|---|---|---|"]
+    """The markdown table of Problem ``problem``'s sub-problems: public points, hidden points, what the hidden
+    part runs again."""
+    lines = ["| sub-problem | what | public points | hidden points | run again on hidden inputs |",
+             "|---|---|---|---|---|"]
     for row in rows.values():
         if row.problem == problem:
             again = "; ".join(row.hidden_titles) or "none"
-            lines.append(f"| {row.id} | {_cell(row.title)} | {row.points:g} | {row.hidden:g} | {_cell(again)} |")
-    total, hidden = problem_points(rows, problem)
-    lines.append(f"| **Problem {problem}** | | **{total:g}** | **{hidden:g}** | |")
+            tally = row.tally
+            lines.append(f"| {row.id} | {_cell(row.title)} | {tally.public:g} | {tally.hidden:g} | {_cell(again)} |")
+    total = problem_points(rows, problem)
+    lines.append(f"| **Problem {problem}** | | **{total.public:g}** | **{total.hidden:g}** | |")
     return "\n".join(lines)
 
 
