@@ -98,7 +98,7 @@ def test_malformed_markers_in_a_submission_cost_only_that_file(starter, tmp_path
     target.write_text(target.read_text().replace("# END_STUDENT 1.2", "", 1))
     done = grade(sub, "--problem", "1")
     assert "malformed markers (file graded as not implemented): data_parallel/comm.py" in done.stdout
-    assert re.search(r"Problem 1\.1 .*\[(\d+)/\1\]", done.stdout) and "[0/" in done.stdout, done.stdout
+    assert re.search(r"Problem 1\.1 .*\n\s*\[(\d+)/\1 public", done.stdout) and "[0/" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("make, message", [
