@@ -88,10 +88,14 @@ def partition_dataset(rank: int, world_size: int, dataset: Sequence[Any], batch_
     the entry points refuse such sizes up front). The part is ``Partition(dataset,
     partition_indices(len(dataset), world_size, seed)[rank])`` (``seed``
     passed on as given), iterated in order (``shuffle=False``) with the given
-    ``collate_fn``.
+    ``collate_fn``. Every item of the part is loaded once per epoch: when the
+    part's length is not a multiple of the per-rank batch size, its last
+    batch is smaller and is still yielded (``drop_last=False``, the
+    DataLoader's default).
 
     Raises ValueError when ``rank`` is not in ``[0, world_size)`` or the
-    per-rank batch size would be 0.
+    per-rank batch size would be 0. Returns a ``torch.utils.data.DataLoader``
+    (not a list of its batches).
     """
     # BEGIN_STUDENT 1.1
     if not 0 <= rank < world_size:

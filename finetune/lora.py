@@ -90,14 +90,16 @@ def apply_lora(
     Args:
         model: any ``nn.Module``.
         target_names: names as ``model.named_modules()`` gives them; dotted
-            names (``"encoder.layers.0.fc"``) reach nested layers.
+            names (``"encoder.layers.0.fc"``) reach nested layers. ``""``
+            (the model itself, even an ``nn.Linear``) is never a target: it
+            has no parent to swap a ``LoRALinear`` into.
         rank, alpha: passed to ``LoRALinear`` for every target.
 
     Validate everything first, then mutate. Raise ``ValueError`` (and leave
     the model exactly as it was: no module swapped, no ``requires_grad``
     changed) when ``target_names`` is empty, holds a name twice, names a
     module that does not exist, names a module that is not an ``nn.Linear``,
-    or when ``rank < 1``.
+    holds ``""``, or when ``rank < 1``.
 
     Then set ``requires_grad=False`` on every parameter of ``model`` and
     replace each target (in any order: each ``LoRALinear`` draws ``lora_A``
@@ -162,9 +164,12 @@ def load_adapter(model: nn.Module, path: str | os.PathLike) -> None:
     Open the file with ``torch.load(path, map_location="cpu",
     weights_only=True)``. Check it fully before changing anything; raise
     ``ValueError`` (model untouched) when it is not a ``dict`` of name ->
-    tensor, when it holds no tensors (an empty dict), when one of the model's ``lora_A``/``lora_B`` parameters has no
-    entry (missing key), when it has an entry that is not one of them (extra
-    key), or when an entry's shape differs from its parameter's.
+    tensor (a list, or a dict with a value that is not a tensor, e.g. an
+    ``int``: ValueError too, not the AttributeError of reading its shape),
+    when it holds no tensors (an empty dict), when one of the model's
+    ``lora_A``/``lora_B`` parameters has no entry (missing key), when it has
+    an entry that is not one of them (extra key), or when an entry's shape
+    differs from its parameter's.
 
     Then copy every value into the existing parameter in place under
     ``torch.no_grad()`` (``param.copy_(value)``), so the parameter objects

@@ -53,8 +53,10 @@ def build_config(
       ``world_size * micro_batch * grad_accum``;
     - ``"train_micro_batch_size_per_gpu"``: ``micro_batch``;
     - ``"gradient_accumulation_steps"``: ``grad_accum``;
-    - ``"zero_optimization"``: ``{"stage": 2}`` and no offload (no
-      ``offload_optimizer``/``offload_param`` to a device other than ``"none"``);
+    - ``"zero_optimization"``: ``"stage": 2`` and no offload (no
+      ``offload_optimizer``/``offload_param`` to a device other than
+      ``"none"``); further ZeRO settings in it (e.g. ``"overlap_comm"``) are
+      free;
     - ``"gradient_clipping"``: ``0.0`` (off; DeepSpeed >= 0.19.3 clips at 1.0
       when the key is absent);
     - ``"zero_allow_untested_optimizer"``: ``True`` (the optimizer is a
@@ -62,11 +64,19 @@ def build_config(
     - ``"fp16": {"enabled": ...}`` and ``"bf16": {"enabled": ...}``: true
       exactly for the chosen precision (both false for ``"fp32"``).
 
-    Other keys may be added (e.g. ``steps_per_print``); these must be exact.
+    Other top-level keys may be added (e.g. ``steps_per_print``). The
+    entries listed above must have exactly these values and kinds: the three
+    sizes and the stage as ``int``, the flags as ``bool`` (``True``, not
+    ``1``), ``gradient_clipping`` a number equal to 0.
+
+    Returns:
+        The config as a ``dict`` (what ``deepspeed.initialize`` takes as
+        ``config``), not its JSON text.
 
     Raises:
-        ValueError: a size that is not an ``int`` >= 1 (``True`` and ``2.0``
-        are not ints here), or an unknown precision.
+        ValueError: a size that is not an ``int`` >= 1 (``True``, ``2.0`` and
+        ``"2"`` are not ints here: ValueError, never a TypeError from
+        comparing them), or an unknown precision.
     """
     # BEGIN_STUDENT 3.3
     sizes = {"world_size": world_size, "micro_batch": micro_batch, "grad_accum": grad_accum}

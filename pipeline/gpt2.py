@@ -115,6 +115,8 @@ class Blocks(nn.Module):
         - a block returns a tensor in recent transformers and a tuple whose
           first item is the hidden states in older ones: accept both;
         - zero blocks return the input unchanged.
+        Returns a tensor (batch, T, n_embd), never a tuple: the next stage
+        takes it as its input.
         """
         # BEGIN_STUDENT 2.3
         mask = causal_mask(self.config, hidden_states)
@@ -132,13 +134,16 @@ def gpt2_stages(model: nn.Module, devices: Sequence[torch.device | str]) -> list
     - stage ``k`` is an ``nn.Sequential`` of: ``Embeddings(model)`` if ``k ==
       0``; then ``Blocks(blocks, model.config)`` with its share of
       ``model.transformer.h`` (``n_layer // n`` blocks, one more for the first
-      ``n_layer % n`` stages, in order; possibly none); then
-      ``LMHead(model)`` if ``k == n - 1``;
+      ``n_layer % n`` stages, in order; possibly none: a stage whose share is
+      zero blocks still holds an empty ``Blocks``); then ``LMHead(model)`` if
+      ``k == n - 1``;
     - move each stage with ``.to(devices[k])``; reuse the model's modules
       (no copies), so the model's parameters are the stages' parameters;
     - feeding ``input_ids`` through the stages in order gives the model's
       logits.
-    Raises ValueError for an empty ``devices``. Returns the list of stages.
+    Raises ValueError for an empty ``devices``. Returns the stages as a
+    ``list`` of ``nn.Sequential`` (not a generator: the runtimes take its
+    length).
     """
     if len(devices) < 1:
         raise ValueError("gpt2_stages needs at least one device")

@@ -56,16 +56,18 @@ def split_module(module: nn.Sequential) -> tuple[list[nn.Sequential], list[torch
     - otherwise the device of its parameters (``layer_device`` helps);
     - a child without parameters (e.g. ``ReLU``) has no device of its own and
       joins the current stage; leading parameterless children join the first
-      stage.
+      stage. Only parameters count: buffers give a child no device (a
+      ``BatchNorm1d(n, affine=False)``, buffers but no parameters, joins the
+      current stage like ``ReLU`` and is not moved).
     A new stage starts whenever the device differs from the current stage's.
     When no child has a device at all, everything is one stage on CPU; an
     empty Sequential gives ``([], [])``.
 
     Raises ValueError when one child's parameters span several devices (the
     message names the layer's class, e.g. ``Linear``, and its devices). Returns ``(partitions, devices)``: a list of
-    ``nn.Sequential`` (the original child modules, in order) and the
-    ``torch.device`` of each, of equal length; two neighbouring stages never
-    share a device.
+    ``nn.Sequential`` (the original child modules, in order) and a list of
+    the ``torch.device`` of each, of equal length; two neighbouring stages
+    never share a device.
     """
     # BEGIN_STUDENT 2.1
     groups: list[list[nn.Module]] = []

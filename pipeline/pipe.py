@@ -68,7 +68,8 @@ class Pipe(nn.Module):
           worker) and never detaches it, so gradients reach the input and
           every stage;
         - return the outputs of the last stage, concatenated in micro-batch
-          order with ``torch.cat``, on the last stage's device.
+          order with ``torch.cat`` into one tensor (not the list of the
+          micro-batches' outputs), on the last stage's device.
         Errors raised by a stage propagate to the caller (``receive`` re-raises
         them).
         """

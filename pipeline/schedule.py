@@ -24,7 +24,10 @@ def clock_cycles(microbatches: int, stages: int) -> Iterator[list[tuple[int, int
     For ``k = 0, 1, ..., microbatches + stages - 2`` yield the list of all
     ``(i, j)`` with ``i + j == k``, ``0 <= i < microbatches`` and
     ``0 <= j < stages``, ordered by increasing ``j``. Zero micro-batches yield
-    nothing (not even an empty list); no cycle is ever empty.
+    nothing (not even an empty list); no cycle is ever empty. The result is
+    an iterator (a generator function is the natural way); each cycle is a
+    ``list`` of ``(i, j)`` tuples of ints (``Pipe`` walks a cycle twice, to
+    submit and to receive, which a generator cannot do).
 
     Raises ValueError when ``microbatches < 0`` or ``stages < 1`` (at the
     latest when the generator is first advanced).

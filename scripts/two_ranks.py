@@ -32,7 +32,8 @@ def run(rank: int, world_size: int, init_method: str, hang: bool) -> None:
         time.sleep(15)                                        # rank 1 never calls all_reduce: rank 0 waits for it
     else:
         dist.all_reduce(value)                                # every rank ends with the sum
-        print(f"rank {rank} of {dist.get_world_size()}: all_reduce gave {value.item():g}", flush=True)
+        # one write, newline included: the two ranks share stdout, and lines written in parts can interleave
+        print(f"rank {rank} of {dist.get_world_size()}: all_reduce gave {value.item():g}\n", end="", flush=True)
     faulthandler.cancel_dump_traceback_later()
     dist.destroy_process_group()
 

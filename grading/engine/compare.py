@@ -15,6 +15,14 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
+def describe_kind(value: Any) -> str:
+    """``describe``, and for a non-empty list or tuple also the kinds it holds (recursively, each kind once):
+    ``'list of tuple of int'``, ``'list of tensor(2,) float32 on cpu'``. For messages naming what came back."""
+    if isinstance(value, (list, tuple)) and value:
+        return f"{type(value).__name__} of {', '.join(sorted({describe_kind(item) for item in value}))}"
+    return describe(value)
+
+
 def assert_tensor_close(what: str, actual: Any, expected: torch.Tensor, *, atol: float = 1e-6,
                         rtol: float = 1e-5) -> None:
     """Raise CheckFailed unless ``actual`` is a tensor like ``expected`` (shape, dtype) and close to it.

@@ -104,6 +104,36 @@ VARIANTS = [
             start += length
         return parts
     """, frozenset({"1.1.edge_cases", "1.1.exact_hidden"})),
+    Variant("parts_as_tensors", DATASET, "partition_indices", """
+        import torch
+        if size < 0 or world_size < 1:
+            raise ValueError("bad arguments")
+        order = list(range(size))
+        random.Random(seed).shuffle(order)
+        return list(torch.tensor(order, dtype=torch.long).tensor_split(world_size))
+    """, frozenset({"1.1.coverage", "1.1.sizes", "1.1.exact", "1.1.exact_hidden", "1.1.edge_cases"}),
+            hint="returned a list of tensor"),
+    Variant("partition_getitem_returns_position", DATASET, "__getitem__", """
+        return self.index[i]
+    """, frozenset({"1.1.partition_class"}), hint="items of type int"),
+    Variant("loader_returns_batch_list", DATASET, "partition_dataset", """
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        local_batch = batch_size // world_size
+        if local_batch < 1:
+            raise ValueError("no examples per rank")
+        part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
+        return list(DataLoader(part, batch_size=local_batch, shuffle=False, collate_fn=collate_fn))
+    """, frozenset({"1.1.partition_dataset"}), hint="partition_dataset returned list, expected a torch.utils.data"),
+    Variant("drops_last_short_batch", DATASET, "partition_dataset", """
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        local_batch = batch_size // world_size
+        if local_batch < 1:
+            raise ValueError("no examples per rank")
+        part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
+        return DataLoader(part, batch_size=local_batch, shuffle=False, collate_fn=collate_fn, drop_last=True)
+    """, frozenset({"1.1.partition_dataset"}), hint="was dropped (drop_last)"),
     Variant("partition_dataset_without_checks", DATASET, "partition_dataset", """
         part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
         return DataLoader(part, batch_size=max(batch_size // world_size, 1), shuffle=False, collate_fn=collate_fn)
@@ -145,7 +175,7 @@ VARIANTS = [
     """, frozenset({"1.2.uses_all_reduce"})),
     Variant("nccl_hard_coded", COMM, "setup_process_group", """
         dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size)
-    """, frozenset({"1.2.setup"})),
+    """, frozenset({"1.2.setup", "1.2.setup_timeout_default"})),     # no group joins: no timeout to read either
     Variant("gloo_hard_coded", COMM, "setup_process_group", """
         import os
         if init_method is None:
@@ -169,7 +199,27 @@ VARIANTS = [
             os.environ.setdefault("MASTER_PORT", "29500")
             init_method = "env://"
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
-    """, frozenset({"1.2.setup"})),
+    """, frozenset({"1.2.setup", "1.2.setup_timeout_default"})),    # neither the given timeout nor the default
+    Variant("timeout_none_passed_through", COMM, "setup_process_group", """
+        import os
+        if init_method is None:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+            init_method = "env://"
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
+    """, frozenset({"1.2.setup_timeout_default"}), hint="None means 60 s"),
+    Variant("setup_errors_swallowed", COMM, "setup_process_group", """
+        import os
+        if init_method is None:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+            init_method = "env://"
+        try:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=timeout or datetime.timedelta(seconds=60))
+        except Exception as exc:
+            print(f"could not join the process group: {exc}")
+    """, frozenset({"1.2.setup"}), hint="errors from torch.distributed must propagate"),
     Variant("train_step_mse_instead_of_loss_fn", COMM, "train_step", """
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(inputs), targets)

@@ -212,6 +212,123 @@ VARIANTS = [
     Variant("stage_computed_in_the_caller", PIPE, "forward",
             _pipe_forward("lambda out=self.stages[j](batches[i].to(self.devices[j])): out"),
             frozenset({"2.2.stage_exception", "2.2.moves_in_worker"})),
+    Variant("waves_as_generators", SCHEDULE, "clock_cycles", """
+        if microbatches < 0 or stages < 1:
+            raise ValueError("bad schedule size")
+        for k in range(microbatches + stages - 1 if microbatches else 0):
+            yield ((k - j, j) for j in range(stages) if 0 <= k - j < microbatches)
+    """, frozenset({"2.1.clock_cycles", "2.1.clock_cycles_hidden"}), hint="yielded generator as cycle 0"),
+    Variant("partitions_as_lists", PARTITION, "split_module", """
+        groups, devices, pending = [], [], []
+        for layer in module.children():
+            if isinstance(layer, WithDevice):
+                device, layer = layer.device, layer.module.to(layer.device)
+            else:
+                device = layer_device(layer)
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                pending.append(layer)
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append(pending + [layer])
+                devices.append(device)
+                pending = []
+        if pending:
+            groups.append(pending)
+            devices.append(_CPU)
+        return groups, devices
+    """, frozenset({"2.1.split_module", "2.1.with_device"}), hint="partitions must be nn.Sequential, got ['list'"),
+    Variant("buffers_decide_device", PARTITION, "split_module", """
+        groups, devices, pending = [], [], []
+        for layer in module.children():
+            if isinstance(layer, WithDevice):
+                device, layer = layer.device, layer.module.to(layer.device)
+            else:
+                found = {t.device for t in [*layer.parameters(), *layer.buffers()]}
+                device = found.pop() if len(found) == 1 else layer_device(layer)
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                pending.append(layer)
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append(pending + [layer])
+                devices.append(device)
+                pending = []
+        if pending:
+            groups.append(pending)
+            devices.append(_CPU)
+        return [nn.Sequential(*group) for group in groups], devices
+    """, frozenset({"2.1.split_module"}), hint="buffers but no parameters"),
+    Variant("spanning_error_without_names", PARTITION, "split_module", """
+        groups, devices, pending = [], [], []
+        for layer in module.children():
+            if isinstance(layer, WithDevice):
+                device, layer = layer.device, layer.module.to(layer.device)
+            else:
+                found = {p.device for p in layer.parameters()}
+                if len(found) > 1:
+                    raise ValueError("a layer spans several devices")
+                device = found.pop() if found else None
+            if device is None and groups:
+                groups[-1].append(layer)
+            elif device is None:
+                pending.append(layer)
+            elif devices and devices[-1] == device:
+                groups[-1].append(layer)
+            else:
+                groups.append(pending + [layer])
+                devices.append(device)
+                pending = []
+        if pending:
+            groups.append(pending)
+            devices.append(_CPU)
+        return [nn.Sequential(*group) for group in groups], devices
+    """, frozenset({"2.1.split_spanning"}), hint="must name the layer's class and its devices"),
+    Variant("returns_microbatch_outputs", PIPE, "forward", _pipe_forward(GOOD_TASK, result="batches"),
+            frozenset({"2.2.forward", "2.2.forward_hidden", "2.2.forward_uneven", "2.2.output_on_last_device",
+                       "2.2.backward"}), hint="Pipe.forward returned list of"),
+    Variant("blocks_return_tuple", GPT2, "forward", """
+        mask = causal_mask(self.config, hidden_states)
+        for block in self.blocks:
+            out = block(hidden_states, attention_mask=mask)
+            hidden_states = out[0] if isinstance(out, tuple) else out
+        return (hidden_states,)
+    """, frozenset({"2.3.model_parallel", "2.3.pipeline_parallel", "2.3.more_stages_than_blocks",
+                    "2.3.training_step", "2.3.stages_hidden"}), hint="Blocks.forward on hidden states of shape"),
+    Variant("stages_as_generator", GPT2, "gpt2_stages", """
+        blocks = list(model.transformer.h)
+        base, extra = divmod(len(blocks), len(devices))
+        start = 0
+        for k, device in enumerate(devices):
+            count = base + (1 if k < extra else 0)
+            layers = [Blocks(blocks[start:start + count], model.config)]
+            start += count
+            if k == 0:
+                layers.insert(0, Embeddings(model))
+            if k == len(devices) - 1:
+                layers.append(LMHead(model))
+            yield nn.Sequential(*layers).to(device)
+    """, frozenset({"2.3.stages", "2.3.stages_hidden", "2.3.model_parallel", "2.3.pipeline_parallel",
+                    "2.3.more_stages_than_blocks", "2.3.training_step"}), hint="returned generator, expected a list"),
+    Variant("empty_blocks_omitted", GPT2, "gpt2_stages", """
+        blocks = list(model.transformer.h)
+        base, extra = divmod(len(blocks), len(devices))
+        stages, start = [], 0
+        for k, device in enumerate(devices):
+            count = base + (1 if k < extra else 0)
+            layers = [Blocks(blocks[start:start + count], model.config)] if count else []
+            start += count
+            if k == 0:
+                layers.insert(0, Embeddings(model))
+            if k == len(devices) - 1:
+                layers.append(LMHead(model))
+            stages.append(nn.Sequential(*layers).to(device))
+        return stages
+    """, frozenset({"2.3.more_stages_than_blocks"}), hint="still holds an empty Blocks"),
     Variant("blocks_detach_their_input", GPT2, "forward", """
         hidden_states = hidden_states.detach()
         mask = causal_mask(self.config, hidden_states)

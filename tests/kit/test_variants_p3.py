@@ -27,7 +27,7 @@ _VALIDATE_LOAD = """
     if set(state) != set(params):
         raise ValueError("keys differ")
     for name, param in params.items():
-        if state[name].shape != param.shape:
+        if not isinstance(state[name], torch.Tensor) or state[name].shape != param.shape:
             raise ValueError(f"{name}: wrong shape")
 """
 
@@ -46,7 +46,7 @@ VARIANTS = [
         param.requires_grad_(False)
     modules = dict(model.named_modules())
     for name in names:
-        if name not in modules or not isinstance(modules[name], nn.Linear):
+        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
             raise ValueError(f"bad target {name}")
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
@@ -55,7 +55,7 @@ VARIANTS = [
     Variant("base_not_frozen", LORA, "apply_lora", _CHECKS + """
     modules = dict(model.named_modules())
     for name in names:
-        if name not in modules or not isinstance(modules[name], nn.Linear):
+        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
             raise ValueError(f"bad target {name}")
     for name in names:
         parent_name, _, child = name.rpartition(".")
@@ -75,7 +75,7 @@ VARIANTS = [
     Variant("casts_target_to_float32", LORA, "apply_lora", _CHECKS + """
     modules = dict(model.named_modules())
     for name in names:
-        if name not in modules or not isinstance(modules[name], nn.Linear):
+        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
             raise ValueError(f"bad target {name}")
     for param in model.parameters():
         param.requires_grad_(False)
@@ -87,7 +87,7 @@ VARIANTS = [
     Variant("rank_alpha_not_passed", LORA, "apply_lora", _CHECKS + """
     modules = dict(model.named_modules())
     for name in names:
-        if name not in modules or not isinstance(modules[name], nn.Linear):
+        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
             raise ValueError(f"bad target {name}")
     for param in model.parameters():
         param.requires_grad_(False)
@@ -96,6 +96,30 @@ VARIANTS = [
         setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name]))
     return model
     """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
+    Variant("root_target_accepted", LORA, "apply_lora", _CHECKS + """
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
+    return model
+    """, frozenset({"3.1.validation"}), hint="the model itself, an nn.Linear"),
+    Variant("apply_lora_returns_none", LORA, "apply_lora", _CHECKS + """
+    modules = dict(model.named_modules())
+    for name in names:
+        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"bad target {name}")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
+    """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"}),
+            hint="returned NoneType, expected the model"),
     # ---- 3.2 save_adapter / load_adapter
     Variant("saves_base_weights", LORA, "save_adapter", """
     torch.save({name: p.detach().cpu().clone() for name, p in model.named_parameters()}, path)
@@ -132,6 +156,21 @@ VARIANTS = [
             if name.endswith("lora_A"):
                 param.copy_(state[name])
     """, frozenset({"3.2.load_restores"})),
+    Variant("load_without_tensor_check", LORA, "load_adapter", """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not state:
+        raise ValueError("no adapter tensors")
+    params = {n: p for n, p in model.named_parameters() if n.rpartition(".")[2] in ADAPTER_PARAM_NAMES}
+    if set(params) != set(state):
+        raise ValueError("missing or extra keys")
+    for name, param in params.items():
+        if state[name].shape != param.shape:
+            raise ValueError(f"bad shape for {name}")
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(state[name])
+    """, frozenset({"3.2.load_rejects"}),
+            hint="a value that is not a tensor (head.lora_B: 0): expected ValueError, got AttributeError"),
     # ---- 3.3 build_config / train_microbatch
     Variant("batch_size_without_world_size", ZERO, "build_config", _CONFIG_CHECKS + """
     return {"train_batch_size": micro_batch * grad_accum, "train_micro_batch_size_per_gpu": micro_batch,
@@ -151,6 +190,40 @@ VARIANTS = [
             "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
             "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
     """, frozenset({"3.3.config_errors"})),
+    Variant("config_as_json_text", ZERO, "build_config", _CONFIG_CHECKS + """
+    import json
+    return json.dumps({"train_batch_size": world_size * micro_batch * grad_accum,
+                       "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+                       "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0,
+                       "zero_allow_untested_optimizer": True, "fp16": {"enabled": precision == "fp16"},
+                       "bf16": {"enabled": precision == "bf16"}})
+    """, frozenset({"3.3.config", "3.3.config_hidden"}), hint="returned str, expected a dict"),
+    Variant("size_compared_before_type_check", ZERO, "build_config", """
+    for value in (world_size, micro_batch, grad_accum):
+        if value < 1 or isinstance(value, (bool, float)):
+            raise ValueError("bad size")
+    if precision not in ("fp32", "fp16", "bf16"):
+        raise ValueError("bad precision")
+    return {"train_batch_size": world_size * micro_batch * grad_accum,
+            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+            "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
+    """, frozenset({"3.3.config_errors"}), hint="got TypeError"),
+    # Free (full marks): further ZeRO settings besides the stage, nothing offloaded, other top-level keys.
+    Variant("zero_settings_added", ZERO, "build_config", _CONFIG_CHECKS + """
+    return {"train_batch_size": world_size * micro_batch * grad_accum,
+            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+            "zero_optimization": {"stage": 2, "contiguous_gradients": True, "reduce_scatter": True,
+                                  "offload_optimizer": {"device": "none"}},
+            "gradient_clipping": 0, "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9,
+            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
+    """, frozenset()),
+    Variant("microbatch_returns_tensor", ZERO, "train_microbatch", """
+    loss = loss_fn(engine(inputs), targets)
+    engine.backward(loss)
+    engine.step()
+    return loss.detach()
+    """, frozenset({"3.3.returns_loss"}), hint="expected a Python float"),
     Variant("loss_divided_by_accumulation_again", ZERO, "train_microbatch", """
     loss = loss_fn(engine(inputs), targets)
     engine.backward(loss / engine.gradient_accumulation_steps())
@@ -168,7 +241,7 @@ VARIANTS = [
     engine.backward(loss)
     engine.optimizer.step()
     return float(loss.detach())
-    """, frozenset({"3.3.update"})),
+    """, frozenset({"3.3.update", "3.3.returns_loss"})),     # DeepSpeed's optimizer raises: no loss comes back
 ]
 
 
@@ -176,7 +249,8 @@ VARIANTS = [
 # grader's config), so such pairs share one 2-rank DeepSpeed spawn; every other variant runs alone.
 PAIRED = [("batch_size_without_world_size", "loss_divided_by_accumulation_again"),
           ("clipping_left_at_default", "steps_raw_optimizer"),
-          ("no_config_validation", "microbatch_mse_instead_of_loss_fn")]
+          ("no_config_validation", "microbatch_mse_instead_of_loss_fn"),
+          ("config_as_json_text", "microbatch_returns_tensor")]
 _BY_NAME = {v.name: v for v in VARIANTS}
 GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
 GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]

@@ -15,6 +15,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
+import torch
+
 from grading.engine.compare import describe
 from grading.engine.expect import expect
 from grading.engine.rubric import PUBLIC, SplitRun
@@ -115,6 +117,8 @@ def _tagged_batch(items: list) -> dict:
 def probe_partition(ctx) -> None:
     """Rank r seeds the *global* random differently, then records partitions and loaders."""
     random.seed(100 + ctx.rank)
+    from torch.utils.data import DataLoader
+
     from grading.kit import seams
 
     from data_parallel.dataset import Partition, partition_dataset, partition_indices
@@ -134,6 +138,8 @@ def probe_partition(ctx) -> None:
 
     def loader_batches(rank, world_size, **seed):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch, **seed)
+        if not isinstance(loader, DataLoader):
+            return f"partition_dataset returned {describe(loader)}, expected a torch.utils.data.DataLoader"
         return [b["items"] if isinstance(b, dict) else f"a batch that collate_fn did not make: {b!r}"[:200]
                 for b in loader]
     ctx.record(P_LOADER_2, lambda: loader_batches(ctx.rank, 2))
@@ -153,9 +159,29 @@ def _label(size: int, world_size: int, seed: int) -> str:
     return f"partition_indices({size}, {world_size}, seed={seed})"
 
 
+def _check_lists(label: str, parts, world_size: int) -> None:
+    """``parts`` is what the contract says partition_indices returns: a list of ``world_size`` lists of ints."""
+    want = f"expected a list of {world_size} lists of ints"
+    expect(isinstance(parts, list), f"{label} returned {describe(parts)}, {want}")
+    expect(len(parts) == world_size, f"{label} returned a list of {len(parts)} parts, {want}")
+    odd = [describe(p) for p in parts if not isinstance(p, list)]
+    expect(not odd, f"{label} returned a list of {', '.join(sorted(set(odd)))}, {want}")
+    items = sorted({describe(i) for p in parts for i in p if type(i) is not int})
+    expect(not items, f"{label} returned parts holding {', '.join(items)}, {want}")
+
+
+def _comparable(value):
+    """``value`` with tensors turned into lists and tuples into lists, so two calls' results compare with ``==``
+    whatever they are (whether they are the stated lists of ints is ``_check_lists``'s to judge)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_comparable(item) for item in value]
+    return value
+
+
 def _check_cover(label: str, parts, size: int, world_size: int) -> None:
-    expect(isinstance(parts, list) and len(parts) == world_size, f"{label}: expected a list of {world_size} "
-           f"parts, got {describe(parts)} of length {len(parts) if hasattr(parts, '__len__') else '?'}")
+    _check_lists(label, parts, world_size)
     flat = [i for part in parts for i in part]
     dup = sorted(i for i, n in Counter(flat).items() if n > 1)
     expect(not dup, f"{label}: indices {dup[:5]} appear in more than one part")
@@ -167,8 +193,7 @@ def _check_cover(label: str, parts, size: int, world_size: int) -> None:
 
 def _check_sizes(label: str, parts, expected: Parts) -> None:
     want = [len(p) for p in expected]
-    expect(isinstance(parts, list) and all(isinstance(p, list) for p in parts),
-           f"{label}: expected a list of {len(want)} lists, got {describe(parts)}")
+    _check_lists(label, parts, len(want))
     got = [len(p) for p in parts]
     expect(got == want, f"{label}: part sizes {got}, expected {want} (size // world_size each, one more for the "
            "first size % world_size parts)")
@@ -190,6 +215,7 @@ def check_sizes(run: SplitRun) -> None:
 def _check_default_seed(run: SplitRun) -> None:
     got = run.part(P_DEFAULT_SEED)
     want = run.expected.partitions[(*DEFAULT_SEED_CALL, DEFAULT_SEED)]
+    _check_lists(f"partition_indices{DEFAULT_SEED_CALL}", got, DEFAULT_SEED_CALL[1])
     expect(got == want, f"partition_indices{DEFAULT_SEED_CALL} (default seed) gave {got}, expected {want}: "
            "the default seed is DEFAULT_SEED")
 
@@ -219,7 +245,7 @@ def check_edge_cases(run: SplitRun) -> None:
 @CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
 def check_deterministic(run: SplitRun) -> None:
     for name in (P_PARTITIONS, P_DEFAULT_SEED, P_SEED_PAIR):
-        a, b = run.part(name, 0), run.part(name, 1)
+        a, b = _comparable(run.part(name, 0)), _comparable(run.part(name, 1))
         expect(a == b, f"partition_indices gives different parts in two processes whose global random "
                f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
 
@@ -235,7 +261,7 @@ def check_rng_untouched(run: SplitRun) -> None:
 
 @CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1)
 def check_seed_sensitivity(run: SplitRun) -> None:
-    first, second = run.part(P_SEED_PAIR, 0)
+    first, second = _comparable(run.part(P_SEED_PAIR, 0))
     expect(first != second, "partition_indices(100, 2) gives the same parts for seed=1 and seed=2")
     unshuffled = [list(range(50)), list(range(50, 100))]
     expect(first != unshuffled and sorted(first[0]) != first[0],
@@ -251,8 +277,10 @@ def check_value_errors(run: SplitRun) -> None:
 @CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1)
 def check_partition_class(run: SplitRun) -> None:
     got = run.part(P_PARTITION_CLASS, 0)
-    expect(got == [3, ["d", "b", "e"]], f"Partition(list('abcdefg'), [3, 1, 4]): len and items {got}, "
-           "expected 3 and ['d', 'b', 'e']")
+    kinds = sorted({describe(item) for item in got[1]}) if isinstance(got, list) and len(got) == 2 else []
+    expect(got == [3, ["d", "b", "e"]], f"Partition(list('abcdefg'), [3, 1, 4]): len and items {got}"
+           + (f" (items of type {', '.join(kinds)})" if kinds else "") + ", expected 3 and the items "
+           "data[index[i]]: ['d', 'b', 'e'] (str)")
 
 
 def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expected,
@@ -261,6 +289,7 @@ def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expect
     parts = expected.loader[len(DATASET), world_size, seed]
     default_parts = expected.loader.get((len(DATASET), world_size, DEFAULT_SEED))
     for rank, batches in enumerate(per_rank):
+        expect(not isinstance(batches, str), f"{label}: rank {rank}: {batches}")
         odd = [b for b in batches if isinstance(b, str)]
         expect(not odd, f"{label}: rank {rank} got {odd[0] if odd else ''} (pass collate_fn to the DataLoader)")
         sizes = [len(b) for b in batches]
@@ -270,14 +299,17 @@ def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expect
         want = [DATASET[i] for i in parts[rank]]
         got = [x for b in batches for x in b]
         unseeded = seed != DEFAULT_SEED and default_parts and got == [DATASET[i] for i in default_parts[rank]]
+        short_dropped = len(want) % local and got == want[:len(want) - len(want) % local]
         expect(got == want, f"{label}: rank {rank} loads {got[:6]}..., expected its part "
                f"partition_indices(len(dataset), world_size, seed)[rank] in order: {want[:6]}..."
                + ("\nlikely cause: the seed was not passed on to partition_indices (these are the default "
-                  "seed's parts)" if unseeded else ""))
+                  "seed's parts)" if unseeded else "")
+               + (f"\nlikely cause: the last, smaller batch ({len(want) % local} of the part's {len(want)} items) "
+                  "was dropped (drop_last); every item of the part is loaded" if short_dropped else ""))
 
 
-@CASE.criterion("1.1.partition_dataset", "per-rank loaders: batch_size // world, the rank's part (of the given "
-                "seed) in order, the given collate_fn", points=1)
+@CASE.criterion("1.1.partition_dataset", "per-rank DataLoaders: batch_size // world (a smaller last batch kept), "
+                "the rank's part (of the given seed) in order, the given collate_fn", points=1)
 def check_partition_dataset(run: SplitRun) -> None:
     expected = run.expected
     _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2, expected)

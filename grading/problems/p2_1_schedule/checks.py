@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from grading.engine.compare import describe, describe_kind
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
@@ -50,6 +51,7 @@ P_SCHEDULE_ERRORS = "schedule_errors"
 P_SPLIT_PLAIN = "split_plain"
 P_SPLIT_WITH_DEVICE = "split_with_device"
 P_SPLIT_SPANNING = "split_spanning"
+SPANNING_NAMES = ("Linear", "cpu", "meta")     # the spanning layer's class and devices, named by the error
 
 
 # name -> (expected stage devices, expected stages as original layer indices); layers built in _split_layers
@@ -59,6 +61,7 @@ SPLIT_PLAIN = {
     "leading parameterless layer": (["meta", "cpu"], [[0, 1], [2, 3]]),
     "no parameters at all": (["cpu"], [[0, 1]]),
     "an empty Sequential": ([], []),
+    "buffers but no parameters (BatchNorm1d on meta)": (["cpu", "meta"], [[0, 1], [2]]),
 }
 SPLIT_WITH_DEVICE = {
     "WithDevice(ReLU, meta) starts a meta stage": (["cpu", "meta"], [[0], [1, 2]]),
@@ -83,6 +86,8 @@ def _split_layers(name: str) -> list:
         "leading parameterless layer": lambda: [nn.ReLU(), lin(meta), lin(), nn.Tanh()],
         "no parameters at all": lambda: [nn.ReLU(), nn.Tanh()],
         "an empty Sequential": lambda: [],
+        "buffers but no parameters (BatchNorm1d on meta)": lambda: [lin(), nn.BatchNorm1d(3, affine=False, device=meta),
+                                                                    lin(meta)],
         "WithDevice(ReLU, meta) starts a meta stage": lambda: [lin(), WithDevice(nn.ReLU(), "meta"), lin(meta)],
         "WithDevice moves a cpu Linear to meta": lambda: [WithDevice(lin(), meta), lin(meta),
                                                           WithDevice(nn.Tanh(), "cpu"), lin()],
@@ -102,23 +107,48 @@ def _describe_split(layers, split_module) -> dict:
             index[id(layer.module)] = str(k)
             index[id(layer)] = f"{k} (the WithDevice wrapper itself)"
     partitions, devices = split_module(nn.Sequential(*layers))
+    containers = [type(partitions).__name__, type(devices).__name__]
     groups, param_devices = [], []
     for partition in partitions:
         children = list(partition.children()) if isinstance(partition, nn.Module) else list(partition)
         groups.append([index.get(id(child), f"an unknown {type(child).__name__}") for child in children])
         param_devices.append(sorted({str(p.device) for child in children for p in child.parameters()}))
     return {"devices": [str(d) for d in devices], "groups": groups, "param_devices": param_devices,
-            "types": [type(p).__name__ for p in partitions], "device_types": [type(d).__name__ for d in devices]}
+            "types": [type(p).__name__ for p in partitions], "device_types": [type(d).__name__ for d in devices],
+            "containers": containers}
+
+
+def _is_task(task) -> bool:
+    return isinstance(task, tuple) and len(task) == 2 and all(type(x) is int for x in task)
 
 
 def _waves(clock_cycles, m: int, n: int):
-    """The first m+n+5 waves of ``clock_cycles(m, n)`` as nested lists, or the error it raised (as a string:
-    ``describe_exception``, with the student file and line)."""
+    """The first m+n+5 waves of ``clock_cycles(m, n)`` as nested lists; or, as a string, what is wrong with the
+    result's kind (an iterator of lists of (i, j) tuples of ints) or the error it raised (``describe_exception``,
+    with the student file and line)."""
     try:
-        waves = itertools.islice(clock_cycles(m, n), m + n + 5)     # a runaway generator stops
-        return [[[int(i), int(j)] for i, j in wave] for wave in waves]
+        cycles = clock_cycles(m, n)
+        if iter(cycles) is not cycles:
+            return f"returned {describe(cycles)}, expected an iterator over the cycles (yield each cycle)"
+        waves = []
+        for k, wave in enumerate(itertools.islice(cycles, m + n + 5)):     # a runaway generator stops
+            if not isinstance(wave, list) or not all(_is_task(task) for task in wave):
+                return (f"yielded {describe_kind(wave)} as cycle {k}, expected a list of (microbatch, stage) tuples of "
+                        "ints (Pipe walks each cycle twice)")
+            waves.append([[i, j] for i, j in wave])
+        return waves
     except Exception as exc:  # noqa: BLE001
-        return describe_exception(exc)
+        return f"raised {describe_exception(exc)}"
+
+
+def _edge_waves(clock_cycles, m: int, n: int):
+    """What ``clock_cycles(m, n)`` yields (its first m+n+5 waves, tasks as lists), whatever its kind (judged by
+    ``_waves`` alone), or the error it raised as a string."""
+    try:
+        return [[list(task) for task in wave] if isinstance(wave, (list, tuple)) else describe_kind(wave)
+                for wave in itertools.islice(clock_cycles(m, n), m + n + 5)]
+    except Exception as exc:  # noqa: BLE001
+        return f"raised {describe_exception(exc)}"
 
 
 def probe_schedule_split(ctx) -> None:
@@ -130,7 +160,8 @@ def probe_schedule_split(ctx) -> None:
 
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n)
                                                                             for m, n in inputs.schedules]))
-    ctx.record(P_EDGE_SCHEDULES, lambda: [_waves(schedule.clock_cycles, m, n) for m, n in EDGE_SCHEDULE_CONFIGS])
+    ctx.record(P_EDGE_SCHEDULES, lambda: [_edge_waves(schedule.clock_cycles, m, n)
+                                          for m, n in EDGE_SCHEDULE_CONFIGS])
     ctx.record(P_SCHEDULE_ERRORS, lambda: [
         call_outcome(lambda m=m, n=n: list(itertools.islice(schedule.clock_cycles(m, n), 50)))
         for m, n in BAD_SCHEDULE_ARGS])
@@ -150,7 +181,7 @@ def probe_schedule_split(ctx) -> None:
         torch.manual_seed(0)
         straddling = nn.Linear(3, 3)
         straddling.bias = nn.Parameter(torch.zeros(3, device="meta"))
-        return call_outcome(lambda: partition.split_module(nn.Sequential(nn.Linear(3, 3), straddling)))
+        return call_outcome(lambda: partition.split_module(nn.Sequential(nn.Linear(3, 3), straddling)), message=True)
     ctx.record(P_SPLIT_SPANNING, spanning)
 
 
@@ -160,7 +191,7 @@ CASE = PROBLEM.case("p2_schedule_split", probe_schedule_split, init_group=False,
 
 # ================================================================ criteria
 def _compare_schedule(m: int, n: int, got, expected: list[list[tuple[int, int]]]) -> None:
-    expect(not isinstance(got, str), f"clock_cycles({m}, {n}) raised {got}")
+    expect(not isinstance(got, str), f"clock_cycles({m}, {n}) {got}")
     want = [[list(task) for task in wave] for wave in expected]        # the probe records tasks as [i, j]
     if got == want:
         return
@@ -182,7 +213,8 @@ def check_schedule(run: SplitRun) -> None:
 @CASE.criterion("2.1.clock_cycles_empty", "clock_cycles: nothing for zero micro-batches", points=1)
 def check_schedule_empty(run: SplitRun) -> None:
     for (m, n), got in zip(EDGE_SCHEDULE_CONFIGS, run.part(P_EDGE_SCHEDULES)):
-        expect(got == [], f"clock_cycles({m}, {n}) must yield nothing (zero micro-batches), got {got}")
+        expect(got == [], f"clock_cycles({m}, {n}) must yield nothing (zero micro-batches), "
+               + (f"but it {got}" if isinstance(got, str) else f"got {got}"))
 
 
 @CASE.criterion("2.1.clock_cycles_errors", "clock_cycles: ValueError for m < 0 or stages < 1", points=1)
@@ -198,6 +230,8 @@ def _check_split(run: SplitRun, part: str, cases: dict) -> None:
         label = f"split_module on '{name}'"
         expect(got is not None, f"{label}: no result")
         expect(not isinstance(got, str), f"{label} raised {got}")
+        expect(got["containers"] == ["list", "list"], f"{label} returned ({got['containers'][0]}, "
+               f"{got['containers'][1]}), expected (a list of nn.Sequential, a list of torch.device)")
         expect(all(t == "Sequential" for t in got["types"]),
                f"{label}: partitions must be nn.Sequential, got {got['types']}")
         expect(all(t == "device" for t in got["device_types"]),
@@ -224,6 +258,9 @@ def check_split_with_device(run: SplitRun) -> None:
 @CASE.criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", points=1)
 def check_split_spanning(run: SplitRun) -> None:
     outcome = run.part(P_SPLIT_SPANNING)
-    expect(outcome == "ValueError", "split_module must raise ValueError for a layer whose parameters are on "
-           f"cpu and meta, got {outcome}")
+    expect(outcome.startswith("ValueError"), "split_module must raise ValueError for a layer whose parameters are "
+           f"on cpu and meta, got {outcome}")
+    missing = [name for name in SPANNING_NAMES if name not in outcome.partition(":")[2]]
+    expect(not missing, f"split_module raised {outcome}: the message must name the layer's class and its devices "
+           f"({', '.join(SPANNING_NAMES)}), and lacks {', '.join(missing)}")
 

@@ -111,12 +111,22 @@ def _stages(count: int, layers: list | None = None) -> list:
     return [stage.to(device) for stage, device in zip(ref.stage_layers(layers, count), stage_devices(count))]
 
 
+def _returned(out):
+    """A Pipe's output detached on the CPU when it is the stated tensor, else a sentence naming what came back."""
+    if isinstance(out, torch.Tensor):
+        return out.detach().cpu()
+    what = describe(out)
+    if isinstance(out, (list, tuple)) and out:
+        what += f" of {len(out)} {', '.join(sorted({describe(item) for item in out}))}"
+    return f"Pipe.forward returned {what}, expected one tensor (the last stage's outputs joined with torch.cat)"
+
+
 def _pipe_run(Pipe, stages: int, rows: int, split: int, seed: int = 0) -> dict:
     """One forward of a fresh Pipe over the grader's layers on ``batch(rows, seed)``; output (CPU) and its device."""
     x = ref.batch(rows, seed)[0]
     with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
         out = pipe(x)
-    return {"output": out.detach().cpu(), "device": str(out.device)}
+    return {"output": _returned(out), "device": str(out.device) if isinstance(out, torch.Tensor) else ""}
 
 
 # ================================================================ probe
@@ -139,14 +149,14 @@ def probe_pipe(ctx) -> None:
         outputs = []
         with Pipe(_stages(3), stage_devices(3), 2) as pipe:
             for k in range(REPEATS):
-                outputs.append(pipe(ref.batch(8, k)[0]).detach().cpu())
+                outputs.append(_returned(pipe(ref.batch(8, k)[0])))
         return outputs
     ctx.record(P_REPEATED, repeated)
 
     def no_grad():
         with Pipe(_stages(3), stage_devices(3), 2) as pipe, torch.no_grad():
             out = pipe(ref.batch(8)[0])
-        return {"output": out.detach().cpu(), "requires_grad": out.requires_grad}
+        return {"output": _returned(out), "requires_grad": getattr(out, "requires_grad", None)}
     ctx.record(P_NO_GRAD, no_grad)
 
     def output_device():
@@ -162,7 +172,10 @@ def probe_pipe(ctx) -> None:
                     raise
                 raise RuntimeError("the result was moved off the last stage's device (meta): "
                                    f"{describe_exception(exc)}") from None
-        return {"device": found["device"], "meta_device": str(out.device), "meta_shape": list(out.shape)}
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(_returned(out))
+        return {"device": found["device"], "output": found["output"], "meta_device": str(out.device),
+                "meta_shape": list(out.shape)}
     ctx.record(P_OUTPUT_DEVICE, output_device)
 
     def device_moves():
@@ -245,6 +258,7 @@ CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, prel
 
 # ================================================================ criteria
 def _check_output(what: str, got: dict, rows: int, split: int, seed: int = 0) -> None:
+    expect(not isinstance(got["output"], str), f"{what}: {got['output']}")
     assert_tensor_close(what, got["output"], ref.sequential_forward(rows, seed), atol=1e-5, rtol=1e-4)
 
 
@@ -279,6 +293,7 @@ def check_pipe_forward_uneven(run: SplitRun) -> None:
 def check_pipe_device(run: SplitRun) -> None:
     devices = run.part(P_DEVICES)[3]
     got = run.part(P_OUTPUT_DEVICE)
+    expect(not isinstance(got["output"], str), f"Pipe with stages on {devices}: {got['output']}")
     expect(got["device"] == devices[-1], f"Pipe output (stages on {devices}, a cpu input) is on {got['device']}, "
            f"expected the last stage's device {devices[-1]}")
     expect(got["meta_device"] == "meta" and got["meta_shape"] == [4, ref.OUT_FEATURES],

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
-from grading.engine.compare import assert_state_close, assert_tensor_close
+from grading.engine.compare import assert_state_close, assert_tensor_close, describe_kind
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
@@ -63,6 +64,9 @@ P_TUPLE_BLOCKS = "logits_tuple_blocks"
 P_TRAINING_STEP = "training_step"
 P_MORE_STAGES = "more_stages_than_blocks"
 P_STAGES_META = "stages_meta"          # gpt2_stages over META_DEVICES: each stage must be moved to its device
+P_STAGES_RETURNED = "stages_returned"  # what gpt2_stages returned (a list of nn.Sequential)
+P_ZERO_BLOCK_STAGES = "zero_block_stages"  # the modules of each of MORE_STAGES stages (two hold no block)
+P_BLOCKS_OUTPUT = "blocks_output"      # what Blocks.forward returns for two blocks (a tensor of the input's shape)
 META_DEVICES = ("cpu", "meta", "cpu")  # a device other than the CPU even on a CPU-only machine
 MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
 
@@ -78,6 +82,12 @@ def _sequential_pipe():
 
 SWAPS = [Swap("pipeline.pipe", "Pipe", _sequential_pipe,
               "2.3 is judged apart from the student's Pipe (2.2): the stages run one after the other")]
+
+
+def _module_kind(gpt2, module) -> str:
+    """The kit class a stage's module is (``Embeddings``, ``Blocks``, ``LMHead``), else its class name."""
+    kit = (gpt2.Embeddings, gpt2.Blocks, gpt2.LMHead)
+    return next((c.__name__ for c in kit if type(module) is c), f"{type(module).__name__} (not a kit module)")
 
 
 def _describe_stages(gpt2, model, count: int, devices: Sequence[str] | None = None) -> list[dict]:
@@ -105,7 +115,19 @@ def probe_gpt2(ctx) -> None:
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
     ctx.record(P_STAGES_META, lambda: [s["param_devices"] for s in _describe_stages(
         gpt2, ref.tiny_gpt2(), len(META_DEVICES), META_DEVICES)])
+    ctx.record(P_STAGES_RETURNED, lambda: describe_kind(gpt2.gpt2_stages(ref.tiny_gpt2(), stage_devices(2))))
+    ctx.record(P_ZERO_BLOCK_STAGES, lambda: [[_module_kind(gpt2, m) for m in stage.children()] for stage in
+                                             gpt2.gpt2_stages(ref.tiny_gpt2(), ["cpu"] * MORE_STAGES)])
     ids = ref.gpt2_batch()
+
+    def blocks_output():
+        model = ref.tiny_gpt2("eager")
+        hidden = gpt2.Embeddings(model)(ids)
+        with torch.no_grad():
+            out = gpt2.Blocks(list(model.transformer.h[:2]), model.config)(hidden)
+        return {"kind": describe_kind(out), "shape": list(out.shape) if isinstance(out, torch.Tensor) else None,
+                "input_shape": list(hidden.shape)}
+    ctx.record(P_BLOCKS_OUTPUT, blocks_output)
 
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES, lambda: {
         n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
@@ -199,6 +221,9 @@ def check_gpt2_stages(run: SplitRun) -> None:
     for n in inputs.stage_counts:
         _check_stages(f"gpt2_stages of a {layers}-block GPT-2 over {n} device(s)", found[n], layers,
                       expected[n], stage_devices(n), all_names)
+    returned = run.part(P_STAGES_RETURNED)
+    expect(returned in ("list of Sequential", "list"), f"gpt2_stages(model, {stage_devices(2)}) returned "
+           f"{returned}, expected a list of nn.Sequential")
     moved = run.part(P_STAGES_META)
     expect(moved == [[d] for d in META_DEVICES], f"gpt2_stages(model, {list(META_DEVICES)}): the stages' parameters "
            f"are on {moved}, expected {[[d] for d in META_DEVICES]} (move stage k with .to(devices[k]))")
@@ -217,6 +242,10 @@ def _check_logits(run: SplitRun, mode: str) -> None:
 @CASE.criterion("2.3.model_parallel", "model_parallel logits equal the unsplit GPT-2 (causal, tuple blocks)",
                 points=2)
 def check_gpt2_model_parallel(run: SplitRun) -> None:
+    got = run.part(P_BLOCKS_OUTPUT)
+    expect(got["kind"].startswith("tensor") and got["shape"] == got["input_shape"], "Blocks.forward on hidden "
+           f"states of shape {tuple(got['input_shape'])} returned {got['kind']}, expected a tensor of that shape "
+           "(unpack a block's tuple output, never return one)")
     _check_logits(run, "model_parallel")
     assert_tensor_close("model_parallel GPT-2 logits when blocks return tuples (older transformers)",
                         run.part(P_TUPLE_BLOCKS), ref.gpt2_logits("eager"), atol=1e-5, rtol=1e-4)
@@ -227,8 +256,14 @@ def check_gpt2_pipeline_parallel(run: SplitRun) -> None:
     _check_logits(run, "pipeline_parallel")
 
 
-@CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks pass their input through", points=1)
+@CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks hold an empty Blocks, which passes its "
+                "input through", points=1)
 def check_more_stages_than_blocks(run: SplitRun) -> None:
+    got = run.part(P_ZERO_BLOCK_STAGES)
+    want = [(["Embeddings"] if k == 0 else []) + ["Blocks"] + (["LMHead"] if k == MORE_STAGES - 1 else [])
+            for k in range(MORE_STAGES)]
+    expect(got == want, f"gpt2_stages of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} devices: the stages "
+           f"hold {got}, expected {want} (a stage whose share is zero blocks still holds an empty Blocks)")
     assert_tensor_close(f"model_parallel logits of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} stages "
                         "(some stages hold no block)", run.part(P_MORE_STAGES), ref.gpt2_logits("eager"),
                         atol=1e-5, rtol=1e-4)

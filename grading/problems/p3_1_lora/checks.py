@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grading.engine.compare import assert_tensor_close
+from grading.engine.compare import assert_tensor_close, describe
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
@@ -33,7 +33,7 @@ class Inputs:
 
 PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs(targets=tuple(ref.NESTED_TARGETS), rank=3, alpha=6.0))
 
-# (label, target_names, rank) for apply_lora; each must raise ValueError and change nothing
+# (label, target_names, rank) for apply_lora on a LoRANet; each must raise ValueError and change nothing
 BAD_APPLY = [
     ("empty target list", [], 2),
     ("duplicate name", ["embed", "head", "embed"], 2),
@@ -42,6 +42,8 @@ BAD_APPLY = [
     ("ModuleList target", ["blocks"], 2),
     ("rank 0", ["embed", "head"], 0),
 ]
+# ... and on a model that is itself an nn.Linear: "" (the root) is never a target
+ROOT_TARGET = ("'' (the model itself, an nn.Linear)", [""], 2)
 
 P_REPLACE = "replace"    # a split part: recorded once per split
 P_OUTPUTS = "outputs"
@@ -79,9 +81,11 @@ def probe_apply(ctx) -> None:
             }
         others_moved = [name for name, module in before.items()
                         if name not in targets and after.get(name) is not module]
+        returned = "the model" if result is model else describe(result)
         new_lora = sorted(name for name, module in after.items() if isinstance(module, LoRALinear))
         trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
-        return {"same_object": result is model, "wrapped": wrapped, "others_moved": sorted(others_moved),
+        return {"same_object": result is model, "returned": returned, "wrapped": wrapped,
+                "others_moved": sorted(others_moved),
                 "lora_modules": new_lora, "trainable": trainable}
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_REPLACE, lambda: replace(inputs)))
 
@@ -109,9 +113,13 @@ def probe_apply(ctx) -> None:
 
     def invalid():
         results = []
-        for label, names, rank in BAD_APPLY:
-            model = ref.LoRANet(0).to(device)
-            next(iter(model.blocks[1].parameters())).requires_grad_(False)   # a mix of frozen and trainable
+        for label, names, rank in [*BAD_APPLY, ROOT_TARGET]:
+            if names == ROOT_TARGET[1]:
+                model = torch.nn.Linear(ref.IN_FEATURES, ref.OUT_FEATURES).to(device)
+                model.bias.requires_grad_(False)                              # a mix of frozen and trainable
+            else:
+                model = ref.LoRANet(0).to(device)
+                next(iter(model.blocks[1].parameters())).requires_grad_(False)   # a mix of frozen and trainable
             modules = dict(model.named_modules())
             grads = {n: p.requires_grad for n, p in model.named_parameters()}
             outcome = call_outcome(lambda: apply_lora(model, list(names), rank=rank))
@@ -144,7 +152,8 @@ def check_replace(run: SplitRun) -> None:
     targets, rank, alpha = list(inputs.targets), inputs.rank, inputs.alpha
     got = run.part(P_REPLACE)
     call = _call(inputs)
-    expect(got["same_object"], f"{call} must return the model it was given (modified in place), not a copy")
+    expect(got["same_object"], f"{call} returned {got.get('returned')}, expected the model it was given (modified "
+           "in place, not a copy)")
     for name, info in got["wrapped"].items():
         expect(info["is_provided_lora"], f"{call}: module '{name}' is {info['type']}, expected finetune.lora."
                "LoRALinear (dotted names must reach nested layers)")

@@ -125,6 +125,7 @@ def probe_adapter_io(ctx) -> None:
             "an extra key (lora_A of a layer without LoRA)": {**saved, "blocks.0.fc.lora_A": torch.zeros(2, 8)},
             "a missing key (head.lora_B)": {k: v for k, v in saved.items() if k != "head.lora_B"},
             "a mis-shaped last entry (head.lora_B)": {**saved, "head.lora_B": torch.zeros(ref.OUT_FEATURES, 3)},
+            "a value that is not a tensor (head.lora_B: 0)": {**saved, "head.lora_B": 0},
         }
         results = []
         for label, state in bad.items():
@@ -182,7 +183,8 @@ def check_in_place(run: SplitRun) -> None:
            f"of dtype {got['dtypes']}: copy the values into the parameters (param.copy_), which casts them")
 
 
-@CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped files: ValueError before any change",
+@CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped/non-tensor files: ValueError before any "
+                "change",
                 points=3)
 def check_rejects(run: SplitRun) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
