@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from grading import KIT_ROOT
 from grading.engine.rubric import criteria_of
 from grading.engine.runner import CriterionResult, run_case, warm_servers
+from grading.kit import points
 from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
 from grading.problems import all_cases, titles
@@ -39,9 +41,28 @@ def pytest_configure(config) -> None:
         config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
 
 
+POINTS_PROPERTY = "criterion_points"     # a test's user property: what its criterion earned (record_points)
+_POINTS: list[SimpleNamespace] = []      # in the process that prints the summary (with -n, the controller)
+
+
+def record_points(request, result: CriterionResult) -> None:
+    """Attach what ``result`` earned to the running test, for the summary's points lines (pytest carries a test's
+    user properties to the controller under ``-n``)."""
+    request.node.user_properties.append((POINTS_PROPERTY, {"problem": result.problem, "hidden": result.hidden,
+                                                           "score": result.score, "max_score": result.max_score}))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call":
+        _POINTS.extend(SimpleNamespace(**value) for name, value in report.user_properties if name == POINTS_PROPERTY)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for note in _NOTES:
         terminalreporter.write_line(f"NOTE (graded as the course grades it): {note}")
+    if _POINTS:     # the same wording as `python -m grading grade` (grading/kit/points.py)
+        for line in points.problem_lines(_POINTS, points.scored):
+            terminalreporter.write_line(line)
 
 
 KIT_SETTINGS = ("GRADING_", "KIT_")     # the prefixes of the kit's own environment settings

@@ -10,9 +10,11 @@ the verdicts are those of ``python -m grading grade``.
 """
 import pytest
 
-from tests.conftest import assert_passed, criterion_params
+from tests.conftest import assert_passed, criterion_params, record_points
 
 
 @pytest.mark.parametrize("criterion_id", criterion_params())
-def test_criterion(criterion_id, grade):
-    assert_passed(grade(criterion_id))
+def test_criterion(criterion_id, grade, request):
+    result = grade(criterion_id)
+    record_points(request, result)
+    assert_passed(result)

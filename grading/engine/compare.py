@@ -49,13 +49,60 @@ def assert_tensor_close(what: str, actual: Any, expected: torch.Tensor, *, atol:
 
 
 def assert_state_close(what: str, actual: Any, expected: dict[str, torch.Tensor | None], **tol) -> None:
-    """Compare dicts of name -> tensor (or None) key by key with ``assert_tensor_close``."""
+    """Compare dicts of name -> tensor (or None) key by key with ``assert_tensor_close``.
+
+    A failure names the first mismatching entry with its difference, then on the same line every mismatching name,
+    and, where the mismatches form a pattern (only the biases, only the weights), a ``pattern:`` line.
+    """
     if not isinstance(actual, dict):
         raise CheckFailed(f"{what}: expected a dict of tensors, got {describe(actual)}")
     missing = sorted(set(expected) - set(actual))
     if missing:
         raise CheckFailed(f"{what}: missing entries {missing}")
-    for name, ref in expected.items():
-        if ref is None:
-            continue
-        assert_tensor_close(f"{what} '{name}'", actual[name], ref, **tol)
+    compared = [name for name, ref in expected.items() if ref is not None]
+    failures = {}
+    for name in compared:
+        try:
+            assert_tensor_close(f"{what} '{name}'", actual[name], expected[name], **tol)
+        except CheckFailed as failure:
+            failures[name] = str(failure)
+    if failures:
+        raise CheckFailed(next(iter(failures.values())) + mismatch_lines(list(failures), compared))
+
+
+def mismatch_lines(bad: list[str], compared: list[str], shown: int = 8) -> str:
+    """What follows the first mismatch's text when the ``bad`` of the ``compared`` names differ: every mismatching
+    name, on the same line (at most ``shown``, then a count), and a line with the pattern they form, if any ('' when
+    only one name was compared)."""
+    if len(compared) < 2:
+        return ""
+    names = ", ".join(bad[:shown]) + (f" and {len(bad) - shown} more" if len(bad) > shown else "")
+    lines = f"; {len(bad)} of {len(compared)} entries differ: {names}"
+    biases = {name for name in compared if name.rsplit(".", 1)[-1] == "bias"}
+    if biases and biases != set(compared):
+        if set(bad) == biases:
+            lines += "\npattern: only the biases differ (every other entry matches)"
+        elif set(bad) == set(compared) - biases:
+            lines += "\npattern: every entry but the biases differs (the biases match)"
+    return lines
+
+
+def assert_ranks_close(what: str, per_rank: list, expected: dict[str, torch.Tensor | None], hint=None,
+                       **tol) -> None:
+    """``assert_state_close`` of each rank's state (``per_rank[r]``, labelled ``what.format(rank=r)``) against the
+    same ``expected``; a failure reports the first mismatching rank, ``hint(state)`` (a likely-cause text or '')
+    when given, and a ``pattern:`` line when only some ranks differ."""
+    failures = {}
+    for rank, state in enumerate(per_rank):
+        try:
+            assert_state_close(what.format(rank=rank), state, expected, **tol)
+        except CheckFailed as failure:
+            failures[rank] = str(failure) + (hint(state) if hint else "")
+    if not failures:
+        return
+    message = next(iter(failures.values()))
+    if len(failures) < len(per_rank):
+        matching = [str(r) for r in range(len(per_rank)) if r not in failures]
+        message += (f"\npattern: only rank {', '.join(map(str, failures))} differs (rank {', '.join(matching)} "
+                    "matches)")
+    raise CheckFailed(message)

@@ -157,7 +157,14 @@ VARIANTS = [
             if param.grad is not None and name.endswith("weight"):
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
                 param.grad /= dist.get_world_size()
-    """, frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"})),
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"}), hint="pattern: only the biases differ"),
+    Variant("divides_on_rank_0_only", COMM, "average_gradients", """
+        for param in model.parameters():
+            if param.grad is not None:
+                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+                if dist.get_rank() == 0:
+                    param.grad /= dist.get_world_size()
+    """, frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"}), hint="pattern: only rank 1"),
     Variant("zero_fill_none_grads", COMM, "average_gradients", """
         for param in model.parameters():
             if param.grad is None:
@@ -258,5 +265,4 @@ VARIANTS = [
 @pytest.mark.kit
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_variant_loses_only_its_criteria(variant, tmp_path, fork_servers):
-    problem = "1.1" if variant.path == DATASET else "1.2"
-    assert_verdicts(grade_variant(variant, problem, tmp_path, fork_servers), [variant])
+    assert_verdicts(grade_variant(variant, variant.problem, tmp_path, fork_servers), [variant])

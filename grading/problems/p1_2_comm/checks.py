@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_state_close, describe
+from grading.engine.compare import assert_ranks_close, assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
@@ -259,13 +259,8 @@ def check_grads(run: SplitRun) -> None:
     """Every rank's averaged gradients equal the serial gradients of the global batch."""
     inputs = run.inputs
     expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
-    for rank in range(run.world_size):
-        got = run.part(P_GRADS, rank)
-        try:
-            assert_state_close(f"average_gradients ({run.world_size} ranks): rank {rank} grad of", got, expected,
-                               atol=1e-6, rtol=1e-5)
-        except CheckFailed as failure:
-            raise CheckFailed(f"{failure}{factor_hint(got, expected, run.world_size)}") from None
+    assert_ranks_close(f"average_gradients ({run.world_size} ranks): rank {{rank}} grad of", run.parts(P_GRADS),
+                       expected, hint=lambda got: factor_hint(got, expected, run.world_size), atol=1e-6, rtol=1e-5)
 
 
 @CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=1)
