@@ -10,10 +10,16 @@ the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
 temporary files go to a folder of its own, removed when it ends, however it
 ends (``grade_one``). The CSV
 is rewritten after every submission, so an interrupted batch keeps what it
-graded. Each row also holds every criterion's points (a column per criterion id,
-after ``notes``; empty where it was not graded), and the class report
-(``class_report.py``) is written next to the CSV at the end. Every CSV cell
-is formula-safe (``csv_cells.py``).
+graded. A row has a ``problem_X.Y`` column per sub-problem of the problems the
+course chose (``course.chosen_problems()``) and nothing for the others;
+``notes`` holds one entry per actual issue of that grade (`` | `` between
+them; the figures lines every grade prints, not scored, are left in its
+report); ``results`` links that submission's results.json (relative to the
+CSV's folder); then every criterion's points (a column per criterion id,
+empty where it was not graded). A grade that did not finish or hit a grader
+error (``UNSCORED``) gets a blank score, never 0, and its notes say why. The
+class report (``class_report.py``) is written next to the CSV at the end.
+Every CSV cell is formula-safe (``csv_cells.py``).
 """
 from __future__ import annotations
 
@@ -31,10 +37,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from grading.commands.class_report import criterion_id, write_class_report
+from grading.commands.benchmarks import NOT_SCORED
+from grading.commands.class_report import write_class_report
 from grading.commands.csv_cells import write_csv
+from grading.commands.result_tests import criterion_id
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
+from grading.kit.course import chosen_problems
 from grading.kit.files import atomic_write
 from grading.problems import all_cases
 from grading.problems import titles
@@ -43,8 +52,26 @@ STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT
           EXIT_GRADER_ERROR: "grader_error"}
 SCRATCH_PREFIX = "grading-grade-"      # each grade's temporary folder (its TMPDIR), removed when it ends
 GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
-COLUMNS = ["submission", "score", "max_score", "status", "exit_code", "seconds",
-           *[f"problem_{p}" for p in titles()], "notes"]
+UNSCORED = ("timeout", "grader_error")     # the grade did not finish as a grade: score left blank, never 0
+HEAD = ["submission", "score", "max_score", "status", "exit_code", "seconds"]
+TAIL = ["notes", "results"]                # then the criterion columns
+NOTE_SEPARATOR = " | "
+
+
+def problem_columns(problems: tuple[str, ...] | None = None) -> list[str]:
+    """``problem_X.Y`` for every sub-problem of the chosen ``problems`` (default ``course.chosen_problems()``)."""
+    chosen = problems or chosen_problems()
+    return [f"problem_{p}" for p in titles() if p.split(".")[0] in chosen]
+
+
+def base_columns(problems: tuple[str, ...] | None = None) -> list[str]:
+    """grades.csv's first columns: ``HEAD``, the chosen problems' columns, ``TAIL``."""
+    return HEAD + problem_columns(problems) + TAIL
+
+
+def is_criterion_column(column: str) -> bool:
+    """Whether a grades.csv key is a criterion's points (the columns after ``TAIL``)."""
+    return column not in HEAD and column not in TAIL and not column.startswith("problem_")
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -77,6 +104,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
     command = ["grade", str(entry.resolve()), "--json", str(results), "--quiet", *grade_args]
     start = time.monotonic()
     code: int | None = None
+    not_started = ""            # why the grader could not be started at all
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
     try:
         with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
@@ -92,17 +120,20 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
                     _kill(proc, signal.SIGTERM, grace_s=15.0)
                     raise
             except OSError as exc:
-                stderr.write(f"cannot start the grader: {exc}\n".encode())
+                not_started = f"cannot start the grader: {exc}"
+                stderr.write(f"{not_started}\n".encode())
     finally:
         _remove(scratch)
     seconds = time.monotonic() - start
     data = _load(results)
-    if code is None:
+    if not_started:
+        status, note = "grader_error", not_started
+    elif code is None:
         status, note = "timeout", f"the grader did not finish within {limit_s:.0f} s"
     else:
         status = STATUS.get(code, "grader_error")
         note = "" if data is not None else f"the grader exited with code {code} without a report"
-    if data is None or code is None:
+    if data is None or code is None:     # no grade, or not a finished one
         data = {"score": 0.0, "max_score": 0.0, "output": note, "tests": [], **({} if data is None else data)}
         data["output"] = (str(data.get("output", "")) + "\n" + note).strip()
         atomic_write(results, json.dumps(data, indent=1) + "\n")
@@ -111,12 +142,35 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
         number = str(test.get("number", ""))
         if number in titles():
             by_problem[number] = by_problem.get(number, 0.0) + float(test.get("score", 0.0))
-    notes = note or _first_line(str(data.get("output", "")))
-    return {"submission": entry.name, "score": f"{float(data.get('score', 0.0)):g}",
-            "max_score": f"{float(data.get('max_score', 0.0)):g}", "status": status,
+    unscored = status in UNSCORED
+    notes = notes_of(str(data.get("output", "")), note)
+    if unscored:
+        notes = NOTE_SEPARATOR.join(n for n in (f"score left blank ({status})", notes) if n)
+    return {"submission": entry.name, "score": "" if unscored else f"{float(data.get('score', 0.0)):g}",
+            "max_score": "" if unscored and not data.get("tests") else f"{float(data.get('max_score', 0.0)):g}",
+            "status": status,
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
-            **{f"problem_{p}": f"{by_problem[p]:g}" if p in by_problem else "" for p in titles()},
+            **{c: "" if unscored or c[len("problem_"):] not in by_problem else f"{by_problem[c[len('problem_'):]]:g}"
+               for c in problem_columns()},
             "notes": notes, **(criterion_cells(data) if status in GRADED else {})}
+
+
+def notes_of(output: str, own: str = "") -> str:
+    """grades.csv's notes: ``own`` (batch's note) and one entry per issue the grade reported in ``output`` (its
+    results.json's top-level text), each once, joined by ``NOTE_SEPARATOR``.
+
+    The figures lines (``benchmarks.NOT_SCORED``, in every grade's report) are no issue and are left out; a
+    grader error's traceback becomes one entry, ``grader error: <its last line>``.
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    entries = [own] if own else []
+    for k, line in enumerate(lines):
+        if line.startswith("grader error"):
+            entries.append(f"grader error: {lines[-1][:200]}" if k + 1 < len(lines) else line[:200])
+            break
+        if not line.startswith(NOT_SCORED):
+            entries.append(line[:200])
+    return NOTE_SEPARATOR.join(dict.fromkeys(entries))
 
 
 def criterion_cells(data: dict) -> dict[str, str]:
@@ -128,11 +182,12 @@ def criterion_cells(data: dict) -> dict[str, str]:
             if isinstance(t, dict) and float(t.get("max_score", 0) or 0) > 0}
 
 
-def columns_of(rows: list[dict]) -> list[str]:
-    """``COLUMNS``, then every other key of ``rows`` (criterion ids) in first-seen order, grouped by problem."""
+def columns_of(rows: list[dict], problems: tuple[str, ...] | None = None) -> list[str]:
+    """``base_columns(problems)``, then every criterion key of ``rows`` in first-seen order, grouped by problem
+    (problem columns of problems not chosen are left out)."""
     extra = list(dict.fromkeys(k for row in sorted(rows, key=lambda r: r["submission"]) for k in row
-                               if k not in COLUMNS))
-    return COLUMNS + sorted(extra, key=lambda k: (_problem_key(k), extra.index(k)))
+                               if is_criterion_column(k)))
+    return base_columns(problems) + sorted(extra, key=lambda k: (_problem_key(k), extra.index(k)))
 
 
 def _problem_key(column: str) -> list[tuple[int, int | str]]:
@@ -173,13 +228,23 @@ def _load(path: Path) -> dict | None:
     return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
 
 
-def _first_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[0][:200] if lines else ""
+def with_links(rows: list[dict], out_csv: Path, results_dir: Path) -> list[dict]:
+    """``rows`` sorted by name, each with ``results``: the path of its ``results.json`` relative to ``out_csv``'s
+    folder (empty when there is none), as the CSV and the class report page link it."""
+    linked = []
+    for row in sorted(rows, key=lambda row: row["submission"]):
+        target = Path(results_dir) / row["submission"] / "results.json"
+        link = Path(os.path.relpath(target.resolve(), Path(out_csv).resolve().parent)).as_posix()
+        linked.append({**row, "results": link if target.is_file() else ""})
+    return linked
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    write_csv(path, columns_of(rows), sorted(rows, key=lambda row: row["submission"]))
+def write_grades(out_csv: Path, rows: list[dict], results_dir: Path, problems: tuple[str, ...] | None = None
+                 ) -> list[dict]:
+    """Write grades.csv (``columns_of(rows, problems)``, rows ``with_links``); return the rows as written."""
+    linked = with_links(rows, out_csv, results_dir)
+    write_csv(out_csv, columns_of(linked, problems), linked)
+    return linked
 
 
 def load_results(results_dir: Path, names: list[str]) -> dict[str, dict]:
@@ -193,7 +258,8 @@ def class_report_inputs(rows: list[dict], results_dir: Path) -> tuple[dict[str, 
 
     A row counts when its status is in ``GRADED`` and it has a criterion cell (its grader judged something).
     """
-    counted = {row["submission"] for row in rows if row.get("status") in GRADED and set(row) - set(COLUMNS)}
+    counted = {row["submission"] for row in rows
+               if row.get("status") in GRADED and any(is_criterion_column(k) for k in row)}
     return load_results(results_dir, sorted(counted)), {row["submission"]: str(row.get("status", ""))
                                                          for row in rows if row["submission"] not in counted}
 
@@ -220,18 +286,19 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
         try:
             row = grade_one(entry, results_dir / entry.name, grade_args, limit_s)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
-            row = {column: "" for column in COLUMNS}
-            row.update(submission=entry.name, score="0", max_score="0", status="grader_error",
-                       notes=f"batch error: {type(exc).__name__}: {exc}")
+            row = {column: "" for column in HEAD}
+            row.update(submission=entry.name, status="grader_error",
+                       notes=f"score left blank (grader_error){NOTE_SEPARATOR}batch error: {type(exc).__name__}: {exc}")
         with lock:
             rows.append(row)
-            _write_csv(out_csv, rows)
+            write_grades(out_csv, rows, results_dir)
             if progress:
                 progress(f"[{len(rows)}/{len(entries)}] {row['submission']}: {row['score']}/{row['max_score']} "
                          f"({row['status']}) in {row['seconds'] or '?'} s")
 
-    _write_csv(out_csv, rows)
+    write_grades(out_csv, rows, results_dir)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, entries))
-    write_class_report(out_csv, *class_report_inputs(rows, results_dir))
+    linked = write_grades(out_csv, rows, results_dir)
+    write_class_report(out_csv, *class_report_inputs(rows, results_dir), students=linked)
     return sorted(rows, key=lambda row: row["submission"])

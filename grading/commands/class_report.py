@@ -1,103 +1,120 @@
-"""What the class got wrong: per criterion, the pass rate and the most common failure, next to grades.csv.
+"""What the class got wrong, and what to do about it: the class report next to grades.csv.
 
-``write_class_report(out_csv, results)`` reads every graded submission's
+``write_class_report(out_csv, results, ...)`` reads every graded submission's
 ``results.json`` (Gradescope schema, as ``batch`` keeps them) and writes,
 next to ``grades.csv``::
 
-    grades_class_report.csv    criterion, problem, title, points, graded, passed, pass_rate,
-                               common_failure, likely_cause, sharing
-    grades_class_report.png    pass rate per criterion, grouped (coloured) by problem
-    grades_class_report.html   the table and the figure on one page (the similarity report links to it)
+    grades_class_report.csv         per criterion: points, visibility, graded, not_attempted, attempted,
+                                    passed, pass_rate (among attempts), and the TOP_GROUPS largest failure
+                                    groups (failure_k, likely_cause_k, sharing_k)
+    grades_class_report_scores.csv  per chosen problem: public and hidden subtotals (``score_distribution``)
+    grades_class_report.png         pass rate per criterion (among attempts), coloured by problem
+    grades_class_report_scores.png  a score histogram per chosen problem, with its public and hidden subtotals
+    grades_class_report.html        all of it on one page, and a row per student linking to its results
+                                    (``class_report_page``; the similarity report links to it)
 
 Only graded submissions count (``batch.GRADED``: not a rejected one, nor one
-whose grader did not finish; the page names those). A criterion counts as
-graded for a submission when its results hold it with points to earn; it
-passed when its status is ``passed``, which in this kit means full points.
-Failure messages are grouped with their numbers masked (``max abs diff
-3.1e-02`` and ``4.0e-01`` are one mistake); ``common_failure`` is the first
-line of the largest group (an example of it), ``sharing`` how many
-submissions failed with it, ``likely_cause`` the grader's hint when it gave one.
+whose grader did not finish; the page names those). A sub-problem is **not
+attempted** by a submission when every criterion of it stopped at a starter
+stub (``result_tests.not_attempted``); its criteria count neither as passed
+nor as failed, so a class of unopened starters never becomes "the most
+common failure". A criterion passed when its status is ``passed`` (full
+points here). Failure messages are grouped with their numbers masked
+(``max abs diff 3.1e-02`` and ``4.0e-01`` are one mistake); a group's
+likely cause is the one the submissions' own results give (the ``likely
+cause:`` lines ``engine/hints.py`` writes), the most frequent in the group.
 """
 from __future__ import annotations
 
-import html
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading.commands import class_report_page, score_distribution
 from grading.commands.csv_cells import write_csv
+from grading.commands.result_tests import criterion_id, is_hidden, not_attempted, scored_tests
 from grading.kit.files import atomic_path, atomic_write
 from grading.problems import titles
 
-COLUMNS = ["criterion", "problem", "title", "points", "graded", "passed", "pass_rate", "common_failure",
-           "likely_cause", "sharing"]
+TOP_GROUPS = 3
+COLUMNS = ["criterion", "problem", "title", "points", "visibility", "graded", "not_attempted", "attempted",
+           "passed", "pass_rate",
+           *[f"{name}_{k}" for k in range(1, TOP_GROUPS + 1) for name in ("failure", "likely_cause", "sharing")]]
 _NUMBERS = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
 _CAUSE = "likely cause:"
 
 
 @dataclass
 class CriterionStats:
-    """One row of the class report."""
+    """One row of the class report: counts over graded submissions, failures of those that attempted it."""
 
     criterion: str
     problem: str
     title: str
     points: float
+    hidden: bool = False
     graded: int = 0
+    not_attempted: int = 0
     passed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)     # (first line, likely cause) per failure
 
     @property
-    def pass_rate(self) -> float:
-        return self.passed / self.graded if self.graded else 0.0
+    def attempted(self) -> int:
+        return self.graded - self.not_attempted
 
-    def common_failure(self) -> tuple[str, str, int]:
-        """(an example message of the largest failure group, its likely cause, the group's size); empty when none."""
-        if not self.failures:
-            return "", "", 0
-        groups = Counter(_NUMBERS.sub("#", message) for message, _ in self.failures)
-        key, count = max(groups.items(), key=lambda item: (item[1], -list(groups).index(item[0])))
-        message, cause = next(f for f in self.failures if _NUMBERS.sub("#", f[0]) == key)
-        causes = Counter(c for m, c in self.failures if _NUMBERS.sub("#", m) == key and c)
-        return message, (causes.most_common(1)[0][0] if causes else cause), count
+    @property
+    def pass_rate(self) -> float | None:
+        """passed / attempted; None when nobody attempted it."""
+        return self.passed / self.attempted if self.attempted else None
+
+    def failure_groups(self, top: int = TOP_GROUPS) -> list[tuple[str, str, int]]:
+        """The ``top`` largest failure groups, largest first (ties: first seen): (an example message, the
+        group's most frequent likely cause or "", the group's size)."""
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for message, cause in self.failures:
+            groups.setdefault(_NUMBERS.sub("#", message), []).append((message, cause))
+        ranked = sorted(groups.values(), key=len, reverse=True)[:top]      # stable: ties stay in first-seen order
+        found = []
+        for members in ranked:
+            causes = Counter(cause for _, cause in members if cause)
+            found.append((members[0][0], causes.most_common(1)[0][0] if causes else "", len(members)))
+        return found
 
 
 def report_paths(out_csv: Path) -> dict[str, Path]:
-    """The class report's files for ``out_csv``: ``csv``, ``png`` and ``html`` next to it (``<stem>_class_report``)."""
+    """The class report's files for ``out_csv``, next to it (``<stem>_class_report``): ``csv``, ``png`` and
+    ``html``, and the score distributions ``scores_csv`` and ``scores_png``."""
     out_csv = Path(out_csv)
     base = out_csv.with_name(out_csv.stem + "_class_report")
-    return {kind: base.with_suffix("." + kind) for kind in ("csv", "png", "html")}
-
-
-def criterion_id(test: dict) -> str:
-    """The criterion id of a results.json test (``"1.2.grads_2rank: title"`` -> ``"1.2.grads_2rank"``)."""
-    return str(test.get("name", "")).split(": ", 1)[0].strip()
+    scores = out_csv.with_name(out_csv.stem + "_class_report_scores")
+    return {**{kind: base.with_suffix("." + kind) for kind in ("csv", "png", "html")},
+            "scores_csv": scores.with_suffix(".csv"), "scores_png": scores.with_suffix(".png")}
 
 
 def _split_message(output: str) -> tuple[str, str]:
+    """(the first line of a failure message, its likely cause lines joined), each cut to 300 characters."""
     lines = [line.strip() for line in str(output).splitlines() if line.strip()]
-    cause = next((line[len(_CAUSE):].strip() for line in lines if line.lower().startswith(_CAUSE)), "")
+    causes = [line[len(_CAUSE):].strip() for line in lines if line.lower().startswith(_CAUSE)]
     first = next((line for line in lines if not line.lower().startswith(_CAUSE)), "")
-    return first[:300], cause[:300]
+    return first[:300], "; ".join(dict.fromkeys(causes))[:300]
 
 
 def criterion_stats(results: dict[str, dict]) -> list[CriterionStats]:
-    """Per criterion (in the order the results list them, grouped by problem): how many graded, passed, and why not.
-
-    ``results`` maps a submission name to its results.json data.
-    """
+    """Per criterion (in the order the results list them, grouped by problem): how many graded, not attempted,
+    passed, and why the others failed. ``results`` maps a submission name to its results.json data."""
     stats: dict[str, CriterionStats] = {}
     for name in sorted(results):
-        for test in results[name].get("tests", []) if isinstance(results[name], dict) else []:
-            if not isinstance(test, dict) or float(test.get("max_score", 0) or 0) <= 0:
-                continue
-            cid = criterion_id(test)
+        skipped = not_attempted(results[name])
+        for test in scored_tests(results[name]):
+            cid, number = criterion_id(test), str(test.get("number", ""))
             title = str(test.get("name", "")).split(": ", 1)[-1]
-            entry = stats.setdefault(cid, CriterionStats(cid, str(test.get("number", "")), title,
-                                                         float(test.get("max_score", 0))))
+            entry = stats.setdefault(cid, CriterionStats(cid, number, title, float(test.get("max_score", 0)),
+                                                         is_hidden(test)))
             entry.graded += 1
-            if test.get("status") == "passed":
+            if number in skipped:
+                entry.not_attempted += 1
+            elif test.get("status") == "passed":
                 entry.passed += 1
             else:
                 entry.failures.append(_split_message(str(test.get("output", ""))))
@@ -110,13 +127,16 @@ def _problem_key(problem: str) -> list[tuple[int, int | str]]:
 
 
 def rows_of(stats: list[CriterionStats]) -> list[dict]:
-    """The CSV rows of ``stats`` (columns ``COLUMNS``)."""
+    """The CSV rows of ``stats`` (columns ``COLUMNS``; pass_rate empty where nobody attempted the criterion)."""
     rows = []
     for s in stats:
-        message, cause, sharing = s.common_failure()
-        rows.append({"criterion": s.criterion, "problem": s.problem, "title": s.title, "points": f"{s.points:g}",
-                     "graded": s.graded, "passed": s.passed, "pass_rate": f"{s.pass_rate:.3f}",
-                     "common_failure": message, "likely_cause": cause, "sharing": sharing or ""})
+        row = {"criterion": s.criterion, "problem": s.problem, "title": s.title, "points": f"{s.points:g}",
+               "visibility": "hidden" if s.hidden else "public", "graded": s.graded,
+               "not_attempted": s.not_attempted, "attempted": s.attempted, "passed": s.passed,
+               "pass_rate": "" if s.pass_rate is None else f"{s.pass_rate:.3f}"}
+        for k, (message, cause, sharing) in enumerate(s.failure_groups(), start=1):
+            row.update({f"failure_{k}": message, f"likely_cause_{k}": cause, f"sharing_{k}": sharing})
+        rows.append(row)
     return rows
 
 
@@ -134,11 +154,11 @@ def _figure(stats: list[CriterionStats], path: Path) -> str:
     y = list(range(len(stats)))[::-1]
     for k, problem in enumerate(problems):
         picked = [(yy, s) for yy, s in zip(y, stats) if s.problem == problem]
-        ax.barh([yy for yy, _ in picked], [s.pass_rate for _, s in picked], color=colours(k % 10),
+        ax.barh([yy for yy, _ in picked], [s.pass_rate or 0.0 for _, s in picked], color=colours(k % 10),
                 label=f"{problem} {titles().get(problem, '')}".strip())
-    ax.set_yticks(y, [s.criterion for s in stats], fontsize=7)
+    ax.set_yticks(y, [s.criterion + (" (hidden)" if s.hidden else "") for s in stats], fontsize=7)
     ax.set_xlim(0, 1)
-    ax.set_xlabel("pass rate (share of graded submissions)")
+    ax.set_xlabel("pass rate among the submissions that attempted the sub-problem")
     ax.set_title("Pass rate per criterion, by problem")
     if stats:
         ax.legend(fontsize=7, loc="lower right")
@@ -149,34 +169,25 @@ def _figure(stats: list[CriterionStats], path: Path) -> str:
     return ""
 
 
-def _html(rows: list[dict], paths: dict[str, Path], submissions: int, not_graded: dict[str, str], note: str) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in COLUMNS) + "</tr>" for r in rows)
-    missing = ("<p>Not counted (not graded): " + ", ".join(f"{html.escape(n)} ({html.escape(s)})"
-                                                         for n, s in sorted(not_graded.items())) + "</p>"
-               ) if not_graded else ""
-    image = f"<p>{html.escape(note)}</p>" if note else f"<img src='{html.escape(paths['png'].name)}' alt='pass rates'>"
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title><style>"
-            "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #bbb;"
-            "padding:2px 6px;font-size:13px;vertical-align:top}</style></head><body><h1>Class report</h1>"
-            f"<p>{submissions} graded submission(s). Pass rate: passed / graded per criterion. The most common "
-            "failure is one example of the largest group of failure messages (numbers masked); sharing: how "
-            f"many submissions failed with it. Table as CSV: <a href='{html.escape(paths['csv'].name)}'>"
-            f"{html.escape(paths['csv'].name)}</a>.</p>{missing}{image}<table><tr>{head}</tr>{body}</table>"
-            "</body></html>\n")
-
-
-def write_class_report(out_csv: Path, results: dict[str, dict], not_graded: dict[str, str] | None = None
+def write_class_report(out_csv: Path, results: dict[str, dict], not_graded: dict[str, str] | None = None,
+                       students: list[dict] | None = None, problems: tuple[str, ...] | None = None
                        ) -> dict[str, Path]:
     """Write the class report of ``results`` (graded submission -> results.json data) next to ``out_csv``.
 
-    ``not_graded`` (submission -> status) are named on the page and count nowhere. Returns the report's
-    paths (``report_paths``); the figure is left out (and the page says why) when matplotlib is missing.
+    ``not_graded`` (submission -> status) are named on the page and count nowhere. ``students`` are the
+    rows of ``grades.csv`` (with their ``results`` link, relative to ``out_csv``'s folder) for the page's
+    table of students; ``problems`` the course's chosen problems for the score distributions (default
+    ``course.chosen_problems()``). Returns the report's paths (``report_paths``); a figure is left out (and
+    the page says why) when matplotlib is missing.
     """
     paths = report_paths(out_csv)
     stats = criterion_stats(results)
     rows = rows_of(stats)
     write_csv(paths["csv"], COLUMNS, rows)
-    note = _figure(stats, paths["png"])
-    atomic_write(paths["html"], _html(rows, paths, len(results), dict(not_graded or {}), note))
+    spread = score_distribution.problem_scores(results, problems)
+    write_csv(paths["scores_csv"], score_distribution.COLUMNS, score_distribution.summary_rows(spread))
+    notes = {"png": _figure(stats, paths["png"]), "scores_png": score_distribution.draw(spread, paths["scores_png"])}
+    page = class_report_page.render(paths, rows, score_distribution.summary_rows(spread), len(results),
+                                    dict(not_graded or {}), list(students or []), notes)
+    atomic_write(paths["html"], page)
     return paths

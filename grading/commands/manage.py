@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grading import KIT_ROOT
 from grading.commands import report, similarity
-from grading.commands.options import add_course_options
+from grading.commands.options import add_course_options, add_slurm_resource_options, slurm_resources
 from grading.kit.course import parse_problems
 from grading.kit.regions import RegionError
 from grading.kit.secret import SECRET_ENV, staff_side
@@ -114,7 +114,7 @@ def _batch_slurm(args: argparse.Namespace, grade_args: list[str]) -> int:
         job = write_array(Path(args.submissions_dir), Path(args.slurm), grade_args, partition=args.partition,
                           gpus_per_task=args.gpus_per_task if args.gpus_per_task is not None
                           else (2 if args.benchmarks else 0), time_limit=args.time, benchmarks=args.benchmarks,
-                          max_parallel=args.max_parallel)
+                          max_parallel=args.max_parallel, **slurm_resources(args))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -200,6 +200,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slurm.add_argument("--benchmarks", action="store_true", help="each task also scores the GPU benchmark "
                        "thresholds (python -m grading benchmarks)")
     slurm.add_argument("--max-parallel", type=int, help="at most K tasks at once (the array's %%K)")
+    add_slurm_resource_options(slurm)
     slurm.add_argument("--collect", metavar="OUT_DIR", help="merge the finished tasks of OUT_DIR into --out, list "
                        "the missing and failed ones, write OUT_DIR/resubmit.sh for them")
     slurm.add_argument("--run-task", nargs=2, metavar=("OUT_DIR", "ID"), help="grade one task of OUT_DIR "

@@ -1,4 +1,4 @@
-"""Options several commands share: which problems, and the course secret."""
+"""Options several commands share: which problems, the course secret, and the resources of a Slurm task."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,13 @@ import os
 
 from grading.kit.course import PROBLEMS_ENV, parse_problems
 from grading.kit.secret import SECRET_ENV
+
+# What a Slurm task of ``batch --slurm`` asks for by default. A full grade measured with
+# scripts/measure_footprint.py peaks at about 1,054 MB of proportional set size summed over its processes and
+# costs about 28 CPU-s for Problems 1-3 (1,138 MB and 46 CPU-s for 1-5): 2 CPUs let its two ranks run side by
+# side, and 3G leaves room for a submission that needs more memory than the reference.
+DEFAULT_CPUS = 2
+DEFAULT_MEM = "3G"
 
 
 def add_course_options(parser: argparse.ArgumentParser) -> None:
@@ -25,3 +32,18 @@ def apply_course_options(args: argparse.Namespace) -> None:
         os.environ[PROBLEMS_ENV] = ",".join(parse_problems(args.course_problems))
     if getattr(args, "course_secret", None) and not getattr(args, "keeps_secret", False):
         os.environ[SECRET_ENV] = args.course_secret
+
+
+def add_slurm_resource_options(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """``--cpus-per-task``, ``--mem`` and ``--account`` of ``batch --slurm`` on ``group`` (defaults
+    ``DEFAULT_CPUS``, ``DEFAULT_MEM``, no account; ``--partition`` is ``batch``'s own)."""
+    group.add_argument("--cpus-per-task", type=int, default=DEFAULT_CPUS,
+                       help=f"#SBATCH --cpus-per-task (default {DEFAULT_CPUS}, from a measured full grade)")
+    group.add_argument("--mem", default=DEFAULT_MEM, help=f"#SBATCH --mem, e.g. 3G or 3000M (default {DEFAULT_MEM}, "
+                       "from a measured full grade)")
+    group.add_argument("--account", help="#SBATCH --account (left out when not given)")
+
+
+def slurm_resources(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``slurm.write_array`` that ``add_slurm_resource_options`` parsed."""
+    return {"cpus_per_task": args.cpus_per_task, "mem": args.mem, "account": args.account}

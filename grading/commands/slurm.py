@@ -7,12 +7,19 @@
     logs/          task-<k>.out / task-<k>.err (Slurm writes them)
     results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
 
-The script's body needs nothing Slurm-only: it runs ``python -m grading
+The script requests ``--cpus-per-task`` and ``--mem`` (defaults ``options.DEFAULT_CPUS``,
+``options.DEFAULT_MEM``, from a measured full grade), and ``--partition`` and
+``--account`` only when given. The kit, its Python environment, the
+submissions and OUT_DIR must sit on a filesystem every node sees (the
+script says so). The script's body needs nothing Slurm-only: it runs ``python -m grading
 batch --run-task OUT_DIR $SLURM_ARRAY_TASK_ID``, so ``SLURM_ARRAY_TASK_ID=3
 bash OUT_DIR/grade.sbatch`` grades task 3 on any machine. ``run_task`` grades
 into a fresh attempt folder and swaps it in whole at the end, so a re-queued
 task overwrites its result, never duplicates it, and a task killed midway
-leaves no result (``slurm_collect`` lists it as missing).
+leaves no result (``slurm_collect`` lists it as missing). A task whose grade
+did not finish or hit a grader error (``batch.UNSCORED``; a task under
+another course secret too) keeps a row with a blank score and exits non-zero
+(``EXIT_GRADER_ERROR``), the reason on stderr.
 """
 from __future__ import annotations
 
@@ -31,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.commands.batch import criterion_cells, default_limit_s, grade_one, submissions_in
+from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, criterion_cells, default_limit_s, grade_one, submissions_in
+from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
+from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
 from grading.kit.files import atomic_write
 from grading.kit.secret import course_secret
@@ -42,11 +51,12 @@ BENCH_LIMIT_S = 3600.0
 START_SLACK_S = 120.0
 _TIME = re.compile(r"(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})")
 _PARTITION = re.compile(r"[A-Za-z0-9_.,-]+")
+_MEMORY = re.compile(r"[1-9]\d*[KMGT]?")
 # The long options grade.sbatch may carry, and a check of each value (sbatch --test-only style, by parsing).
 DIRECTIVES = {"job-name": re.compile(r"[A-Za-z0-9_.-]+"), "array": re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?"),
               "ntasks": re.compile(r"[1-9]\d*"), "time": _TIME, "output": re.compile(r"/\S+"),
               "error": re.compile(r"/\S+"), "partition": _PARTITION, "gpus-per-task": re.compile(r"[1-9]\d*"),
-              "cpus-per-task": re.compile(r"[1-9]\d*")}
+              "cpus-per-task": re.compile(r"[1-9]\d*"), "mem": _MEMORY, "account": _PARTITION}
 
 
 @dataclass
@@ -93,13 +103,16 @@ def secret_fingerprint(salt: str, secret: str) -> str:
 
 def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | None = None, partition: str | None = None,
                 gpus_per_task: int = 0, time_limit: str | None = None, benchmarks: bool = False,
-                max_parallel: int | None = None, python: str = sys.executable) -> ArrayJob:
+                max_parallel: int | None = None, python: str = sys.executable, cpus_per_task: int = DEFAULT_CPUS,
+                mem: str = DEFAULT_MEM, account: str | None = None) -> ArrayJob:
     """Write ``tasks.json`` and ``grade.sbatch`` for every entry of ``submissions_dir`` into ``out_dir``.
 
     ``time_limit`` (``[D-]HH:MM:SS``) bounds each task; by default the sum of
     the grade limit (``batch.default_limit_s``), the benchmark limit with
     ``benchmarks`` and start-up slack. The grade (and benchmark) limits inside
-    a task are cut to fit it. Raises ValueError for a bad option, an empty
+    a task are cut to fit it. Each task asks for ``cpus_per_task`` CPUs and ``mem``
+    memory (Slurm's ``--mem``: a number with an optional K/M/G/T suffix);
+    ``partition`` and ``account`` go into the script only when given. Raises ValueError for a bad option, an empty
     folder, or an OUT_DIR path with whitespace or ``%`` (Slurm's directives
     take no quoting).
     """
@@ -109,8 +122,15 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
         raise ValueError(f"{out_dir}: an OUT_DIR path with whitespace or '%' cannot go into #SBATCH lines")
     if partition is not None and not _PARTITION.fullmatch(partition):
         raise ValueError(f"--partition: not a partition name: {partition!r}")
+    if account is not None and not _PARTITION.fullmatch(account):
+        raise ValueError(f"--account: not an account name: {account!r}")
     if gpus_per_task < 0 or (max_parallel is not None and max_parallel < 1):
         raise ValueError("--gpus-per-task must be >= 0 and --max-parallel >= 1")
+    if cpus_per_task < 1:
+        raise ValueError(f"--cpus-per-task must be >= 1, got {cpus_per_task}")
+    if not _MEMORY.fullmatch(str(mem)):
+        raise ValueError(f"--mem: not a Slurm memory size (a number with an optional K, M, G or T, e.g. 3G or 3000M): "
+                         f"{mem!r}")
     entries = submissions_in(submissions_dir)
     if not entries:
         raise ValueError(f"{submissions_dir}: no submissions (folders or .zip files)")
@@ -139,10 +159,14 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
              f"# Submit: sbatch {out_dir / SCRIPT}",
              f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
              "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
+             "# Every node must see, at these paths (a shared filesystem): the kit, its Python environment,",
+             f"# the submissions and this folder: {KIT_ROOT}, {python}, {submissions_dir}, {out_dir}",
              "#SBATCH --job-name=a5-grade", f"#SBATCH --array={array_spec(list(range(len(entries))), max_parallel)}",
-             "#SBATCH --ntasks=1", f"#SBATCH --time={time_limit}",
+             "#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --mem={mem}",
+             f"#SBATCH --time={time_limit}",
              f"#SBATCH --output={out_dir / LOGS}/task-%a.out", f"#SBATCH --error={out_dir / LOGS}/task-%a.err",
              *([f"#SBATCH --partition={partition}"] if partition else []),
+             *([f"#SBATCH --account={account}"] if account else []),
              *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else []),
              "set -euo pipefail",
              'if [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then',
@@ -210,7 +234,11 @@ def _run_benchmarks(path: str, out: Path, limit_s: float) -> tuple[dict, str]:
 
 
 def run_task(out_dir: Path, task_id: int) -> int:
-    """Grade task ``task_id`` of ``out_dir/tasks.json`` into ``out_dir/results/<name>/``; 0 when a result was kept.
+    """Grade task ``task_id`` of ``out_dir/tasks.json`` into ``out_dir/results/<name>/``; 0 when a grade was kept.
+
+    A task whose grade did not finish or hit a grader error (``batch.UNSCORED``), or that runs under another
+    course secret than the array was made with, keeps a row with a blank score whose notes say why, prints
+    the reason on stderr and returns ``EXIT_GRADER_ERROR`` (Slurm shows the task as failed).
 
     The grade runs in ``results/.attempt-<task_id>-...``, which replaces
     ``results/<name>`` whole when done (``row.json``, the CSV row, is written
@@ -234,9 +262,10 @@ def run_task(out_dir: Path, task_id: int) -> int:
                                                        "slurm_job": os.environ.get("SLURM_JOB_ID", "")}) + "\n")
     os.environ.update(tasks.get("env", {}))
     if secret_fingerprint(tasks["secret_salt"], course_secret()) != tasks["secret"]:
-        row = {"submission": name, "score": "0", "max_score": "0", "status": "grader_error",
-               "notes": "not graded: this task's course secret differs from the one the array was made with "
-                        "(set GRADING_COURSE_SECRET as when running --slurm)"}
+        row = {"submission": name, "score": "", "max_score": "", "status": "grader_error",
+               "notes": f"score left blank (grader_error){NOTE_SEPARATOR}not graded: this task's course secret "
+                        "differs from the one the array was made with (set GRADING_COURSE_SECRET as when running "
+                        "--slurm)"}
     else:
         row = grade_one(Path(task["path"]), attempt, tasks["grade_args"], float(tasks["limit_s"]))
         if tasks.get("benchmarks"):
@@ -251,5 +280,8 @@ def run_task(out_dir: Path, task_id: int) -> int:
     os.replace(attempt, final)
     for leftover in results.glob(f"{ATTEMPT_PREFIX}{task_id}-*"):     # this one's old result, killed runs
         shutil.rmtree(leftover, ignore_errors=True)
+    if row["status"] in UNSCORED:
+        print(f"error: task {task_id} {name}: {row['notes']} -> {final}", file=sys.stderr)
+        return EXIT_GRADER_ERROR
     print(f"task {task_id} {name}: {row['score']}/{row['max_score']} ({row['status']}) -> {final}")
     return 0

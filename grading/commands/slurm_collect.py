@@ -3,11 +3,13 @@
 Reads the task list and every ``results/<name>/row.json`` that ``slurm.run_task``
 kept for this array (a row from an earlier array in the same OUT_DIR does not
 count), writes ``grades.csv`` exactly as ``batch`` would for the finished
-tasks (same columns and cells) and the class report next to it, and sorts the
+tasks (same columns and cells; the problem columns of the problems the array
+was made for) and the class report next to it, and sorts the
 rest::
 
     done      a result is kept and the grader finished (passed, failed, incomplete, rejected)
-    failed    a result is kept but the grader did not finish (timeout, grader_error): worth a re-run
+    failed    a result is kept but the grader did not finish (timeout, grader_error: ``batch.UNSCORED``):
+              its score is blank, never 0, and its notes say why; worth a re-run
     missing   no result: not run yet, still running, or killed midway
 
 For failed and missing tasks it writes ``OUT_DIR/resubmit.sh``, the one
@@ -22,12 +24,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.commands.batch import _write_csv, class_report_inputs
+from grading.commands.batch import UNSCORED, class_report_inputs, write_grades
 from grading.commands.class_report import write_class_report
 from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SCRIPT, TASKS, array_spec
+from grading.kit.course import PROBLEMS_ENV, parse_problems
 from grading.kit.files import atomic_write
 
-RERUN_STATUSES = ("timeout", "grader_error")
+RERUN_STATUSES = UNSCORED
 RESUBMIT = "resubmit.sh"
 
 
@@ -91,7 +94,9 @@ def collect(out_dir: Path, out_csv: Path) -> Collected:
         result.rows.append(row)
         if row.get("status") in RERUN_STATUSES:
             result.failed.append((task_id, name, f"{row['status']}: {row.get('notes', '')}"))
-    _write_csv(Path(out_csv), result.rows)
+    chosen = tasks.get("env", {}).get(PROBLEMS_ENV)
+    problems = parse_problems(chosen) if chosen else None
+    linked = write_grades(Path(out_csv), result.rows, out_dir / RESULTS, problems)
     results, not_graded = class_report_inputs(result.rows, out_dir / RESULTS)
     for name, data in results.items():          # the benchmark thresholds are criteria of the report too
         bench = out_dir / RESULTS / name / "benchmarks.json"
@@ -99,7 +104,7 @@ def collect(out_dir: Path, out_csv: Path) -> Collected:
             data["tests"] = data["tests"] + list(json.loads(bench.read_text()).get("tests", []))
         except (OSError, ValueError, AttributeError, TypeError):
             pass
-    write_class_report(Path(out_csv), results, not_graded)
+    write_class_report(Path(out_csv), results, not_graded, students=linked, problems=problems)
     redo = sorted(t for t, _, _ in result.failed + result.missing)
     resubmit = out_dir / RESUBMIT
     if redo:

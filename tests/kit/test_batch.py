@@ -8,6 +8,8 @@ import pytest
 
 from grading.__main__ import main as grading_main
 from grading.commands import batch
+from grading.commands.benchmarks import NOT_SCORED
+from grading.kit.course import chosen_problems
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
@@ -56,11 +58,22 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     rows = {row["submission"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["alice", "bob.zip", "carol.zip", "dave", "eve", "frank"]
     expected = {"alice": ("passed", "13"), "bob.zip": ("incomplete", "0"), "carol.zip": ("rejected", "0"),
-                "dave": ("failed", "0"), "eve": ("grader_error", "0"), "frank": ("failed", "0")}
+                "dave": ("failed", "0"), "eve": ("grader_error", ""), "frank": ("failed", "0")}
     assert {name: (row["status"], row["score"]) for name, row in rows.items()} == expected, rows
     assert rows["alice"]["problem_1.1"] == "13" and rows["alice"]["max_score"] == "13"
     assert "unsafe path" in rows["carol.zip"]["notes"]
-    assert "did not finish" in rows["eve"]["notes"]
+    # a grader that did not finish leaves a blank score (never 0) and says why; notes hold each issue once, and
+    # the figures lines every grade prints are no issue
+    assert "score left blank (grader_error)" in rows["eve"]["notes"] and "did not finish" in rows["eve"]["notes"]
+    assert rows["eve"]["problem_1.1"] == "" and rows["eve"]["max_score"] == ""
+    for row in rows.values():
+        entries = row["notes"].split(batch.NOTE_SEPARATOR) if row["notes"] else []
+        assert len(entries) == len(set(entries)) and not any("figures" in e for e in entries), row["notes"]
+    # columns for the chosen problems only; each row links its results.json (relative to the CSV's folder)
+    header = next(csv.reader(out.open()))
+    assert [c for c in header if c.startswith("problem_")] == batch.problem_columns(chosen_problems())
+    assert all(c.split("_")[1][0] in chosen_problems() for c in header if c.startswith("problem_"))
+    assert rows["alice"]["results"] == "grades_results/alice/results.json" and rows["eve"]["results"]
     # eve's grader and ranks had a temporary folder of their own (the grader's kit copy and runs went there),
     # and it is gone although the grader was killed before it could clean up
     eve_tmp = {Path(line) for line in seen_tmp.read_text().splitlines() if line}     # one line a rank
@@ -80,6 +93,28 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     assert rows["carol.zip"]["1.1.coverage"] == "" and rows["eve"]["1.1.coverage"] == ""
     report = list(csv.DictReader((tmp_path / "grades_class_report.csv").open()))
     assert {r["criterion"] for r in report} == {k for k in rows["alice"] if k.startswith("1.1.")}
-    assert all(r["graded"] == "4" for r in report)                             # alice, bob.zip, dave, frank
+    # alice, bob.zip, dave, frank graded; bob.zip is the unopened starter: not attempted, no failure of it counted
+    assert all((r["graded"], r["not_attempted"], r["attempted"]) == ("4", "1", "3") for r in report)
+    assert not any("NotImplementedError" in r[f"failure_{k}"] for r in report for k in (1, 2, 3))
     page = (tmp_path / "grades_class_report.html").read_text()
     assert "carol.zip (rejected)" in page and "eve (grader_error)" in page
+    assert "href='grades_results/alice/results.json'" in page
+
+
+def test_notes_hold_one_entry_per_issue():
+    figures = f"{NOT_SCORED}: the submission has no submit_figures/ folder"
+    output = "\n".join(["missing file (graded as not implemented): a.py", figures,
+                        "missing file (graded as not implemented): a.py", "Problem 1.2 scores 0: it imports grading"])
+    assert batch.notes_of(output) == ("missing file (graded as not implemented): a.py | "
+                                      "Problem 1.2 scores 0: it imports grading")
+    assert batch.notes_of(figures) == ""
+    crash = "grader error (not your fault; please tell the course staff):\nTraceback (most recent call last):\n" \
+            "  File \"x.py\", line 1\nKeyError: 'x'"
+    assert batch.notes_of(crash, "own note") == "own note | grader error: KeyError: 'x'"
+
+
+def test_columns_only_for_the_chosen_problems():
+    rows = [{"submission": "a", "problem_1.1": "2", "problem_4.1": "3", "1.1.sizes": "1", "4.1.x": "3"}]
+    columns = batch.columns_of(rows, ("1",))
+    assert "problem_1.1" in columns and "problem_2.1" not in columns and "problem_4.1" not in columns
+    assert columns[-2:] == ["1.1.sizes", "4.1.x"] and columns.index("results") < columns.index("1.1.sizes")

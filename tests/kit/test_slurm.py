@@ -5,6 +5,7 @@ stopped midway, and the script's ``#SBATCH`` directives are checked by parsing (
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -21,6 +22,8 @@ import pytest
 
 from grading.__main__ import main as grading_main
 from grading.commands import slurm
+from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM, add_slurm_resource_options, slurm_resources
+from grading.commands.report import EXIT_GRADER_ERROR
 from grading.commands.slurm_collect import collect
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.test_variants_p1 import VARIANTS
@@ -29,6 +32,7 @@ from tests.kit.variants import KIT_ROOT
 pytestmark = pytest.mark.kit
 DATASET = "data_parallel/dataset.py"
 FORMULA = '=HYPERLINK("x")'
+DROPS_LAST = next(v for v in VARIANTS if v.name == "drops_last_short_batch")
 
 
 def _with_body(function: str | None, body: str | None = None) -> str:
@@ -48,13 +52,14 @@ def _folder(root: Path, text: str) -> None:
 
 
 def _class(tmp_path: Path) -> Path:
-    """Five submissions: full marks, a bug losing one criterion (twice, one named like a formula), the starter,
-    a rejected zip whose name starts with ``@`` (a formula in a spreadsheet too)."""
+    """Five submissions: full marks, two bugs losing one criterion each (one named like a formula; the other's
+    failure comes with a likely cause), the starter, a rejected zip whose name starts with ``@`` (a formula in a
+    spreadsheet too)."""
     subs = tmp_path / "submissions"
     seeded = next(v for v in VARIANTS if v.name == "global_random_seeded")
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())
     _folder(subs / FORMULA, _with_body("partition_indices", seeded.body))
-    _folder(subs / "-dash", _with_body("partition_indices", seeded.body))
+    _folder(subs / "-dash", _with_body("partition_dataset", DROPS_LAST.body))
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:
         z.writestr(f"a5/{DATASET}", _with_body(None))
     with zipfile.ZipFile(subs / "@carol.zip", "w") as z:
@@ -85,7 +90,7 @@ def _rows(path: Path) -> tuple[list[str], list[dict]]:
 
 def _without_seconds(path: Path) -> tuple[list[str], list[dict]]:
     header, rows = _rows(path)
-    return header, [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+    return header, [{k: v for k, v in row.items() if k not in ("seconds", "results")} for row in rows]
 
 
 def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_path, capsys):
@@ -142,19 +147,29 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     assert "'" + FORMULA in by_name and "'-dash" in by_name and "'@carol.zip" in by_name   # neutralised names
     assert by_name["alice"]["score"] == "13" and by_name["'" + FORMULA]["1.1.rng_untouched"] == "0"
     assert by_name["'@carol.zip"]["status"] == "rejected" and by_name["bob.zip"]["status"] == "incomplete"
+    assert (merged.parent / by_name["alice"]["results"]).is_file()          # a link relative to the CSV's folder
 
-    # the class report lists every criterion with the pass rate grades.csv gives
+    # the class report lists every criterion with the pass rate grades.csv gives, among the submissions that
+    # attempted it: the starter (bob.zip) did not, and none of its stubs is a failure
     report_header, report = _rows(merged.with_name("grades_class_report.csv"))
-    criteria = header[header.index("notes") + 1:]
+    criteria = header[header.index("results") + 1:]
     assert [r["criterion"] for r in report] == criteria and len(criteria) == 12
     for r in report:
         cells = [row[r["criterion"]] for row in rows if row[r["criterion"]] != ""]
         passed = sum(float(c) == float(r["points"]) for c in cells)
-        assert (int(r["graded"]), int(r["passed"])) == (len(cells), passed), r
-        assert r["pass_rate"] == f"{passed / len(cells):.3f}"
-    rng = next(r for r in report if r["criterion"] == "1.1.rng_untouched")
-    assert (rng["graded"], rng["passed"], rng["sharing"]) == ("4", "1", "2") and "random" in rng["common_failure"]
-    assert merged.with_name("grades_class_report.png").read_bytes().startswith(b"\x89PNG")
+        assert (int(r["graded"]), int(r["not_attempted"]), int(r["passed"])) == (len(cells), 1, passed), r
+        assert r["pass_rate"] == f"{passed / (len(cells) - 1):.3f}"
+        assert "NotImplementedError" not in r["failure_1"] + r["failure_2"] + r["failure_3"]
+    by_id = {r["criterion"]: r for r in report}
+    rng, loader = by_id["1.1.rng_untouched"], by_id["1.1.partition_dataset"]
+    assert (rng["attempted"], rng["passed"], rng["sharing_1"]) == ("3", "2", "1") and "random" in rng["failure_1"]
+    assert (loader["attempted"], loader["passed"], loader["sharing_1"]) == ("3", "2", "1")
+    assert DROPS_LAST.hint in loader["likely_cause_1"]                      # the buggy submission's own cause
+    (scores,) = [r for r in _rows(merged.with_name("grades_class_report_scores.csv"))[1] if r["graded"] != "0"]
+    assert (scores["problem"], scores["graded"], scores["not_attempted"], scores["full_marks"]) == ("1", "4", "1", "1")
+    assert float(scores["hidden_max"]) > 0 and float(scores["public_max"]) > 0
+    for figure in ("grades_class_report.png", "grades_class_report_scores.png"):
+        assert merged.with_name(figure).read_bytes().startswith(b"\x89PNG")
     page = (tmp_path / "similarity" / "index.html").read_text()
     assert "href='../merged/grades_class_report.html'" in page
     pairs = (tmp_path / "similarity" / "pairs.csv").read_text()
@@ -172,6 +187,8 @@ def test_script_directives_parse_like_sbatch_and_bad_options_are_refused(tmp_pat
     assert slurm.check_script(job.script, 3) == []
     found = dict(slurm.directives(job.script.read_text()))
     assert found["array"] == "0-2%2" and found["time"] == "1-02:00:00" and found["partition"] == "gpu-a100"
+    assert (found["cpus-per-task"], found["mem"]) == (str(DEFAULT_CPUS), DEFAULT_MEM) and "account" not in found
+    assert "shared filesystem" in job.script.read_text()
     assert found["gpus-per-task"] == "2" and found["output"].endswith("/logs/task-%a.out")
     tasks = json.loads(job.tasks.read_text())
     assert tasks["benchmarks"] and tasks["limit_s"] + tasks["benchmark_limit_s"] <= 26 * 3600 - slurm.START_SLACK_S
@@ -190,6 +207,23 @@ def test_script_directives_parse_like_sbatch_and_bad_options_are_refused(tmp_pat
         slurm.write_array(subs, tmp_path / "o4", time_limit="00:02:00")
     with pytest.raises(ValueError, match="whitespace"):
         slurm.write_array(subs, tmp_path / "o 5")
+    with pytest.raises(ValueError, match="--mem: not a Slurm memory size"):
+        slurm.write_array(subs, tmp_path / "o6", mem="3 GB")
+    with pytest.raises(ValueError, match="--cpus-per-task"):
+        slurm.write_array(subs, tmp_path / "o6", cpus_per_task=0)
+    with pytest.raises(ValueError, match="account"):
+        slurm.write_array(subs, tmp_path / "o7", account="$(id)")
+    # every resource is an option: CPUs, memory, account (and partition) go into the script as given
+    parser = argparse.ArgumentParser()
+    add_slurm_resource_options(parser)
+    given = slurm_resources(parser.parse_args(["--cpus-per-task", "4", "--mem", "6000M", "--account", "cs-101"]))
+    custom = slurm.write_array(subs, tmp_path / "o8", **given)
+    assert slurm.check_script(custom.script, 3) == []
+    found = dict(slurm.directives(custom.script.read_text()))
+    assert (found["cpus-per-task"], found["mem"], found["account"]) == ("4", "6000M", "cs-101")
+    assert "partition" not in found
+    assert slurm_resources(parser.parse_args([])) == {"cpus_per_task": DEFAULT_CPUS, "mem": DEFAULT_MEM,
+                                                      "account": None}
     assert slurm.array_spec([5, 0, 1, 2, 7, 8], 3) == "0-2,5,7-8%3"
     # the script refuses to run without a task id; an unknown id grades nothing
     ran = subprocess.run(["bash", str(job.script)], env={k: v for k, v in os.environ.items()
@@ -219,14 +253,18 @@ def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, c
     keep("a", 0, "failed")
     keep("b", 1, "timeout")
     keep("c", 2, "passed", token="an earlier array")
-    # d's task runs under another secret: it grades nothing and says why
+    # d's task runs under another secret: it grades nothing, exits non-zero and says why
     monkeypatch.setenv("GRADING_COURSE_SECRET", "last term")
-    assert slurm.run_task(out, 3) == 0
+    wrong = _task(out, 3)
+    printed = wrong.communicate()[0].decode(errors="replace")
+    assert wrong.returncode == EXIT_GRADER_ERROR and "course secret differs" in printed, printed
     found = collect(out, tmp_path / "grades.csv")
     assert [t[:2] for t in found.failed] == [(1, "b"), (3, "d")] and "secret" in found.failed[1][2]
     assert [t[:2] for t in found.missing] == [(2, "c")]
     assert found.resubmit == f"sbatch --array=1-3%3 {out / slurm.SCRIPT}"
     assert (out / "resubmit.sh").read_text().strip().endswith(found.resubmit)
     assert [row["submission"] for row in _rows(tmp_path / "grades.csv")[1]] == ["a", "b", "d"]
+    d = _rows(tmp_path / "grades.csv")[1][2]
+    assert d["score"] == "" and d["status"] == "grader_error" and "secret" in d["notes"]   # blank, never 0
     report = (tmp_path / "grades_class_report.csv").read_text()
     assert "'=cmd|' /C calc'!A0" in report and ",=" not in report and "a formula" in report

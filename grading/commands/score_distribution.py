@@ -1,0 +1,133 @@
+"""Per-problem score distributions of a class, with public and hidden subtotals (part of the class report).
+
+``problem_scores(results)`` sums, for each problem the course chose
+(``course.chosen_problems()``: columns only for those) and each graded
+submission whose results hold it, the points of its public criteria and
+of its hidden ones (``result_tests.is_hidden``). ``summary_rows`` gives one
+row per problem (means, median, how many full marks, how many did not attempt
+it at all); ``draw`` a histogram per problem::
+
+    Problem 1 (n=40)           total  ##########
+                               public ----
+                               hidden ....       0 ... max points
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading.commands.result_tests import is_hidden, not_attempted, scored_tests
+from grading.kit.course import chosen_problems
+from grading.kit.files import atomic_path
+
+COLUMNS = ["problem", "sub_problems", "graded", "not_attempted", "public_max", "public_mean", "hidden_max",
+           "hidden_mean", "max_score", "mean", "median", "full_marks"]
+
+
+@dataclass
+class ProblemScores:
+    """One problem's subtotals, one entry per graded submission that holds it (``names`` in the same order)."""
+
+    problem: str
+    sub_problems: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    public: list[float] = field(default_factory=list)
+    hidden: list[float] = field(default_factory=list)
+    public_max: float = 0.0
+    hidden_max: float = 0.0
+    not_attempted: int = 0
+
+    @property
+    def totals(self) -> list[float]:
+        return [p + h for p, h in zip(self.public, self.hidden)]
+
+
+def problem_scores(results: dict[str, dict], problems: tuple[str, ...] | None = None) -> list[ProblemScores]:
+    """Per chosen problem ("1", "2", ...; default ``course.chosen_problems()``), in that order: the public and
+    hidden subtotal of every submission of ``results`` (name -> results.json data) that holds the problem.
+
+    A submission did not attempt a problem when every sub-problem of it it holds is unattempted
+    (``result_tests.not_attempted``).
+    """
+    spread = {p: ProblemScores(p) for p in (problems or chosen_problems())}
+    for name in sorted(results):
+        skipped = not_attempted(results[name])
+        sums: dict[str, list[float]] = {}
+        numbers: dict[str, set[str]] = {}
+        for test in scored_tests(results[name]):
+            number = str(test.get("number", ""))
+            top = number.split(".")[0]
+            if top not in spread:
+                continue
+            tally = sums.setdefault(top, [0.0, 0.0, 0.0, 0.0])      # public, hidden, public max, hidden max
+            k = 1 if is_hidden(test) else 0
+            tally[k] += float(test.get("score", 0) or 0)
+            tally[k + 2] += float(test.get("max_score", 0) or 0)
+            numbers.setdefault(top, set()).add(number)
+        for top, (public, hidden, public_max, hidden_max) in sums.items():
+            entry = spread[top]
+            entry.names.append(name)
+            entry.public.append(public)
+            entry.hidden.append(hidden)
+            entry.public_max, entry.hidden_max = max(entry.public_max, public_max), max(entry.hidden_max, hidden_max)
+            entry.sub_problems = sorted(set(entry.sub_problems) | numbers[top], key=_order)
+            entry.not_attempted += numbers[top] <= skipped
+    return list(spread.values())
+
+
+def _order(number: str) -> list[int]:
+    return [int(x) if x.isdigit() else 0 for x in number.split(".")]
+
+
+def _mean(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.2f}" if values else ""
+
+
+def summary_rows(spread: list[ProblemScores]) -> list[dict]:
+    """One row per problem (columns ``COLUMNS``): graded, not attempted, public and hidden max and mean, the
+    total's max, mean and median, and how many submissions earned every point; means empty when none."""
+    rows = []
+    for s in spread:
+        totals, top = s.totals, s.public_max + s.hidden_max
+        rows.append({"problem": s.problem, "sub_problems": " ".join(s.sub_problems), "graded": len(totals),
+                     "not_attempted": s.not_attempted, "public_max": f"{s.public_max:g}",
+                     "public_mean": _mean(s.public), "hidden_max": f"{s.hidden_max:g}", "hidden_mean": _mean(s.hidden),
+                     "max_score": f"{top:g}", "mean": _mean(totals),
+                     "median": f"{statistics.median(totals):g}" if totals else "",
+                     "full_marks": sum(t >= top for t in totals) if totals else 0})
+    return rows
+
+
+def draw(spread: list[ProblemScores], path: Path) -> str:
+    """Write a histogram per problem that has graded submissions (total, and the public and hidden subtotals on
+    the same bins) to ``path``; returns "" or why no figure was drawn."""
+    shown = [s for s in spread if s.totals]
+    if not shown:
+        Path(path).unlink(missing_ok=True)
+        return "no score distributions: no graded submission holds a chosen problem"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no figure: matplotlib is not available ({exc})"
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.2), squeeze=False)
+    for ax, s in zip(axes[0], shown):
+        top = max(s.public_max + s.hidden_max, 1.0)
+        bins = [top * k / 10 for k in range(11)]
+        ax.hist(s.totals, bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
+        ax.hist(s.public, bins=bins, histtype="step", linewidth=1.5, color="tab:green",
+                label=f"public (of {s.public_max:g})")
+        ax.hist(s.hidden, bins=bins, histtype="step", linewidth=1.5, linestyle="--", color="tab:red",
+                label=f"hidden (of {s.hidden_max:g})")
+        ax.set_title(f"Problem {s.problem} (n={len(s.totals)}, not attempted {s.not_attempted})", fontsize=9)
+        ax.set_xlabel("points")
+        ax.set_ylabel("submissions")
+        ax.set_xlim(0, top)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as scratch:
+        fig.savefig(scratch, format="png", dpi=110)
+    plt.close(fig)
+    return ""
