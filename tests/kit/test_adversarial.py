@@ -19,6 +19,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from grading.__main__ import main as grading_main
@@ -63,41 +64,36 @@ def once(code: str) -> str:
 # ------------------------------------------------------------------------------------------ helpers
 def _tagged(value: str) -> list[int]:
     """Live (non-zombie) processes whose environment carries this test's tag."""
-    marker, found = f"{TAG}={value}".encode(), []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    found = []
+    for process in psutil.process_iter():
         try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                if marker not in handle.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
+            if process.pid != os.getpid() and process.environ().get(TAG) == value and _alive(process.pid):
+                found.append(process.pid)
+        except psutil.Error:
             continue
-        found.append(int(name))
     return found
 
 
 def _below_this_process() -> set[int]:
-    """Every live (non-zombie) process below this test process: the fork servers of runs still open and whatever
-    their ranks left behind (a server adopts it)."""
+    """Every live (non-zombie) process below this test process: the session's fork servers and whatever their
+    ranks left behind (a server adopts it)."""
     return {pid for pid in descendants(os.getpid()) if _alive(pid)}
 
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
 @pytest.fixture(autouse=True)
-def no_survivors(monkeypatch):
+def no_survivors(monkeypatch, fork_servers):
     """Every process the test's grading starts inherits a tag, or (a rank forked without exec, whose start-up
-    environment is its server's) is below this process; none may be alive when the test ends."""
+    environment is its server's) is below this process; none may be alive when the test ends. The session's fork
+    servers (started first, untagged) outlive the test; their ranks may not."""
+    if fork_servers is not None:
+        fork_servers.warm_up()
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG, value)
     before = _below_this_process()
@@ -111,12 +107,17 @@ def no_survivors(monkeypatch):
     assert not survivors, f"processes started by the grading survived it: {survivors}"
 
 
-def grade(tmp_path: Path, edits: list[tuple[str, str, str]], case_names: set[str], **changes) -> dict:
-    """Verdicts by criterion id for the named cases (with ``changes``) on a kit carrying ``edits``."""
-    kit = make_variant_kit(tmp_path / "kit", edits)
-    cases = [dataclasses.replace(c, **changes) for c in all_cases() if c.name in case_names]
-    assert {c.name for c in cases} == case_names
-    return {v.id: v for v in run_cases(cases, kit, tmp_path / "runs")}
+@pytest.fixture
+def grade_kit(fork_servers):
+    """``grade_kit(tmp_path, edits, case_names, **changes)``: verdicts by criterion id for the named cases (with
+    ``changes``) on a kit carrying ``edits``, the ranks forked by the session's fork servers as ``grade`` forks
+    them (cold under ``GRADING_FORKSERVER=0``)."""
+    def grade(tmp_path: Path, edits: list[tuple[str, str, str]], case_names: set[str], **changes) -> dict:
+        kit = make_variant_kit(tmp_path / "kit", edits)
+        cases = [dataclasses.replace(c, **changes) for c in all_cases() if c.name in case_names]
+        assert {c.name for c in cases} == case_names
+        return {v.id: v for v in run_cases(cases, kit, tmp_path / "runs", servers=fork_servers)}
+    return grade
 
 
 def grade_cli(tmp_path: Path, submission: Path, *args: str) -> tuple[int, dict]:
@@ -131,9 +132,9 @@ def failed(verdicts: dict) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------ (a) hang
-def test_rank_hanging_in_a_collective_is_cut_off_with_its_stack(tmp_path):
+def test_rank_hanging_in_a_collective_is_cut_off_with_its_stack(grade_kit, tmp_path):
     body = "if dist.get_rank() == 1:\n    dist.recv(torch.zeros(1), src=0, tag=777)   # rank 0 never sends\n" + AVERAGE
-    verdicts = grade(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=8)
+    verdicts = grade_kit(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=8)
     assert verdicts["1.2.setup"].passed, verdicts["1.2.setup"].message       # recorded before the hang
     assert failed(verdicts) == set(verdicts) - {"1.2.setup", "1.2.setup_timeout_default"}
     message = verdicts["1.2.grads_2rank"].message
@@ -147,9 +148,9 @@ def test_rank_hanging_in_a_collective_is_cut_off_with_its_stack(tmp_path):
     ("import os\nos._exit(0)", "rank 1 exited with code 0 before finishing"),
     ("import ctypes\nctypes.string_at(0)", "rank 1 died from signal SIGSEGV"),
 ])
-def test_rank_that_exits_or_segfaults_is_reported(tmp_path, how, reason):
+def test_rank_that_exits_or_segfaults_is_reported(grade_kit, tmp_path, how, reason):
     body = "if dist.get_rank() == 1:\n" + "".join(f"    {line}\n" for line in how.splitlines()) + AVERAGE
-    verdicts = grade(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=20)
+    verdicts = grade_kit(tmp_path, [(COMM, "average_gradients", body)], {"p1_comm_2rank"}, timeout_s=20)
     assert verdicts["1.2.setup"].passed
     assert "1.2.grads_2rank" in failed(verdicts)
     messages = " ".join(v.message for v in verdicts.values())
@@ -157,7 +158,7 @@ def test_rank_that_exits_or_segfaults_is_reported(tmp_path, how, reason):
 
 
 # ------------------------------------------------------------------------------------------ (c) Pipe stage loops
-def test_endless_pipe_stage_costs_problem_2_2_only(tmp_path):
+def test_endless_pipe_stage_costs_problem_2_2_only(grade_kit, tmp_path):
     body = """
         batches = list(torch.split(x, self.split_size))
         for wave in schedule.clock_cycles(len(batches), len(self.stages)):
@@ -167,14 +168,14 @@ def test_endless_pipe_stage_costs_problem_2_2_only(tmp_path):
                 batches[i] = self.workers.receive(j)
         return torch.cat(batches).to(self.devices[-1])
     """
-    verdicts = grade(tmp_path, [(PIPE, "forward", body)], {"p2_schedule_split", "p2_pipe"}, timeout_s=6)
+    verdicts = grade_kit(tmp_path, [(PIPE, "forward", body)], {"p2_schedule_split", "p2_pipe"}, timeout_s=6)
     assert {cid for cid in failed(verdicts)} == {c for c in verdicts if c.startswith("2.2.")}
     message = verdicts["2.2.forward"].message
     assert "timed out after" in message and "pipe.py" in message, message
 
 
 # ------------------------------------------------------------------------------------------ (d) leftovers
-def test_leftover_processes_are_killed_even_after_setsid_and_there_is_no_network(tmp_path, monkeypatch):
+def test_leftover_processes_are_killed_even_after_setsid_and_there_is_no_network(grade_kit, tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv("ADVERSARIAL_PID_DIR", str(pids))
@@ -199,7 +200,7 @@ except OSError as exc:
 import json
 open(path + ".net", "w").write(json.dumps([sorted(n for _, n in socket.if_nameindex()), reached]))
 """)
-    verdicts = grade(tmp_path, [(DATASET, "partition_indices", spawn + PARTITION)], {"p1_partition"}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, [(DATASET, "partition_indices", spawn + PARTITION)], {"p1_partition"}, timeout_s=30)
     assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
     escaped = [int(f.read_text()) for f in pids.iterdir() if f.suffix == ""]
     assert len(escaped) == 2, "the setsid daemons never started"
@@ -219,25 +220,25 @@ open(path + ".net", "w").write(json.dumps([sorted(n for _, n in socket.if_namein
 
 
 # ------------------------------------------------------------------------------------------ (e) output
-def test_megabytes_of_output_do_not_change_the_verdict(tmp_path):
+def test_megabytes_of_output_do_not_change_the_verdict(grade_kit, tmp_path):
     noise = once('import sys\nsys.stdout.write("x" * 4_000_000 + "\\n")\nsys.stderr.write("y" * 4_000_000 + "\\n")')
-    verdicts = grade(tmp_path, [(DATASET, "partition_indices", noise + PARTITION)], {"p1_partition"}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, [(DATASET, "partition_indices", noise + PARTITION)], {"p1_partition"}, timeout_s=30)
     assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
     logs = list((tmp_path / "runs" / "p1_partition").glob("rank*.stdout"))
     assert logs and all(log.stat().st_size >= 4_000_000 for log in logs)
 
 
-def test_endless_output_hits_the_file_size_limit(tmp_path, monkeypatch):
+def test_endless_output_hits_the_file_size_limit(grade_kit, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADING_FILE_MB", "8")
     flood = 'import sys\nwhile True:\n    sys.stdout.write("x" * 1_000_000)\n'
-    verdicts = grade(tmp_path, [(DATASET, "partition_indices", flood)], {"p1_partition"}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, [(DATASET, "partition_indices", flood)], {"p1_partition"}, timeout_s=30)
     assert "File too large" in verdicts["1.1.coverage"].message, verdicts["1.1.coverage"].message
     assert verdicts["1.1.partition_class"].passed and verdicts["1.1.partition_dataset"].passed
     for log in (tmp_path / "runs" / "p1_partition").glob("rank*.std*"):
         assert log.stat().st_size <= 8 * 1024 * 1024
 
 
-def test_stderr_noise_never_fails_correct_work(tmp_path):
+def test_stderr_noise_never_fails_correct_work(grade_kit, tmp_path):
     noise = """
 import sys, warnings
 warnings.warn("this looks alarming but is only a warning")
@@ -245,13 +246,13 @@ sys.stderr.write("[W socket.cpp:663] [c10d] The client socket has failed to conn
                  "Traceback (most recent call last):\\nRuntimeError: NCCL error (this line is only printed)\\n" * 20)
 print("ERROR FAILED assert", flush=True)
 """
-    verdicts = grade(tmp_path, [(COMM, "average_gradients", noise + AVERAGE)], {"p1_comm_2rank"})
+    verdicts = grade_kit(tmp_path, [(COMM, "average_gradients", noise + AVERAGE)], {"p1_comm_2rank"})
     assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
     assert "Traceback" in (tmp_path / "runs" / "p1_comm_2rank" / "rank0.stderr").read_text()
 
 
 # ------------------------------------------------------------------------------------------ (f) monkeypatching
-def test_patched_comparisons_and_grader_modules_change_nothing(tmp_path):
+def test_patched_comparisons_and_grader_modules_change_nothing(grade_kit, tmp_path):
     cheat = """
 import torch.testing
 torch.allclose = lambda *args, **kwargs: True
@@ -266,7 +267,7 @@ for param in model.parameters():        # wrong: summed, never divided
     if param.grad is not None:
         dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
 """
-    verdicts = grade(tmp_path, [(COMM, "average_gradients", cheat)], {"p1_comm_2rank"}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, [(COMM, "average_gradients", cheat)], {"p1_comm_2rank"}, timeout_s=30)
     assert failed(verdicts) == {"1.2.grads_2rank"}
     assert "differs from the reference" in verdicts["1.2.grads_2rank"].message
     report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
@@ -276,7 +277,7 @@ for param in model.parameters():        # wrong: summed, never divided
 
 
 # ------------------------------------------------------------------------------------------ (g) fake results
-def test_planted_and_altered_result_files_are_rejected(tmp_path):
+def test_planted_and_altered_result_files_are_rejected(grade_kit, tmp_path):
     # The grader-access rule (a region that names the grader scores zero) is static, so a determined cheater
     # hides the import; the signed result files must still reject what it plants.
     hidden = ("from grading.problems.p1_2_comm import reference as p1\n"
@@ -298,7 +299,7 @@ os._exit(0)
     edits = [(COMM, "average_gradients", "for param in model.parameters():\n    if param.grad is not None:\n"
                                          "        dist.all_reduce(param.grad)\n"),        # wrong: not divided
              (COMM, "train_step", plant)]
-    verdicts = grade(tmp_path, edits, {"p1_comm_2rank"}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, edits, {"p1_comm_2rank"}, timeout_s=30)
     assert verdicts["1.2.setup"].passed
     assert "changed or removed after the probe recorded it" in verdicts["1.2.grads_2rank"].message
     assert "not written by the grader's probe" in verdicts["1.2.train_step_updates"].message
@@ -352,17 +353,17 @@ def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path):
     ("param.grad.data = param.grad.data.flatten()", "shape (48,), expected (8, 6)"),
     ("param.grad.data = param.grad.data.double()", "dtype torch.float64, expected torch.float32"),
 ], ids=["nan", "shape", "dtype"])
-def test_wrong_shape_dtype_or_nan_is_named(tmp_path, extra, reason):
+def test_wrong_shape_dtype_or_nan_is_named(grade_kit, tmp_path, extra, reason):
     edits = [(COMM, "average_gradients", AVERAGE + "        " + extra + "\n")]
-    verdicts = grade(tmp_path, edits, {"p1_comm_2rank"}, world_size=1, args={"train_step": False}, timeout_s=30)
+    verdicts = grade_kit(tmp_path, edits, {"p1_comm_2rank"}, world_size=1, args={"train_step": False}, timeout_s=30)
     assert reason in verdicts["1.2.grads_2rank"].message, verdicts["1.2.grads_2rank"].message
     assert all(verdicts[c].passed for c in ("1.2.setup", "1.2.unused_grads_none", "1.2.uses_all_reduce"))
 
 
-def test_result_on_the_wrong_device_is_named(tmp_path):
+def test_result_on_the_wrong_device_is_named(grade_kit, tmp_path):
     body = ("optimizer.zero_grad()\nloss = loss_fn(model(inputs), targets)\nloss.backward()\n"
             "average_gradients(model)\noptimizer.step()\nreturn loss.detach().to('meta')\n")
-    verdicts = grade(tmp_path, [(COMM, "train_step", body)], {"p1_comm_2rank"}, world_size=1, timeout_s=30)
+    verdicts = grade_kit(tmp_path, [(COMM, "train_step", body)], {"p1_comm_2rank"}, world_size=1, timeout_s=30)
     assert "on meta, expected a Python float" in verdicts["1.2.train_step_loss"].message
     assert verdicts["1.2.train_step_updates"].passed
 
