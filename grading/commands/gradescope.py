@@ -99,8 +99,8 @@ def build_bundle(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFA
     ``grading/staff/course_secret.txt``, so
     hidden inputs follow this term's secret), ``setup.sh`` and
     ``run_autograder`` (whose whole grade stops after ``total_timeout_s`` seconds, reported as out of
-    time; Gradescope's own limit must be above it). Raises ValueError for a limit below 1 s, FileExistsError when ``out_dir`` exists and is
-    not empty, RegionError for malformed markers.
+    time; Gradescope's own limit must be above it). Raises ValueError for a limit below 1 s,
+    FileExistsError when ``out_dir`` exists and is not empty, RegionError for malformed markers.
     """
     kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
     if total_timeout_s < 1:
