@@ -330,7 +330,7 @@ def test_edits_outside_regions_and_to_the_provided_runtime_are_ignored(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------ (i) import failures
-def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path):
+def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path, fork_servers):
     kit = make_variant_kit(tmp_path / "kit", [(DATASET, "partition_indices", "return [[0] +\n")])
     (kit / COMM).unlink()
     report = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
@@ -338,7 +338,7 @@ def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path):
     assert len(report.syntax_errors) == 1 and report.syntax_errors[0].startswith(DATASET + ":")
     cases = [dataclasses.replace(c, timeout_s=30, world_size=1) for c in all_cases()
              if c.name in {"p1_partition", "p1_comm_2rank"}]
-    verdicts = {v.id: v for v in run_cases(cases, tmp_path / "copy", tmp_path / "runs")}
+    verdicts = {v.id: v for v in run_cases(cases, tmp_path / "copy", tmp_path / "runs", servers=fork_servers)}
     for cid, verdict in verdicts.items():
         assert not verdict.passed
         if cid.startswith("1.1."):

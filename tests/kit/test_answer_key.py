@@ -92,14 +92,15 @@ def test_grader_access_is_found_in_code_not_comments(body, caught):
     assert grader_access("# import grading would be cheating\nreturn 1\n") is None
 
 
-def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_path):
+def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_path, fork_servers):
     body = ("from grading.problems.p1_1_partition import staff  # the answers, only on the course's grader\n"
             "return staff.partition_indices(size, world_size, seed)")
     kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
     splice = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
     assert set(splice.barred) == {"1.1"}
     assert "data_parallel/dataset.py:" in splice.barred["1.1"] and "reaches into the grader" in splice.barred["1.1"]
-    verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", barred=splice.barred)
+    verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", barred=splice.barred,
+                         servers=fork_servers)
     assert verdicts and all(v.score == 0 and "reaches into the grader" in v.message for v in verdicts)
 
 

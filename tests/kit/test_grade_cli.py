@@ -124,12 +124,12 @@ def test_zip_slip_is_rejected(tmp_path):
     assert done.returncode == 2 and "unsafe path" in done.stderr
 
 
-def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path):
+def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path, fork_servers):
     from grading.commands import report
     from tests.kit.test_variants_p1 import VARIANTS
     from tests.kit.variants import grade_variant
     variant = next(v for v in VARIANTS if v.name == "sum_without_dividing")
-    table = report.table(list(grade_variant(variant, "1.2", tmp_path).values()))
+    table = report.table(list(grade_variant(variant, "1.2", tmp_path, fork_servers).values()))
     assert "likely cause: a sum without the division by the world size (every gradient is 2 x the expected one)" \
         in " ".join(line.strip() for line in table.splitlines()), table
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 160, table
