@@ -8,6 +8,13 @@ starter or bundle. ``GRADING_PROBLEMS=1,2,3,4`` overrides it for one run.
 The same record holds what a starter cannot count itself: the hidden points
 of every sub-problem (its hidden criteria are staff only) and the points the
 course gives the written analysis (``release --analysis_points``).
+
+Problem numbers from ``EXAMPLE_PROBLEMS_FROM`` (90) up are reserved for the
+examples of ``docs/adding-a-subproblem.md`` (its toys are 90.1 and 91.1), so
+an example never collides with a real problem: no course can choose one
+(``--problems`` and the course record refuse it). Only ``GRADING_PROBLEMS``,
+a one-off staff override, may name one, to grade an example in a scratch
+copy of the kit.
 """
 from __future__ import annotations
 
@@ -22,6 +29,13 @@ PROBLEMS_ENV = "GRADING_PROBLEMS"
 PROBLEM_FOLDERS = KIT_ROOT / "grading" / "problems"
 DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points)
 OPTIONAL_PROBLEMS = ("4", "5")            # a course adds them with --problems
+EXAMPLE_PROBLEMS_FROM = 90                # problems 90, 91, ...: the guide's examples, never a course's
+
+
+def is_example(problem: str) -> bool:
+    """True for a problem ("90") or sub-problem ("90.1") whose number is reserved for examples (>= 90)."""
+    number = problem.split(".")[0]
+    return number.isdigit() and int(number) >= EXAMPLE_PROBLEMS_FROM
 
 
 def present_problems() -> list[str]:
@@ -30,20 +44,32 @@ def present_problems() -> list[str]:
     return sorted(found, key=int)
 
 
-def parse_problems(text: str) -> tuple[str, ...]:
-    """``"1,2,3,4"`` -> ("1", "2", "3", "4"); raises ValueError naming an unknown problem."""
+def parse_problems(text: str, examples: bool = False) -> tuple[str, ...]:
+    """``"1,2,3,4"`` -> ("1", "2", "3", "4"); raises ValueError naming an unknown problem, or an example problem
+    (``is_example``) unless ``examples`` (only the ``GRADING_PROBLEMS`` override passes it)."""
     known = present_problems()
     chosen = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [p for p in chosen if p not in known]
     if not chosen or unknown:
-        raise ValueError(f"--problems {text!r}: choose from {', '.join(known)} (e.g. 1,2,3,4); "
+        offered = [p for p in known if examples or not is_example(p)]
+        raise ValueError(f"--problems {text!r}: choose from {', '.join(offered)} (e.g. 1,2,3,4); "
                          f"{'unknown ' + ', '.join(unknown) if unknown else 'none given'}")
+    reserved = [p for p in chosen if is_example(p)]
+    if reserved and not examples:
+        raise ValueError(f"--problems {text!r}: Problem {', '.join(reserved)} is an example (problems "
+                         f"{EXAMPLE_PROBLEMS_FROM} and up are reserved for docs/adding-a-subproblem.md); "
+                         f"a course cannot choose one")
     return chosen
 
 
 def record_text(problems: tuple[str, ...], hidden_points: dict[str, float], analysis_points: float = 0.0) -> str:
     """The text of ``grading/course.json`` that ``release`` writes: the chosen ``problems``, the hidden points of
-    each sub-problem (``{"1.1": 1, ...}``) and the points of the written analysis (0: ungraded)."""
+    each sub-problem (``{"1.1": 1, ...}``) and the points of the written analysis (0: ungraded). Raises
+    ValueError for an example problem (``is_example``) among either: a course record never names one."""
+    reserved = [p for p in (*problems, *hidden_points) if is_example(p)]
+    if reserved:
+        raise ValueError(f"course record: {', '.join(reserved)} is an example (problems {EXAMPLE_PROBLEMS_FROM} "
+                         f"and up are reserved for docs/adding-a-subproblem.md), never part of a course")
     return json.dumps({"problems": list(problems), "hidden_points": hidden_points,
                        "analysis_points": analysis_points}) + "\n"
 
@@ -73,14 +99,16 @@ def recorded_analysis_points() -> float:
 
 
 def chosen_problems() -> tuple[str, ...]:
-    """The problems of this course: ``GRADING_PROBLEMS``, else ``grading/course.json``, else Problems 1-3."""
+    """The problems of this course: ``GRADING_PROBLEMS`` (which alone may name an example), else
+    ``grading/course.json``, else Problems 1-3."""
     if os.environ.get(PROBLEMS_ENV):
-        return parse_problems(os.environ[PROBLEMS_ENV])
+        return parse_problems(os.environ[PROBLEMS_ENV], examples=True)
     try:
         return parse_problems(",".join(json.loads(COURSE_FILE.read_text())["problems"]))
     except (OSError, ValueError, KeyError, TypeError):
         return DEFAULT_PROBLEMS
 
 
-__all__ = ["DEFAULT_PROBLEMS", "OPTIONAL_PROBLEMS", "chosen_problems", "parse_problems", "present_problems",
-           "read_record", "record_text", "recorded_analysis_points", "recorded_hidden_points"]
+__all__ = ["DEFAULT_PROBLEMS", "EXAMPLE_PROBLEMS_FROM", "OPTIONAL_PROBLEMS", "chosen_problems", "is_example",
+           "parse_problems", "present_problems", "read_record", "record_text", "recorded_analysis_points",
+           "recorded_hidden_points"]

@@ -41,7 +41,7 @@ def _name(path: Path) -> str:
 
 
 def _table_ids(text: str) -> list[str]:
-    return re.findall(r"^\| (\d\.\d) \|", text, flags=re.MULTILINE)
+    return re.findall(r"^\| (\d+\.\d+) \|", text, flags=re.MULTILINE)
 
 
 def commands(text: str) -> list[list[str]]:

@@ -27,7 +27,7 @@ from grading import KIT_ROOT
 from grading.__main__ import main
 from grading.engine import hints
 from grading.kit import points
-from grading.kit.course import DEFAULT_PROBLEMS
+from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
 from grading.kit.regions import parse_regions, student_files
 from grading.problems import all_cases, folders
@@ -37,7 +37,7 @@ from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
-ALL = ("1", "2", "3", "4", "5")
+ALL = tuple(p for p in present_problems() if not is_example(p))      # every problem a course may hand out
 PREFACE = "# CS 11-868, Spring 2026\n\nDue May 1, 23:59. Late days: see the syllabus.\n"
 ENTRY_POINTS = {"4": ("project/run_capstone.py",), "5": ("project/run_tensor_parallel.py",)}
 ANALYSIS_POINTS = 10
@@ -76,7 +76,7 @@ def default(default_starter) -> str:
 def _sections(text: str) -> dict[str, str]:
     """Problem number -> the text of its ``## Problem N: ...`` section (up to the next ``## ``)."""
     found = {}
-    for match in re.finditer(r"^## Problem (\d): .*?(?=^## )", text, flags=re.MULTILINE | re.DOTALL):
+    for match in re.finditer(r"^## Problem (\d+): .*?(?=^## )", text, flags=re.MULTILINE | re.DOTALL):
         found[match.group(1)] = match.group(0)
     return found
 
@@ -93,7 +93,7 @@ def _rubric(problems: tuple[str, ...]) -> dict[str, tuple[float, float]]:
 
 def _points_rows(section: str) -> dict[str, tuple[float, float]]:
     """Sub-problem -> (public points, hidden points) as the section's points table gives them."""
-    rows = re.findall(r"^\| (\d\.\d) \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", section, flags=re.MULTILINE)
+    rows = re.findall(r"^\| (\d+\.\d+) \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", section, flags=re.MULTILINE)
     return {sub: (float(public), float(hidden)) for sub, public, hidden in rows}
 
 
@@ -123,7 +123,9 @@ def test_a_section_per_chosen_problem_with_the_rubric_points(which, request):
 
 
 def test_default_release_mentions_neither_optional_problem(default):
-    assert "| **total** | **91** | **9** | **100** |" in default
+    total = points.worth([c for case in all_cases(DEFAULT_PROBLEMS) for c in case.criteria])
+    assert f"| **total** | **{total.public:g}** | **{total.hidden:g}** | **{total.public + total.hidden:g}** |" \
+        in default
     for word in ("Problem 4", "Problem 5", "p4_", "p5_", "run_capstone", "run_tensor_parallel", "tensor_parallel",
                  "BucketedDDP", "ShardedOptimizer", "--problems", "optional"):
         assert word not in default, f"the default handout mentions {word!r}"

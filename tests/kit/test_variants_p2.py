@@ -343,5 +343,4 @@ VARIANTS = [
 @pytest.mark.kit
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_variant_loses_only_its_criteria(variant, tmp_path, fork_servers):
-    problem = {SCHEDULE: "2.1", PARTITION: "2.1", PIPE: "2.2", GPT2: "2.3"}[variant.path]
-    assert_verdicts(grade_variant(variant, problem, tmp_path, fork_servers), [variant])
+    assert_verdicts(grade_variant(variant, variant.problem, tmp_path, fork_servers), [variant])

@@ -256,12 +256,8 @@ GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
 GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]
 
 
-def _problem(variant: Variant) -> str:
-    return {"apply_lora": "3.1", "save_adapter": "3.2", "load_adapter": "3.2"}.get(variant.function, "3.3")
-
-
 def _grade_group(group: tuple, work: Path, servers) -> dict:
-    problems = {_problem(v) for v in group}
+    problems = {v.problem for v in group}
     assert len(problems) == 1 and len({(v.path, v.function) for v in group}) == len(group)
     if len(group) == 1:
         return grade_variant(group[0], problems.pop(), work, servers)
@@ -278,6 +274,6 @@ def test_variant_loses_only_its_criteria(group, tmp_path, fork_servers):
     assert_verdicts(verdicts, group)
     # init_engine keeps DeepSpeed from JIT-building its CPU shm op (DeepSpeed prints this line after any load).
     logs = list(tmp_path.glob("**/p3_zero_2rank/rank*.stdout"))
-    assert logs or _problem(group[0]) != "3.3", "no rank logs of the 3.3 case"
+    assert logs or group[0].problem != "3.3", "no rank logs of the 3.3 case"
     for log in logs:
         assert "shm_comm_op built successfully" not in log.read_text(errors="replace"), log

@@ -3,6 +3,10 @@
 Used by ``tests/kit/test_variants_p*.py`` to prove that each bug costs the
 intended criteria and only those. The copy is built with the grader's own
 splice (``build_grading_copy``), then the chosen region bodies are rewritten.
+A variant names its region by the function around it (``"forward#2"``: the
+third region inside a function of that name, in file order, where several
+share it) and takes its sub-problem from that region's BEGIN_STUDENT marker
+(``Variant.problem``), so no test maps files to problems by hand.
 """
 from __future__ import annotations
 
@@ -17,10 +21,29 @@ from grading.engine.runner import CriterionResult, run_cases
 from grading.kit.submission import build_grading_copy
 
 
+def find_region(text: str, path: str, function: str) -> int:
+    """Index, among the regions of ``path``'s ``text``, of the one ``function`` names: ``"name"`` (the only region
+    inside a function of that name) or ``"name#k"`` (the k-th, 0-based); ValueError when there is no such one."""
+    name, _, nth = function.partition("#")
+    matches = [k for k, r in enumerate(parse_regions(text, path)) if r.function == name]
+    if nth.isdigit() and int(nth) < len(matches):
+        return matches[int(nth)]
+    if not nth and len(matches) == 1:
+        return matches[0]
+    raise ValueError(f"{path}: expected one region in {function}, found {len(matches)} in functions named {name}")
+
+
+def region_problem(path: str, function: str, root: Path = KIT_ROOT) -> str:
+    """The sub-problem ("1.2") of the region ``function`` names (``find_region``) in ``root/path``: the id of its
+    BEGIN_STUDENT marker."""
+    text = (root / path).read_text()
+    return parse_regions(text, path)[find_region(text, path, function)].id
+
 
 @dataclass(frozen=True)
 class Variant:
-    """A named bug: ``body`` replaces the region inside ``function`` of ``path``; ``fails`` lists criterion ids.
+    """A named bug: ``body`` replaces the region ``function`` names in ``path`` (``find_region``); ``fails`` lists
+    criterion ids.
 
     A bug that spans regions (a blocking all-reduce changes the hook and what finish waits for) lists its
     other region edits in ``also`` as (path, function, body).
@@ -35,6 +58,11 @@ class Variant:
     also: tuple[tuple[str, str, str], ...] = ()
 
     @property
+    def problem(self) -> str:
+        """The sub-problem whose cases judge this bug: the id of the region ``function`` names in ``path``."""
+        return region_problem(self.path, self.function)
+
+    @property
     def edits(self) -> list[tuple[str, str, str]]:
         """Every (path, function, body) this bug writes."""
         return [(self.path, self.function, self.body), *self.also]
@@ -45,19 +73,16 @@ def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
     build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     for path, function, body in edits:
         text = (dest / path).read_text()
-        regions = parse_regions(text, path)
-        matches = [k for k, r in enumerate(regions) if r.function == function]
-        if len(matches) != 1:
-            raise ValueError(f"{path}: expected one region in {function}, found {len(matches)}")
-        indent = regions[matches[0]].indent
+        index = find_region(text, path, function)
+        indent = parse_regions(text, path)[index].indent
         new_body = textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", indent)
-        (dest / path).write_text(replace_bodies(text, path, {matches[0]: new_body}))
+        (dest / path).write_text(replace_bodies(text, path, {index: new_body}))
     return dest
 
 
 def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> dict[str, CriterionResult]:
-    """Grade ``problem`` on a copy of the kit carrying ``variant`` (ranks forked by ``servers``, the session's
-    ``fork_servers``, when given); verdicts by criterion id."""
+    """Grade ``problem`` (usually ``variant.problem``) on a copy of the kit carrying ``variant`` (ranks forked by
+    ``servers``, the session's ``fork_servers``, when given); verdicts by criterion id."""
     kit = make_variant_kit(work / "kit", variant.edits)
     splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
     return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
