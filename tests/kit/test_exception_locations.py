@@ -64,8 +64,9 @@ def graded_problems(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     return {}
 
 
-def _graded(problem: str, cache: dict, tmp_path_factory) -> tuple[Path, dict]:
-    """Problem ``problem`` graded once on a kit copy with a raise planted in every region of its files."""
+def _graded(problem: str, cache: dict, tmp_path_factory, servers) -> tuple[Path, dict]:
+    """Problem ``problem`` graded once on a kit copy with a raise planted in every region of its files (ranks
+    forked by ``servers``, the session's fork servers)."""
     if problem not in cache:
         work = tmp_path_factory.mktemp(f"exception_locations_{problem}")
         kit = make_variant_kit(work / "kit", [])
@@ -76,7 +77,7 @@ def _graded(problem: str, cache: dict, tmp_path_factory) -> tuple[Path, dict]:
             patch.setenv(PROBLEMS_ENV, problem)                     # splice an optional problem's regions too
             splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
             for verdict in run_cases(all_cases((problem,)), work / "graded", work / "runs", barred=splice.barred,
-                                     hints=splice.hints):
+                                     hints=splice.hints, servers=servers):
                 by_sub.setdefault(verdict.problem, []).append(verdict)
         cache[problem] = (work / "graded", by_sub)
     return cache[problem]
@@ -89,8 +90,8 @@ def test_every_sub_problem_has_a_planted_region():
 @pytest.mark.parametrize("sub", [
     pytest.param(sub, marks=pytest.mark.xfail(strict=True, reason=HAND_FORMATTED[sub]))
     if sub in HAND_FORMATTED else sub for sub in PLANTS])
-def test_the_failure_names_the_file_and_line_inside_the_region(sub, graded_problems, tmp_path_factory):
-    root, by_sub = _graded(sub.split(".")[0], graded_problems, tmp_path_factory)
+def test_the_failure_names_the_file_and_line_inside_the_region(sub, graded_problems, tmp_path_factory, fork_servers):
+    root, by_sub = _graded(sub.split(".")[0], graded_problems, tmp_path_factory, fork_servers)
     lines = _planted_lines(root, sub)
     failed = [v for v in by_sub.get(sub, []) if not v.passed]
     assert failed, f"{sub}: no criterion failed with a raise in each region of {', '.join(lines)}"
