@@ -10,6 +10,13 @@ Choices that can only be judged later (a dataset that does not exist, a
 world size larger than the data) raise ``ConfigError``; ``run_cli`` turns it
 into the same one line and exit code 2.
 
+Under torchrun every rank runs the entry point, so every rank meets the same
+bad command line and the same unwritten problem (``UniformError``). Local
+rank 0 prints the line and exits with code 2; the node's other ranks exit at
+once, quietly, with code 0. Were they to exit with 2 too, torchrun could
+stop local rank 0 (SIGTERM) before it has printed; this way the line is
+printed once per node and torchrun names one failure, local rank 0's.
+
 Nothing here imports torch: a parser lists the choices of the modules that
 do (presets, precisions, ZeRO stages) with ``read_constant``.
 """
@@ -19,6 +26,7 @@ import argparse
 import ast
 import importlib.util
 import math
+import os
 import sys
 from typing import Callable, NoReturn
 
@@ -27,12 +35,40 @@ class ConfigError(ValueError):
     """A bad command-line choice; entry points print it and exit with code 2 (no traceback)."""
 
 
+class UniformError(ConfigError):
+    """A ConfigError every rank of a torchrun run raises alike, because it depends only on the command line and
+    the source files (an unwritten problem, ``project.readiness``): ``refusal_code`` says who reports it."""
+
+
+def torchrun_rank() -> tuple[int, int] | None:
+    """``(RANK, WORLD_SIZE)`` of this process when torchrun started it (both variables set), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def refusal_code(line: str) -> int:
+    """Print ``line`` to stderr and return 2, for a refusal every rank reaches alike; under torchrun only local
+    rank 0 does that, and the other ranks of its node return 0 without printing (see the module docstring)."""
+    started = torchrun_rank()
+    if started is not None and int(os.environ.get("LOCAL_RANK", started[0])) != 0:
+        return 0
+    print(line, file=sys.stderr)
+    return 2
+
+
 def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> int:
-    """Run ``main(argv)``; a ConfigError becomes one line ``error: ...`` on stderr and exit code 2 (no traceback)."""
+    """Run ``main(argv)``; a ConfigError becomes one line ``error: ...`` on stderr and exit code 2 (no traceback).
+
+    A ``UniformError`` goes through ``refusal_code`` (under torchrun: printed once per node).
+    """
     try:
         main(argv)
     except ConfigError as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        line = f"error: {' '.join(str(exc).split())}"
+        if isinstance(exc, UniformError):
+            return refusal_code(line)
+        print(line, file=sys.stderr)
         return 2
     return 0
 
@@ -41,9 +77,11 @@ class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that reports a bad command line in one line (``error: ...``) and exits with 2."""
 
     def error(self, message: str) -> NoReturn:
-        """Print ``error: <prog>: <message>`` (one line, no usage block) to stderr and exit with code 2."""
-        print(f"error: {self.prog}: {' '.join(message.split())}", file=sys.stderr)
-        raise SystemExit(2)
+        """Print ``error: <prog>: <message>`` (one line, no usage block) to stderr and exit with code 2.
+
+        Every torchrun rank has the same command line: ``refusal_code`` says which one reports it.
+        """
+        raise SystemExit(refusal_code(f"error: {self.prog}: {' '.join(message.split())}"))
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

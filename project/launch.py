@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import torch
 
+from project.cli import torchrun_rank
 from project.devices import bind_rank, resolve_backend
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
@@ -197,9 +198,10 @@ def file_rendezvous(folder: Path, name: str) -> str:
 
 def torchrun_env() -> RankEnv | None:
     """This process's rank when started by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_*`` variables), else None."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+    started = torchrun_rank()
+    if started is None:
         return None
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world_size = started
     return RankEnv(rank, world_size, int(os.environ.get("LOCAL_RANK", rank)),
                    int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), "env://")
 

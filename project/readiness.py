@@ -8,7 +8,12 @@ file that does not parse, stops the command with one line and exit code 2::
     project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
 
 No student code is imported or run to find this out (``grading.kit.regions``
-parses the markers).
+parses the markers). The refusal is a ``UniformError``: under torchrun every
+rank reaches it alike and only local rank 0 prints it (``project.cli.refusal_code``).
+
+The tables below are the one record of what each command needs: the entry
+points (``COMMANDS``), the benchmark's parts (``BENCH_PARTS``) and what each
+of ``scripts/run_benchmarks.py``'s flags adds (``BENCH_FLAGS``).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from grading.kit.regions import STUDENT_PACKAGES, RegionError, parse_regions
 from project import KIT_ROOT
-from project.cli import ConfigError
+from project.cli import UniformError
 
 # problem id -> the functions (region hosts) an entry point calls, or None for every region of the problem
 Needs = dict[str, "tuple[str, ...] | None"]
@@ -27,15 +32,28 @@ DATA_PARALLEL: Needs = {"1.1": None, "1.2": ("setup_process_group", "average_gra
 MODEL_PARALLEL: Needs = {"2.3": None}
 PIPELINE_PARALLEL: Needs = {"2.1": ("clock_cycles",), "2.2": None, "2.3": None}
 FINETUNE: Needs = {"1.1": None, "1.2": ("setup_process_group",), "3.1": None, "3.2": None, "3.3": None}
+CAPSTONE: Needs = {"4.1": None, "4.2": None, "4.3": None}
+TENSOR_PARALLEL: Needs = {"5.1": None, "5.2": None}     # with more than one rank (one rank: the unsplit baseline)
 BENCHMARKS: Needs = {"1.1": None, "1.2": None, "2.1": ("clock_cycles",), "2.2": None, "2.3": None, "3.1": None}
 # The benchmark's parts (scripts/run_benchmarks.py measures those whose problems are written, skips the rest)
 BENCH_PARTS: dict[str, Needs] = {"data_parallel": DATA_PARALLEL | {"1.2": None}, "pipeline": PIPELINE_PARALLEL,
                                  "finetune": {"3.1": None}}
+BENCH_BASE = ("data_parallel", "pipeline")   # a benchmark run needs one of these
+# What each flag of scripts/run_benchmarks.py adds to the run: (parts it measures where written, parts it needs).
+# --peers adds peers to the base parts, a LoRA group and the Problem 4 group (BucketedDDP, ZeRO-1 memory);
+# --tensor_parallel exists to measure Problem 5 next to data and pipeline parallelism.
+DDP_ZERO: Needs = {"1.2": ("average_gradients",), "4.1": None, "4.2": None}
+BENCH_FLAGS: dict[str, tuple[dict[str, Needs], dict[str, Needs]]] = {
+    "--peers": ({"finetune": BENCH_PARTS["finetune"], "ddp_zero": DDP_ZERO}, {}),
+    "--tensor_parallel": ({}, {"tensor_parallel": TENSOR_PARALLEL}),
+}
 COMMANDS: dict[str, Needs] = {
     "project/run_data_parallel.py": DATA_PARALLEL,
     "project/run_pipeline.py --model_parallel_mode model_parallel": MODEL_PARALLEL,
     "project/run_pipeline.py --model_parallel_mode pipeline_parallel": PIPELINE_PARALLEL,
     "project/run_finetune.py": FINETUNE,
+    "project/run_capstone.py": CAPSTONE,
+    "project/run_tensor_parallel.py": TENSOR_PARALLEL,
     "scripts/run_benchmarks.py": BENCHMARKS,
 }
 
@@ -44,6 +62,10 @@ def _is_stub(body: str, problem: str) -> bool:
     code = [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
     return len(code) == 1 and re.match(rf"raise\s+NotImplementedError\(\s*[\"']Problem {re.escape(problem)}\b",
                                        code[0]) is not None
+
+
+def _order(ids) -> list[str]:
+    return sorted(ids, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")])
 
 
 def _join(items: list[str]) -> str:
@@ -82,7 +104,7 @@ def problems_not_ready(needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = Tr
                 if region.id in needs and (wanted is None or region.function in wanted) \
                         and _is_stub(region.body, region.id):
                     stubs.add(region.id)
-    ordered = sorted(stubs, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")])
+    ordered = _order(stubs)
     if ordered and stubs_too:
         verb = "is" if len(ordered) == 1 else "are"
         broken.append(f"Problem{'s' if len(ordered) > 1 else ''} {_join(ordered)} {verb} not implemented yet")
@@ -90,20 +112,20 @@ def problems_not_ready(needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = Tr
 
 
 def ensure_ready(command: str, needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = True) -> None:
-    """Raise ConfigError (one line) when a problem ``command`` needs is unwritten or does not parse.
+    """Raise UniformError (one line) when a problem ``command`` needs is unwritten or does not parse.
 
     ``stubs_too=False`` checks only that the files parse (before importing them).
     """
     problems = problems_not_ready(needs, root, stubs_too)
     if problems:
-        ids = sorted(needs, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")])
-        raise ConfigError(f"{command} needs Problem{'s' if len(ids) > 1 else ''} {_join(ids)}: "
-                          f"{'; '.join(problems)}")
+        ids = _order(needs)
+        raise UniformError(f"{command} needs Problem{'s' if len(ids) > 1 else ''} {_join(ids)}: "
+                           f"{'; '.join(problems)}")
 
 
 def problem_ids(needs: Needs) -> str:
     """``needs``' problem ids in order, as text: ``1.1 and 1.2``."""
-    return _join(sorted(needs, key=lambda p: [int(x) if x.isdigit() else x for x in p.split(".")]))
+    return _join(_order(needs))
 
 
 def parts_not_ready(parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str, str]:
@@ -119,17 +141,71 @@ def parts_not_ready(parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str,
     return out
 
 
-def ensure_some_ready(command: str, parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str, str]:
-    """``parts_not_ready(parts)``, or ConfigError (one line) when not one of ``parts`` can run.
+def _merge(*tables: Needs) -> Needs:
+    """One table needing everything ``tables`` need (a problem needed whole in one is needed whole)."""
+    out: dict[str, tuple[str, ...] | None] = {}
+    for table in tables:
+        for problem, functions in table.items():
+            if functions is None or (problem in out and out[problem] is None):
+                out[problem] = None
+            else:
+                out[problem] = tuple(dict.fromkeys((*(out.get(problem) or ()), *functions)))
+    return out
 
-    ``scripts/run_benchmarks.py needs Problems 1.1 and 1.2 (data_parallel) or 2.1, 2.2 and 2.3
-    (pipeline): Problems 1.1, 1.2, 2.1, 2.2 and 2.3 are not implemented yet``
+
+def _problems_handed_out(root: Path) -> set[str]:
+    found: set[str] = set()
+    for package in STUDENT_PACKAGES:
+        for file in (Path(root) / package).rglob("*.py"):
+            found |= set(re.findall(r"BEGIN_STUDENT\s+(\S+)\s*$", file.read_text(), re.M))
+    return found
+
+
+def not_handed_out(needs: Needs, root: Path = KIT_ROOT) -> list[str]:
+    """The problems (``4``, ``5``) of ``needs`` whose regions ``root``'s student files lack: the course did not
+    choose them. Empty when all are there."""
+    found = _problems_handed_out(root)
+    return sorted({p.split(".")[0] for p in needs if p not in found}, key=int)
+
+
+def ensure_bench_ready(flags: list[str], root: Path = KIT_ROOT) -> dict[str, str]:
+    """What ``scripts/run_benchmarks.py FLAGS`` may run: UniformError (one line) when it cannot run, else
+    ``{part: why}`` for the parts its ``flags`` add (``BENCH_FLAGS``) that it will skip.
+
+    The run needs one of ``BENCH_BASE`` and each part a flag needs; a flag's other parts are measured where
+    written and skipped (named) where not, or where the course does not hand their problem out. A flag
+    with a needed part the course does not hand out is refused too::
+
+        scripts/run_benchmarks.py --tensor_parallel needs Problems 1.1 and 1.2 (data_parallel) or 2.1, 2.2 and
+        2.3 (pipeline), and 5.1 and 5.2 (tensor_parallel): Problems 5.1 and 5.2 are not implemented yet
+        scripts/run_benchmarks.py --tensor_parallel measures Problem 5 (tensor_parallel), which this course does
+        not hand out
     """
-    skipped = parts_not_ready(parts, root)
-    if parts and len(skipped) == len(parts):
-        either = " or ".join(f"{problem_ids(needs)} ({part})" for part, needs in parts.items())
-        merged: Needs = {}
-        for needs in parts.values():
-            merged |= needs
-        raise ConfigError(f"{command} needs Problems {either}: {'; '.join(problems_not_ready(merged, root))}")
-    return skipped
+    flags = [flag for flag in BENCH_FLAGS if flag in flags]
+    command = " ".join(["scripts/run_benchmarks.py", *flags])
+    wanted: dict[str, Needs] = {}
+    needed: dict[str, Needs] = {}
+    skipped: dict[str, str] = {}
+    for flag in flags:
+        optional, required = BENCH_FLAGS[flag]
+        for part, needs in required.items():
+            if absent := not_handed_out(needs, root):
+                raise UniformError(f"{command} measures Problem {_join(absent)} ({part}), which this course does "
+                                   "not hand out")
+            needed[part] = needs
+        for part, needs in optional.items():
+            if absent := not_handed_out(needs, root):
+                skipped[part] = f"this course does not hand out Problem {_join(absent)}"
+            else:
+                wanted[part] = needs
+    base = {part: BENCH_PARTS[part] for part in BENCH_BASE}
+    base_runs = len(parts_not_ready(base, root)) < len(base)
+    if base_runs and not parts_not_ready(needed, root):
+        return skipped | parts_not_ready(wanted, root)
+    text = " or ".join(f"{problem_ids(needs)} ({part})" for part, needs in base.items())
+    text += "".join(f", and {problem_ids(needs)} ({part})" for part, needs in needed.items())
+    if wanted:
+        text += "; it measures " + " and ".join(f"{problem_ids(needs)} ({part})" for part, needs in wanted.items())
+        text += " too where written"
+    merged = _merge(*needed.values()) if base_runs else _merge(*base.values(), *needed.values(), *wanted.values())
+    raise UniformError(f"{command} needs Problems {text}: {'; '.join(problems_not_ready(merged, root))}")

@@ -13,7 +13,7 @@ equal the straight run's bit for bit. Training runs through the one loop
 reduction and ``ShardedCheckpoint`` its checkpoint store. Exit codes: 0 every invariant holds,
 1 one failed (the message says which: loss not decreasing, parameters that
 differ across ranks, optimizer memory off 12P/N, resume mismatch), 2 bad
-arguments.
+arguments or a Problem 4 region not written yet (one line, before any rank starts).
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import GPT2_IMPORTS
-from project.cli import ConfigError, run_cli
+from project import readiness
+from project.cli import ConfigError, Parser, run_cli
 from project.manifest import verify
 from project.output import quiet_libraries, write_json
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from project.launch import RankEnv
 
 NAME = "capstone"
+COMMAND = "project/run_capstone.py"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
 
 
@@ -48,9 +50,9 @@ class InvariantError(RuntimeError):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line (``argv`` or ``sys.argv[1:]``); a malformed option exits with code 2 and one line."""
+    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world_size", type=int, default=4, help="ranks to start (default 4)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all (default 20)")
@@ -264,8 +266,12 @@ def verify_resume(straight: list[dict], resumed: list[dict], save_step: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the capstone (or ``--resume``); return 0 when every invariant holds. Raises ConfigError, InvariantError."""
+    """Run the capstone (or ``--resume``); return 0 when every invariant holds.
+
+    Raises ConfigError for bad arguments and unwritten Problem 4 code before any rank starts, InvariantError.
+    """
     args = parse_args(argv)
+    readiness.ensure_ready(COMMAND, readiness.CAPSTONE)
     check_args(args)
     from project.devices import resolve_backend   # torch and the library: only after the checks
     from project.launch import start_rank_server

@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, Parser, int_at_least, run_cli
+from project.cli import ConfigError, Parser, int_at_least, run_cli, torchrun_rank
 from project.metrics import StepLog, summarize
 from project.options import add_common_args, make_scheduler, out_dir
 from project.output import print_epochs, quiet_libraries, write_json
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
-NEEDS: readiness.Needs = {"5.1": None, "5.2": None}
 # A 2-rank run and the 1-rank run of the same options (fp32, no dropout) end within this of each other:
 # the split only changes the order of floating-point sums.
 VAL_LOSS_TOLERANCE = 1e-3
@@ -174,16 +173,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     world size, unwritten Problem 5 code) before any rank starts.
     """
     args = build_parser().parse_args(argv)
-    # torch and the library: after parsing, not after the readiness check, which needs the world size: under
-    # torchrun project.launch's, and project.launch imports torch
-    from project.data import prepare_data
-    from project.launch import launch_and_summarise, start_rank_server, torchrun_env, world_of
+    started = torchrun_rank()
+    world_size = started[1] if started else args.world_size
+    if world_size > 1:   # one rank is the unsplit baseline: no Problem 5 code
+        readiness.ensure_ready(COMMAND, readiness.TENSOR_PARALLEL)
+    from project.data import prepare_data   # torch and the library: only after the checks
+    from project.launch import launch_and_summarise, start_rank_server, world_of
     from project.model import PRESETS, build_model
 
-    env = torchrun_env()
-    world_size = env.world_size if env else args.world_size
     if world_size > 1:
-        readiness.ensure_ready(COMMAND, NEEDS)
         if not args.pretrained and args.preset in PRESETS:
             check_split(PRESETS[args.preset], world_size)
     world_of(args)   # resolves --backend: nccl without a GPU per rank is refused here

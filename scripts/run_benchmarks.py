@@ -11,9 +11,13 @@ median of those is reported. Raw logs go to ``<workdir>/perf/<time>/``,
 plots and ``performance_summary.json`` to ``submit_figures/``. On a machine
 without 2 GPUs the thresholds do not apply and are reported as such.
 A part whose problems are not written yet is skipped and named (data
-parallel: 1.1, 1.2; pipeline: 2.1-2.3; with --peers, LoRA: 3.1); the rest is
-measured. Exit codes: 0 done, 1 threshold missed (grader mode, 2 GPUs), 2 a
-part failed, or neither Problem 1 nor Problem 2 is written (see the message).
+parallel: 1.1, 1.2; pipeline: 2.1-2.3; with --peers, LoRA: 3.1 and the
+Problem 4 group: 1.2, 4.1, 4.2); the rest is measured. Before anything starts,
+one line refuses a run that cannot measure anything: neither Problem 1 nor
+Problem 2 written, or --tensor_parallel without Problem 5 (the table of what
+each flag needs is project/readiness.py's BENCH_FLAGS). Exit codes: 0 done,
+1 threshold missed (grader mode, 2 GPUs), 2 a part failed or the run was
+refused (see the message).
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ def _chunks(text: str) -> tuple[int, ...]:
     return values
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["student", "grader"], default="student")
@@ -58,7 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one command of a worker may take")
     p.add_argument("--tensor_parallel", action="store_true", help="then compare tensor vs data vs pipeline "
                    "parallel (Problem 5): parameter memory and step time per rank (project/bench/tensor_parallel.py)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv`` or ``sys.argv[1:]``); argparse exits with code 2 on malformed options."""
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     from project import readiness
 
     try:   # a ConfigError (readiness) is a ValueError too
-        readiness.ensure_some_ready("scripts/run_benchmarks.py", {k: v for k, v in readiness.BENCH_PARTS.items()
-                                                                  if k != "finetune"})
+        flag_skips = readiness.ensure_bench_ready([flag for flag in readiness.BENCH_FLAGS
+                                                   if getattr(args, flag.removeprefix("--"))])
         opts = Options(mode=args.mode, quick=args.quick, peers=args.peers, preset=args.preset,
                        batch_size=args.batch_size, max_len=args.max_len, steps=args.steps, warmup=args.warmup,
                        repeats=args.repeats, n_chunks=args.n_chunks, gpipe_chunks=args.gpipe_chunks,
@@ -92,23 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(summary))
     for part, why in summary.get("skipped", {}).items():
         print(f"not measured: {part} ({why})")
-    if args.peers and "data_parallel" in summary.get("skipped", {}):
+    if "ddp_zero" in flag_skips:   # --peers, and Problem 4 is not handed out or not written yet
+        print(f"Problem 4 group not measured: {flag_skips['ddp_zero']}")
+    elif args.peers and "data_parallel" in summary.get("skipped", {}):
         print("Problem 4 group not measured: it compares with your average_gradients (Problem 1.2)")
-    elif args.peers:   # Problem 4 (optional) next to torch DDP and DeepSpeed; an unfinished one is only noted
-        try:
-            from project.bench import ddp_peers
-        except ImportError:   # a starter without Problem 4 has no project/bench/ddp_peers.py
-            print("Problem 4 group not measured: this course does not hand out Problem 4")
-        else:
-            print(ddp_peers.extend_summary(summary, opts.resolved(), Path(args.figures_dir)))
+    elif args.peers:   # Problem 4 next to torch DDP and DeepSpeed
+        from project.bench import ddp_peers
+
+        print(ddp_peers.extend_summary(summary, opts.resolved(), Path(args.figures_dir)))
     print(f"summary and figures: {args.figures_dir}/ ({', '.join(summary['figures'])}); raw log: "
           f"{summary['raw_log']}")
-    if args.tensor_parallel:
-        try:
-            from project.bench import tensor_parallel
-        except ImportError:
-            print("error: --tensor_parallel compares Problem 5, which this course does not hand out", file=sys.stderr)
-            return 2
+    if args.tensor_parallel:   # Problem 5 is handed out and written (ensure_bench_ready)
+        from project.bench import tensor_parallel
+
         print(tensor_parallel.table(tensor_parallel.run(tensor_parallel.TPOptions(
             preset=args.preset, quick=args.quick, max_len=args.max_len, workdir=args.workdir,
             figures_dir=args.figures_dir))))
