@@ -63,8 +63,9 @@ RUN_AUTOGRADER = """\
 # GRADING_PYTHON [$AUTOGRADER_ROOT/venv/bin/python, made by setup.sh], GRADING_ARGS [extra arguments for "grade",
 # e.g. --problem 1],
 # GRADING_TOTAL_TIMEOUT [@TOTAL_TIMEOUT@ seconds for the whole grade, from `gradescope --total_timeout`;
-# Gradescope's own limit must be above it].
+# Gradescope's own limit must be above it], GRADING_FORKSERVERS [1: one fork server, the least memory].
 set -u
+export GRADING_FORKSERVERS="${GRADING_FORKSERVERS:-1}"
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="${GRADING_SOURCE:-$ROOT/source}"
 SUBMISSION="${GRADING_SUBMISSION:-$ROOT/submission}"

@@ -1,7 +1,8 @@
 """Warm rank processes: fork servers that import torch once and fork the ranks of a grading run.
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
-grading run (``grade``, each submission of ``batch``) therefore starts two fork servers, for even and odd ranks,
+grading run (``grade``, each submission of ``batch``) therefore starts two fork servers, for even and odd ranks
+(one with ``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``server_count``),
 each ``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded): it imports torch,
 then forks a rank per request::
 
@@ -255,16 +256,29 @@ class ForkServer:
             self.proc.wait(timeout=10)
 
 
+SERVERS_ENV = "GRADING_FORKSERVERS"
+
+
+def server_count(env: dict[str, str] | None = None) -> int:
+    """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
+    ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
+    once: a full grade of Problems 1-3 peaks near 670 MB of PSS instead of 970 MB, what Gradescope's 768 MB
+    container needs; ``run_autograder`` sets it). Raises ValueError for any other value."""
+    value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
+    if value not in ("1", "2"):
+        raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")
+    return int(value)
+
+
 class ForkServers:
     """The fork servers of a grading run, started when first needed in ``cwd`` (a kit copy whose ``grading`` runs
-    them; ``env``: their environment, default this process's): rank r is forked by server r % ``SERVERS``, for
-    any kit copy (module docstring)."""
-
-    SERVERS = 2
+    them; ``env``: their environment, default this process's): rank r is forked by server r % ``servers``
+    (``server_count``), for any kit copy (module docstring)."""
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None):
         self.cwd = Path(cwd).resolve()
         base = dict(os.environ if env is None else env)
+        self.servers = server_count(base)
         self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
         self._servers: dict[int, ForkServer] = {}
@@ -273,7 +287,7 @@ class ForkServers:
 
     def server(self, rank: int) -> ForkServer:
         """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
-        index = rank % self.SERVERS
+        index = rank % self.servers
         current = self._servers.get(index)
         if current is None or not current.alive():
             if current is not None:
@@ -291,7 +305,7 @@ class ForkServers:
         if not (self.preloads_allowed and modules):
             return
         asked = []
-        for index in range(min(world_size, self.SERVERS)):
+        for index in range(min(world_size, self.servers)):
             server = self.server(index)
             if wanted := [name for name in modules if name not in server.preloaded]:
                 server.ask({"op": "preload", "modules": wanted})
@@ -306,7 +320,7 @@ class ForkServers:
 
     def warm_up(self, ranks: int = 2) -> None:
         """Start the servers of ranks 0 .. ``ranks``-1 now (their imports overlap the caller's own work)."""
-        for rank in range(min(ranks, self.SERVERS)):
+        for rank in range(min(ranks, self.servers)):
             self.server(rank)
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grading.engine.case_run import CaseRun
-from grading.engine.forkserver import ForkServers
+from grading.engine.forkserver import SERVERS_ENV, ForkServers, server_count
 from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
@@ -42,6 +42,18 @@ def test_clean_run_records_results(tmp_path, run):
     assert result.ok, result.failure()
     for rank in range(3):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
+
+
+def test_one_fork_server_forks_every_rank_and_a_bad_count_is_refused(tmp_path):
+    with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
+        result = launch(f"{PROBES}:all_reduce_rank", 3, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=one)
+        assert result.ok, result.failure()
+        assert len({one.server(rank).proc.pid for rank in range(3)}) == 1
+    for rank in range(3):
+        assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
+    for bad in ("0", "3", "two"):
+        with pytest.raises(ValueError, match="GRADING_FORKSERVERS must be 1 or 2"):
+            server_count({SERVERS_ENV: bad})
 
 
 def test_hung_rank_is_killed_and_its_stack_reported(tmp_path, run):
