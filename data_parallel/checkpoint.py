@@ -12,11 +12,13 @@ A directory written by ``save_sharded`` (world size N)::
 
 A crash in the middle of a save leaves no manifest (the old one is removed
 first), and ``load_sharded`` trusts nothing that the manifest does not vouch
-for: it checks everything before it changes anything (a refused load leaves
-the model and the optimizer exactly as they were).
+for: it checks everything before it changes anything, and a refused load
+(``CheckpointError``, whatever the reason) leaves the model and the optimizer
+exactly as they were.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -71,6 +73,9 @@ def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: 
        ``directory`` but ``model.pt``, the shards and ``manifest.json``);
     4. a final ``dist.barrier``: when any rank returns, the checkpoint is complete.
 
+    Every rank returns the manifest's path, a ``pathlib.Path``:
+    ``Path(directory) / "manifest.json"``.
+
     Everything written must load with ``torch.load(..., weights_only=True)``.
     """
     directory = Path(directory)
@@ -116,15 +121,28 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     - the manifest's world size equals ``dist.get_world_size()``;
     - it lists ``model.pt`` and ``shard_name(r)`` for every rank r, and each
       of these files exists with exactly the recorded size and sha256 (every
-      rank checks all of them, so all ranks agree on refusing);
-    - this rank's shard records the manifest's step, this rank and the world size;
+      rank checks all of them, so every rank refuses a checkpoint that fails
+      one of the checks above);
+    - this rank's shard records the manifest's step, this rank and the world
+      size (each rank checks its own shard only: a checkpoint whose shards
+      are wrong for some ranks only is refused on those ranks; whether the
+      other ranks load it or refuse it too is free);
     - ``model.pt`` holds exactly the keys of ``model.state_dict()``, each with
       its shape (a strict ``load_state_dict`` would copy the matching keys
       before it raises).
 
-    Then it loads ``model.pt`` into ``model`` (``load_state_dict``, strict)
-    and this rank's ``"optimizer"`` state into ``optimizer``
-    (``optimizer.load_state_dict``), and returns ``(step, this rank's extra)``.
+    Then it loads this rank's ``"optimizer"`` state into ``optimizer``
+    (``optimizer.load_state_dict``) and ``model.pt`` into ``model``
+    (``load_state_dict``, strict), and returns the tuple ``(step, this rank's
+    extra)``, ``step`` the manifest's int. The optimizer state must fit the
+    optimizer (a torch optimizer's ``load_state_dict`` requires the same
+    number of parameter groups, each with the same number of parameters, and
+    raises ValueError otherwise): when ``optimizer.load_state_dict`` raises,
+    ``load_sharded`` raises ``CheckpointError`` naming this rank's shard, with
+    the model and the optimizer exactly as they were. Check the fit before
+    changing anything, or load the optimizer first and, should its
+    ``load_state_dict`` raise, load back a deep copy (``copy.deepcopy``) of
+    its ``state_dict()`` taken before, and load the model only after that.
     Files are read with ``torch.load(..., map_location="cpu",
     weights_only=True)``; ``load_state_dict`` copies the values to the
     model's and the optimizer's devices.
@@ -132,7 +150,8 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     directory = Path(directory)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     # Hint: first every check (manifest, world size, each file's file_digest against the manifest), then
-    # torch.load and load_state_dict; turn any failure of a check into CheckpointError(f"{file}: ...").
+    # torch.load, the optimizer's load_state_dict (put back as it was if it raises) and the model's; turn any
+    # failure of a check into CheckpointError(f"{file}: ...").
     # BEGIN_STUDENT 4.3
     path = directory / MANIFEST
     try:
@@ -172,7 +191,13 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
         raise CheckpointError(f"{directory / MODEL_FILE}: its keys or shapes differ from the model's (missing "
                               f"{sorted(set(shapes) - set(saved))}, unexpected {sorted(set(saved) - set(shapes))}, "
                               f"other shapes {sorted(k for k in set(saved) & set(shapes) if saved[k] != shapes[k])})")
+    before = copy.deepcopy(optimizer.state_dict())
+    try:
+        optimizer.load_state_dict(shard["optimizer"])
+    except Exception as exc:  # noqa: BLE001 - whatever the optimizer refuses its state with
+        optimizer.load_state_dict(before)
+        raise CheckpointError(f"{shard_file}: its optimizer state does not fit this optimizer "
+                              f"({type(exc).__name__}: {exc})") from None
     model.load_state_dict(state)
-    optimizer.load_state_dict(shard["optimizer"])
     return step, shard["extra"]
     # END_STUDENT 4.3

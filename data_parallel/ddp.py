@@ -59,13 +59,18 @@ class BucketedDDP(nn.Module):
     - ``finish_gradient_synchronization()``, called once after every
       backward, waits for every launched handle, writes buffer / world size
       back into each parameter's ``.grad``, and resets the per-backward state
-      so the next backward starts afresh. (Several backward passes before one
-      call, i.e. gradient accumulation, are not supported.) When some
+      so the next backward starts afresh. Exactly one backward pass runs
+      between two calls: gradient accumulation (several backward passes
+      before one call) is not supported, and what the wrapper does then (an
+      error, or gradients of any kind) is free; no check runs it. When some
       trainable parameter received no gradient in this backward (its bucket
       can never launch; every trainable parameter must be used, as in torch
       DDP without ``find_unused_parameters``), it resets the state too, so
       the next backward works, and raises RuntimeError whose message names
       exactly those parameters (as ``named_parameters`` spells them).
+      Whether it first waits for the buckets already launched is free (every
+      rank issued them alike, and their buffers are dropped; waiting is the
+      tidy choice).
     - ``forward(*args, **kwargs)`` returns ``module(*args, **kwargs)``.
 
     Raises ValueError when ``bucket_mb`` is not positive.

@@ -13,6 +13,7 @@ import pytest
 
 from grading.engine.runner import run_cases
 from grading.kit.regions import parse_regions, stub_body
+from grading.problems import sub_problem
 from grading.problems.p4_1_ddp import checks as p4_1_ddp
 from grading.problems.p4_2_zero1 import checks as p4_2_zero1
 from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
@@ -194,13 +195,23 @@ _SHARD_FIELDS = """    if (shard.get("step"), shard.get("rank"), shard.get("worl
                               f"world size {world_size}")
 """
 _PRECHECK_START = "    shapes = {name: tuple(tensor.shape)"
+_LOAD_OPTIMIZER = "    before = copy.deepcopy(optimizer.state_dict())\n"
 _LOAD_MODEL = "    model.load_state_dict(state)\n"
+_LOADS = """    before = copy.deepcopy(optimizer.state_dict())
+    try:
+        optimizer.load_state_dict(shard["optimizer"])
+    except Exception as exc:  # noqa: BLE001 - whatever the optimizer refuses its state with
+        optimizer.load_state_dict(before)
+        raise CheckpointError(f"{shard_file}: its optimizer state does not fit this optimizer "
+                              f"({type(exc).__name__}: {exc})") from None
+    model.load_state_dict(state)
+"""
 
 
 def _without_precheck(body: str) -> str:
     """``load_sharded``'s reference without the keys-and-shapes check of model.pt (strict loading alone)."""
-    start, end = body.index(_PRECHECK_START), body.index(_LOAD_MODEL)
-    assert body.count(_LOAD_MODEL) == 1
+    start, end = body.index(_PRECHECK_START), body.index(_LOAD_OPTIMIZER)
+    assert body.count(_LOAD_MODEL) == 1 and body.count(_LOAD_OPTIMIZER) == 1
     return body[:start] + body[end:]
 
 
@@ -262,7 +273,24 @@ CKPT_VARIANTS = [
         model.load_state_dict(torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True))
     except Exception as exc:
         raise CheckpointError(f"{directory / MODEL_FILE}: does not load ({exc})") from None
-    expected = [MODEL_FILE,""")), fails("4.3.untouched")),
+    expected = [MODEL_FILE,""")), fails("4.3.untouched", "4.3.refuse_optimizer")),
+    # issue 39: the earlier reference; an optimizer state that does not fit fails after the model was loaded
+    Variant("optimizer_loaded_after_model", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        _LOADS, '    model.load_state_dict(state)\n    optimizer.load_state_dict(shard["optimizer"])\n')),
+        fails("4.3.refuse_optimizer"), hint="raised ValueError"),
+    Variant("optimizer_refusal_after_model_load", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        _LOADS, """    model.load_state_dict(state)
+    try:
+        optimizer.load_state_dict(shard["optimizer"])
+    except ValueError as exc:
+        raise CheckpointError(f"{shard_file}: optimizer state does not fit ({exc})") from None
+""")), fails("4.3.refuse_optimizer"), hint="changed the model or the optimizer first"),
+    Variant("save_returns_nothing", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "    dist.barrier()\n    return manifest", "    dist.barrier()")), fails("4.3.manifest"),
+        hint="returned NoneType, expected the manifest's path"),
+    Variant("load_returns_dict", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'return step, shard["extra"]', 'return {"step": step, "extra": shard["extra"]}')),
+        fails("4.3.roundtrip", "4.3.roundtrip_hidden", "4.3.resume"), hint="returned dict, expected a tuple"),
     Variant("extra_of_rank_0_only", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'return step, shard["extra"]',
         'return step, torch.load(directory / shard_name(0), map_location="cpu", weights_only=True)["extra"]')),
@@ -288,8 +316,8 @@ def _groups() -> list[tuple[Variant, ...]]:
 GROUPS = _groups()
 
 
-def _grade(kit: Path, paths: list[str], work: Path, servers) -> dict:
-    cases = [case for path in paths for case in PROBLEMS[path].graded_cases()]
+def _grade(kit: Path, problems: list[str], work: Path, servers) -> dict:
+    cases = [case for problem in problems for case in sub_problem(problem).graded_cases()]
     return {v.id: v for v in run_cases(cases, kit, work / "runs", servers=servers)}
 
 
@@ -297,7 +325,7 @@ def _grade(kit: Path, paths: list[str], work: Path, servers) -> dict:
 @pytest.mark.parametrize("group", GROUPS, ids=["+".join(v.name for v in g) for g in GROUPS])
 def test_variant_loses_only_its_criteria(group, tmp_path, fork_servers):
     kit = make_variant_kit(tmp_path / "kit", [edit for v in group for edit in v.edits])
-    assert_verdicts(_grade(kit, sorted({v.path for v in group}), tmp_path, fork_servers), list(group))
+    assert_verdicts(_grade(kit, sorted({v.problem for v in group}), tmp_path, fork_servers), list(group))
 
 
 @pytest.mark.kit
@@ -313,6 +341,6 @@ def test_starter_loses_every_criterion_as_not_implemented(tmp_path, fork_servers
         text = (ROOT / path).read_text()
         edits += [(path, region.function, stub_body(region).strip()) for region in parse_regions(text, path)]
     kit = make_variant_kit(tmp_path / "kit", edits)
-    verdicts = _grade(kit, list(PROBLEMS), tmp_path, fork_servers)
+    verdicts = _grade(kit, [problem.id for problem in PROBLEMS.values()], tmp_path, fork_servers)
     assert verdicts and all(v.status == "not_implemented" for v in verdicts.values()), {
         cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}

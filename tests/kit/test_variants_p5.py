@@ -256,7 +256,54 @@ VARIANTS = [
         mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
         mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
         attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-    """, frozenset({"5.2.returns_block"})),
+    """, frozenset({"5.2.returns_block"}), hint="returned NoneType for blocks"),
+    Variant("copy_backward_returns_grad_only", LAYERS, "backward#0", """
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.copy_forward_view", "5.1.grad_kept",
+                    "5.1.region_functions_hidden"}),       # torch itself refuses it; every backward through f fails
+        hint="returned an incorrect number of gradients (expected 2, got 1)"),
+    Variant("reduce_forward_returns_all_reduce_result", LAYERS, "forward#1", """
+        out = x.contiguous().clone()
+        return dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+    """, frozenset({"5.1.region_functions", "5.1.comm_counts", "5.1.region_functions_hidden"}),
+        hint="ReduceFromParallelRegion.forward returned NoneType, expected a tensor"),
+    Variant("column_forward_returns_nothing", LAYERS, "forward#2", """
+        F.linear(copy_to_parallel_region(x, self.group), self.weight, self.bias)
+    """, frozenset({"5.1.column_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts",
+                    "5.1.column_chunks", "5.1.no_bias", "5.1.column_forward_hidden", "5.1.input_grads_hidden",
+                    "5.1.column_chunks_hidden"}),
+        hint="ColumnParallelLinear.forward returned NoneType, expected a tensor"),
+    Variant("column_from_linear_returns_shards", LAYERS, "from_linear#0", """
+        out_features = linear.out_features
+        if chunks < 1 or out_features % (chunks * world_size):
+            raise ValueError(f"ColumnParallelLinear: {out_features} output features in {chunks} chunk(s) do not "
+                             f"split evenly over {world_size} ranks")
+        block, part = out_features // chunks, out_features // (chunks * world_size)
+        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
+                          for k in range(chunks)]).to(linear.weight.device)
+        with torch.no_grad():
+            weight = linear.weight.index_select(0, rows).clone()
+            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
+        return weight, bias
+    """, frozenset({"5.1.column_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts",
+                    "5.1.column_chunks", "5.1.shard_copies", "5.1.shard_dtype_device", "5.1.no_bias",
+                    "5.1.column_forward_hidden", "5.1.input_grads_hidden", "5.1.column_chunks_hidden"}),
+        hint="ColumnParallelLinear.from_linear returned tuple of tensor"),
+    Variant("row_from_linear_returns_shards", LAYERS, "from_linear#1", """
+        in_features = linear.in_features
+        if in_features % world_size:
+            raise ValueError(f"RowParallelLinear: {in_features} input features do not split evenly over "
+                             f"{world_size} ranks")
+        part = in_features // world_size
+        with torch.no_grad():
+            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
+            bias = linear.bias.clone() if linear.bias is not None else None
+        return weight, bias
+    """, frozenset({"5.1.row_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts", "5.1.shard_copies",
+                    "5.1.shard_dtype_device", "5.1.no_bias", "5.1.row_forward_hidden", "5.1.input_grads_hidden"}),
+        hint="RowParallelLinear.from_linear returned tuple of tensor"),   # every use of the layer breaks
     Variant("only_split_size_set", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
@@ -306,6 +353,9 @@ GROUPS = [
     ("copy_backward_ignores_group", "column_forward_ignores_group"),     # refused at once, not left to hang
     ("qkv_split_ignoring_heads",), ("mlp_left_whole",), ("group_not_passed_on",), ("sizes_not_checked",),
     ("inner_checked_after_attention_split",), ("returns_nothing",), ("only_split_size_set",),
+    ("row_from_linear_returns_shards",), ("copy_backward_returns_grad_only",),
+    ("reduce_forward_returns_all_reduce_result",), ("column_forward_returns_nothing",),
+    ("column_from_linear_returns_shards",),
 ]
 _BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -318,8 +368,7 @@ def test_variant_loses_only_its_criteria(names, tmp_path, fork_servers):
     assert len({function for _, function, _ in edits}) == len(edits) and len({path for path, _, _ in edits}) == 1
     kit = make_variant_kit(tmp_path / "kit", [])
     edit_regions(kit, group[0].path, {function: body for _, function, body in edits})
-    problem = "5.1" if group[0].path == LAYERS else "5.2"
-    assert_verdicts(grade(kit, problem, tmp_path, fork_servers), group)
+    assert_verdicts(grade(kit, group[0].problem, tmp_path, fork_servers), group)
 
 
 @pytest.mark.kit

@@ -30,7 +30,7 @@ from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
-                                                     SHARD_DAMAGE)
+                                                     OPTIMIZER_DAMAGE, SHARD_DAMAGE)
 from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
                                                     P_ROUNDTRIP, P_STRAIGHT, SAVE_STEP, TOTAL_STEPS)
 from grading.problems.p4_3_checkpoint.reference import same
@@ -55,6 +55,9 @@ def check_roundtrip(run: SplitRun) -> None:
     for rank in range(run.world_size):
         run.part(P_STRAIGHT, rank)             # save_sharded's own error, when it raised
         got = run.part(P_ROUNDTRIP, rank)
+        expect(got["pair"], f"load_sharded: rank {rank} returned {got['returned']}, expected a tuple (step, extra)")
+        expect(type(got["step"]) is int, f"load_sharded: rank {rank} returned the step as {describe(got['step'])}, "
+               "expected an int (the manifest's step)")
         expect(got["step"] == SAVE_STEP, f"load_sharded: rank {rank} returned step {got['step']!r}, "
                f"expected {SAVE_STEP}")
         expect(same(got["extra"], got["saved"]["extra"]), f"load_sharded: rank {rank} returned an extra that "
@@ -65,10 +68,18 @@ def check_roundtrip(run: SplitRun) -> None:
                "optimizer state after loading differs from the state this rank saved (bit for bit)")
 
 
-@CASE.criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size", points=2)
+@CASE.criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size; save_sharded returns "
+                "its path", points=2)
 def check_manifest(run: SplitRun) -> None:
-    """manifest.json holds the step, the world size and every file's digest; no stray files remain."""
+    """manifest.json holds the step, the world size and every file's digest; no stray files remain; every rank's
+    save_sharded returned the manifest's path as a pathlib.Path."""
     run.part(P_STRAIGHT, 0)
+    for rank in range(run.world_size):
+        returned = run.part(P_MANIFEST, rank)["returned"]
+        expect(returned["path"] is not None and Path(returned["path"]) == Path(returned["manifest"]),
+               f"save_sharded: rank {rank} returned {returned['kind']}"
+               + (f" {returned['path']}" if returned["path"] is not None else "")
+               + f", expected the manifest's path as a pathlib.Path: {returned['manifest']}")
     got = run.part(P_MANIFEST, 0)
     manifest, files = got["manifest"], got["files"]
     expect(isinstance(manifest, dict), f"manifest.json holds {describe(manifest)}, expected an object")
@@ -131,18 +142,34 @@ def check_refuse_model(run: SplitRun) -> None:
     _judge_refusals(run, MODEL_DAMAGE)
 
 
-@CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=2)
+@CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=1)
 def check_untouched(run: SplitRun) -> None:
     """A refused ``load_sharded`` changed neither the model nor the optimizer."""
     run.part(P_STRAIGHT, 0)
     for rank in range(run.world_size):
         outcomes = run.part(P_REFUSALS, rank)
-        refused = [kind for kind in ALL_DAMAGE if outcomes[kind]["raised"] is not None]
+        refused = [kind for kind in ALL_DAMAGE if kind not in OPTIMIZER_DAMAGE     # 4.3.refuse_optimizer's
+                   and outcomes[kind]["raised"] is not None]
         expect(refused, f"load_sharded: rank {rank} refused none of the damaged checkpoints, so none left the "
                "model untouched")
         changed = [kind for kind in refused if not outcomes[kind]["untouched"]]
         expect(not changed, f"load_sharded: rank {rank} changed the model or optimizer before refusing "
                f"{', '.join(changed)}: check everything first, then load")
+
+
+@CASE.criterion("4.3.refuse_optimizer", "a shard whose optimizer state does not fit the optimizer: "
+                "CheckpointError naming the shard, model and optimizer untouched", points=1)
+def check_refuse_optimizer(run: SplitRun) -> None:
+    """Valid-looking shards whose optimizer state has one parameter more per group (``optimizer.load_state_dict``
+    refuses it): CheckpointError naming this rank's shard, and neither the model nor the optimizer changed."""
+    _judge_refusals(run, OPTIMIZER_DAMAGE)
+    for rank in range(run.world_size):
+        outcomes = run.part(P_REFUSALS, rank)
+        for kind in OPTIMIZER_DAMAGE:
+            expect(outcomes[kind]["untouched"], f"load_sharded on a checkpoint with {kind.replace('_', ' ')}: "
+                   f"rank {rank} refused it but changed the model or the optimizer first: load the optimizer "
+                   "state first and put it back if its load_state_dict raises (or check that it fits before "
+                   "changing anything), then load the model")
 
 
 @CASE.criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", points=3)

@@ -4,7 +4,8 @@ A damaged copy starts as a copy of a good checkpoint. Some damage breaks the
 manifest's promise (a flipped byte, a missing file); the rest is
 *valid-looking*: the grader rewrites the manifest's digests so that every
 file matches, and only a check of the content (format, listed files, a
-shard's step and rank, model.pt's keys and shapes) can refuse it.
+shard's step and rank, model.pt's keys and shapes, whether the shard's
+optimizer state fits the optimizer) can refuse it.
 """
 from __future__ import annotations
 
@@ -24,13 +25,33 @@ CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "mo
 MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "shard_not_listed": MANIFEST}
 SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard"}
 MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt"}
-ALL_DAMAGE = {**CORRUPTIONS, **MANIFEST_DAMAGE, **SHARD_DAMAGE, **MODEL_DAMAGE}
+OPTIMIZER_DAMAGE = {"optimizer_other_group_size": "shard"}    # judged by 4.3.refuse_optimizer alone
+ALL_DAMAGE = {**CORRUPTIONS, **MANIFEST_DAMAGE, **SHARD_DAMAGE, **MODEL_DAMAGE, **OPTIMIZER_DAMAGE}
 
 
 def digest(path: Path) -> dict:
     """``{"sha256", "bytes"}`` of a file, as the manifest records it."""
     data = path.read_bytes()
     return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def _grow_groups(state):
+    """``state`` with one more parameter index in every parameter group of every optimizer state it holds
+    (a dict with ``param_groups``, at any depth): the state of an optimizer over more parameters."""
+    if isinstance(state, dict):
+        grown = {key: _grow_groups(value) for key, value in state.items()}
+        if isinstance(state.get("param_groups"), list):
+            grown["param_groups"] = [_grow_group(group) for group in state["param_groups"]]
+        return grown
+    return state
+
+
+def _grow_group(group):
+    """A parameter group (``{"params": [int, ...], ...}``) with one more parameter index; anything else as it is."""
+    params = group.get("params") if isinstance(group, dict) else None
+    if not (isinstance(params, list) and all(type(p) is int for p in params)):
+        return group
+    return {**group, "params": [*params, max(params, default=-1) + 1]}
 
 
 def _manifest(dest: Path) -> dict:
@@ -86,6 +107,14 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
             state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
             state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
         torch.save(state, dest / "model.pt")
+        _write_manifest(dest, manifest, refresh=True)
+    elif kind == "optimizer_other_group_size":   # every shard: step, rank and model fit; the optimizer does not
+        for name in shards:
+            try:                                 # a submission's shard of another layout: grown where it can be
+                shard = torch.load(dest / name, weights_only=True)
+            except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
+                continue
+            torch.save(_grow_groups(shard), dest / name)
         _write_manifest(dest, manifest, refresh=True)
     else:
         raise ValueError(kind)

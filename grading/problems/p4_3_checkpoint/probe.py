@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from grading.engine.compare import describe_kind
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
@@ -69,6 +70,22 @@ def _snapshot(model, optimizer) -> dict:
     return {"model": ref.state_of(model), "optimizer": _optimizer_state(optimizer)}
 
 
+def _returned(value) -> dict:
+    """What ``load_sharded`` returned: its kind for messages, whether it is the stated tuple ``(step, extra)``,
+    and the two items where it is a pair of any kind (so the other checks can still judge them)."""
+    pair = isinstance(value, (list, tuple)) and len(value) == 2
+    return {"returned": describe_kind(value) + (f" (length {len(value)})" if isinstance(value, (list, tuple)) else ""),
+            "pair": type(value) is tuple and len(value) == 2,
+            "step": value[0] if pair else None, "extra": value[1] if pair else None}
+
+
+def _path_returned(value, manifest: Path) -> dict:
+    """What ``save_sharded`` returned, for 4.3.manifest: its kind, the path it names (a ``pathlib.Path`` only),
+    and the manifest's path (both resolved)."""
+    return {"kind": describe_kind(value), "path": str(value.resolve()) if isinstance(value, Path) else None,
+            "manifest": str(manifest.resolve())}
+
+
 # ---------------------------------------------------------------- probes (rank side)
 def probe_checkpoint(ctx) -> None:
     """Phase 1: the straight run with its saves, the saved files, a round trip and the damaged copies."""
@@ -91,7 +108,7 @@ def probe_checkpoint(ctx) -> None:
                        state_dict=copy.deepcopy(optimizer.state_dict()))
         log.watch(saved)
         try:
-            save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
+            at_save["returned"] = save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
         finally:
             at_save["events"] = log.stop()
         losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
@@ -102,7 +119,8 @@ def probe_checkpoint(ctx) -> None:
 
     def manifest():
         return {"manifest": json.loads((saved / "manifest.json").read_text()),
-                "files": {p.name: digest(p) for p in sorted(saved.iterdir()) if p.is_file()}}
+                "files": {p.name: digest(p) for p in sorted(saved.iterdir()) if p.is_file()},
+                "returned": _path_returned(at_save["returned"], saved / "manifest.json")}
     ctx.record(P_MANIFEST, manifest)
 
     def files():
@@ -117,8 +135,8 @@ def probe_checkpoint(ctx) -> None:
     ctx.record(P_FILES, files)
 
     def roundtrip():
-        step, extra = load_sharded(saved, model, optimizer)
-        return {"step": step, "extra": extra, "loaded": _snapshot(model, optimizer),
+        returned = _returned(load_sharded(saved, model, optimizer))
+        return {**returned, "loaded": _snapshot(model, optimizer),
                 "saved": {k: at_save[k] for k in ("model", "optimizer", "extra")}}
     ctx.record(P_ROUNDTRIP, roundtrip)
 
@@ -128,8 +146,11 @@ def probe_checkpoint(ctx) -> None:
             for kind in ALL_DAMAGE:
                 damage(saved, root / kind, kind, early)
         dist.barrier()
+        off_model, off_optimizer = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
         outcomes = {}
-        for kind in ALL_DAMAGE:
+        for kind in ALL_DAMAGE:                 # each from the same state, one no checkpoint holds: a load shows
+            model.load_state_dict(off_model)
+            optimizer.load_state_dict(copy.deepcopy(off_optimizer))
             before = _snapshot(model, optimizer)
             try:
                 load_sharded(root / kind, model, optimizer)
@@ -155,7 +176,11 @@ def probe_resumed(ctx) -> None:
     optimizer = OwnerAdam(model, ref.ADAM_LR)
 
     def resume():
-        step, extra = load_sharded(root / f"step_{SAVE_STEP}", model, optimizer)
+        returned = _returned(load_sharded(root / f"step_{SAVE_STEP}", model, optimizer))
+        if not returned["pair"]:
+            raise ValueError(f"load_sharded in a new process returned {returned['returned']}, expected a tuple "
+                             "(step, extra)")
+        step, extra = returned["step"], returned["extra"]
         if not (isinstance(extra, dict) and {"torch_rng", "position"} <= set(extra)):
             raise ValueError(f"load_sharded in a new process returned the extra {str(extra)[:100]}, not the one this "
                              "rank saved (it must come back from the checkpoint's files)")

@@ -13,6 +13,7 @@ import inspect
 from contextlib import contextmanager
 from typing import Iterator
 
+from grading.engine.compare import describe_kind
 from grading.problems.common import call_outcome
 from grading.problems.p5_1_layers import reference as ref
 
@@ -88,6 +89,25 @@ class Collectives:
             return None
 
 
+def built(layer, cls: type):
+    """``layer``, when ``from_linear`` returned what its contract says (an instance of ``cls``, made by
+    ``cls(weight, bias, group)``); otherwise a TypeError naming what came back."""
+    if not isinstance(layer, cls):
+        raise TypeError(f"{cls.__name__}.from_linear returned {describe_kind(layer)}, expected a {cls.__name__} "
+                        "(cls(weight, bias, group))")
+    return layer
+
+
+def forwarded(out, cls: type, shape: str):
+    """``out``, when a layer's forward returned a tensor as its contract says; otherwise a TypeError naming what
+    came back (its shape is judged against the full layer's output)."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{cls.__name__}.forward returned {describe_kind(out)}, expected a tensor {shape}")
+    return out
+
+
 def join_group(ctx, group_ranks: tuple[int, ...]) -> tuple[object, list[int]]:
     """``(group, members)``: the default group (``group_ranks`` empty), or a subgroup of ``group_ranks``.
 
@@ -114,9 +134,12 @@ def record_own_functions(ctx, layers, counts: dict, group, rank: int) -> None:
 
     def region_functions():
         out = {}
-        for name, fn in (("copy", layers.copy_to_parallel_region), ("reduce", layers.reduce_from_parallel_region)):
+        for name, fn, label in (("copy", layers.copy_to_parallel_region, "CopyToParallelRegion.forward"),
+                                ("reduce", layers.reduce_from_parallel_region, "ReduceFromParallelRegion.forward")):
             x = (ref.data("x", ref.IN_FEATURES) * scale).requires_grad_()
             y = fn(x, group)
+            if not isinstance(y, torch.Tensor):
+                raise TypeError(f"{label} returned {describe_kind(y)}, expected a tensor")
             y.backward(ref.data("g_mlp", ref.IN_FEATURES) * (scale + 1))
             out[name] = {"out": y.detach(), "input_grad": x.grad, "x_unchanged": bool(
                 torch.equal(x.detach(), ref.data("x", ref.IN_FEATURES) * scale))}
@@ -134,11 +157,11 @@ def record_own_functions(ctx, layers, counts: dict, group, rank: int) -> None:
     ctx.record(P_REGION_MEMORY, region_memory)
 
     def mlp_comm():
-        column = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
-        row = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
+        column = built(layers.ColumnParallelLinear.from_linear(ref.column_linear(), group), layers.ColumnParallelLinear)
+        row = built(layers.RowParallelLinear.from_linear(ref.row_linear(), group), layers.RowParallelLinear)
         x = ref.data("x", ref.IN_FEATURES).requires_grad_()
         before = dict(counts)
-        out = row(F.gelu(column(x)))
+        out = forwarded(row(F.gelu(forwarded(column(x), type(column), "(..., out/N)"))), type(row), "(..., out)")
         forward = {k: counts[k] - before[k] for k in counts if counts[k] != before[k]}
         before = dict(counts)
         (out * ref.data("g_row", ref.OUT_FEATURES)).sum().backward()
@@ -152,12 +175,14 @@ def record_layers(ctx, layers, group, rank: int, world: int) -> None:
     def run_layer(kind: str) -> tuple:
         """Build the layer and run its forward: (layer, input, output); kept for the backward part."""
         if kind == "column":
-            layer = layers.ColumnParallelLinear.from_linear(ref.column_linear(), group)
+            cls, shape = layers.ColumnParallelLinear, "(..., out/N)"
+            layer = built(cls.from_linear(ref.column_linear(), group), cls)
             x = ref.data("x", ref.IN_FEATURES).requires_grad_()
         else:
-            layer = layers.RowParallelLinear.from_linear(ref.row_linear(), group)
+            cls, shape = layers.RowParallelLinear, "(..., out)"
+            layer = built(cls.from_linear(ref.row_linear(), group), cls)
             x = ref.rank_slice(ref.data("h", ref.HIDDEN), rank, world).clone().requires_grad_()
-        state[kind] = (layer, x, layer(x))
+        state[kind] = (layer, x, forwarded(layer(x), cls, shape))
         return state[kind]
 
     def backward(kind: str) -> dict:
@@ -199,9 +224,10 @@ def record_shards(ctx, layers, group, world: int, chunks: int) -> None:
     import torch
 
     def chunked():
-        layer = layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks)
+        layer = built(layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks),
+                      layers.ColumnParallelLinear)
         return {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone(),
-                "out": layer(ref.data("x", ref.IN_FEATURES)).detach()}
+                "out": forwarded(layer(ref.data("x", ref.IN_FEATURES)), type(layer), "(..., out/N)").detach()}
     ctx.record(P_CHUNKS, chunked)
 
     def source(kind: str, bias: bool = True):
@@ -211,8 +237,9 @@ def record_shards(ctx, layers, group, world: int, chunks: int) -> None:
 
     def build(kind: str, linear):
         if kind == "row":
-            return layers.RowParallelLinear.from_linear(linear, group)
-        return layers.ColumnParallelLinear.from_linear(linear, group, chunks=3 if kind == "column_chunks3" else 1)
+            return built(layers.RowParallelLinear.from_linear(linear, group), layers.RowParallelLinear)
+        chunks = 3 if kind == "column_chunks3" else 1
+        return built(layers.ColumnParallelLinear.from_linear(linear, group, chunks=chunks), layers.ColumnParallelLinear)
 
     def copies():
         out = {}
@@ -253,7 +280,8 @@ def record_shards(ctx, layers, group, world: int, chunks: int) -> None:
             with torch.no_grad():
                 zero_bias.bias.zero_()
             layer = build(kind, source(kind, bias=False))
-            out[kind] = {"bias_is_none": layer.bias is None, "out": layer(x).detach(),
+            shape = "(..., out)" if kind == "row" else "(..., out/N)"
+            out[kind] = {"bias_is_none": layer.bias is None, "out": forwarded(layer(x), type(layer), shape).detach(),
                          "zero_bias_out": build(kind, zero_bias)(x).detach()}
         return out
     ctx.record(P_NO_BIAS, no_bias)

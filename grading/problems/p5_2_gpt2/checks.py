@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_tensor_close, describe
+from grading.engine.compare import assert_tensor_close, describe, describe_kind
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
@@ -104,7 +104,10 @@ def _probe_split(ctx, student, attention: str, group, world: int) -> None:
     model = ref.build_gpt2(0, attention)
 
     def split_blocks():
-        returned = [student.parallelize_block(block, group) is block for block in model.transformer.h]
+        returned = []                        # per block: None when it returned the block, else what came back
+        for block in model.transformer.h:
+            got = student.parallelize_block(block, group)
+            returned.append(None if got is block else describe_kind(got))
         return {"layers": {name: getattr(module, "stands_for", type(module).__name__)
                            for name, module in model.named_modules() if ref.split_layer_of(name + ".weight")},
                 "block_matrix_bytes": ref.held_block_matrix_bytes(model, world), "returned_block": returned,
@@ -264,8 +267,9 @@ def check_returns_block(run: SplitRun) -> None:
     _split(run)
     for _, rank, who in group_members(run):
         returned = run.part(P_SPLIT, rank)["returned_block"]
-        expect(all(returned), f"{who}: parallelize_block did not return the block it was given (blocks "
-               f"{[k for k, same in enumerate(returned) if not same]}); return block itself")
+        wrong = {k: kind for k, kind in enumerate(returned) if kind is not None}
+        expect(not wrong, f"{who}: parallelize_block returned {', '.join(sorted(set(wrong.values())))} for blocks "
+               f"{sorted(wrong)}, expected the block it was given (it splits in place: return block itself)")
 
 
 @CASE.criterion("5.2.attention_sizes", "the attention's num_heads, embed_dim, split_size become H/N, E/N, E/N; "
