@@ -31,8 +31,13 @@ from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit import points
 from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
+from grading.engine.forkserver import SERVERS_ENV
 from grading.problems import all_cases, titles
 
+# Every grading run of the session (the session's own, and each `python -m grading grade` a test starts) keeps one
+# fork server: the suite already runs two test files side by side (-n 2), so a second server per run would only
+# import the libraries twice. tests/kit/test_launcher.py runs two servers; a value set outside is kept.
+os.environ.setdefault(SERVERS_ENV, "1")
 _NOTES: list[str] = []
 
 

@@ -263,7 +263,9 @@ def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
     ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
     once: a full grade of Problems 1-3 peaks near 670 MB of PSS instead of 970 MB, what Gradescope's 768 MB
-    container needs; ``run_autograder`` sets it). Raises ValueError for any other value."""
+    container needs; ``run_autograder`` sets it). With one server every rank shares its ``PYTHONHASHSEED``, so
+    a bug that needs two ranks to iterate a set of strings in different orders goes unseen. Raises ValueError
+    for any other value."""
     value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
     if value not in ("1", "2"):
         raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")

@@ -25,7 +25,9 @@ PROBES = "tests.kit.launcher_probes"
 
 @pytest.fixture(scope="module")
 def servers():
-    with ForkServers(KIT_ROOT) as warm:
+    """Two fork servers, the default of a grade (the suite's other runs keep one: tests/conftest.py)."""
+    with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "2"}) as warm:
+        assert warm.servers == 2
         yield warm
 
 
