@@ -36,7 +36,7 @@ from grading.problems import all_cases, titles
 
 # Every grading run of the session (the session's own, and each `python -m grading grade` a test starts) keeps one
 # fork server: the suite already runs two test files side by side (-n 2), so a second server per run would only
-# import the libraries twice. tests/kit/test_launcher.py runs two servers; a value set outside is kept.
+# import the libraries twice. The kit's launcher tests run two servers; a value set outside is kept.
 os.environ.setdefault(SERVERS_ENV, "1")
 _NOTES: list[str] = []
 

@@ -225,12 +225,19 @@ def test_the_starters_list_states_each_problems_points_as_its_handout_does(defau
 
 
 def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_starter, default):
-    """The starter's own ``grade`` states the hidden points it cannot run, from the course record."""
+    """The starter's own ``grade``, and pytest's summary, state the hidden points it cannot run, from the course
+    record."""
     quoted = re.search(r"`python -m grading grade --problem 1` ends with\n  `(TOTAL [^`]+)`", default)
     assert quoted, "the handout quotes the starter's TOTAL line"
     done = run_kit_command(["grade", "--quiet", "--problem", "1"], cwd=default_starter, timeout=900)
     assert done.returncode == 3, done.stdout + done.stderr              # nothing implemented yet
     assert done.stdout.strip().splitlines()[-1] == quoted.group(1)
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "p1_1 or p1_2",
+                             "tests/test_problems.py"], cwd=default_starter, capture_output=True, text=True,
+                            timeout=900, stdin=subprocess.DEVNULL)        # pytest's summary says it alike
+    assert tested.returncode == 1, tested.stdout + tested.stderr
+    assert quoted.group(1) in tested.stdout.splitlines(), tested.stdout[-2000:]
+    assert f"Problem 1: {quoted.group(1)[len('TOTAL '):]}" in tested.stdout.splitlines(), tested.stdout[-2000:]
     public, hidden = (sum(v) for v in zip(*(pts for sub, pts in _rubric(("1",)).items())))
     assert quoted.group(1) == f"TOTAL 0/{public:g} public points + {hidden:g} hidden points the course adds when " \
         f"it grades (0/{public + hidden:g} in all)"
