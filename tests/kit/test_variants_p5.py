@@ -393,3 +393,12 @@ def test_starter_scores_zero_on_every_criterion_as_not_implemented(tmp_path, for
     verdicts = grade(kit, "5", tmp_path, fork_servers)
     assert {v.status for v in verdicts.values()} == {"not_implemented"}, {
         cid: (v.status, v.message[:200]) for cid, v in verdicts.items() if v.status != "not_implemented"}
+
+
+@pytest.mark.kit
+def test_grade_variant_splices_an_optional_problem(tmp_path, fork_servers):
+    """tests/kit/variants.grade_variant grades a Problem 5 variant as the variant, not as the reference, though
+    the course's default problems (1-3) leave Problem 5 out of a splice."""
+    from tests.kit.variants import failed_ids, grade_variant
+    variant = next(v for v in VARIANTS if len(v.edits) == 1)
+    assert failed_ids(grade_variant(variant, variant.problem, tmp_path, fork_servers)) == variant.fails

@@ -14,7 +14,10 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from grading import KIT_ROOT
+from grading.kit.course import PROBLEMS_ENV
 from grading.problems import all_cases
 from grading.kit.regions import parse_regions, replace_bodies
 from grading.engine.runner import CriterionResult, run_cases
@@ -84,7 +87,9 @@ def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> d
     """Grade ``problem`` (usually ``variant.problem``) on a copy of the kit carrying ``variant`` (ranks forked by
     ``servers``, the session's ``fork_servers``, when given); verdicts by criterion id."""
     kit = make_variant_kit(work / "kit", variant.edits)
-    splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
+    with pytest.MonkeyPatch.context() as patch:     # splice the graded problem's regions even when it is optional
+        patch.setenv(PROBLEMS_ENV, problem.split(".")[0])
+        splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
     return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
                                        barred=splice.barred, hints=splice.hints, servers=servers)}
 
