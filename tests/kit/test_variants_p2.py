@@ -8,7 +8,7 @@ step uses it) but not with ``eager``, which both logits criteria also run.
 """
 import pytest
 
-from tests.kit.variants import Variant, assert_verdicts, grade_variant
+from tests.kit.variants import Variant, assert_verdicts, edited, grade_variant
 
 SCHEDULE, PARTITION = "pipeline/schedule.py", "pipeline/partition.py"
 PIPE, GPT2 = "pipeline/pipe.py", "pipeline/gpt2.py"
@@ -218,51 +218,14 @@ VARIANTS = [
         for k in range(microbatches + stages - 1 if microbatches else 0):
             yield ((k - j, j) for j in range(stages) if 0 <= k - j < microbatches)
     """, frozenset({"2.1.clock_cycles", "2.1.clock_cycles_hidden"}), hint="yielded generator as cycle 0"),
-    Variant("partitions_as_lists", PARTITION, "split_module", """
-        groups, devices, pending = [], [], []
-        for layer in module.children():
-            if isinstance(layer, WithDevice):
-                device, layer = layer.device, layer.module.to(layer.device)
-            else:
-                device = layer_device(layer)
-            if device is None and groups:
-                groups[-1].append(layer)
-            elif device is None:
-                pending.append(layer)
-            elif devices and devices[-1] == device:
-                groups[-1].append(layer)
-            else:
-                groups.append(pending + [layer])
-                devices.append(device)
-                pending = []
-        if pending:
-            groups.append(pending)
-            devices.append(_CPU)
-        return groups, devices
-    """, frozenset({"2.1.split_module", "2.1.with_device"}), hint="partitions must be nn.Sequential, got ['list'"),
-    Variant("buffers_decide_device", PARTITION, "split_module", """
-        groups, devices, pending = [], [], []
-        for layer in module.children():
-            if isinstance(layer, WithDevice):
-                device, layer = layer.device, layer.module.to(layer.device)
-            else:
-                found = {t.device for t in [*layer.parameters(), *layer.buffers()]}
-                device = found.pop() if len(found) == 1 else layer_device(layer)
-            if device is None and groups:
-                groups[-1].append(layer)
-            elif device is None:
-                pending.append(layer)
-            elif devices and devices[-1] == device:
-                groups[-1].append(layer)
-            else:
-                groups.append(pending + [layer])
-                devices.append(device)
-                pending = []
-        if pending:
-            groups.append(pending)
-            devices.append(_CPU)
-        return [nn.Sequential(*group) for group in groups], devices
-    """, frozenset({"2.1.split_module"}), hint="buffers but no parameters"),
+    Variant("partitions_as_lists", PARTITION, "split_module", edited(PARTITION, "split_module", (
+        "return [nn.Sequential(*group) for group in groups], devices", "return groups, devices")),
+            frozenset({"2.1.split_module", "2.1.with_device"}), hint="partitions must be nn.Sequential, got ['list'"),
+    Variant("buffers_decide_device", PARTITION, "split_module", edited(PARTITION, "split_module", (
+        "            device = layer_device(layer)\n",
+        "            found = {t.device for t in [*layer.parameters(), *layer.buffers()]}\n"
+        "            device = found.pop() if len(found) == 1 else layer_device(layer)\n")),
+            frozenset({"2.1.split_module"}), hint="buffers but no parameters"),
     Variant("spanning_error_without_names", PARTITION, "split_module", """
         groups, devices, pending = [], [], []
         for layer in module.children():
@@ -314,21 +277,10 @@ VARIANTS = [
             yield nn.Sequential(*layers).to(device)
     """, frozenset({"2.3.stages", "2.3.stages_hidden", "2.3.model_parallel", "2.3.pipeline_parallel",
                     "2.3.more_stages_than_blocks", "2.3.training_step"}), hint="returned generator, expected a list"),
-    Variant("empty_blocks_omitted", GPT2, "gpt2_stages", """
-        blocks = list(model.transformer.h)
-        base, extra = divmod(len(blocks), len(devices))
-        stages, start = [], 0
-        for k, device in enumerate(devices):
-            count = base + (1 if k < extra else 0)
-            layers = [Blocks(blocks[start:start + count], model.config)] if count else []
-            start += count
-            if k == 0:
-                layers.insert(0, Embeddings(model))
-            if k == len(devices) - 1:
-                layers.append(LMHead(model))
-            stages.append(nn.Sequential(*layers).to(device))
-        return stages
-    """, frozenset({"2.3.more_stages_than_blocks"}), hint="still holds an empty Blocks"),
+    Variant("empty_blocks_omitted", GPT2, "gpt2_stages", edited(GPT2, "gpt2_stages", (
+        "layers: list[nn.Module] = [Blocks(blocks[start:start + count], model.config)]",
+        "layers = [Blocks(blocks[start:start + count], model.config)] if count else []")),
+            frozenset({"2.3.more_stages_than_blocks"}), hint="still holds an empty Blocks"),
     Variant("blocks_detach_their_input", GPT2, "forward", """
         hidden_states = hidden_states.detach()
         mask = causal_mask(self.config, hidden_states)

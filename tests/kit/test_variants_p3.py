@@ -5,7 +5,7 @@ import pytest
 
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
-from tests.kit.variants import Variant, assert_verdicts, grade_variant, make_variant_kit
+from tests.kit.variants import Variant, assert_verdicts, edited, grade_variant, make_variant_kit
 
 LORA, ZERO = "finetune/lora.py", "finetune/zero.py"
 
@@ -96,31 +96,12 @@ VARIANTS = [
         setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name]))
     return model
     """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
-    Variant("root_target_accepted", LORA, "apply_lora", _CHECKS + """
-    modules = dict(model.named_modules())
-    for name in names:
-        if name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
-    return model
-    """, frozenset({"3.1.validation"}), hint="the model itself, an nn.Linear"),
-    Variant("apply_lora_returns_none", LORA, "apply_lora", _CHECKS + """
-    modules = dict(model.named_modules())
-    for name in names:
-        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
-    """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"}),
+    Variant("root_target_accepted", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "if not name or name not in modules:", "if name not in modules:")),
+            frozenset({"3.1.validation"}), hint="the model itself, an nn.Linear"),
+    Variant("apply_lora_returns_none", LORA, "apply_lora", edited(LORA, "apply_lora", ("    return model\n", "")),
+            frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"}),
             hint="returned NoneType, expected the model"),
-    # ---- 3.2 save_adapter / load_adapter
     Variant("saves_base_weights", LORA, "save_adapter", """
     torch.save({name: p.detach().cpu().clone() for name, p in model.named_parameters()}, path)
     """, frozenset({"3.2.save_contents", "3.2.save_contents_hidden"})),

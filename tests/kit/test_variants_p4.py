@@ -17,26 +17,11 @@ from grading.problems import sub_problem
 from grading.problems.p4_1_ddp import checks as p4_1_ddp
 from grading.problems.p4_2_zero1 import checks as p4_2_zero1
 from grading.problems.p4_3_checkpoint import checks as p4_3_checkpoint
-from tests.kit.variants import Variant, assert_verdicts, make_variant_kit
+from tests.kit.variants import Variant, assert_verdicts, edited, make_variant_kit, reference
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP, ZERO, CKPT = "data_parallel/ddp.py", "data_parallel/zero1.py", "data_parallel/checkpoint.py"
 PROBLEMS = {DDP: p4_1_ddp.PROBLEM, ZERO: p4_2_zero1.PROBLEM, CKPT: p4_3_checkpoint.PROBLEM}
-
-
-def reference(path: str, function: str) -> str:
-    """The reference body of the region inside ``function`` of ``path``."""
-    [body] = [r.body for r in parse_regions((ROOT / path).read_text(), path) if r.function == function]
-    return body
-
-
-def edited(path: str, function: str, *swaps: tuple[str, str]) -> str:
-    """The reference body of ``function`` with each (old, new) swapped; each old text must occur exactly once."""
-    body = reference(path, function)
-    for old, new in swaps:
-        assert body.count(old) == 1, f"{path}:{function}: {old!r} occurs {body.count(old)} times"
-        body = body.replace(old, new)
-    return body
 
 
 def fails(*ids: str) -> frozenset[str]:

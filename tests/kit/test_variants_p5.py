@@ -15,7 +15,7 @@ import pytest
 from grading.problems import all_cases
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from grading.engine.runner import run_cases
-from tests.kit.variants import Variant, assert_verdicts, make_variant_kit
+from tests.kit.variants import Variant, assert_verdicts, edited, make_variant_kit
 
 LAYERS, GPT2 = "tensor_parallel/layers.py", "tensor_parallel/gpt2.py"
 CASES = all_cases(("5",))
@@ -275,34 +275,16 @@ VARIANTS = [
                     "5.1.column_chunks", "5.1.no_bias", "5.1.column_forward_hidden", "5.1.input_grads_hidden",
                     "5.1.column_chunks_hidden"}),
         hint="ColumnParallelLinear.forward returned NoneType, expected a tensor"),
-    Variant("column_from_linear_returns_shards", LAYERS, "from_linear#0", """
-        out_features = linear.out_features
-        if chunks < 1 or out_features % (chunks * world_size):
-            raise ValueError(f"ColumnParallelLinear: {out_features} output features in {chunks} chunk(s) do not "
-                             f"split evenly over {world_size} ranks")
-        block, part = out_features // chunks, out_features // (chunks * world_size)
-        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
-                          for k in range(chunks)]).to(linear.weight.device)
-        with torch.no_grad():
-            weight = linear.weight.index_select(0, rows).clone()
-            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
-        return weight, bias
-    """, frozenset({"5.1.column_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts",
-                    "5.1.column_chunks", "5.1.shard_copies", "5.1.shard_dtype_device", "5.1.no_bias",
-                    "5.1.column_forward_hidden", "5.1.input_grads_hidden", "5.1.column_chunks_hidden"}),
+    Variant("column_from_linear_returns_shards", LAYERS, "from_linear#0", edited(LAYERS, "from_linear#0", (
+        "return cls(weight, bias, group)", "return weight, bias")),
+        frozenset({"5.1.column_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts", "5.1.column_chunks",
+                   "5.1.shard_copies", "5.1.shard_dtype_device", "5.1.no_bias", "5.1.column_forward_hidden",
+                   "5.1.input_grads_hidden", "5.1.column_chunks_hidden"}),
         hint="ColumnParallelLinear.from_linear returned tuple of tensor"),
-    Variant("row_from_linear_returns_shards", LAYERS, "from_linear#1", """
-        in_features = linear.in_features
-        if in_features % world_size:
-            raise ValueError(f"RowParallelLinear: {in_features} input features do not split evenly over "
-                             f"{world_size} ranks")
-        part = in_features // world_size
-        with torch.no_grad():
-            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
-            bias = linear.bias.clone() if linear.bias is not None else None
-        return weight, bias
-    """, frozenset({"5.1.row_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts", "5.1.shard_copies",
-                    "5.1.shard_dtype_device", "5.1.no_bias", "5.1.row_forward_hidden", "5.1.input_grads_hidden"}),
+    Variant("row_from_linear_returns_shards", LAYERS, "from_linear#1", edited(LAYERS, "from_linear#1", (
+        "return cls(weight, bias, group)", "return weight, bias")),
+        frozenset({"5.1.row_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts", "5.1.shard_copies",
+                   "5.1.shard_dtype_device", "5.1.no_bias", "5.1.row_forward_hidden", "5.1.input_grads_hidden"}),
         hint="RowParallelLinear.from_linear returned tuple of tensor"),   # every use of the layer breaks
     Variant("only_split_size_set", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim

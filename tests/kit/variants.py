@@ -36,6 +36,22 @@ def find_region(text: str, path: str, function: str) -> int:
     raise ValueError(f"{path}: expected one region in {function}, found {len(matches)} in functions named {name}")
 
 
+def reference(path: str, function: str) -> str:
+    """The kit's reference body of the region ``function`` names (``find_region``) in ``path``."""
+    text = (KIT_ROOT / path).read_text()
+    return parse_regions(text, path)[find_region(text, path, function)].body
+
+
+def edited(path: str, function: str, *swaps: tuple[str, str]) -> str:
+    """The reference body of ``function`` with each (old, new) swapped; each old text must occur exactly once.
+    A variant that differs from the reference in a few lines says only those lines."""
+    body = reference(path, function)
+    for old, new in swaps:
+        assert body.count(old) == 1, f"{path}:{function}: {old!r} occurs {body.count(old)} times"
+        body = body.replace(old, new)
+    return body
+
+
 def region_problem(path: str, function: str, root: Path = KIT_ROOT) -> str:
     """The sub-problem ("1.2") of the region ``function`` names (``find_region``) in ``root/path``: the id of its
     BEGIN_STUDENT marker."""
