@@ -1,11 +1,10 @@
 """Start the rank processes of one check, bounded in time, and say how each ended (``case_run.LaunchResult``).
 
-Each rank is a fresh process in its own session: forked by the run's fork
-server (``grading.engine.forkserver``), or a cold ``python -m
-grading.engine.worker``; either way the same ``worker.main``, its stdout and
-stderr in files. Ranks meet over a file store in the run folder (no port).
-Each run gets the sandbox (``grading.engine.sandbox``) and a random key, sent
-over stdin, with which the worker signs its result files.
+Each rank is a fresh process in its own session, forked by a fork server
+(``grading.engine.forkserver``) or a cold ``python -m grading.engine.worker``:
+the same ``worker.main``, its stdout and stderr in files, meeting the others
+over a file store in the run folder (no port), in the sandbox
+(``grading.engine.sandbox``), signing its results with the run's key (stdin).
 
 At the case's limit (on an idle machine's clock, ``LoadClock``) every live rank
 is asked for a Python stack dump (faulthandler on SIGUSR1), then killed with
@@ -13,12 +12,10 @@ its process group. A rank has finished when its signed ``done`` marker is
 written, the worker's last act; one still there ``LINGER_S`` later (a cold
 interpreter that a stray non-daemon thread keeps alive) is killed.
 
-A case may go on in new processes (``then``, from ``Case.then``): once every
-rank of a phase has finished, the next phase's ranks start (new processes, a
-new process group) with the same key and result folders, so they record into
-the same signed results, and the case's ``shared`` folder
-(``RankContext.shared_dir``) to hand files over. What a phase left running is
-killed before the next starts; one limit bounds the case.
+A case may go on in new processes (``then``, from ``Case.then``): the next
+phase's ranks start once every rank of the one before has finished and what
+it left running is killed; they sign into the same results and find the
+case's ``shared`` folder (``RankContext.shared_dir``). One limit bounds the case.
 """
 from __future__ import annotations
 
@@ -64,11 +61,6 @@ class LoadClock:
             return max(1.0, (int(fields[3].split("/")[0]) - 1) / cpus, float(fields[0]) / cpus if recent else 1.0)
         except (OSError, ValueError, IndexError, AttributeError):
             return 1.0
-
-    @classmethod
-    def typical_slowdown(cls) -> float:
-        """``slowdown(recent=True)``."""
-        return cls.slowdown(recent=True)
 
     def elapsed(self) -> float:
         """Load-discounted seconds so far (call it often: each call weighs the time since the last one)."""

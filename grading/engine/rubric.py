@@ -92,11 +92,6 @@ class SplitRun:
         return self._source.expected_for(self._split)
 
 
-def problem_of(criterion_id: str) -> str:
-    """``"1.2"`` for ``"1.2.grads_2rank"``."""
-    return ".".join(criterion_id.split(".")[:2])
-
-
 def selects(selector: str | None, problem: str) -> bool:
     """True when ``selector`` (None: all, ``"1"``: Problem 1, ``"1.2"``: that sub-problem) covers ``problem``."""
     return selector is None or problem == selector or problem.startswith(selector + ".")
@@ -129,7 +124,8 @@ class Criterion:
 
     @property
     def problem(self) -> str:
-        return problem_of(self.id)
+        """``"1.2"`` for ``"1.2.grads_2rank"``."""
+        return ".".join(self.id.split(".")[:2])
 
     def evaluate(self, run: CaseRun) -> None:
         """Judge ``run`` as seen from this criterion's split; raises CheckFailed when it does not hold."""

@@ -58,12 +58,9 @@ def _env_int(name: str, default: int | None) -> int | None:
 
 
 def default_limits(timeout_s: float) -> Limits:
-    """The limits for a case with wall-clock limit ``timeout_s``, with environment overrides.
-
-    ``GRADING_SANDBOX=0`` disables every limit and namespace;
-    ``GRADING_MEMORY_MB``, ``GRADING_OPEN_FILES``, ``GRADING_FILE_MB`` (0 for
-    none) override the defaults; ``GRADING_NETWORK=1`` keeps the host network.
-    """
+    """The limits for a case with wall-clock limit ``timeout_s``, with environment overrides:
+    ``GRADING_SANDBOX=0`` disables every limit and namespace; ``GRADING_MEMORY_MB``, ``GRADING_OPEN_FILES``,
+    ``GRADING_FILE_MB`` (0 for none) override the defaults; ``GRADING_NETWORK=1`` keeps the host network."""
     if os.environ.get("GRADING_SANDBOX", "1") == "0":
         return Limits(memory_mb=None, cpu_s=None, open_files=None, file_mb=None, network=True)
     return Limits(memory_mb=_env_int("GRADING_MEMORY_MB", 8192),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grading.kit.bytecode import write_bytecode
 from grading.kit.course import chosen_problems
-from grading.engine.hints import static_hints
+from grading.kit.region_hints import static_hints
 from grading.kit.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
                              replace_bodies, stub_body, student_files)
 

@@ -91,7 +91,7 @@ def _alive(pid: int) -> bool:
 def no_survivors(monkeypatch, fork_servers):
     """Every process the test's grading starts inherits a tag, or (a rank forked without exec, whose start-up
     environment is its server's) is below this process; none may be alive when the test ends. The session's fork
-    servers (started first, untagged) outlive the test; their ranks may not."""
+    servers and their sessions (untagged) outlive the test; their ranks may not."""
     if fork_servers is not None:
         fork_servers.warm_up()
     value = uuid.uuid4().hex

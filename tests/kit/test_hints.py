@@ -5,7 +5,8 @@ import traceback
 
 import pytest
 
-from grading.engine.hints import describe_exception, format_error, likely_cause, static_hints, student_frame
+from grading.engine.hints import describe_exception, format_error, likely_cause, student_frame
+from grading.kit.region_hints import static_hints
 from grading.engine.case_run import describe_error
 from grading.problems.common import call_outcome, labelled
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import describe
+from grading.kit.compare import describe
 from grading.engine.expect import expect
 from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_ranks_close, assert_state_close, describe
+from grading.kit.compare import assert_ranks_close, assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from grading.engine.compare import describe, describe_kind
+from grading.kit.compare import describe, describe_kind
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

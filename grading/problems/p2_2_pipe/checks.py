@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_state_close, assert_tensor_close, describe
+from grading.kit.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.launch import LoadClock
 from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
@@ -137,7 +137,7 @@ def probe_pipe(ctx) -> None:
     from grading.kit import seams
     from pipeline import runtime
     seams.apply(swaps(*PROBLEM.shipped_expected(ctx)))
-    runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S * LoadClock.typical_slowdown()
+    runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S * LoadClock.slowdown(recent=True)
     from pipeline.pipe import Pipe
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from grading.engine.compare import assert_state_close, assert_tensor_close, describe_kind
+from grading.kit.compare import assert_state_close, assert_tensor_close, describe_kind
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grading.engine.compare import assert_tensor_close, describe
+from grading.kit.compare import assert_tensor_close, describe
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.engine.compare import assert_state_close, assert_tensor_close, describe
+from grading.kit.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from grading.engine.compare import assert_state_close, describe
+from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from grading.engine.compare import assert_state_close, describe
+from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grading.engine.compare import assert_state_close, describe
+from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

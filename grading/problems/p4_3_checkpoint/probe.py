@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from grading.engine.compare import describe_kind
+from grading.kit.compare import describe_kind
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same

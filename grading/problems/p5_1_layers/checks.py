@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_tensor_close, describe
+from grading.kit.compare import assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.startup import GRADIENT_IMPORTS
 from grading.engine.rubric import SplitRun

@@ -13,7 +13,7 @@ import inspect
 from contextlib import contextmanager
 from typing import Iterator
 
-from grading.engine.compare import describe_kind
+from grading.kit.compare import describe_kind
 from grading.problems.common import call_outcome
 from grading.problems.p5_1_layers import reference as ref
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.engine.compare import assert_tensor_close, describe, describe_kind
+from grading.kit.compare import assert_tensor_close, describe, describe_kind
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem

@@ -2,7 +2,7 @@
 
 - ``grading.engine.hints._EXCEPTION_HINTS`` (file prefix, pattern, hint):
   one entry each, for the hints whose file belongs to a chosen problem;
-- ``grading.engine.hints.static_hints``: one entry showing what it prints for
+- ``grading.kit.region_hints.static_hints``: one entry showing what it prints for
   a late-binding closure, produced by running it on a small example;
 - ``faq.md`` (next to this file): hand-written entries, a ``## common``
   section and one ``## <sub-problem>`` section per sub-problem whose checks
@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from grading.engine import hints
+from grading.kit.region_hints import static_hints
 
 FAQ_FILE = Path(__file__).resolve().parent / "faq.md"
 _CLOSURE_EXAMPLE = """\
@@ -64,7 +65,7 @@ def exception_entries(student_files: list[str]) -> list[str]:
 
 def closure_entry(path: str) -> str:
     """The entry for ``static_hints``: what the grader prints before running a late-binding closure in ``path``."""
-    found = hints.static_hints(_CLOSURE_EXAMPLE, 10, path)
+    found = static_hints(_CLOSURE_EXAMPLE, 10, path)
     example = "\n".join("    " + line for line in _CLOSURE_EXAMPLE.splitlines())
     return ("**A failure that names \"a late-binding closure\".** The grader reads your region before it runs "
             "it; a function defined in a loop that reads the loop variable when it runs (not when it was "

@@ -1,4 +1,5 @@
-"""Tensor comparisons that fail with a message naming the quantity, rank and max abs diff."""
+"""Tensor comparisons for criteria (used by the checks, never by the engine): each fails with a message naming the
+quantity, rank and max abs diff."""
 from __future__ import annotations
 
 from typing import Any
