@@ -34,9 +34,9 @@ from grading.kit.submission import SpliceReport, build_grading_copy
 from grading.engine.forkserver import SERVERS_ENV
 from grading.problems import all_cases, titles
 
-# Every grading run of the session (the session's own, and each `python -m grading grade` a test starts) keeps one
-# fork server: the suite already runs two test files side by side (-n 2), so a second server per run would only
-# import the libraries twice. The kit's launcher tests run two servers; a value set outside is kept.
+# The session's grading runs (its own, and each `python -m grading` a test starts: ``fork_servers``) share one fork
+# server: the suite already runs two test files side by side (-n 2), so a second server would only import the
+# libraries twice. The kit's launcher tests run two servers; a value set outside is kept.
 os.environ.setdefault(SERVERS_ENV, "1")
 _NOTES: list[str] = []
 
@@ -129,12 +129,17 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
     return dest, splice
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def fork_servers():
     """The session's fork servers (``grading.engine.forkserver``: they hold library modules only and fork ranks for
-    any kit copy), shared by the grading runs of the tests; None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
+    any kit copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
+    ``python -m grading`` a test starts, as ``batch`` shares its own with its grades; None under
+    ``GRADING_FORKSERVER=0`` (cold ranks)."""
     servers = warm_servers(KIT_ROOT)
-    yield servers
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in (servers.shared_env() if servers is not None else {}).items():
+            patch.setenv(key, value)
+        yield servers
     if servers is not None:
         servers.close()
 

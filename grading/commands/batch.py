@@ -4,7 +4,10 @@ Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
 skipped) is graded by its own ``python -m grading grade`` process, a new
 interpreter in its own session, with a wall-clock limit, so one submission that
 crashes, hangs or kills its grader costs only its own row, and nothing of one
-grade (imported modules, fork servers, temporary files) reaches the next. Each gets
+grade (imported modules, ranks, temporary files) reaches the next. The grades
+share the batch's fork servers, which hold library modules only and give each
+grade sessions of its own (``grading.engine.forkserver``), so no grade imports
+torch, transformers and DeepSpeed for its ranks again. Each gets
 ``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
 the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
 temporary files go to a folder of its own, removed when it ends, however it
@@ -41,6 +44,7 @@ from grading.commands.benchmarks import NOT_SCORED
 from grading.commands.class_report import write_class_report
 from grading.commands.csv_cells import write_csv
 from grading.commands.result_tests import criterion_id
+from grading.engine.runner import warm_servers
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading import KIT_ROOT
 from grading.kit.course import chosen_problems
@@ -89,8 +93,10 @@ def default_limit_s(grade_args: list[str]) -> float:
     return sum(timeout if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
 
 
-def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> dict:
-    """Grade ``entry`` in a child ``python -m grading grade`` into folder ``out``; return its CSV row.
+def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env: dict[str, str] | None = None
+              ) -> dict:
+    """Grade ``entry`` in a child ``python -m grading grade`` (with ``env`` added to this process's environment:
+    ``run_batch`` names its fork servers there) into folder ``out``; return its CSV row.
 
     The grader, its ranks and whatever they start get a temporary folder of their own (``TMPDIR``, a new
     ``grading-grade-*`` folder in this process's), removed when the grade ends, however it ends: a grader
@@ -110,8 +116,8 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float) -> 
         with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             try:
                 proc = subprocess.Popen([sys.executable, "-m", "grading", *command], cwd=KIT_ROOT,
-                                        env={**os.environ, "TMPDIR": str(scratch)}, stdin=subprocess.DEVNULL,
-                                        stdout=stdout, stderr=stderr, start_new_session=True)
+                                        env={**os.environ, **(env or {}), "TMPDIR": str(scratch)},
+                                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
                 try:
                     code = proc.wait(timeout=limit_s)
                 except subprocess.TimeoutExpired:
@@ -284,7 +290,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     def one(entry: Path) -> None:
         try:
-            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s)
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, shared)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in HEAD}
             row.update(submission=entry.name, status="grader_error",
@@ -297,8 +303,14 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                          f"({row['status']}) in {row['seconds'] or '?'} s")
 
     write_grades(out_csv, rows, results_dir)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, entries))
+    servers = warm_servers(KIT_ROOT)         # shared by every grade: no grade imports the libraries again
+    shared = servers.shared_env() if servers is not None else {}
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            list(pool.map(one, entries))
+    finally:
+        if servers is not None:
+            servers.close()
     linked = write_grades(out_csv, rows, results_dir)
     write_class_report(out_csv, *class_report_inputs(rows, results_dir), students=linked)
     return sorted(rows, key=lambda row: row["submission"])

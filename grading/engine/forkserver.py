@@ -1,32 +1,35 @@
-"""Warm rank processes: fork servers that import torch once and fork the ranks of a grading run.
+"""Warm rank processes: fork servers that import torch once and fork the ranks of grading runs.
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
-grading run (``grade``, each submission of ``batch``) therefore starts two fork servers, for even and odd ranks
-(one with ``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``server_count``),
-each ``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded): it imports torch,
-then forks a rank per request::
+grading run (``grade``) therefore starts two fork servers, for even and odd ranks (one with
+``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``server_count``), each
+``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded) listening on a Unix socket.
+It imports torch; then, for each connection, it forks a *session* that serves that launcher alone::
 
-    launcher ──request (spec, rank, key, environment, kit, logs)──▶ server r % 2 ──fork──▶ rank r of the case
-             ◀──────────────── pid, later its exit status ───────────┘
+    launcher ──connect──▶ server r % 2 ──fork──▶ session ──fork per request──▶ rank r of the case
+             ◀──────── pid, later its exit status (one JSON object a line each way) ─┘
 
-``serve`` is the server's loop, ``ForkServers`` the launcher's handle (one JSON object a line each way over a
-socket pair). A forked rank is a fresh process for everything the sandbox gives it: its own session, its log
-files, the key on a new stdin pipe, the environment a cold rank would get now
+The launcher closes a phase's sessions once its ranks are done; a session then kills what they left and ends.
+``batch`` keeps one set of servers for all
+its grades (``ForkServers.shared_env``): each grade is a fresh process with sessions of its own, and no grade
+imports the libraries again. A forked rank is a fresh process for everything the sandbox gives it: its own
+session, its log files, the key on a new stdin pipe, the environment a cold rank would get now
 (``grading.startup.adopt_environment``), new random seeds, every kit module imported from the kit copy the
-request names (the server's ``grading`` modules are dropped: a server holds library modules only, and nothing of
-one case reaches another), then ``worker.main``. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
-differ in hash order as fresh interpreters do. A server is the *subreaper* of its ranks: what a rank
-double-forks away is re-parented to it and swept (``psutil``) after the case. ``PR_SET_PDEATHSIG`` ties the
-server to the launcher and (``sandbox``) the ranks to the server.
+request names (a server holds library modules only, and nothing of one case reaches another), then
+``worker.main``. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks differ in hash order as
+fresh interpreters do. A session is the *subreaper* of its ranks: what a rank double-forks away is re-parented
+to it and swept (``psutil``) when the session ends. ``PR_SET_PDEATHSIG`` ties a server to the process that started it
+and (``sandbox``) the ranks to their session.
 
-A forked rank ends with ``os._exit`` after the worker has written its results and ``done`` marker and flushed
-its streams: the documented end of a child after ``fork()`` (``multiprocessing`` ends its fork and forkserver
-children so), since the code below the fork is the server's loop. A stray non-daemon thread ends with it.
+A forked process ends with ``os._exit`` (a rank after the worker has written its results and ``done`` marker and
+flushed its streams): the documented end of a child after ``fork()`` (``multiprocessing`` ends its fork and
+forkserver children so), since the code below the fork is the server's loop.
 
-*Preloads* (``Case.preload``, ``grading.startup``): before forking a case's ranks each server imports those it
-has not imported yet, once. A server that a preload leaves with a second thread could fork a held lock: it
-refuses (``error``), is replaced, and the run preloads no more; a failed import is left to the rank. Where CUDA
-is visible nothing is preloaded (a library that touches the driver before ``fork`` breaks the ranks' CUDA).
+*Preloads* (``Case.preload``, ``grading.startup``): a case's sessions are forked once the servers have imported
+them (each module once: a server keeps it for every later session). A server that a preload leaves with a
+second thread could fork a held lock: it ends, is replaced, and the run preloads no more; a failed import is
+left to the rank. Where CUDA is visible nothing is preloaded (a library that touches the driver before
+``fork`` breaks the ranks' CUDA).
 """
 from __future__ import annotations
 
@@ -120,71 +123,112 @@ def _preload(modules: list[str]) -> str:
     return "" if threads == 1 else f"the fork server has {threads} threads after preloading {modules}"
 
 
-def serve(fd: int) -> None:
-    """The server loop on the control socket ``fd``: it ends, sweeping its ranks, when the launcher closes the
-    socket, and is killed when the launcher dies."""
+def _session(control: socket.socket) -> None:
+    """Serve one launcher's connection ``control`` (in a process of its own, forked per connection): fork its ranks
+    and report their exits; it ends, killing them and what they left behind (re-parented to it), when the
+    launcher closes the socket."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    control = socket.socket(fileno=fd)
 
     def send(message: dict) -> None:
         control.sendall((json.dumps(message) + "\n").encode())
-    error = _preload(list(SERVER_IMPORTS))
-    send({"error": error} if error else {"ready": os.getpid()})
+    send({"ready": os.getpid()})
     ranks, buffer = set(), b""
-    while not error:
-        while True:                                        # reap: ranks report, adopted orphans vanish
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid in ranks:
-                ranks.discard(pid)
-                send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+    while True:
+        with contextlib.suppress(ChildProcessError):       # reap: ranks report, adopted orphans vanish
+            while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
+                if reaped[0] in ranks:
+                    ranks.discard(reaped[0])
+                    send({"exit": reaped[0], "code": os.waitstatus_to_exitcode(reaped[1])})
         if not select.select([control], [], [], 0.02)[0]:
             continue
         chunk = control.recv(65536)
         if not chunk:
-            freeze_and_kill(lambda: descendants(os.getpid()))
-            return
+            break
         *lines, buffer = (buffer + chunk).split(b"\n")
         for request in map(json.loads, lines):
-            if request["op"] == "preload":
-                error = _preload(request["modules"])
-                send({"error": error} if error else {"preloaded": request["modules"]})
-            elif request["op"] == "spawn":
+            if request["op"] == "spawn":
                 ranks.add(pid := _start_rank(request, control))
                 send({"spawned": pid})
-            elif request["op"] == "sweep":
-                send({"swept": freeze_and_kill(lambda: descendants(os.getpid()))})
+    freeze_and_kill(lambda: descendants(os.getpid()))
+
+
+def serve(listener_fd: int) -> None:
+    """The server on the listening socket ``listener_fd``: import ``SERVER_IMPORTS``; then, per connection, import
+    what its request's ``preload`` names and fork a ``_session`` for it. A preload that leaves it with a second
+    thread ends it, with that error as the answer (it must not fork again); it is killed when its starter dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    listener = socket.socket(fileno=listener_fd)
+    if _preload(list(SERVER_IMPORTS)):
+        return
+    while True:
+        with contextlib.suppress(ChildProcessError):       # reap the sessions that ended
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        if not select.select([listener], [], [], 0.5)[0]:
+            continue
+        control = listener.accept()[0]
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            control.settimeout(30.0)      # the request: one line (a launcher sends nothing more before the answer)
+            modules = json.loads(control.makefile("rb").readline())["preload"]
+            control.settimeout(None)
+            if error := _preload(modules):
+                control.sendall((json.dumps({"error": error}) + "\n").encode())
+                return
+            if os.fork() == 0:
+                code = 70
+                try:
+                    listener.close()
+                    _session(control)
+                    code = 0
+                finally:
+                    os._exit(code)                          # a forked child's end (module docstring)
+        control.close()
 
 
 # ------------------------------------------------------------------------------------------ launcher side
-class ForkServer:
-    """One server process (module docstring), driven over a socket pair by the launcher."""
+def start_server(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Start a ``python -m grading.engine.forkserver`` in ``cwd`` with ``env``, listening at a new abstract socket
+    address: (its process, the address). It imports in the background; a connection waits for it."""
+    address = "\0grading-forkserver-" + secrets.token_hex(8)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        listener.listen(64)
+        proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(listener.fileno())],
+                                cwd=cwd, env=env, pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return proc, address
 
-    def __init__(self, cwd: Path, env: dict[str, str]):
-        """Start a ``python -m grading.engine.forkserver`` in ``cwd`` with ``env``; it imports in the background."""
-        ours, theirs = socket.socketpair()
-        self._socket, self._buffer, self._inbox, self._ready = ours, b"", [], False
+
+class ForkServer:
+    """A launcher's session with a server (module docstring): a process the server forked for this connection,
+    which forks the ranks asked for and ends, sweeping them, when the connection closes."""
+
+    def __init__(self, address: str, preload: tuple[str, ...] = ()):
+        """Ask the server at ``address`` (OSError when none listens there) for a session, forked once it has imported
+        ``preload``; it may still be importing (``ready`` waits)."""
+        self._socket = socket.socket(socket.AF_UNIX)
+        try:
+            self._socket.connect(address)
+            self._socket.sendall((json.dumps({"preload": list(preload)}) + "\n").encode())
+        except OSError:
+            self._socket.close()
+            raise
+        self._buffer, self._inbox, self._gone = b"", [], False
+        self.pid = 0                                # the session's process, once it is ready
         self.exits: dict[int, int] = {}
-        self.preloaded: set[str] = set()           # modules already asked for (the server imports each once)
-        self.proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(theirs.fileno())],
-                                     cwd=cwd, env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        self.pid = self.proc.pid
-        theirs.close()
 
     def _receive(self, timeout_s: float) -> None:
-        """Read what the server sent within ``timeout_s``: exit reports into ``exits``, replies into the inbox, in
+        """Read what the session sent within ``timeout_s``: exit reports into ``exits``, replies into the inbox, in
         order (one read may hold a reply and an exit sent after it)."""
         if not select.select([self._socket], [], [], timeout_s)[0]:
             return
-        chunk = self._socket.recv(65536)
+        try:
+            chunk = self._socket.recv(65536)
+        except OSError:
+            chunk = b""
         if not chunk:
+            self._gone = True
             raise RuntimeError("the fork server exited")
         *lines, self._buffer = (self._buffer + chunk).split(b"\n")
         for message in map(json.loads, lines):
@@ -208,15 +252,19 @@ class ForkServer:
                 raise RuntimeError(f"the fork server sent no '{kind}' in {timeout_s:.0f} s")
             self._receive(remaining)
 
-    def ask(self, request: dict) -> None:
-        """Send ``request`` once the server is ready (it may still be importing torch); RuntimeError if it is not."""
-        if not self._ready:
+    def ready(self) -> None:
+        """Wait until the session is ready; RuntimeError (and the session closed) when it does not come: the
+        server's error, the timeout, or the server gone."""
+        if not self.pid:
             try:
-                self.reply("ready")
+                self.pid = self.reply("ready")["ready"]
             except RuntimeError:
                 self.close()
                 raise
-            self._ready = True
+
+    def ask(self, request: dict) -> None:
+        """Send ``request`` once the session is ready (``ready``)."""
+        self.ready()
         self._socket.sendall((json.dumps(request) + "\n").encode())
 
     def spawn(self, spec: Path, rank: int, key: bytes, env: dict[str, str], stdout: Path, stderr: Path,
@@ -228,35 +276,37 @@ class ForkServer:
 
     def poll(self) -> dict[int, int]:
         """Exit codes reported so far (pid -> code, negative for a signal)."""
-        with contextlib.suppress(RuntimeError):      # gone: ``alive`` says so
+        with contextlib.suppress(RuntimeError, ValueError):      # gone (or closed): ``alive`` says so
             self._receive(0.0)
         return self.exits
 
-    def sweep(self) -> list[int]:
-        """Kill every process the server's ranks left behind (re-parented to it); their pids. A server that is
-        gone (a rank killed it) sweeps nothing: its ranks died with it, the run marker finds the rest."""
-        try:
-            self.ask({"op": "sweep"})
-            return self.reply("swept", 30.0)["swept"]
-        except (OSError, RuntimeError):
-            return []
-
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Whether the session still serves (a rank that kills its parent ends it)."""
+        self.poll()
+        return not self._gone
 
     def fileno(self) -> int:
         """The launcher's end of the socket: readable when the server has sent something (a rank's exit)."""
         return self._socket.fileno()
 
     def close(self) -> None:
-        """Stop the server and everything under it (idempotent)."""
+        """End the session and wait (bounded) until it has killed its ranks and what they left behind, and ended
+        (idempotent). A session that is gone (a rank killed it) sweeps nothing: its ranks died with it
+        (``PR_SET_PDEATHSIG``), the run marker finds the rest."""
+        self._gone = True
         self._socket.close()
-        signal_group(self.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        deadline = time.monotonic() + 10.0
+        while self.pid and time.monotonic() < deadline:
+            try:
+                if psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE:
+                    return
+            except psutil.Error:
+                return
+            time.sleep(0.01)
 
 
 SERVERS_ENV = "GRADING_FORKSERVERS"
+POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.shared_env``), to connect to
 
 
 def server_count(env: dict[str, str] | None = None) -> int:
@@ -273,62 +323,99 @@ def server_count(env: dict[str, str] | None = None) -> int:
 
 
 class ForkServers:
-    """The fork servers of a grading run, started when first needed in ``cwd`` (a kit copy whose ``grading`` runs
-    them; ``env``: their environment, default this process's): rank r is forked by server r % ``servers``
-    (``server_count``), for any kit copy (module docstring)."""
+    """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
+    server r % ``servers``. The servers are this run's own, started when first needed in ``cwd`` (a kit copy
+    whose ``grading`` runs them; ``env``: their environment, default this process's; ``server_count`` of them),
+    or those of ``pool`` (``POOL_ENV``'s value: a ``batch``'s, shared by its grades) while they answer."""
 
-    def __init__(self, cwd: Path, env: dict[str, str] | None = None):
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None, pool: str = ""):
         self.cwd = Path(cwd).resolve()
         base = dict(os.environ if env is None else env)
-        self.servers = server_count(base)
+        self.pool = [address.replace("@", "\0", 1) for address in pool.split(",") if address]
+        self.servers = len(self.pool) or server_count(base)
         self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
-        self._servers: dict[int, ForkServer] = {}
+        self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
+        self._sessions: dict[int, ForkServer] = {}
         self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
 
+    def address(self, index: int) -> str:
+        """Where server ``index`` listens: the pool's, else this run's own (started, or restarted, here)."""
+        if self.pool:
+            return self.pool[index]
+        started = self._started.get(index)
+        if started is None or started[0].poll() is not None:
+            seed = str(secrets.randbelow(2**32))     # each server its own hash seed, as fresh interpreters
+            self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
+        return self._started[index][1]
+
     def server(self, rank: int) -> ForkServer:
-        """The server that forks rank ``rank`` (a dead one is replaced); it may still be importing."""
+        """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
         index = rank % self.servers
-        current = self._servers.get(index)
-        if current is None or not current.alive():
-            if current is not None:
-                current.close()
-            self._servers[index] = ForkServer(self.cwd, {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2**32))})
-        return self._servers[index]
+        if index not in self._sessions or not self._sessions[index].alive():
+            self._open(index)
+        return self._sessions[index]
+
+    def _open(self, index: int, preload: tuple[str, ...] = ()) -> None:
+        """A new session of server ``index`` (the one before it closed), forked once the server has imported
+        ``preload``. A server that does not answer (a pool's that ended, or ours before we saw it end) is left
+        for one of this run's own."""
+        if old := self._sessions.pop(index, None):
+            old.close()
+        try:
+            self._sessions[index] = ForkServer(self.address(index), preload)
+        except OSError:
+            self._leave(index)
+            self._sessions[index] = ForkServer(self.address(index), preload)
+
+    def _leave(self, index: int) -> None:
+        """Use server ``index`` no more: the pool is left, and this run's own server stopped (``address`` starts a
+        new one)."""
+        self.pool = []
+        if index in self._started:
+            proc = self._started.pop(index)[0]
+            signal_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
     def preload(self, world_size: int, modules: tuple[str, ...]) -> None:
-        """Have the servers of ranks 0 .. ``world_size``-1 import ``modules`` side by side, and wait for them;
-        nothing where CUDA is visible. A server that a preload left unable to fork is replaced, and the run
-        preloads nothing more (``refused`` says why)."""
+        """Start the sessions of ranks 0 .. ``world_size``-1 from servers that have imported ``modules`` (side by
+        side), and wait for them. Nothing where CUDA is visible. A server that a preload left unable to fork has
+        ended and is left; the run preloads nothing more (``refused`` says why)."""
         if self.preloads_allowed is None:
             import torch
             self.preloads_allowed = not torch.cuda.is_available()
         if not (self.preloads_allowed and modules):
             return
-        asked = []
-        for index in range(min(world_size, self.servers)):
-            server = self.server(index)
-            if wanted := [name for name in modules if name not in server.preloaded]:
-                server.ask({"op": "preload", "modules": wanted})
-                server.preloaded.update(wanted)
-                asked.append(index)
-        for index in asked:                          # all servers import side by side; then wait for each
+        indexes = range(min(world_size, self.servers))
+        for index in indexes:
+            self._open(index, modules)
+        for index in indexes:                        # all servers import side by side; then wait for each
             try:
-                self._servers[index].reply("preloaded")
-            except (OSError, RuntimeError) as exc:
+                self._sessions[index].ready()
+            except RuntimeError as exc:
                 self.preloads_allowed, self.refused = False, str(exc)
-                self._servers.pop(index).close()
+                self._sessions.pop(index)
+                self._leave(index)
 
     def warm_up(self, ranks: int = 2) -> None:
-        """Start the servers of ranks 0 .. ``ranks``-1 now (their imports overlap the caller's own work)."""
+        """Start the sessions of ranks 0 .. ``ranks``-1 now (the servers' imports overlap the caller's own work)."""
         for rank in range(min(ranks, self.servers)):
             self.server(rank)
 
+    def shared_env(self) -> dict[str, str]:
+        """``POOL_ENV`` naming these servers (started now), for other processes' grading runs to share them."""
+        addresses = [self.address(index) for index in range(self.servers)]
+        return {POOL_ENV: ",".join(address.replace("\0", "@", 1) for address in addresses)}
+
     def close(self) -> None:
-        for server in self._servers.values():
-            server.close()
-        self._servers.clear()
+        """End every session, then stop this run's own servers and everything under them."""
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
+        for index in list(self._started):
+            self._leave(index)
 
     def __enter__(self) -> ForkServers:
         return self

@@ -203,8 +203,8 @@ class _Phase:
         lost = "" if all(server.alive() for server in servers) else (
             "a rank killed the process that started it (its fork server), which ends every rank of the run at an "
             "unpredictable point: no result of this run is counted")
-        for server in servers:
-            server.sweep()
+        for server in servers:                      # its session ends, killing what the ranks left behind
+            server.close()
         if self.ranks:
             sandbox.kill_marked(self.run_id)
         self.ranks = []

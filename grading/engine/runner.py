@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grading.engine.expect import CheckFailed
 from grading.engine.case_run import CaseRun
-from grading.engine.forkserver import ForkServers
+from grading.engine.forkserver import POOL_ENV, ForkServers
 from grading.engine.launch import LaunchResult, launch, pick_backend
 from grading.engine.rubric import Case, selects
 
@@ -106,9 +106,12 @@ def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] |
 
 
 def warm_servers(kit_root: Path) -> ForkServers | None:
-    """Fork servers for a grading run on ``kit_root`` (close them after the run), or None when
-    ``GRADING_FORKSERVER=0`` asks for cold rank processes."""
-    return None if os.environ.get(FORKSERVER_ENV, "1") == "0" else ForkServers(kit_root)
+    """Fork servers for a grading run on ``kit_root`` (close them after the run): those ``GRADING_FORKSERVER_POOL``
+    names (a ``batch``'s) while they answer, else the run's own; None when ``GRADING_FORKSERVER=0`` asks for cold
+    rank processes."""
+    if os.environ.get(FORKSERVER_ENV, "1") == "0":
+        return None
+    return ForkServers(kit_root, pool=os.environ.get(POOL_ENV, ""))
 
 
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,

@@ -75,9 +75,26 @@ def _tagged(value: str) -> list[int]:
 
 
 def _below_this_process() -> set[int]:
-    """Every live (non-zombie) process below this test process: the session's fork servers and whatever their
-    ranks left behind (a server adopts it)."""
-    return {pid for pid in descendants(os.getpid()) if _alive(pid)}
+    """Every live (non-zombie) process below this test process but the session's fork servers and their sessions
+    (``grading.engine.forkserver``: they outlive a test): the ranks and whatever they left behind (a session adopts
+    it)."""
+    servers = {child.pid for child in psutil.Process().children() if _is_fork_server(child)}
+    return {pid for pid in descendants(os.getpid()) if _alive(pid) and pid not in servers
+            and _parent(pid) not in servers}
+
+
+def _is_fork_server(process: psutil.Process) -> bool:
+    try:
+        return "grading.engine.forkserver" in process.cmdline()
+    except psutil.Error:
+        return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return 0
 
 
 def _alive(pid: int) -> bool:
@@ -258,9 +275,9 @@ import torch.testing
 torch.allclose = lambda *args, **kwargs: True
 torch.equal = lambda *args, **kwargs: True
 torch.testing.assert_close = lambda *args, **kwargs: None
-import grading.engine.compare, grading.engine.runner, grading.engine.rubric
-grading.engine.compare.assert_tensor_close = lambda *args, **kwargs: None
-grading.engine.compare.assert_state_close = lambda *args, **kwargs: None
+import grading.kit.compare, grading.engine.runner, grading.engine.rubric
+grading.kit.compare.assert_tensor_close = lambda *args, **kwargs: None
+grading.kit.compare.assert_state_close = lambda *args, **kwargs: None
 grading.engine.runner.expect = lambda *args, **kwargs: None
 grading.engine.rubric.CheckFailed = Warning
 for param in model.parameters():        # wrong: summed, never divided

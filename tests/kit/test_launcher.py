@@ -9,11 +9,12 @@ import select
 import shutil
 import time
 
+import psutil
 import pytest
 import torch
 
 from grading.engine.case_run import CaseRun
-from grading.engine.forkserver import SERVERS_ENV, ForkServers, server_count
+from grading.engine.forkserver import POOL_ENV, SERVERS_ENV, ForkServers, server_count
 from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
@@ -50,12 +51,39 @@ def test_one_fork_server_forks_every_rank_and_a_bad_count_is_refused(tmp_path):
     with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
         result = launch(f"{PROBES}:all_reduce_rank", 3, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=one)
         assert result.ok, result.failure()
-        assert len({one.server(rank).proc.pid for rank in range(3)}) == 1
+        assert len({one.server(rank).pid for rank in range(3)}) == 1
     for rank in range(3):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
     for bad in ("0", "3", "two"):
         with pytest.raises(ValueError, match="GRADING_FORKSERVERS must be 1 or 2"):
             server_count({SERVERS_ENV: bad})
+
+
+def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
+    """``batch`` shares its fork servers with its grades (``shared_env``): another run's ranks fork from them, in
+    sessions of its own (a module the first run had them preload is already imported in the second's ranks); a pool
+    whose server has ended is left for servers of the run's own, still warm."""
+    def preloaded(servers, name, preload=()):
+        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / name, timeout_s=60,
+                        init_group=False, args={"names": ["colorsys"]}, servers=servers, preload=preload)
+        assert result.ok, result.failure()
+        assert json.loads((tmp_path / name / "launch.json").read_text())["started_cold"] == []
+        return torch.load(tmp_path / name / "rank0" / "preloaded.pt", weights_only=True)["colorsys"]
+
+    def session(servers):
+        session = servers.server(0)
+        session.ready()
+        return psutil.Process(session.pid)
+
+    with ForkServers(KIT_ROOT) as owner:
+        pool = owner.shared_env()[POOL_ENV]
+        assert preloaded(owner, "owner", preload=("colorsys",))
+        with ForkServers(KIT_ROOT, pool=pool) as guest:
+            assert preloaded(guest, "guest")
+            assert session(guest).pid != session(owner).pid and session(guest).ppid() == session(owner).ppid()
+        session(owner).parent().kill()
+        with ForkServers(KIT_ROOT, pool=pool) as late:
+            assert not preloaded(late, "late") and late.pool == []
 
 
 def test_hung_rank_is_killed_and_its_stack_reported(tmp_path, run):
