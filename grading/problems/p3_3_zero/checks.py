@@ -197,10 +197,10 @@ def check_config_errors(run: SplitRun) -> None:
 @CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
                 "base frozen; global_steps == 3", points=7)
 def check_update(run: SplitRun) -> None:
+    records = [run.part(P_TRAIN, rank) for rank in range(run.world_size)]     # a stub fails before the reference
     expected_adapters, expected_losses = ref.serial_sgd()
     base = lora_ref.wrapped_base_state(0)
-    for rank in range(run.world_size):
-        got = run.part(P_TRAIN, rank)
+    for rank, got in enumerate(records):
         what = f"train_microbatch: rank {rank}"
         expect(got["global_steps"] == ref.STEPS, f"{what}: engine.global_steps is {got['global_steps']} after "
                f"{ref.STEPS * ref.GRAD_ACCUM} micro-batches with gradient_accumulation_steps={ref.GRAD_ACCUM}, "
@@ -231,9 +231,9 @@ def _number(value) -> float | None:
 @CASE.criterion("3.3.returns_loss", "train_microbatch returns the micro-batch loss as a Python float, as loss_fn "
                 "gave it", points=1)
 def check_returns_loss(run: SplitRun) -> None:
+    records = [run.part(P_TRAIN, rank) for rank in range(run.world_size)]
     _, expected_losses = ref.serial_sgd()
-    for rank in range(run.world_size):
-        got = run.part(P_TRAIN, rank)
+    for rank, got in enumerate(records):
         what = f"train_microbatch: rank {rank}"
         for step, row in enumerate(got["losses"]):
             for micro, value in enumerate(row):
