@@ -44,13 +44,14 @@ cd "$(dirname "$0")"
 PYTHON="${GRADING_PYTHON:-python3}"
 VENV="${GRADING_VENV:-/autograder/venv}"
 # The pinned transformers needs Python >= 3.11: Ubuntu 22.04's python3 (3.10) cannot install it.
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "setup.sh: the kit needs Python 3.11 or newer, this image has " + sys.version.split()[0] + ": choose the Ubuntu 24.04 base image (Python 3.12)")'
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "setup.sh: the kit needs Python 3.11 or \
+newer, this image has " + sys.version.split()[0] + ": choose the Ubuntu 24.04 base image (Python 3.12)")'
 # shellcheck disable=SC2086
 "$PYTHON" -m venv ${GRADING_VENV_OPTIONS:-} "$VENV" 2>/dev/null || {
     apt-get update -qq && apt-get install -y -qq python3-venv && "$PYTHON" -m venv ${GRADING_VENV_OPTIONS:-} "$VENV"; }
 "$VENV/bin/python" -m pip install --no-cache-dir --upgrade pip
-"$VENV/bin/python" -m pip install --no-cache-dir --index-url "${GRADING_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" \\
-    "$(grep -E '^torch==' requirements.txt)"
+TORCH_INDEX="${GRADING_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+"$VENV/bin/python" -m pip install --no-cache-dir --index-url "$TORCH_INDEX" "$(grep -E '^torch==' requirements.txt)"
 "$VENV/bin/python" -m pip install --no-cache-dir -r requirements.txt
 "$VENV/bin/python" -c "import torch, transformers, deepspeed; print('torch', torch.__version__)"
 """
