@@ -312,8 +312,8 @@ POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``For
 def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
     ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
-    once: a full grade of Problems 1-3 peaks near 670 MB of PSS instead of 970 MB, what Gradescope's 768 MB
-    container needs; ``run_autograder`` sets it). With one server every rank shares its ``PYTHONHASHSEED``, so
+    once: a full grade of Problems 1-3 peaks near 800 MB of PSS instead of 1,050 MB, for Gradescope's small
+    containers; ``run_autograder`` sets it). With one server every rank shares its ``PYTHONHASHSEED``, so
     a bug that needs two ranks to iterate a set of strings in different orders goes unseen. Raises ValueError
     for any other value."""
     value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
