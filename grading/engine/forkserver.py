@@ -132,25 +132,27 @@ def _session(control: socket.socket) -> None:
 
     def send(message: dict) -> None:
         control.sendall((json.dumps(message) + "\n").encode())
-    send({"ready": os.getpid()})
-    ranks, buffer = set(), b""
-    while True:
-        with contextlib.suppress(ChildProcessError):       # reap: ranks report, adopted orphans vanish
-            while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
-                if reaped[0] in ranks:
-                    ranks.discard(reaped[0])
-                    send({"exit": reaped[0], "code": os.waitstatus_to_exitcode(reaped[1])})
-        if not select.select([control], [], [], 0.02)[0]:
-            continue
-        chunk = control.recv(65536)
-        if not chunk:
-            break
-        *lines, buffer = (buffer + chunk).split(b"\n")
-        for request in map(json.loads, lines):
-            if request["op"] == "spawn":
-                ranks.add(pid := _start_rank(request, control))
-                send({"spawned": pid})
-    freeze_and_kill(lambda: descendants(os.getpid()))
+    try:
+        send({"ready": os.getpid()})
+        ranks, buffer = set(), b""
+        while True:
+            with contextlib.suppress(ChildProcessError):       # reap: ranks report, adopted orphans vanish
+                while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
+                    if reaped[0] in ranks:
+                        ranks.discard(reaped[0])
+                        send({"exit": reaped[0], "code": os.waitstatus_to_exitcode(reaped[1])})
+            if not select.select([control], [], [], 0.02)[0]:
+                continue
+            chunk = control.recv(65536)
+            if not chunk:
+                break
+            *lines, buffer = (buffer + chunk).split(b"\n")
+            for request in map(json.loads, lines):
+                if request["op"] == "spawn":
+                    ranks.add(pid := _start_rank(request, control))
+                    send({"spawned": pid})
+    finally:                                               # a launcher gone mid-send: still sweep
+        freeze_and_kill(lambda: descendants(os.getpid()))
 
 
 def serve(listener_fd: int) -> None:
