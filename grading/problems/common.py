@@ -18,20 +18,9 @@ from grading.engine.hints import describe_exception
 from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 __all__ = ["DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
-           "describe_exception", "expect_refusals", "labelled", "sgd_step", "stage_devices"]
+           "describe_exception", "expect_refusals", "labelled", "stage_devices"]
 
 MESSAGE_CHARS = 300
-
-
-def sgd_step(params, lr: float) -> None:
-    """One plain SGD step on each of ``params`` that has a gradient, then clear it: what ``torch.optim.SGD(params,
-    lr)`` does on CPU, bit for bit, for the references the parent judges with, without the compiler stack a
-    process's first ``torch.optim`` optimizer imports (seconds in every grade)."""
-    with torch.no_grad():
-        for param in params:
-            if param.grad is not None:
-                param.add_(param.grad, alpha=-lr)
-                param.grad = None
 
 
 

@@ -174,23 +174,19 @@ _DIGEST_CHECK = """        if file_digest(file) != files[name]:
             raise CheckpointError(f"{file}: size or sha256 differs from {path} (corrupt, partial or from "
                                   "another save)")
 """
-_SHARD_FIELDS = """    if (shard.get("step"), shard.get("rank"), shard.get("world_size")) != (step, rank, world_size):
-        raise CheckpointError(f"{shard_file}: holds step {shard.get('step')} of rank {shard.get('rank')}, "
-                              f"world size {shard.get('world_size')}; {path} says step {step}, rank {rank}, "
-                              f"world size {world_size}")
-"""
 _PRECHECK_START = "    shapes = {name: tuple(tensor.shape)"
 _LOAD_OPTIMIZER = "    before = copy.deepcopy(optimizer.state_dict())\n"
 _LOAD_MODEL = "    model.load_state_dict(state)\n"
-_LOADS = """    before = copy.deepcopy(optimizer.state_dict())
-    try:
-        optimizer.load_state_dict(shard["optimizer"])
-    except Exception as exc:  # noqa: BLE001 - whatever the optimizer refuses its state with
-        optimizer.load_state_dict(before)
-        raise CheckpointError(f"{shard_file}: its optimizer state does not fit this optimizer "
-                              f"({type(exc).__name__}: {exc})") from None
-    model.load_state_dict(state)
-"""
+
+
+def _span(start: str, end: str) -> str:
+    """The reference ``load_sharded``'s text from ``start`` up to (not including) ``end``."""
+    body = reference(CKPT, "load_sharded")
+    return body[body.index(start):body.index(end)]
+
+
+_SHARD_FIELDS = _span('    if (shard.get("step")', _PRECHECK_START)     # the shard's step/rank/world size check
+_LOADS = _span(_LOAD_OPTIMIZER, "    return step")                       # optimizer first, then the model
 
 
 def _without_precheck(body: str) -> str:

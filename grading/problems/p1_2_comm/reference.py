@@ -11,8 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grading.problems.common import sgd_step
-
 IN_FEATURES, HIDDEN, OUT_FEATURES = 6, 8, 4
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 LEARNING_RATE = 0.1
@@ -84,11 +82,13 @@ def serial_sgd(seed: int = 0, steps: int = TRAIN_STEPS) -> tuple[dict[str, torch
     (for world sizes 2) before step k.
     """
     model = GradProbeNet(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     losses = []
     for step in range(steps):
         inputs, targets = batch(step)
         with torch.no_grad():
             losses.append([loss_fn(model(shard(inputs, r, 2)), shard(targets, r, 2)).item() for r in range(2)])
+        optimizer.zero_grad()
         loss_fn(model(inputs), targets).backward()
-        sgd_step(model.parameters(), LEARNING_RATE)
+        optimizer.step()
     return params_of(model), losses

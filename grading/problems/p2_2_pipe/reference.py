@@ -12,8 +12,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from grading.problems.common import sgd_step
-
 # ------------------------------------------------------------------ 2.2: layers and batches
 # One width everywhere: a stage fed the wrong micro-batch (a late-binding bug) computes wrong numbers
 # instead of crashing on a shape mismatch, so the bug costs the value checks, not the dispatch checks.
@@ -67,10 +65,12 @@ def sequential_gradients(rows: int, seed: int = 0) -> tuple[torch.Tensor, dict[s
 def sequential_sgd(rows: int, steps: int = SGD_STEPS) -> dict[str, torch.Tensor]:
     """Parameters after ``steps`` SGD steps of the plain model on ``batch(rows, step)``."""
     model = nn.Sequential(*build_layers(0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     for step in range(steps):
         inputs, targets = batch(rows, step)
+        optimizer.zero_grad()
         loss_fn(model(inputs), targets).backward()
-        sgd_step(model.parameters(), LEARNING_RATE)
+        optimizer.step()
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grading.problems.common import sgd_step
 from grading.problems.p3_1_lora.reference import (ALPHA, IN_FEATURES, OUT_FEATURES, RANK, adapter_state,
                                                   base_state, reference_forward)
 
@@ -78,8 +77,10 @@ def serial_sgd(seed: int = ADAPTER_SEED, lr: float = LEARNING_RATE, loss_of=loss
     """
     base = base_state(0)
     adapters = {name: value.clone().requires_grad_(True) for name, value in adapter_state(seed).items()}
+    optimizer = torch.optim.SGD(list(adapters.values()), lr=lr)
     losses = []
     for step in range(STEPS):
+        optimizer.zero_grad()
         micro_losses, per_rank = [], []
         for rank in range(WORLD_SIZE):
             row = []
@@ -90,6 +91,6 @@ def serial_sgd(seed: int = ADAPTER_SEED, lr: float = LEARNING_RATE, loss_of=loss
                 row.append(loss.item())
             per_rank.append(row)
         torch.stack(micro_losses).mean().backward()
-        sgd_step(adapters.values(), lr)
+        optimizer.step()
         losses.append(per_rank)
     return {name: value.detach() for name, value in adapters.items()}, losses
