@@ -1,5 +1,9 @@
 """Problem 5 buggy variants: each bug loses exactly its intended criteria; the starter loses every criterion.
 
+Variants of ``from_linear`` and ``parallelize_block`` are mostly the reference with targeted edits (``edited``: each
+old text must occur once), some keeping the shorter messages or size check they were written with as named swaps
+beside their bug; variants of the one-to-three-line regions are whole bodies.
+
 ``tensor_parallel/layers.py`` has several regions in methods of the same name
 (``forward``, ``backward``, ``from_linear``), so a variant names its region
 as ``"function#k"``: the k-th region (0-based, in file order) inside a
@@ -19,6 +23,29 @@ from tests.kit.variants import Variant, assert_verdicts, edited, make_variant_ki
 
 LAYERS, GPT2 = "tensor_parallel/layers.py", "tensor_parallel/gpt2.py"
 CASES = all_cases(("5",))
+
+_COLUMN_ERROR = """raise ValueError(f"ColumnParallelLinear: {out_features} output features in {chunks} chunk(s) do not "
+                             f"split evenly over {world_size} ranks")"""
+_ROW_ERROR = """raise ValueError(f"RowParallelLinear: {in_features} input features do not split evenly over "
+                             f"{world_size} ranks")"""
+_SHORT_ROW_ERROR = (_ROW_ERROR, 'raise ValueError(f"{in_features} input features, {world_size} ranks")')
+_SIZE_CHECKS = """    inner = mlp.c_fc.weight.shape[1] if not isinstance(mlp.c_fc, nn.Linear) else mlp.c_fc.out_features
+    for what, size in (("attention heads", heads), ("MLP inner size", inner)):
+        if size % world_size:
+            raise ValueError(f"parallelize_block: {size} {what} do not split evenly over {world_size} ranks")
+"""
+_ATTN_SIZES = """attn.split_size = embed // world_size
+    attn.num_heads = heads // world_size
+    attn.embed_dim = embed // world_size"""
+# Most parallelize_block variants read the inner size from GPT-2's Conv1D only (it is checked before
+# conv1d_to_linear), with a shorter message, and set the attention's sizes in one line.
+_CONV1D_SIZE_CHECKS = (
+    _SIZE_CHECKS, """    for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
+        if size % world_size:
+            raise ValueError(f"{size} {what} do not split over {world_size} ranks")
+""")
+_ONE_LINE_SIZES = (_ATTN_SIZES, "attn.split_size, attn.num_heads, attn.embed_dim = "
+                                "embed // world_size, heads // world_size, embed // world_size")
 
 # forward#0 / backward#0: CopyToParallelRegion; forward#1 / backward#1: ReduceFromParallelRegion;
 # from_linear#0, forward#2: ColumnParallelLinear; from_linear#1, forward#3: RowParallelLinear.
@@ -114,15 +141,9 @@ VARIANTS = [
         bias = torch.cat([linear.bias.detach()[s:s + part] for s in starts]) if linear.bias is not None else None
         return cls(weight, bias, group)
     """, frozenset({"5.1.shard_copies"})),
-    Variant("row_shares_source_bias", LAYERS, "from_linear#1", """
-        in_features = linear.in_features
-        if in_features % world_size:
-            raise ValueError(f"{in_features} input features, {world_size} ranks")
-        part = in_features // world_size
-        with torch.no_grad():
-            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
-        return cls(weight, linear.bias, group)
-    """, frozenset({"5.1.shard_copies"})),
+    Variant("row_shares_source_bias", LAYERS, "from_linear#1", edited(LAYERS, "from_linear#1", _SHORT_ROW_ERROR, (
+        "            bias = linear.bias.clone() if linear.bias is not None else None\n", ""), (
+        "cls(weight, bias, group)", "cls(weight, linear.bias, group)")), frozenset({"5.1.shard_copies"})),
     Variant("shards_in_new_float32_cpu_tensors", LAYERS, "from_linear#0", """
         out_features = linear.out_features
         if chunks < 1 or out_features % (chunks * world_size):
@@ -138,99 +159,33 @@ VARIANTS = [
                     bias[i] = linear.bias[row]
         return cls(weight, bias, group)
     """, frozenset({"5.1.shard_dtype_device"})),
-    Variant("shard_trainability_copied", LAYERS, "from_linear#1", """
-        in_features = linear.in_features
-        if in_features % world_size:
-            raise ValueError(f"{in_features} input features, {world_size} ranks")
-        part = in_features // world_size
-        with torch.no_grad():
-            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
-            bias = linear.bias.clone() if linear.bias is not None else None
-        layer = cls(weight, bias, group)
-        return layer.requires_grad_(linear.weight.requires_grad)     # "keep it frozen if it was" (wrong)
-    """, frozenset({"5.1.shard_dtype_device"})),
-    Variant("row_bias_assumed", LAYERS, "from_linear#1", """
-        in_features = linear.in_features
-        if in_features % world_size:
-            raise ValueError(f"{in_features} input features, {world_size} ranks")
-        part = in_features // world_size
-        with torch.no_grad():
-            weight = linear.weight[:, rank * part:(rank + 1) * part].clone()
-            bias = linear.bias.clone()
-        return cls(weight, bias, group)
-    """, frozenset({"5.1.no_bias"})),
-    Variant("chunks_not_validated", LAYERS, "from_linear#0", """
-        out_features = linear.out_features
-        if out_features % (chunks * world_size):
-            raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")
-        block, part = out_features // chunks, out_features // (chunks * world_size)
-        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
-                          for k in range(chunks)]).to(linear.weight.device)
-        with torch.no_grad():
-            weight = linear.weight.index_select(0, rows).clone()
-            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
-        return cls(weight, bias, group)
-    """, frozenset({"5.1.bad_chunks"})),
-    Variant("column_error_omits_chunks", LAYERS, "from_linear#0", """
-        out_features = linear.out_features
-        if chunks < 1 or out_features % (chunks * world_size):
-            raise ValueError(f"ColumnParallelLinear: {out_features} output features do not split over "
-                             f"{world_size} ranks")
-        block, part = out_features // chunks, out_features // (chunks * world_size)
-        rows = torch.cat([torch.arange(k * block + rank * part, k * block + (rank + 1) * part)
-                          for k in range(chunks)]).to(linear.weight.device)
-        with torch.no_grad():
-            weight = linear.weight.index_select(0, rows).clone()
-            bias = linear.bias.index_select(0, rows).clone() if linear.bias is not None else None
-        return cls(weight, bias, group)
-    """, frozenset({"5.1.uneven_split"})),
-    Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
-            if size % world_size:
-                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
-        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
-        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
-        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-        return block
-    """, frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"})),
-    Variant("mlp_left_whole", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
-            if size % world_size:
-                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
-        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-        return block
-    """, frozenset({"5.2.grads", "5.2.sgd_steps", "5.2.param_bytes", "5.2.grads_hidden"})),
-    Variant("group_not_passed_on", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
-            if size % world_size:
-                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, chunks=3)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj)
-        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc)
-        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj)
-        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-        return block
-    """, frozenset({"5.2.forward_hidden", "5.2.grads_hidden"})),
-    Variant("sizes_not_checked", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
-        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
-        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
-        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-        return block
-    """, frozenset({"5.2.value_errors"})),
+    Variant("shard_trainability_copied", LAYERS, "from_linear#1", edited(LAYERS, "from_linear#1", _SHORT_ROW_ERROR, (
+        "return cls(weight, bias, group)", """layer = cls(weight, bias, group)
+        return layer.requires_grad_(linear.weight.requires_grad)     # "keep it frozen if it was" (wrong)""")),
+        frozenset({"5.1.shard_dtype_device"})),
+    Variant("row_bias_assumed", LAYERS, "from_linear#1", edited(LAYERS, "from_linear#1", _SHORT_ROW_ERROR, (
+        "linear.bias.clone() if linear.bias is not None else None", "linear.bias.clone()")),
+        frozenset({"5.1.no_bias"})),
+    Variant("chunks_not_validated", LAYERS, "from_linear#0", edited(LAYERS, "from_linear#0", (
+        "if chunks < 1 or out_features", "if out_features"), (
+        _COLUMN_ERROR, 'raise ValueError(f"{out_features} output features, {chunks} chunks, {world_size} ranks")')),
+        frozenset({"5.1.bad_chunks"})),
+    Variant("column_error_omits_chunks", LAYERS, "from_linear#0", edited(LAYERS, "from_linear#0", (
+        _COLUMN_ERROR, """raise ValueError(f"ColumnParallelLinear: {out_features} output features do not split over "
+                             f"{world_size} ranks")""")), frozenset({"5.1.uneven_split"})),
+    Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", edited(
+        GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, _ONE_LINE_SIZES, ("group, chunks=3)", "group)")),
+        frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"})),
+    Variant("mlp_left_whole", GPT2, "parallelize_block", edited(GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, (
+        "    mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)\n"
+        "    mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)\n", ""), _ONE_LINE_SIZES),
+        frozenset({"5.2.grads", "5.2.sgd_steps", "5.2.param_bytes", "5.2.grads_hidden"})),
+    Variant("group_not_passed_on", GPT2, "parallelize_block", edited(GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, (
+        "(attn.c_attn, group, chunks=3)", "(attn.c_attn, chunks=3)"), ("(attn.c_proj, group)", "(attn.c_proj)"),
+        ("(mlp.c_fc, group)", "(mlp.c_fc)"), ("(mlp.c_proj, group)", "(mlp.c_proj)"), _ONE_LINE_SIZES),
+        frozenset({"5.2.forward_hidden", "5.2.grads_hidden"})),
+    Variant("sizes_not_checked", GPT2, "parallelize_block", edited(
+        GPT2, "parallelize_block", (_SIZE_CHECKS, ""), _ONE_LINE_SIZES), frozenset({"5.2.value_errors"})),
     Variant("inner_checked_after_attention_split", GPT2, "parallelize_block", """
         heads, embed = attn.num_heads, attn.embed_dim
         if heads % world_size:
@@ -245,18 +200,9 @@ VARIANTS = [
         mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
         return block
     """, frozenset({"5.2.value_errors"})),
-    Variant("returns_nothing", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
-            if size % world_size:
-                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
-        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
-        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
-        attn.split_size, attn.num_heads, attn.embed_dim = embed // world_size, heads // world_size, embed // world_size
-    """, frozenset({"5.2.returns_block"}), hint="returned NoneType for blocks"),
+    Variant("returns_nothing", GPT2, "parallelize_block", edited(
+        GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, _ONE_LINE_SIZES, ("    return block\n", "")),
+        frozenset({"5.2.returns_block"}), hint="returned NoneType for blocks"),
     Variant("copy_backward_returns_grad_only", LAYERS, "backward#0", """
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
@@ -286,19 +232,10 @@ VARIANTS = [
         frozenset({"5.1.row_forward", "5.1.weight_grads", "5.1.input_grads", "5.1.comm_counts", "5.1.shard_copies",
                    "5.1.shard_dtype_device", "5.1.no_bias", "5.1.row_forward_hidden", "5.1.input_grads_hidden"}),
         hint="RowParallelLinear.from_linear returned tuple of tensor"),   # every use of the layer breaks
-    Variant("only_split_size_set", GPT2, "parallelize_block", """
-        heads, embed = attn.num_heads, attn.embed_dim
-        for what, size in (("attention heads", heads), ("MLP inner size", mlp.c_fc.weight.shape[1])):
-            if size % world_size:
-                raise ValueError(f"{size} {what} do not split over {world_size} ranks")
-        conv1d_to_linear(block)
-        attn.c_attn = ColumnParallelLinear.from_linear(attn.c_attn, group, chunks=3)
-        attn.c_proj = RowParallelLinear.from_linear(attn.c_proj, group)
-        mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)
-        mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)
-        attn.split_size = embed // world_size          # the forward only reads split_size and head_dim
-        return block
-    """, frozenset({"5.2.attention_sizes"})),
+    Variant("only_split_size_set", GPT2, "parallelize_block", edited(GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, (
+        _ATTN_SIZES,
+        "attn.split_size = embed // world_size          # the forward only reads split_size and head_dim")),
+        frozenset({"5.2.attention_sizes"})),
 ]
 
 
