@@ -154,6 +154,18 @@ def test_each_benchmark_flag_refuses_in_one_line_naming_what_it_needs(everything
         assert _refusal(starter, (BENCH, *flags), tmp_path / "workdir") == expected
 
 
+def test_the_tensor_parallel_comparison_alone_refuses_before_any_rank_starts(everything, tmp_path):
+    """``python -m project.bench.tensor_parallel`` (its docstring's way to run the comparison alone) measures
+    Problem 5: unwritten, it refuses like ``--tensor_parallel`` does, one line and exit 2, and starts no rank."""
+    done = subprocess.run([sys.executable, "-m", "project.bench.tensor_parallel", "--quick", "--workdir",
+                           str(tmp_path / "workdir")], cwd=everything, capture_output=True, text=True, timeout=120,
+                          env=_env(), stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [
+        "error: python -m project.bench.tensor_parallel needs Problems 5.1 and 5.2: Problems 5.1 and 5.2 are not "
+        "implemented yet"]), done.stderr[-3000:]
+    assert not (tmp_path / "workdir").exists()
+
+
 @pytest.mark.parametrize("script", TORCHRUN)
 def test_under_torchrun_the_line_is_printed_once_and_torchrun_reports_as_the_handout_says(everything, script,
                                                                                           tmp_path):
