@@ -1,8 +1,8 @@
 """Problem 3 buggy variants: each bug loses exactly its intended criteria.
 
-Variants that differ from the reference in a line or two are targeted edits of it (``edited``: each old text must
-occur once); the others are rewrites, several sharing checks worded more tersely than the reference's (``_CHECKS``,
-``_VALIDATE_LOAD``, ``_CONFIG_CHECKS``).
+Most variants are the reference region with targeted edits (``edited``: each old text must occur once), so a
+variant differs from the reference by its bug only; the few bugs that are a different, shorter body (saving every
+weight, a lenient load, no validation) are written out whole.
 """
 from pathlib import Path
 
@@ -10,97 +10,30 @@ import pytest
 
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
-from tests.kit.variants import Variant, assert_verdicts, edited, grade_variant, make_variant_kit
+from tests.kit.variants import Variant, assert_verdicts, edited, grade_variant, make_variant_kit, reference
 
 LORA, ZERO = "finetune/lora.py", "finetune/zero.py"
 
-_CHECKS = """
-    names = list(target_names)
-    if rank < 1:
-        raise ValueError("rank must be >= 1")
-    if not names:
-        raise ValueError("no targets")
-    if len(set(names)) != len(names):
-        raise ValueError("duplicate targets")
-"""
-
-_VALIDATE_LOAD = """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not state:
-        raise ValueError("empty adapter file")
-    params = {n: p for n, p in model.named_parameters() if n.rpartition(".")[2] in ("lora_A", "lora_B")}
-    if set(state) != set(params):
-        raise ValueError("keys differ")
-    for name, param in params.items():
-        if not isinstance(state[name], torch.Tensor) or state[name].shape != param.shape:
-            raise ValueError(f"{name}: wrong shape")
-"""
-
-_CONFIG_CHECKS = """
-    for value in (world_size, micro_batch, grad_accum):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError("bad size")
-    if precision not in ("fp32", "fp16", "bf16"):
-        raise ValueError("bad precision")
-"""
+_FREEZE = "    for param in model.parameters():\n        param.requires_grad_(False)\n"
+_COPY = "    with torch.no_grad():\n        for name, param in params.items():\n            param.copy_(state[name])"
+_CONFIG = reference(ZERO, "build_config")
 
 VARIANTS = [
     # ---- 3.1 apply_lora
-    Variant("mutate_before_validate", LORA, "apply_lora", _CHECKS + """
-    for param in model.parameters():
-        param.requires_grad_(False)
-    modules = dict(model.named_modules())
-    for name in names:
-        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
-    return model
-    """, frozenset({"3.1.validation"})),
-    Variant("base_not_frozen", LORA, "apply_lora", _CHECKS + """
-    modules = dict(model.named_modules())
-    for name in names:
-        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name], rank, alpha))
-    return model
-    """, frozenset({"3.1.only_adapters_trainable", "3.1.replaces_targets_hidden"})),
-    Variant("top_level_names_only", LORA, "apply_lora", _CHECKS + """
-    for name in names:
-        if not isinstance(getattr(model, name, None), nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for name in names:
-        setattr(model, name, LoRALinear(getattr(model, name), rank, alpha))
-    return model
-    """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
-    Variant("casts_target_to_float32", LORA, "apply_lora", _CHECKS + """
-    modules = dict(model.named_modules())
-    for name in names:
-        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name].float(), rank, alpha))
-    return model
-    """, frozenset({"3.1.outputs_dtype_device"})),
-    Variant("rank_alpha_not_passed", LORA, "apply_lora", _CHECKS + """
-    modules = dict(model.named_modules())
-    for name in names:
-        if not name or name not in modules or not isinstance(modules[name], nn.Linear):
-            raise ValueError(f"bad target {name}")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for name in names:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, LoRALinear(modules[name]))
-    return model
-    """, frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
+    Variant("mutate_before_validate", LORA, "apply_lora", edited(LORA, "apply_lora",   # freeze, then replace per check
+        ("    modules = dict(", _FREEZE + "    modules = dict("), (_FREEZE + "    for name in names:\n", "")),
+            frozenset({"3.1.validation"})),
+    Variant("base_not_frozen", LORA, "apply_lora", edited(LORA, "apply_lora", (_FREEZE, "")),
+            frozenset({"3.1.only_adapters_trainable", "3.1.replaces_targets_hidden"})),
+    Variant("top_level_names_only", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "dict(model.named_modules())", "dict(model.named_children())")),
+            frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
+    Variant("casts_target_to_float32", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "LoRALinear(modules[name], rank, alpha)", "LoRALinear(modules[name].float(), rank, alpha)")),
+            frozenset({"3.1.outputs_dtype_device"})),
+    Variant("rank_alpha_not_passed", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "LoRALinear(modules[name], rank, alpha)", "LoRALinear(modules[name])")),
+            frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
     Variant("root_target_accepted", LORA, "apply_lora", edited(LORA, "apply_lora", (
         "if not name or name not in modules:", "if name not in modules:")),
             frozenset({"3.1.validation"}), hint="the model itself, an nn.Linear"),
@@ -118,92 +51,44 @@ VARIANTS = [
             if name in params and params[name].shape == value.shape:
                 params[name].copy_(value)
     """, frozenset({"3.2.load_rejects"})),
-    Variant("assigns_param_data", LORA, "load_adapter", """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not state:
-        raise ValueError("no adapter tensors")
-    params = {n: p for n, p in model.named_parameters() if n.rpartition(".")[2] in ADAPTER_PARAM_NAMES}
-    if set(params) != set(state):
-        raise ValueError("missing or extra keys")
-    for name, param in params.items():
-        if not isinstance(state[name], torch.Tensor) or state[name].shape != param.shape:
-            raise ValueError(f"bad shape for {name}")
-    for name, param in params.items():
-        param.data = state[name]
-    """, frozenset({"3.2.load_in_place"})),
-    Variant("replaces_parameter_objects", LORA, "load_adapter", _VALIDATE_LOAD + """
+    Variant("assigns_param_data", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        _COPY, "    for name, param in params.items():\n        param.data = state[name]")),
+            frozenset({"3.2.load_in_place"})),
+    Variant("replaces_parameter_objects", LORA, "load_adapter", edited(LORA, "load_adapter", (_COPY, """\
     for name, value in state.items():
         module_name, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(module_name), attr, nn.Parameter(value.clone()))
-    """, frozenset({"3.2.load_in_place"})),
-    Variant("loads_lora_A_only", LORA, "load_adapter", _VALIDATE_LOAD + """
-    with torch.no_grad():
-        for name, param in params.items():
-            if name.endswith("lora_A"):
-                param.copy_(state[name])
-    """, frozenset({"3.2.load_restores"})),
-    Variant("load_without_tensor_check", LORA, "load_adapter", """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not state:
-        raise ValueError("no adapter tensors")
-    params = {n: p for n, p in model.named_parameters() if n.rpartition(".")[2] in ADAPTER_PARAM_NAMES}
-    if set(params) != set(state):
-        raise ValueError("missing or extra keys")
-    for name, param in params.items():
-        if state[name].shape != param.shape:
-            raise ValueError(f"bad shape for {name}")
-    with torch.no_grad():
-        for name, param in params.items():
-            param.copy_(state[name])
-    """, frozenset({"3.2.load_rejects"}),
+        setattr(model.get_submodule(module_name), attr, nn.Parameter(value.clone()))""")),
+            frozenset({"3.2.load_in_place"})),
+    Variant("loads_lora_A_only", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        "param.copy_(state[name])", 'if name.endswith("lora_A"):\n                param.copy_(state[name])')),
+            frozenset({"3.2.load_restores"})),
+    Variant("load_without_tensor_check", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        "if not isinstance(state[name], torch.Tensor) or state[name].shape", "if state[name].shape")),
+            frozenset({"3.2.load_rejects"}),
             hint="a value that is not a tensor (head.lora_B: 0): expected ValueError, got AttributeError"),
     # ---- 3.3 build_config / train_microbatch
-    Variant("batch_size_without_world_size", ZERO, "build_config", _CONFIG_CHECKS + """
-    return {"train_batch_size": micro_batch * grad_accum, "train_micro_batch_size_per_gpu": micro_batch,
-            "gradient_accumulation_steps": grad_accum, "zero_optimization": {"stage": 2},
-            "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
-            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
-    """, frozenset({"3.3.config", "3.3.config_hidden"})),
-    Variant("clipping_left_at_default", ZERO, "build_config", _CONFIG_CHECKS + """
-    return {"train_batch_size": world_size * micro_batch * grad_accum,
-            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-            "zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": True,
-            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
-    """, frozenset({"3.3.config", "3.3.config_hidden"})),
-    Variant("no_config_validation", ZERO, "build_config", """
-    return {"train_batch_size": world_size * micro_batch * grad_accum,
-            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-            "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
-            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
-    """, frozenset({"3.3.config_errors"})),
-    Variant("config_as_json_text", ZERO, "build_config", _CONFIG_CHECKS + """
-    import json
-    return json.dumps({"train_batch_size": world_size * micro_batch * grad_accum,
-                       "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-                       "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0,
-                       "zero_allow_untested_optimizer": True, "fp16": {"enabled": precision == "fp16"},
-                       "bf16": {"enabled": precision == "bf16"}})
-    """, frozenset({"3.3.config", "3.3.config_hidden"}), hint="returned str, expected a dict"),
-    Variant("size_compared_before_type_check", ZERO, "build_config", """
-    for value in (world_size, micro_batch, grad_accum):
-        if value < 1 or isinstance(value, (bool, float)):
-            raise ValueError("bad size")
-    if precision not in ("fp32", "fp16", "bf16"):
-        raise ValueError("bad precision")
-    return {"train_batch_size": world_size * micro_batch * grad_accum,
-            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-            "zero_optimization": {"stage": 2}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
-            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
-    """, frozenset({"3.3.config_errors"}), hint="got TypeError"),
-    # Free (full marks): further ZeRO settings besides the stage, nothing offloaded, other top-level keys.
-    Variant("zero_settings_added", ZERO, "build_config", _CONFIG_CHECKS + """
-    return {"train_batch_size": world_size * micro_batch * grad_accum,
-            "train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-            "zero_optimization": {"stage": 2, "contiguous_gradients": True, "reduce_scatter": True,
-                                  "offload_optimizer": {"device": "none"}},
-            "gradient_clipping": 0, "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9,
-            "fp16": {"enabled": precision == "fp16"}, "bf16": {"enabled": precision == "bf16"}}
-    """, frozenset()),
+    Variant("batch_size_without_world_size", ZERO, "build_config", edited(ZERO, "build_config", (
+        "world_size * micro_batch * grad_accum", "micro_batch * grad_accum")),
+            frozenset({"3.3.config", "3.3.config_hidden"})),
+    Variant("clipping_left_at_default", ZERO, "build_config", edited(ZERO, "build_config", (
+        '        "gradient_clipping": 0.0,\n', "")),
+            frozenset({"3.3.config", "3.3.config_hidden"})),
+    Variant("no_config_validation", ZERO, "build_config", "    return {" + _CONFIG.partition("    return {")[2],
+            frozenset({"3.3.config_errors"})),                  # the reference's return statement alone
+    Variant("config_as_json_text", ZERO, "build_config", edited(ZERO, "build_config", (
+        "    return {", "    import json\n    return json.dumps({"), ("\n    }", "\n    })")),
+            frozenset({"3.3.config", "3.3.config_hidden"}), hint="returned str, expected a dict"),
+    Variant("size_compared_before_type_check", ZERO, "build_config", edited(ZERO, "build_config", (
+        "isinstance(value, bool) or not isinstance(value, int) or value < 1",
+        "value < 1 or isinstance(value, bool) or not isinstance(value, int)")),
+            frozenset({"3.3.config_errors"}), hint="got TypeError"),
+    # Free (full marks): further ZeRO settings besides the stage, nothing offloaded, an int clipping of 0,
+    # other top-level keys.
+    Variant("zero_settings_added", ZERO, "build_config", edited(ZERO, "build_config", (
+        '"zero_optimization": {"stage": 2},', '"zero_optimization": {"stage": 2, "contiguous_gradients": True, '
+        '"reduce_scatter": True,\n                              "offload_optimizer": {"device": "none"}},'), (
+        '"gradient_clipping": 0.0,', '"gradient_clipping": 0,\n        "steps_per_print": 10 ** 9,')),
+            frozenset()),
     Variant("microbatch_returns_tensor", ZERO, "train_microbatch", edited(ZERO, "train_microbatch", (
         "return float(loss.detach())", "return loss.detach()")),
             frozenset({"3.3.returns_loss"}), hint="expected a Python float"),
