@@ -180,6 +180,8 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
         state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is a bad checkpoint
         raise CheckpointError(f"{directory}: a checkpoint file does not load ({exc})") from None
+    if not isinstance(shard, dict) or not {"optimizer", "extra"} <= shard.keys():
+        raise CheckpointError(f"{shard_file}: not a shard of save_sharded (no optimizer state or extra)")
     if (shard.get("step"), shard.get("rank"), shard.get("world_size")) != (step, rank, world_size):
         raise CheckpointError(f"{shard_file}: holds step {shard.get('step')} of rank {shard.get('rank')}, "
                               f"world size {shard.get('world_size')}; {path} says step {step}, rank {rank}, "

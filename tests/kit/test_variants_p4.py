@@ -214,8 +214,8 @@ CKPT_VARIANTS = [
     Variant("shard_keys_renamed", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         '"optimizer": optimizer.state_dict()', '"optimizer_state": optimizer.state_dict()')),
         fails("4.3.file_format"), also=((CKPT, "load_sharded", edited(CKPT, "load_sharded", (
-            'optimizer.load_state_dict(shard["optimizer"])',
-            'optimizer.load_state_dict(shard["optimizer_state"])'))),)),
+            'optimizer.load_state_dict(shard["optimizer"])', 'optimizer.load_state_dict(shard["optimizer_state"])'),
+            ('{"optimizer", "extra"}', '{"optimizer_state", "extra"}'))),)),
     Variant("hashes_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (_DIGEST_CHECK, "")),
         fails("4.3.refuse", "4.3.refuse_hidden")),
     Variant("checks_own_shard_only", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
