@@ -12,9 +12,12 @@ Each command lives in ``grading/commands/`` and registers its own options.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
@@ -43,5 +46,40 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def main_warm(argv: list[str]) -> int:
+    """Run ``grade`` warm where a pool of fork servers is named (``POOL_ENV``: ``batch`` names its own, the tests
+    theirs): one of them forks it with the libraries it has imported, in this process's folder, environment and
+    streams; this process waits for it, passes on SIGINT, SIGTERM and SIGHUP, and ends as it ends (when this
+    process is killed, the server kills the grade and everything under it). Any other command, no pool, or a
+    pool that does not answer: ``main`` here."""
+    from grading.engine.forkserver import POOL_ENV, ForkServer, pool_addresses
+    from grading.engine.runner import FORKSERVER_ENV
+    pool = pool_addresses(os.environ.get(POOL_ENV, ""))
+    if argv[:1] != ["grade"] or not pool or os.environ.get(FORKSERVER_ENV) == "0":
+        return main(argv)
+    try:
+        session = ForkServer(pool[0])
+    except OSError:
+        return main(argv)
+    try:
+        pid = session.start("grading.__main__", argv, Path.cwd(), dict(os.environ), (1, 2))
+    except (OSError, RuntimeError):
+        session.close()                           # nothing of it goes on beside the cold grade
+        return main(argv)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, frame: os.kill(pid, signum))
+    while session.alive() and pid not in session.exits:
+        select.select([session], [], [], 1.0)
+    code = session.exits.get(pid)
+    session.close()
+    if code is None:
+        print("error: the grading server ended before the grade did", file=sys.stderr)
+        return 70
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_warm(sys.argv[1:]))

@@ -28,6 +28,7 @@ SERVER_IMPORTS = ("torch", "torch.distributed")                   # every fork s
 OPTIMIZER_IMPORTS = ("torch._dynamo",)         # a process's first torch.optim optimizer imports it (about 1 s)
 GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)   # a first backward(gradient) imports it (sympy, ~1 s)
 GPT2_IMPORTS = (*OPTIMIZER_IMPORTS, "transformers.models.gpt2.modeling_gpt2")
+GRADE_IMPORTS = GPT2_IMPORTS        # a grade's own judging: its references run torch.optim and build GPT-2
 DEEPSPEED_IMPORTS = (*OPTIMIZER_IMPORTS, "deepspeed",
                      "deepspeed.runtime.zero.muon.muon_optimizer",   # deepspeed.initialize: torch.compile's imports
                      "torch.utils.cpp_extension", "torch._inductor.codegen.cpp")

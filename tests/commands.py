@@ -1,7 +1,8 @@
 """Run a kit command (``python -m grading ...``) from a test as a process of its own, as ``batch`` runs its grades.
 
-A new interpreter with its own argv, folder, environment, stdio and exit code; in another folder (a starter)
-it imports that folder's ``grading``.
+A process of its own with its own argv, folder, environment, stdio and exit code; in another folder (a starter)
+it imports that folder's ``grading``. A ``grade`` has the session's fork servers (``tests/conftest.py``) fork
+the grade itself, as each grade of a ``batch`` has the batch's.
 """
 from __future__ import annotations
 

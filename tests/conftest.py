@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from grading import KIT_ROOT
-from grading.engine.rubric import criteria_of
+from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit import points
 from grading.kit.course import present_problems
@@ -117,7 +117,7 @@ def graded_cases() -> list:
 def criterion_params(problem: str | None = None) -> list:
     """pytest params, one per criterion (of ``problem``, or all), each marked ``p<sub-problem with _>``, e.g. p1_2."""
     return [pytest.param(c.id, id=c.id, marks=getattr(pytest.mark, "p" + c.problem.replace(".", "_")))
-            for c in criteria_of(graded_cases(), problem)]
+            for case in graded_cases() for c in case.criteria if selects(problem, c.problem)]
 
 
 @pytest.fixture(scope="session")
@@ -133,8 +133,8 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 def fork_servers():
     """The session's fork servers (``grading.engine.forkserver``: they hold library modules only and fork ranks for
     any kit copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
-    ``python -m grading`` a test starts, as ``batch`` shares its own with its grades; None under
-    ``GRADING_FORKSERVER=0`` (cold ranks)."""
+    ``python -m grading`` a test starts (they fork its ``grade`` too), as ``batch`` shares its own with its grades;
+    None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
     servers = warm_servers(KIT_ROOT)
     with pytest.MonkeyPatch.context() as patch:
         for key, value in (servers.shared_env() if servers is not None else {}).items():

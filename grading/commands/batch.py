@@ -49,6 +49,7 @@ from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLET
 from grading import KIT_ROOT
 from grading.kit.course import chosen_problems
 from grading.kit.files import atomic_write
+from grading.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
 
@@ -305,6 +306,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
     write_grades(out_csv, rows, results_dir)
     servers = warm_servers(KIT_ROOT)         # shared by every grade: no grade imports the libraries again
     shared = servers.shared_env() if servers is not None else {}
+    if servers is not None:
+        servers.preload(servers.servers, GRADE_IMPORTS)     # what each grade's own judging imports
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             list(pool.map(one, entries))

@@ -1,4 +1,4 @@
-"""Warm rank processes: fork servers that import torch once and fork the ranks of grading runs.
+"""Warm processes: fork servers that import torch once and fork the ranks of grading runs (and ``batch``'s grades).
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
 grading run (``grade``) therefore starts two fork servers, for even and odd ranks (one with
@@ -10,20 +10,20 @@ It imports torch; then, for each connection, it forks a *session* that serves th
              ◀──────── pid, later its exit status (one JSON object a line each way) ─┘
 
 The launcher closes a phase's sessions once its ranks are done; a session then kills what they left and ends.
-``batch`` keeps one set of servers for all
-its grades (``ForkServers.shared_env``): each grade is a fresh process with sessions of its own, and no grade
-imports the libraries again. A forked rank is a fresh process for everything the sandbox gives it: its own
-session, its log files, the key on a new stdin pipe, the environment a cold rank would get now
-(``grading.startup.adopt_environment``), new random seeds, every kit module imported from the kit copy the
-request names (a server holds library modules only, and nothing of one case reaches another), then
-``worker.main``. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks differ in hash order as
-fresh interpreters do. A session is the *subreaper* of its ranks: what a rank double-forks away is re-parented
-to it and swept (``psutil``) when the session ends. ``PR_SET_PDEATHSIG`` ties a server to the process that started it
-and (``sandbox``) the ranks to their session.
+A forked child is a fresh process for everything the sandbox gives it: its own session, the stdout and stderr
+the launcher sent (``socket.send_fds``), the key on a new stdin pipe, the environment its launcher has now
+(``grading.startup.adopt_environment``), new random seeds, every kit module imported from the folder the request
+names (a server holds library modules only, and nothing of one case reaches another), then ``MODULE.main(ARGV)``
+as ``python -m MODULE ARGV`` would run it. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
+differ in hash order as fresh interpreters do. A session is the *subreaper* of its children: what a rank
+double-forks away is re-parented to it and swept (``psutil``) when the session ends. ``PR_SET_PDEATHSIG`` ties a
+server to the process that started it and (``sandbox``) the ranks to their session. A child ends with
+``os._exit`` after flushing its streams: the documented end of a child after ``fork()`` (``multiprocessing``
+ends its fork and forkserver children so), since the code below the fork is the server's loop.
 
-A forked process ends with ``os._exit`` (a rank after the worker has written its results and ``done`` marker and
-flushed its streams): the documented end of a child after ``fork()`` (``multiprocessing`` ends its fork and
-forkserver children so), since the code below the fork is the server's loop.
+``batch`` keeps one set of servers for all its grades (``ForkServers.shared_env``, ``POOL_ENV``); each grade is a
+fresh ``python -m grading grade`` that has a server fork the grade itself (``grading.__main__.main_warm``) and ends
+as it ends: no grade imports the libraries again, and killing that process ends the grade (its session sweeps it).
 
 *Preloads* (``Case.preload``, ``grading.startup``): a case's sessions are forked once the servers have imported
 them (each module once: a server keeps it for every later session). A server that a preload leaves with a
@@ -46,6 +46,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import psutil
@@ -64,15 +65,14 @@ def descendants(pid: int) -> list[int]:
     return [child.pid for child in psutil.Process(pid).children(recursive=True)]
 
 
-def _in_rank(request: dict, control: socket.socket, key_pipe: int) -> int:
-    """In a freshly forked rank: become what a cold worker would be (module docstring); run the worker."""
+def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[int]) -> int:
+    """In a freshly forked child: become what a cold ``python -m MODULE ARGV`` would be (module docstring), on
+    ``streams`` (stdout, stderr); run ``MODULE.main(ARGV)``: a rank's worker, or a grade (``main_warm``)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)    # dies with its session
     os.setsid()
     control.close()
-    os.dup2(key_pipe, 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        log = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC), 0o644)
-        os.dup2(log, fd)
-        os.close(log)
+    for fd, stream in zip((0, 1, 2), (stdin, *streams)):
+        os.dup2(stream, fd)
     os.closerange(3, 1 << 16)
     os.chdir(request["cwd"])
     server_kit, hash_seed = os.environ.get(SERVER_KIT_ENV, ""), os.environ.get("PYTHONHASHSEED")
@@ -86,24 +86,33 @@ def _in_rank(request: dict, control: socket.socket, key_pipe: int) -> int:
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    from grading.engine import worker
-    sys.argv = [worker.__file__, request["spec"], str(request["rank"])]      # as a cold worker sees it
-    return worker.main(sys.argv[1:])
+    module = importlib.import_module(request["module"])
+    sys.argv = [module.__file__, *request["argv"]]                   # as a cold process sees it
+    try:
+        return module.main(request["argv"])
+    except SystemExit as exc:                                         # argparse's --help and usage errors
+        return exc.code if isinstance(exc.code, int) else 1
 
 
-def _start_rank(request: dict, control: socket.socket) -> int:
-    """Fork one rank for ``request`` and hand it the key; return its pid (in the child this never returns)."""
+def _start_child(request: dict, control: socket.socket, streams: list[int]) -> int:
+    """Fork the child ``request`` asks for, hand it the key and close our copies of ``streams``; return its pid (in
+    the child this never returns)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 70
         try:
             os.close(write_end)
-            code = _in_rank(request, control, read_end)      # the worker flushed its streams, wrote its results
-        except BaseException:  # noqa: BLE001 - reported through the exit code; the worker logged what it could
-            pass
-        os._exit(code if isinstance(code, int) else 70)    # a forked child's end (module docstring)
-    os.close(read_end)
+            code = _in_child(request, control, read_end, streams)
+        except BaseException:  # noqa: BLE001 - reported through the exit code and, as a cold process does, a traceback
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):          # a log over its size limit
+                    stream.flush()
+            os._exit(code if isinstance(code, int) else 70)    # a forked child's end (module docstring)
+    for stream in (read_end, *streams):
+        os.close(stream)
     try:
         os.write(write_end, request["key"].encode())
     finally:
@@ -133,24 +142,25 @@ def _session(control: socket.socket) -> None:
     def send(message: dict) -> None:
         control.sendall((json.dumps(message) + "\n").encode())
     try:
-        send({"ready": os.getpid()})
-        ranks, buffer = set(), b""
+        send({"ready": os.getpid(), "python": sys.executable})
+        children, buffer, streams = set(), b"", []
         while True:
             with contextlib.suppress(ChildProcessError):       # reap: ranks report, adopted orphans vanish
                 while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
-                    if reaped[0] in ranks:
-                        ranks.discard(reaped[0])
+                    if reaped[0] in children:
+                        children.discard(reaped[0])
                         send({"exit": reaped[0], "code": os.waitstatus_to_exitcode(reaped[1])})
             if not select.select([control], [], [], 0.02)[0]:
                 continue
-            chunk = control.recv(65536)
+            chunk, received, _flags, _address = socket.recv_fds(control, 65536, 2)
             if not chunk:
                 break
             *lines, buffer = (buffer + chunk).split(b"\n")
+            streams += received                     # a request's stdout and stderr come with its first bytes
             for request in map(json.loads, lines):
-                if request["op"] == "spawn":
-                    ranks.add(pid := _start_rank(request, control))
-                    send({"spawned": pid})
+                children.add(pid := _start_child(request, control, streams))
+                send({"spawned": pid})
+                streams = []
     finally:                                               # a launcher gone mid-send: still sweep
         freeze_and_kill(lambda: descendants(os.getpid()))
 
@@ -259,21 +269,23 @@ class ForkServer:
         server's error, the timeout, or the server gone."""
         if not self.pid:
             try:
-                self.pid = self.reply("ready")["ready"]
+                answer = self.reply("ready")
+                if answer["python"] != sys.executable:
+                    raise RuntimeError(f"the fork server runs {answer['python']}, not {sys.executable}")
+                self.pid = answer["ready"]
             except RuntimeError:
                 self.close()
                 raise
 
-    def ask(self, request: dict) -> None:
-        """Send ``request`` once the session is ready (``ready``)."""
+    def start(self, module: str, argv: list[str], cwd: Path, env: dict[str, str], streams: tuple[int, int],
+              key: bytes = b"") -> int:
+        """Once the session is ready, fork ``MODULE.main(ARGV)`` as ``python -m MODULE ARGV`` runs it, in ``cwd`` with
+        ``env``, on the open files ``streams`` (stdout, stderr) with ``key`` on its stdin; return its pid."""
         self.ready()
-        self._socket.sendall((json.dumps(request) + "\n").encode())
-
-    def spawn(self, spec: Path, rank: int, key: bytes, env: dict[str, str], stdout: Path, stderr: Path,
-              cwd: Path, append: bool = False) -> int:
-        """Fork rank ``rank`` of the case whose spec is ``spec`` (logs appended to with ``append``); its pid."""
-        self.ask({"op": "spawn", "spec": str(spec), "rank": rank, "key": key.decode(), "env": env,
-                  "stdout": str(stdout), "stderr": str(stderr), "cwd": str(cwd), "append": append})
+        request = (json.dumps({"module": module, "argv": argv, "cwd": str(cwd), "env": env, "key": key.decode()})
+                   + "\n").encode()
+        sent = socket.send_fds(self._socket, [request], list(streams))
+        self._socket.sendall(request[sent:])
         return self.reply("spawned")["spawned"]
 
     def poll(self) -> dict[int, int]:
@@ -311,6 +323,11 @@ SERVERS_ENV = "GRADING_FORKSERVERS"
 POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.shared_env``), to connect to
 
 
+def pool_addresses(pool: str) -> list[str]:
+    """The servers' addresses that a ``POOL_ENV`` value (``shared_env``) names."""
+    return [address.replace("@", "\0", 1) for address in pool.split(",") if address]
+
+
 def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
     ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
@@ -333,7 +350,7 @@ class ForkServers:
     def __init__(self, cwd: Path, env: dict[str, str] | None = None, pool: str = ""):
         self.cwd = Path(cwd).resolve()
         base = dict(os.environ if env is None else env)
-        self.pool = [address.replace("@", "\0", 1) for address in pool.split(",") if address]
+        self.pool = pool_addresses(pool)
         self.servers = len(self.pool) or server_count(base)
         self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread

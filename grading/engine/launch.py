@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from grading.engine import sandbox
@@ -35,6 +36,7 @@ from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.forkserver import ForkServer, ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished
 
+WORKER = "grading.engine.worker"      # the module every rank runs, cold (``python -m``) or forked
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
 POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
@@ -80,35 +82,33 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
-           pg_timeout_s: float | None = None, env: dict | None = None,
-           limits: sandbox.Limits | None = None, servers: ForkServers | None = None,
+           pg_timeout_s: float | None = None, servers: ForkServers | None = None,
            preload: tuple[str, ...] = (), then: tuple[str, ...] = ()) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``then``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
-    kit copy whose code is imported; ``limits`` bound each rank (default ``sandbox.default_limits``). With
-    ``servers`` the ranks are forked warm (``preload``: what the servers import first); without, or with an
-    ``env`` of its own, each is a cold worker. ``then``: further targets, each run by new rank processes once
+    kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
+    forked warm (``preload``: what the servers import first); without, each is a cold worker. ``then``: further
+    targets, each run by new rank processes once
     every rank of the one before has finished. ``out_dir`` must not exist yet. Never raises for anything a
     rank does: crashes, hangs and exceptions are reported; no process of the run survives it.
     """
     out_dir = Path(out_dir)
     (out_dir / "shared").mkdir(parents=True)
-    limits = limits if limits is not None else sandbox.default_limits(timeout_s)
+    limits = sandbox.default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
     namespaces = sandbox.Namespaces(network=limits.network)
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
-            "run_id": run_id, "limits": sandbox.limits_to_spec(limits), "namespaces": namespaces.paths,
+            "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
             "shared": str(out_dir / "shared")}
-    warm = servers if env is None else None
-    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), env, warm)
+    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers)
     start = time.monotonic()
     preload_s, lost = 0.0, ""
     try:
-        if warm is not None:
-            warm.preload(world_size, preload)
+        if servers is not None:
+            servers.preload(world_size, preload)
         preload_s = time.monotonic() - start
         clock = LoadClock()
         for number, phase_target in enumerate((target, *then)):
@@ -127,7 +127,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     result = LaunchResult(out_dir, world_size, timed_out=phase.timed_out, wall_s=time.monotonic() - start,
                           limit_s=timeout_s, key=key, lost=lost)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": phase.spawned, "wall_s": result.wall_s,
-                                                     "preload_s": preload_s, "warm": warm is not None,
+                                                     "preload_s": preload_s, "warm": servers is not None,
                                                      "started_cold": phase.cold_reasons}))
     for rank, code in enumerate(phase.codes):
         rank_dir = out_dir / f"rank{rank}"
@@ -141,8 +141,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
 class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
-    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, env: dict | None, warm: ForkServers | None):
-        self.out_dir, self.key, self.run_id, self.cwd, self.env, self.warm = out_dir, key, run_id, cwd, env, warm
+    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, warm: ForkServers | None):
+        self.out_dir, self.key, self.run_id, self.cwd, self.warm = out_dir, key, run_id, cwd, warm
         self.ranks: list[_Rank] = []
         self.codes: list[int | None] = []
         self.spawned: list[float] = []
@@ -150,9 +150,9 @@ class _Phase:
         self.timed_out = False
 
     def environment(self) -> dict[str, str]:
-        """A rank's environment, cold or forked: ``env`` (default: this process's, as it is now), the kit copy on
-        ``PYTHONPATH``, one OpenMP thread unless set, the fault handler on, the run marker."""
-        child = {"OMP_NUM_THREADS": "1", **(os.environ if self.env is None else self.env)}
+        """A rank's environment, cold or forked: this process's as it is now, the kit copy on ``PYTHONPATH``, one
+        OpenMP thread unless set, the fault handler on, the run marker."""
+        child = {"OMP_NUM_THREADS": "1", **os.environ}
         return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", sandbox.RUN_MARKER: self.run_id}
 
     def run(self, spec: Path, world_size: int, clock: LoadClock, timeout_s: float, append: bool) -> None:
@@ -160,16 +160,17 @@ class _Phase:
         self.ranks, self.spawned = [], []
         for rank in range(world_size):
             self.spawned.append(time.time())
-            logs = (self.out_dir / f"rank{rank}.stdout", self.out_dir / f"rank{rank}.stderr")
-            started = None
-            if self.warm is not None:
-                try:
-                    server = self.warm.server(rank)
-                    started = _Rank(rank, server.spawn(spec, rank, self.key, self.environment(), *logs, self.cwd,
-                                                       append), server=server)
-                except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
-                    self.cold_reasons.append(f"rank {rank}: {exc}")
-            self.ranks.append(started or _Rank.cold(spec, rank, self.key, logs, self.cwd, self.environment(), append))
+            argv, started = [str(spec), str(rank)], None
+            with open(self.out_dir / f"rank{rank}.stdout", "ab" if append else "wb") as stdout, \
+                    open(self.out_dir / f"rank{rank}.stderr", "ab" if append else "wb") as stderr:
+                if self.warm is not None:
+                    try:
+                        server = self.warm.server(rank)
+                        started = _Rank(rank, server.start(WORKER, argv, self.cwd, self.environment(),
+                                                           (stdout.fileno(), stderr.fileno()), self.key), server=server)
+                    except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
+                        self.cold_reasons.append(f"rank {rank}: {exc}")
+                self.ranks.append(started or _Rank.cold(argv, self.key, (stdout, stderr), self.cwd, self.environment()))
         finished_at: dict[int, float] = {}
         while running := [r for r in self.ranks if r.poll() is None]:
             if clock.elapsed() > timeout_s:
@@ -218,17 +219,15 @@ class _Rank:
         self.rank, self.pid, self.proc, self.server = rank, pid, proc, server
 
     @classmethod
-    def cold(cls, spec: Path, rank: int, key: bytes, logs: tuple[Path, Path], cwd: Path, env: dict[str, str],
-             append: bool) -> _Rank:
-        """A fresh ``python -m grading.engine.worker SPEC RANK``; the key goes over its stdin."""
-        with open(logs[0], "ab" if append else "wb") as stdout, open(logs[1], "ab" if append else "wb") as stderr:
-            proc = subprocess.Popen([sys.executable, "-m", "grading.engine.worker", str(spec), str(rank)], cwd=cwd,
-                                    env=env, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
-                                    start_new_session=True)
+    def cold(cls, argv: list[str], key: bytes, streams: tuple, cwd: Path, env: dict[str, str]) -> _Rank:
+        """A fresh ``python -m grading.engine.worker SPEC RANK`` (``argv``) writing to the open files ``streams``;
+        the key goes over its stdin."""
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                stdout=streams[0], stderr=streams[1], start_new_session=True)
         for send in (lambda: proc.stdin.write(key + b"\n"), proc.stdin.close):
             with contextlib.suppress(OSError):       # a rank that died at once: its exit tells why
                 send()
-        return cls(rank, proc.pid, proc=proc)
+        return cls(int(argv[1]), proc.pid, proc=proc)
 
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or None while it runs."""

@@ -30,7 +30,6 @@ from typing import Any, Callable, Protocol
 from grading.engine.case_run import CaseRun
 
 PUBLIC, HIDDEN = "public", "hidden"
-SPLITS = (PUBLIC, HIDDEN)
 
 
 def twin(part: str, split: str) -> str:
@@ -39,7 +38,7 @@ def twin(part: str, split: str) -> str:
     Public and hidden inputs are recorded apart, so an exception on a hidden
     input never costs a public criterion. Only the framework calls this.
     """
-    if split not in SPLITS:
+    if split not in (PUBLIC, HIDDEN):
         raise ValueError(f"twin: unknown split {split!r}")
     return part if split == PUBLIC else f"{part}_{split}"
 
@@ -151,11 +150,6 @@ class Case:
     then: tuple[Callable, ...] = ()    # probes run next, each by new rank processes (``grading.engine.launch``)
 
     @property
-    def target(self) -> str:
-        """``"module:function"`` of the probe, as the worker imports it."""
-        return f"{self.probe.__module__}:{self.probe.__name__}"
-
-    @property
     def phases(self) -> tuple[str, ...]:
         """``"module:function"`` of the probe, then of each ``then`` probe: what each phase's ranks run."""
         return tuple(f"{probe.__module__}:{probe.__name__}" for probe in (self.probe, *self.then))
@@ -172,11 +166,6 @@ class Case:
                                            source=self.source))
             return judge
         return register
-
-
-def criteria_of(cases: list[Case], selector: str | None = None) -> list[Criterion]:
-    """The criteria of ``cases`` whose problem ``selector`` covers (all when None), in rubric order."""
-    return [c for case in cases for c in case.criteria if selects(selector, c.problem)]
 
 
 def check_rubric(cases: list[Case], known: set[str] | frozenset[str]) -> None:

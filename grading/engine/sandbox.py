@@ -24,7 +24,7 @@ import select
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -70,11 +70,6 @@ def default_limits(timeout_s: float) -> Limits:
                   network=os.environ.get("GRADING_NETWORK", "0") == "1")
 
 
-def limits_to_spec(limits: Limits) -> dict:
-    """``limits`` as plain JSON data for the worker's spec file."""
-    return asdict(limits)
-
-
 # ------------------------------------------------------------------------------------------ child side
 def _set_limit(which: int, value: int) -> None:
     soft, hard = resource.getrlimit(which)
@@ -111,7 +106,7 @@ def apply_limits(spec: dict) -> dict:
     """Apply the limits and namespaces of a worker ``spec`` to this process; return what was done.
 
     Call before importing student code, while the process has one thread.
-    ``spec["limits"]`` is ``limits_to_spec`` output; ``spec["namespaces"]``
+    ``spec["limits"]`` is a ``Limits`` as a dict; ``spec["namespaces"]``
     maps "net" to a ``/proc/<pid>/ns/net`` path (absent: none). Never raises:
     a step that fails is listed under "skipped" with its reason.
     """

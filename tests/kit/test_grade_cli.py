@@ -1,18 +1,25 @@
 """``python -m grading``: end to end on the reference, the released starter, zips and tampered submissions."""
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 
+import psutil
 import pytest
 
+from grading.engine.forkserver import POOL_ENV, ForkServers
+from grading.engine.runner import FORKSERVER_ENV
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import student_files
 from grading.commands.release import release
 from tests.commands import run_kit_command
-from tests.kit.variants import KIT_ROOT
+from tests.kit.variants import KIT_ROOT, with_body
 
 pytestmark = pytest.mark.kit
 
@@ -31,8 +38,9 @@ def starter(tmp_path_factory):
 
 def test_reference_scores_full_marks_on_problem_1(tmp_path):
     done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--problem", "1", "--json",
-                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900)
-                                                    # a new interpreter, as a student starts it
+                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900,
+                          env={k: v for k, v in os.environ.items() if k != POOL_ENV})
+                                                    # a new interpreter, as a student starts it (no pool)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["score"] == results["max_score"] > 0
@@ -129,3 +137,64 @@ def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 160, table
     assert "4 of 4 entries differ: fc1.weight, fc1.bias, fc2.weight, fc2.bias" in \
         " ".join(line.strip() for line in table.splitlines())
+
+
+@pytest.fixture
+def pool_env(fork_servers):
+    """This process's environment naming a pool of fork servers (the session's, else new ones), warm ranks on."""
+    with contextlib.ExitStack() as stack:
+        servers = fork_servers or stack.enter_context(ForkServers(KIT_ROOT))
+        env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
+        yield {**env, **servers.shared_env()}
+
+
+def test_a_grade_named_a_pool_is_forked_by_its_server(tmp_path, pool_env):
+    """Where ``GRADING_FORKSERVER_POOL`` names fork servers (``batch``, this suite), ``python -m grading grade`` has
+    one of them fork the grade, with the libraries it holds, in this process's folder, environment and streams, and
+    exits with the grade's code (a usage error's too). Here the process itself cannot import torch, so a grade that
+    ran in it fails: without the pool it does."""
+    no_torch = tmp_path / "no_torch"
+    no_torch.mkdir()
+    (no_torch / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None     # import torch fails\n")
+    env = {**pool_env, "PYTHONPATH": str(no_torch)}
+    done = run_kit_command(["grade", "--quiet", "--problem", "1.1", "--json", tmp_path / "r.json"], env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["score"] == results["max_score"] > 0 and "TOTAL" in done.stdout
+    usage = run_kit_command(["grade", "--no-such-option"], env=env)
+    assert usage.returncode == 2 and "unrecognized arguments: --no-such-option" in usage.stderr, usage.stderr
+    cold = run_kit_command(["grade", "--quiet", "--problem", "1.1"],
+                           env={k: v for k, v in env.items() if k != POOL_ENV})
+    assert cold.returncode != 0 and "torch" in cold.stdout + cold.stderr
+
+
+def test_a_forked_grade_stopped_through_its_process_cleans_up_as_a_new_interpreter_does(tmp_path, pool_env):
+    """SIGTERM to the ``grade`` process (``batch`` at ^C, ``scancel``) reaches the grade the pool's server forked:
+    it stops its ranks, removes its temporary folders and exits 143, as a grade in its own interpreter does;
+    nothing of it is left running."""
+    dataset = "data_parallel/dataset.py"
+    (tmp_path / "sub" / "data_parallel").mkdir(parents=True)
+    (tmp_path / "sub" / dataset).write_text(with_body((KIT_ROOT / dataset).read_text(), dataset, "partition_indices",
+                                                      "import time\nwhile True:\n    time.sleep(0.1)\n"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", str(tmp_path / "sub"), "--problem", "1.1",
+                             "--quiet", "--timeout", "300"], cwd=KIT_ROOT, env={**pool_env, "TMPDIR": str(scratch)},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(scratch.glob("grading-*/runs/*/rank0")) and time.monotonic() < deadline:   # its ranks started
+            time.sleep(0.2)
+        assert list(scratch.glob("grading-*/runs/*/rank0")), "the grade never started its ranks"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, (out, err)
+    assert not list(scratch.iterdir()), list(scratch.iterdir())
+    left = []                                  # its ranks ran in its kit copy there
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.cwd().startswith(str(scratch)):
+                left.append(process)
+    assert not left, left

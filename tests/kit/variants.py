@@ -91,12 +91,15 @@ def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
     """A gradable kit copy at ``dest`` with each (path, function, body) region replaced; returns ``dest``."""
     build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     for path, function, body in edits:
-        text = (dest / path).read_text()
-        index = find_region(text, path, function)
-        indent = parse_regions(text, path)[index].indent
-        new_body = textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", indent)
-        (dest / path).write_text(replace_bodies(text, path, {index: new_body}))
+        (dest / path).write_text(with_body((dest / path).read_text(), path, function, body))
     return dest
+
+
+def with_body(text: str, path: str, function: str, body: str) -> str:
+    """``text`` (of the kit file ``path``) with the region of ``function`` holding ``body`` (re-indented)."""
+    index = find_region(text, path, function)
+    indent = parse_regions(text, path)[index].indent
+    return replace_bodies(text, path, {index: textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", indent)})
 
 
 def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> dict[str, CriterionResult]:
