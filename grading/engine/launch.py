@@ -90,9 +90,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
     kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
     forked warm (``preload``: what the servers import first); without, each is a cold worker. ``then``: further
-    targets, each run by new rank processes once
-    every rank of the one before has finished. ``out_dir`` must not exist yet. Never raises for anything a
-    rank does: crashes, hangs and exceptions are reported; no process of the run survives it.
+    targets, each run by new rank processes once every rank of the one before has finished. ``out_dir`` must not
+    exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
+    the run survives it.
     """
     out_dir = Path(out_dir)
     (out_dir / "shared").mkdir(parents=True)
