@@ -33,7 +33,7 @@ from pathlib import Path
 
 from grading.engine import sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
-from grading.engine.forkserver import ForkServer, ForkServers
+from grading.engine.forkserver import POOL_ENV, ForkServer, ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished
 
 WORKER = "grading.engine.worker"      # the module every rank runs, cold (``python -m``) or forked
@@ -150,9 +150,9 @@ class _Phase:
         self.timed_out = False
 
     def environment(self) -> dict[str, str]:
-        """A rank's environment, cold or forked: this process's as it is now, the kit copy on ``PYTHONPATH``, one
-        OpenMP thread unless set, the fault handler on, the run marker."""
-        child = {"OMP_NUM_THREADS": "1", **os.environ}
+        """A rank's environment, cold or forked: this process's as it is now less ``POOL_ENV`` (its grade's pool),
+        the kit copy on ``PYTHONPATH``, one OpenMP thread unless set, the fault handler on, the run marker."""
+        child = {"OMP_NUM_THREADS": "1", **{name: value for name, value in os.environ.items() if name != POOL_ENV}}
         return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", sandbox.RUN_MARKER: self.run_id}
 
     def run(self, spec: Path, world_size: int, clock: LoadClock, timeout_s: float, append: bool) -> None:
@@ -185,12 +185,11 @@ class _Phase:
                 select.select(list({id(r.server): r.server for r in running if r.server}.values()), [], [], POLL_S)
             except (OSError, ValueError):                 # a server's socket closed meanwhile
                 time.sleep(POLL_S)
+        self.codes = [r.poll() for r in self.ranks]     # at the limit: one that our stack dump signal ends still ran
         if self.timed_out:
-            for r in self.ranks:
-                if r.poll() is None:
-                    r.signal_group(signal.SIGUSR1)
+            for r in (r for r, code in zip(self.ranks, self.codes) if code is None):
+                r.signal_group(signal.SIGUSR1)
             time.sleep(STACK_DUMP_WAIT_S)
-        self.codes = [r.poll() for r in self.ranks]
 
     def clean_up(self) -> str:
         """Kill the phase's ranks with whatever they started (their groups, what their servers adopted, what carries

@@ -1,6 +1,8 @@
 """Misbehaving probes for tests/kit/test_launcher.py (run inside rank processes)."""
 import ctypes
+import faulthandler
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,13 @@ def rank1_hangs_in_collective(ctx):
         while True:
             time.sleep(0.1)
     dist.barrier()
+
+
+def hangs_deaf_to_stack_dumps(ctx):
+    """Hangs where the stack dump request ends the process (as before the worker registers its handler)."""
+    faulthandler.unregister(signal.SIGUSR1)
+    while True:
+        time.sleep(0.1)
 
 
 def rank0_raises_rank1_segfaults(ctx):
@@ -68,6 +77,7 @@ def reports_fresh_state(ctx):
                                  "marker": os.environ.get("GRADING_RUN_ID", ""),
                                  "variable": os.environ.get("LAUNCHER_TEST_VARIABLE"),
                                  "server_kit": os.environ.get("GRADING_FORKSERVER_KIT"),
+                                 "pool": os.environ.get("GRADING_FORKSERVER_POOL"),
                                  "tempdir": tempfile.gettempdir(),
                                  "torch_seed": torch.initial_seed(), "modules": sorted(
                                      m for m in sys.modules if m.startswith(("data_parallel", "pipeline")))})

@@ -94,6 +94,12 @@ def test_hung_rank_is_killed_and_its_stack_reported(tmp_path, run):
     assert "launcher_probes.py" in message, message      # the stuck frame is named
 
 
+def test_a_rank_that_the_stack_dump_request_ends_is_still_running_at_the_limit(tmp_path, servers):
+    result = launch(f"{PROBES}:hangs_deaf_to_stack_dumps", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=3,
+                    init_group=False, servers=servers)
+    assert result.timed_out and "with rank(s) 0 still running" in result.failure(), result.failure()
+
+
 def test_crashed_and_failing_ranks_are_all_reported(tmp_path, run):
     result = run(tmp_path, "rank0_raises_rank1_segfaults", timeout_s=30)
     message = result.failure()
@@ -178,16 +184,18 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
 
 def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
     """Warm or cold, a rank sees the launcher's environment when it starts (fork servers started earlier
-    included) and nothing of a server's own, nor what the server read from its own (``tempfile``'s folder)."""
+    included) and nothing of a server's own, nor what the server read from its own (``tempfile``'s folder), nor
+    a pool of servers that the launcher was named (``batch``'s, shared by its grades, not by their ranks)."""
     servers.warm_up(2)
     monkeypatch.setenv("LAUNCHER_TEST_VARIABLE", "set after the servers started")
+    monkeypatch.setenv(POOL_ENV, servers.shared_env()[POOL_ENV])
     (tmp_path / "own tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "own tmp"))
     result = run(tmp_path, "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
     assert result.ok, result.failure()
     states = [torch.load(tmp_path / "run" / f"rank{r}" / "state.pt", weights_only=True) for r in range(2)]
-    assert [(s["variable"], s["server_kit"], s["tempdir"]) for s in states] == \
-        [("set after the servers started", None, str(tmp_path / "own tmp"))] * 2
+    assert [(s["variable"], s["server_kit"], s["pool"], s["tempdir"]) for s in states] == \
+        [("set after the servers started", None, None, str(tmp_path / "own tmp"))] * 2
 
 
 def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
