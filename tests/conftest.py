@@ -20,6 +20,7 @@ data-parallel run does not import DeepSpeed in each of its ranks.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,8 +157,9 @@ def grade(tmp_path_factory, graded_copy, fork_servers):
     def verdict(criterion_id: str) -> CriterionResult:
         case = cases[criterion_id]
         if case.name not in results:
-            results[case.name] = {v.id: v for v in run_case(case, code_root, work, barred=splice.barred,
-                                                                  hints=splice.hints, servers=fork_servers)}
+            results[case.name] = {v.id: replace(v, message=splice.student_lines(v.message))
+                                  for v in run_case(case, code_root, work, barred=splice.barred, hints=splice.hints,
+                                                    servers=fork_servers)}
         return results[case.name][criterion_id]
     return verdict
 

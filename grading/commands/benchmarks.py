@@ -223,7 +223,8 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
     that run's summary is read. Raises SubmissionError for a submission that
     cannot be opened.
     """
-    from grading.kit.submission import build_grading_copy, open_submission, scratch_dir
+    from grading.kit.intake import open_submission
+    from grading.kit.submission import build_grading_copy, scratch_dir
 
     scratch = scratch_dir()
     try:
@@ -257,7 +258,7 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
 
 def _cmd_benchmarks(args: argparse.Namespace) -> int:
     from grading.commands import report
-    from grading.kit.submission import SubmissionError
+    from grading.kit.intake import SubmissionError
 
     if args.points < 0 or args.limit <= 0:
         print("error: --points must be >= 0 and --limit > 0", file=sys.stderr)

@@ -17,8 +17,9 @@ from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_cases, warm_servers
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
+from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.regions import PROTECTED_RECORD
-from grading.kit.submission import SubmissionError, build_grading_copy, open_submission, scratch_dir
+from grading.kit.submission import build_grading_copy, scratch_dir
 from grading.problems import all_cases, folders, titles
 
 
@@ -105,6 +106,7 @@ def _grade(args: argparse.Namespace, problem: str | None) -> int:
                 servers.warm_up(max(case.world_size for case in cases))
             results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
                                 barred=splice.barred, hints=splice.hints, servers=servers)
+            results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
         finally:
             if servers is not None:
                 servers.close()

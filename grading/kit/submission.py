@@ -1,22 +1,22 @@
-"""Submission intake and the disposable grading copy.
+"""The disposable grading copy.
 
 The grader never runs a submission's files as they are: it copies the kit,
 then splices the submission's *region bodies* into the kit's own student
 files. Text outside the regions always comes from the kit; any difference
-there is reported as tampering and ignored.
+there is reported as tampering (naming what it defines that the kit lacks)
+and ignored. The grading copy's lines are not the submitted file's:
+``SpliceReport.student_lines`` rewrites a message's ``file:line`` to the line
+the student sees (the map is ``grading.kit.student_lines``'s).
+``grading.kit.intake`` finds the submission's files on disk.
 """
 from __future__ import annotations
 
 import io
-import os
 import re
 import shutil
-import stat
 import tempfile
 import textwrap
 import tokenize
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,13 +25,9 @@ from grading.kit.course import chosen_problems
 from grading.kit.region_hints import static_hints
 from grading.kit.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
                              replace_bodies, stub_body, student_files)
+from grading.kit.student_lines import line_map, location_pattern, outside_note
 
-MAX_ZIP_BYTES = 50 * 1024 * 1024          # uncompressed total
-MAX_ZIP_MEMBERS = 5000
-MAX_TREE_ENTRIES = 20000                  # files and folders looked at in a folder submission
 MAX_STUDENT_FILE_BYTES = 1024 * 1024      # one student .py file
-SKIPPED_DIRS = {"grading", ".git", "__MACOSX", "__pycache__", ".venv", "venv", "node_modules", ".ipynb_checkpoints",
-                "site-packages", ".pytest_cache"}
 # Region code that reaches into the grader (imports it, loads modules by name, or names its files): the
 # region's problem scores zero. Matched on the code without its comments.
 GRADER_ACCESS = re.compile(r"\bgrading|\b__import__\b|\bimportlib\b|\bsys\.modules\b|RankContext|parts\.log|"
@@ -46,13 +42,15 @@ RANK_PACKAGES = ("grading", *STUDENT_PACKAGES)   # what a grading copy's ranks i
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 
 
-class SubmissionError(ValueError):
-    """The submission cannot be graded at all (bad zip, no student files, ambiguous layout)."""
-
-
 @dataclass
 class SpliceReport:
-    """What was taken from the submission and what was ignored."""
+    """What was taken from the submission and what was ignored.
+
+    A ``path:line`` in ``syntax_errors``, ``barred`` and ``hints`` is a line of the grading copy (the spliced
+    file the ranks run), like every location a rank reports; ``student_lines`` rewrites such a text to the
+    lines of the files the student submitted, and ``notes`` does so itself. ``malformed`` and
+    ``outside_regions`` name the submitted file's lines already.
+    """
 
     files: list[str] = field(default_factory=list)            # student files found in the submission
     missing_files: list[str] = field(default_factory=list)
@@ -65,124 +63,39 @@ class SpliceReport:
     suspicious: list[str] = field(default_factory=list)       # "path: region 1.2 (fn) mentions 'ctypes'"
     barred: dict[str, str] = field(default_factory=dict)      # problem -> why it scores zero (grader access)
     hints: dict[str, list[str]] = field(default_factory=dict) # problem -> likely causes read from its regions
+    outside_regions: dict[str, str] = field(default_factory=dict)  # tampered path -> "path: what was dropped"
+    line_maps: dict[str, tuple[int, ...]] = field(default_factory=dict)  # where they differ: path -> line_map
 
     def notes(self) -> list[str]:
-        """Human-readable lines for the report (empty when the submission is clean)."""
+        """Human-readable lines for the report (empty when the submission is clean), on the submitted lines."""
         lines = [f"missing file (graded as not implemented): {f}" for f in self.missing_files]
         lines += [f"missing region (graded as not implemented): {r}" for r in self.missing_regions]
         lines += [f"malformed markers (file graded as not implemented): {m}" for m in self.malformed]
-        lines += [f"does not compile (the checks that import it fail): {e}" for e in self.syntax_errors]
-        lines += [f"changed outside the student regions (ignored; the kit's text was used): {f}"
-                  for f in self.tampered]
+        lines += [self.student_lines(f"does not compile (the checks that import it fail): {e}")
+                  for e in self.syntax_errors]
+        lines += [f"changed outside the student regions (ignored; the kit's text was used): "
+                  f"{self.outside_regions.get(f, f)}" for f in self.tampered]
         lines += [f"changed provided file (ignored; the kit's copy was used): {f}" for f in self.provided_changed]
         lines += [f"file not in the kit (ignored; only region bodies are graded): {f}" for f in self.extra_files]
         lines += [f"flagged for staff review (no points deducted): {f}" for f in self.suspicious]
-        lines += [f"Problem {problem} scores 0: {why}" for problem, why in sorted(self.barred.items())]
+        lines += [self.student_lines(f"Problem {problem} scores 0: {why}")
+                  for problem, why in sorted(self.barred.items())]
         return lines
 
+    def student_lines(self, message: str) -> str:
+        """``message`` with every location in a student file of the grading copy (``data_parallel/comm.py:66``,
+        also behind a folder, and a traceback's ``File ".../data_parallel/comm.py", line 66``) naming the line
+        of the file the student submitted instead (``line_maps``); other text, and the files the submission
+        did not hold, stay as they are. Apply it once: its output is in the submitted file's lines.
+        """
+        if not self.line_maps or not message:
+            return message
 
-def extract_zip(zip_path: Path, dest: Path) -> Path:
-    """Extract ``zip_path`` into ``dest`` safely and return ``dest``.
-
-    Raises SubmissionError for a corrupt, encrypted or oversized zip file,
-    absolute or ``..`` paths, symlinks, more than MAX_ZIP_MEMBERS members, or
-    more than MAX_ZIP_BYTES uncompressed; nothing is extracted in the
-    up-front cases (a member that turns out corrupt while extracting may
-    leave earlier members in ``dest``).
-    """
-    if Path(zip_path).stat().st_size > MAX_ZIP_BYTES:
-        raise SubmissionError(f"{zip_path}: the zip file is larger than {MAX_ZIP_BYTES} bytes")
-    try:
-        archive = zipfile.ZipFile(zip_path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise SubmissionError(f"{zip_path}: not a readable zip file ({exc})") from None
-    with archive:
-        members = archive.infolist()
-        if len(members) > MAX_ZIP_MEMBERS:
-            raise SubmissionError(f"{zip_path}: {len(members)} members (limit {MAX_ZIP_MEMBERS})")
-        total = sum(m.file_size for m in members)
-        if total > MAX_ZIP_BYTES:
-            raise SubmissionError(f"{zip_path}: {total} bytes uncompressed (limit {MAX_ZIP_BYTES})")
-        for member in members:
-            name = member.filename
-            parts = Path(name).parts
-            if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-                raise SubmissionError(f"{zip_path}: unsafe path {name!r} in the zip")
-            if stat.S_ISLNK(member.external_attr >> 16):
-                raise SubmissionError(f"{zip_path}: symlink {name!r} in the zip")
-            if member.flag_bits & 0x1:
-                raise SubmissionError(f"{zip_path}: {name!r} is encrypted; submit a zip without a password")
-        try:
-            archive.extractall(dest)
-        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError, zlib.error) as exc:
-            raise SubmissionError(f"{zip_path}: the zip cannot be extracted ({exc})") from None
-    return dest
-
-
-def _walk(folder: Path, guarded_names: set[str]):
-    """Yield every file under ``folder`` without following symlinks or entering SKIPPED_DIRS.
-
-    Raises SubmissionError for more than MAX_TREE_ENTRIES entries, or for a
-    symlink named like a student package or file (``guarded_names``).
-    """
-    seen = 0
-    for top, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        seen += len(dirs) + len(files)
-        if seen > MAX_TREE_ENTRIES:
-            raise SubmissionError(f"{folder}: more than {MAX_TREE_ENTRIES} files and folders; submit only "
-                                  "your code")
-        for name in dirs + files:
-            path = Path(top) / name
-            if name in guarded_names and path.is_symlink():
-                target = os.readlink(path)
-                where = "outside the submission" if not _inside(folder, path) else "inside the submission"
-                raise SubmissionError(f"{path.relative_to(folder)} is a symlink (to {target}, {where}); "
-                                      "submit the files themselves")
-        for name in files:
-            yield Path(top) / name
-
-
-def _inside(root: Path, path: Path) -> bool:
-    """True when ``path`` resolves to a location under ``root`` (symlinks followed)."""
-    try:
-        return Path(path).resolve().is_relative_to(Path(root).resolve())
-    except (OSError, RuntimeError):
-        return False
-
-
-def find_root(folder: Path, kit_student_files: list[str]) -> Path:
-    """The folder inside ``folder`` that holds the student files (it may be wrapped in one directory).
-
-    Raises SubmissionError when no student file is found, when several
-    folders each hold student files (ambiguous), when a student file or
-    package is a symlink, or when the tree is absurdly large. Symlinks are
-    never followed; ``__MACOSX``, ``.git`` and virtual environments are skipped.
-    """
-    folder = Path(folder).resolve()
-    guarded = {Path(rel).name for rel in kit_student_files} | {Path(rel).parts[0] for rel in kit_student_files}
-    wanted = {Path(rel).name: rel for rel in kit_student_files}
-    candidates = set()
-    for hit in _walk(folder, guarded):
-        rel = wanted.get(hit.name)
-        if rel and hit.as_posix().endswith("/" + rel):
-            candidates.add(Path(hit.as_posix()[: -len(rel) - 1]))
-    if not candidates:
-        raise SubmissionError(f"{folder}: no student file found (expected e.g. {kit_student_files[0]})")
-    if len(candidates) > 1:
-        listed = ", ".join(sorted(str(c.relative_to(folder)) or "." for c in candidates))
-        raise SubmissionError(f"{folder}: ambiguous layout, student files found under several folders: {listed}")
-    return candidates.pop()
-
-
-def open_submission(path: Path, kit_root: Path, scratch: Path) -> Path:
-    """Return the folder holding a submission's student files (extracting a zip into ``scratch``)."""
-    path = Path(path)
-    if not path.exists():
-        raise SubmissionError(f"{path}: no such file or folder")
-    if path.is_file():
-        path = extract_zip(path, scratch / "extracted")
-    return find_root(path, student_files(kit_root, chosen_problems()))
+        def submitted(match: re.Match) -> str:
+            lines, number = self.line_maps[match["path"]], int(match["line"])
+            line = lines[number - 1] if 1 <= number <= len(lines) else number
+            return f"{match['path']}{match['sep']}{line}"
+        return location_pattern(tuple(sorted(self.line_maps))).sub(submitted, message)
 
 
 def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> SpliceReport:
@@ -233,6 +146,7 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
             by_key[key + (counts.get(key, 0),)] = region.body
             counts[key] = counts.get(key, 0) + 1
         bodies, counts = {}, {}
+        shift = 0               # how far the grading copy's lines have moved from the kit's, before region k
         for k, region in enumerate(kit_regions):
             key = (region.id, region.function)
             occurrence = counts.get(key, 0)
@@ -242,15 +156,17 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
                 report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
                 body = starter[k]
             bodies[k] = body
+            begin = region.begin_line + shift      # its BEGIN marker's line in the grading copy
+            shift += len(body.splitlines()) - len(region.body.splitlines())
             if body is not starter[k]:
                 access = grader_access(body)
                 if access and region.id not in report.barred:
                     offset, text = access
-                    report.barred[region.id] = (f"{rel}:{region.begin_line + offset}: region {region.id} "
+                    report.barred[region.id] = (f"{rel}:{begin + offset}: region {region.id} "
                                                 f"({region.function}) reaches into the grader ('{text}'); "
                                                 "region code may use only the student packages, torch and the "
                                                 "libraries the kit installs")
-                found_hints = static_hints(body, region.begin_line + 1, rel)
+                found_hints = static_hints(body, begin + 1, rel)
                 if found_hints:
                     report.hints.setdefault(region.id, []).extend(found_hints)
             found = sorted({m.group(0) for m in SUSPICIOUS.finditer(body)}) if body is not starter[k] else []
@@ -259,6 +175,10 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
                                          + ", ".join(f"'{text}'" for text in found[:5]))
         spliced = replace_bodies(pristine, rel, bodies)
         (dest / rel).write_text(spliced)
+        if rel in report.tampered:
+            report.outside_regions[rel] = outside_note(rel, pristine, spliced, sub_text)
+        if spliced != sub_text:
+            report.line_maps[rel] = line_map(spliced, sub_text)
         try:
             compile(spliced, rel, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:

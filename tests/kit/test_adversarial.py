@@ -26,7 +26,8 @@ from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
 from grading.engine.forkserver import descendants
-from grading.kit.submission import SubmissionError, build_grading_copy, open_submission
+from grading.kit.intake import SubmissionError, open_submission
+from grading.kit.submission import build_grading_copy
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
@@ -448,18 +449,18 @@ def test_absurd_sizes_are_rejected(tmp_path, monkeypatch):
     (tmp_path / "junk.zip").write_bytes(os.urandom(2000))
     with pytest.raises(SubmissionError, match="not a readable zip"):
         open_submission(tmp_path / "junk.zip", KIT_ROOT, tmp_path / "scratch")
-    monkeypatch.setattr("grading.kit.submission.MAX_ZIP_BYTES", 1000)
+    monkeypatch.setattr("grading.kit.intake.MAX_ZIP_BYTES", 1000)
     archive = _zip(tmp_path / "big.zip", {"a5/data_parallel/comm.py": "#" * 5000})
     with pytest.raises(SubmissionError, match="uncompressed"):
         open_submission(archive, KIT_ROOT, tmp_path / "scratch")
-    monkeypatch.setattr("grading.kit.submission.MAX_ZIP_MEMBERS", 3)
+    monkeypatch.setattr("grading.kit.intake.MAX_ZIP_MEMBERS", 3)
     archive = _zip(tmp_path / "many.zip", {f"a5/f{k}.txt": "x" for k in range(4)})
     with pytest.raises(SubmissionError, match="members"):
         open_submission(archive, KIT_ROOT, tmp_path / "scratch")
     folder = _student_tree(tmp_path / "tree")
     for k in range(30):
         (folder / f"f{k}.txt").write_text("x")
-    monkeypatch.setattr("grading.kit.submission.MAX_TREE_ENTRIES", 20)
+    monkeypatch.setattr("grading.kit.intake.MAX_TREE_ENTRIES", 20)
     with pytest.raises(SubmissionError, match="more than 20 files"):
         open_submission(folder, KIT_ROOT, tmp_path / "scratch")
 

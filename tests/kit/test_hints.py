@@ -32,6 +32,45 @@ def test_a_late_binding_closure_is_named_with_its_line():
     assert "lambda i=i, j=j" in hints[0]
 
 
+ASSIGNED = """\
+        for wave in schedule.clock_cycles(m, n):
+            for i, j in wave:
+                x = batches[i]
+                self.workers.submit(j, lambda: self.stages[j](x))
+                def task(k=j):
+                    return self.stages[k](y)
+                y = x
+"""
+WHILE = """\
+        k = 0
+        while k < m:
+            x = batches[k]
+            tasks.append(lambda: stage(x))
+            k += 1
+"""
+OWN_NAMES = """\
+        for x in batches:
+            def task(i=0):
+                x = batches[i]
+                return [stage(j) for j in x]
+            tasks.append(task)
+"""
+
+
+def test_every_name_the_loop_assigns_and_a_closure_reads_is_named_once():
+    hints = static_hints(ASSIGNED, 40, "pipeline/pipe.py")
+    assert len(hints) == 2, hints                       # one per function, though two loops enclose each
+    assert "pipeline/pipe.py:43: " in hints[0] and "reads 'j', 'x' when it runs" in hints[0]
+    assert "(lambda j=j, x=x: ...)" in hints[0]
+    assert "pipeline/pipe.py:44: " in hints[1] and "reads 'y' when it runs" in hints[1]    # assigned after the def
+    hint, = static_hints(WHILE, 1, "p.py")
+    assert "p.py:4: " in hint and "reads 'x' when it runs" in hint
+
+
+def test_names_a_closure_binds_itself_give_no_hint():
+    assert static_hints(OWN_NAMES, 1, "p.py") == []
+
+
 def test_bound_loop_variables_give_no_hint():
     assert static_hints(BOUND, 40, "pipeline/pipe.py") == []
     assert static_hints("this is not python (", 1, "x.py") == []

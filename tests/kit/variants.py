@@ -11,7 +11,7 @@ share it) and takes its sub-problem from that region's BEGIN_STUDENT marker
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -109,8 +109,9 @@ def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> d
     with pytest.MonkeyPatch.context() as patch:     # splice the graded problem's regions even when it is optional
         patch.setenv(PROBLEMS_ENV, problem.split(".")[0])
         splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
-    return {v.id: v for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
-                                       barred=splice.barred, hints=splice.hints, servers=servers)}
+    return {v.id: replace(v, message=splice.student_lines(v.message))
+            for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
+                               barred=splice.barred, hints=splice.hints, servers=servers)}
 
 
 def failed_ids(verdicts: dict[str, CriterionResult]) -> set[str]:
