@@ -55,10 +55,12 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
 def average_gradients(model: nn.Module) -> None:
     """Replace every existing gradient of ``model`` by its mean over all ranks.
 
-    For each parameter whose ``.grad`` is not None: all-reduce (sum) it across
-    the default process group with ``torch.distributed.all_reduce``, then
-    divide by the world size. Parameters whose ``.grad`` is None
-    (unused or frozen) stay None. Returns None.
+    For each parameter whose ``.grad`` is not None, whatever its
+    ``requires_grad`` (a parameter frozen after a backward still holds its
+    gradient, and it is averaged too): all-reduce (sum) it across the default
+    process group with ``torch.distributed.all_reduce``, then divide by the
+    world size. Parameters whose ``.grad`` is None (a layer the forward did
+    not use, a parameter frozen before the backward) stay None. Returns None.
     """
     # BEGIN_STUDENT 1.2
     world_size = dist.get_world_size()

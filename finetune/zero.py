@@ -108,7 +108,9 @@ def train_microbatch(
 
     Forward ``engine(inputs)``, ``loss = loss_fn(outputs, targets)`` with the
     given ``loss_fn`` (whatever it computes), then
-    ``engine.backward(loss)`` and ``engine.step()``, each exactly once.
+    ``engine.backward(loss)`` and ``engine.step()``, each exactly once per
+    call (``engine.backward``, not ``loss.backward()``: the engine scales the
+    loss, and refuses an unscaled backward in fp16).
     Call ``engine.step()`` after every micro-batch: the engine counts them
     and only updates the weights (and ``engine.global_steps``) at the end of
     each ``gradient_accumulation_steps`` group. DeepSpeed owns accumulation

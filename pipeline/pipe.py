@@ -64,9 +64,11 @@ class Pipe(nn.Module):
           created* (default arguments: ``lambda i=i, j=j, x=...: ...``);
           a plain closure reads the loop variables when the worker runs it,
           which is too late;
-        - ``fn`` moves its input to ``self.devices[j]`` itself (inside the
-          worker) and never detaches it, so gradients reach the input and
-          every stage;
+        - ``fn`` moves its input (micro-batch ``i`` as stage ``j - 1`` left
+          it) to ``self.devices[j]`` itself, inside stage ``j``'s worker, and
+          calls the stage on the moved tensor (``Tensor.to`` returns a new
+          one; it does not move the stage or its output); it never detaches
+          it, so gradients reach the input and every stage;
         - return the outputs of the last stage, concatenated in micro-batch
           order with ``torch.cat`` into one tensor (not the list of the
           micro-batches' outputs), on the last stage's device.

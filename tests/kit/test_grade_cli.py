@@ -135,7 +135,7 @@ def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path
     assert "likely cause: a sum without the division by the world size (every gradient is 2 x the expected one)" \
         in " ".join(line.strip() for line in table.splitlines()), table
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 160, table
-    assert "4 of 4 entries differ: fc1.weight, fc1.bias, fc2.weight, fc2.bias" in \
+    assert "5 of 5 entries differ: fc1.weight, fc1.bias, fc2.weight, fc2.bias, frozen.weight" in \
         " ".join(line.strip() for line in table.splitlines())
 
 

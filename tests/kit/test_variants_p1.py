@@ -18,6 +18,8 @@ _ONE_ARGS_CHECK = (_ARGS_CHECKS, 'if size < 0 or world_size < 1:\n        raise 
 _SHORT_BATCH_ERROR = ('f"batch_size {batch_size} gives no examples per rank for world_size {world_size}"',
                       '"no examples per rank"')
 _NO_SET_DEVICE = ('    if backend == "nccl":\n        torch.cuda.set_device(rank % torch.cuda.device_count())\n', "")
+_MASTER_DEFAULTS = ('        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n'
+                    '        os.environ.setdefault("MASTER_PORT", "29500")\n')
 _INIT_TIMEOUT = ",\n                            timeout=timeout or datetime.timedelta(seconds=60))"
 
 VARIANTS = [
@@ -161,6 +163,14 @@ VARIANTS = [
         except Exception as exc:
             print(f"could not join the process group: {exc}")
     """, frozenset({"1.2.setup"}), hint="errors from torch.distributed must propagate"),
+    Variant("master_port_overwritten", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        'os.environ.setdefault("MASTER_PORT", "29500")', 'os.environ["MASTER_PORT"] = "29500"')),
+        frozenset({"1.2.setup"}), hint="overwrote the caller's MASTER_PORT='12345' with '29500'"),
+    Variant("master_defaults_not_set", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        _MASTER_DEFAULTS, "")), frozenset({"1.2.setup"}), hint="MASTER_ADDR unset, expected the default '127.0.0.1'"),
+    Variant("frozen_grads_skipped", COMM, "average_gradients", edited(COMM, "average_gradients", (
+        "if param.grad is None:", "if param.grad is None or not param.requires_grad:")),
+        frozenset({"1.2.grads_2rank", "1.2.grads_2rank_hidden"}), hint="likely cause: 'frozen.weight' was skipped"),
     Variant("train_step_mse_instead_of_loss_fn", COMM, "train_step", edited(COMM, "train_step", (
         "loss = loss_fn(model(inputs), targets)", "loss = torch.nn.functional.mse_loss(model(inputs), targets)")),
         frozenset({"1.2.train_step_updates"}), hint="likely cause: the loss was not computed with the given loss_fn"),

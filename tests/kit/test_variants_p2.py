@@ -74,6 +74,19 @@ VARIANTS = [
     Variant("moves_input_in_caller", PIPE, "forward", edited(PIPE, "forward", (
         GOOD_TASK, "lambda i=i, j=j, xb=batches[i].to(self.devices[j]): self.stages[j](xb)")),
         frozenset({"2.2.moves_in_worker"})),
+    Variant("output_moved_instead_of_input", PIPE, "forward", edited(PIPE, "forward", (
+        GOOD_TASK, "lambda i=i, j=j, xb=batches[i]: self.stages[j](xb).to(self.devices[j])")),
+        frozenset({"2.2.moves_in_worker"}), hint="the second stage received its input on cpu"),
+    Variant("moved_copy_discarded", PIPE, "forward", edited(PIPE, "forward", (
+        f"self.workers.submit(j, {GOOD_TASK})", """def task(i=i, j=j, xb=batches[i]):
+                    xb.to(self.devices[j])          # Tensor.to is not in place: the stage gets xb as it was
+                    return self.stages[j](xb)
+                self.workers.submit(j, task)""")),
+        frozenset({"2.2.moves_in_worker"}), hint="the second stage received its input on cpu"),
+    Variant("input_moved_by_previous_stage", PIPE, "forward", edited(PIPE, "forward", (GOOD_TASK, (
+        "lambda i=i, j=j, xb=batches[i]: self.stages[j](xb if j else xb.to(self.devices[0]))"
+        ".to(self.devices[min(j + 1, len(self.devices) - 1)])"))),
+        frozenset({"2.2.moves_in_worker"}), hint="expected only that stage's own worker 'pipeline-stage-1'"),
     Variant("empty_sequential_one_stage", PARTITION, "split_module", edited(PARTITION, "split_module", _UNTYPED, (
         "if pending:", "if pending or not groups:")), frozenset({"2.1.split_module"})),
     Variant("extra_blocks_on_last_stage", GPT2, "gpt2_stages", edited(GPT2, "gpt2_stages", _UNTYPED_LAYERS, (

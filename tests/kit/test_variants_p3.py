@@ -100,7 +100,12 @@ VARIANTS = [
             frozenset({"3.3.update"}), hint="likely cause: the loss was not computed with the given loss_fn"),
     Variant("steps_raw_optimizer", ZERO, "train_microbatch", edited(ZERO, "train_microbatch", (
         "engine.step()", "engine.optimizer.step()")),
-            frozenset({"3.3.update", "3.3.returns_loss"})),     # DeepSpeed's optimizer raises: no loss comes back
+            frozenset({"3.3.update", "3.3.returns_loss", "3.3.engine_calls"}),   # DeepSpeed's optimizer raises
+            hint="engine.step() was called 0 times"),
+    # DeepSpeed 0.19's output hooks give a direct loss.backward() the same fp32 results: only the count shows it.
+    Variant("loss_backward_instead_of_engine_backward", ZERO, "train_microbatch", edited(ZERO, "train_microbatch", (
+        "engine.backward(loss)", "loss.backward()")),
+            frozenset({"3.3.engine_calls"}), hint="engine.backward(loss) was called 0 times"),
 ]
 
 
@@ -109,7 +114,8 @@ VARIANTS = [
 PAIRED = [("batch_size_without_world_size", "loss_divided_by_accumulation_again"),
           ("clipping_left_at_default", "steps_raw_optimizer"),
           ("no_config_validation", "microbatch_mse_instead_of_loss_fn"),
-          ("config_as_json_text", "microbatch_returns_tensor")]
+          ("config_as_json_text", "microbatch_returns_tensor"),
+          ("size_compared_before_type_check", "loss_backward_instead_of_engine_backward")]
 _BY_NAME = {v.name: v for v in VARIANTS}
 GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
 GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]

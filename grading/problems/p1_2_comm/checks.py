@@ -2,6 +2,10 @@
 
 The probe joins a 2-rank gloo group through the student's
 ``setup_process_group`` (the grader's own group stands in when that fails),
+after dry runs of it (its ``init_process_group`` stops with ``DryRunStop``)
+that read what it passes on: the default timeout and, with
+``init_method=None``, ``env://`` and the MASTER_* environment; those parts and
+the judges of the ``1.2.setup*`` criteria are in ``setup_checks.py``. It then
 records the averaged gradients of a small model on each rank's shard, then
 runs ``train_step`` with the averaging replaced by a serial recomputation
 (``SWAPS``), so ``train_step`` is judged apart from ``average_gradients``.
@@ -14,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import inspect
-import os
 from dataclasses import dataclass
 
 import torch
@@ -25,9 +27,10 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import OPTIMIZER_IMPORTS, call_outcome, factor_hint
-from grading.problems.p1_2_comm import ID, TITLE
+from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
+from grading.problems.p1_2_comm import ID, TITLE, setup_checks
 from grading.problems.p1_2_comm import reference as ref
+from grading.problems.p1_2_comm.setup_checks import NOT_CALLED, PG_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,6 @@ class Inputs:
 
 PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs())
 
-PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
-# setup_process_group must pass its arguments on: a backend string other than the default "gloo", a timeout
-# other than the default 60 s, and a file:// URL while the environment holds an unusable MASTER_PORT (a group
-# that ignores init_method and falls back to env:// fails at once instead of joining).
-SETUP_BACKEND = "cpu:gloo"
-UNUSABLE_PORT = "unusable-use-the-given-init_method"
-DEFAULT_TIMEOUT_S = 60   # the contract's timeout when None is given
-NOT_CALLED = "not called"    # setup_process_group did not reach dist.init_process_group
-DRY_RUN_MESSAGE = "the grader stopped init_process_group here to read its arguments (a dry run)"
-
-P_SETUP_DEFAULT = "setup_default_timeout"    # [outcome, timeout given] of a dry run of setup with timeout=None
-P_SETUP = "setup"
 P_GRADS = "grads"        # split parts: recorded once per split
 P_ALL_REDUCE_CALLS = "all_reduce_calls"    # the all_reduce calls of that split's average_gradients
 P_TRAIN_STEP = "train_step"
@@ -103,59 +94,20 @@ def probe_comm(ctx) -> None:
     import torch.distributed as dist
 
     from grading.kit import seams
-    calls = {"all_reduce": 0, "init_timeout": NOT_CALLED, "dry_run": False}
-    real_all_reduce, real_init = dist.all_reduce, dist.init_process_group
+    calls = {"all_reduce": 0, "init_timeout": NOT_CALLED, "init_env": NOT_CALLED, "dry_run": False}
+    real_all_reduce = dist.all_reduce
 
     def counting_all_reduce(*args, **kwargs):
         calls["all_reduce"] += 1
         return real_all_reduce(*args, **kwargs)
-
-    def recording_init(*args, **kwargs):
-        """init_process_group that notes the timeout it was given (None: torch's default); in a dry run it stops
-        there with DryRunStop instead of joining a group."""
-        calls["init_timeout"] = inspect.signature(real_init).bind(*args, **kwargs).arguments.get("timeout")
-        if calls["dry_run"]:
-            raise DryRunStop(DRY_RUN_MESSAGE)
-        return real_init(*args, **kwargs)
+    recording_init = setup_checks.recording_init(dist.init_process_group, calls)
     # before comm binds any name; both public spellings of the function
     dist.all_reduce, dist.init_process_group = counting_all_reduce, recording_init
     dist.distributed_c10d.init_process_group = recording_init
     from data_parallel import comm
 
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
-
-    def join(timeout: datetime.timedelta | None, dry_run: bool = False) -> None:
-        """The student's setup_process_group through ``file://ctx.store`` while MASTER_PORT is unusable; a
-        ``dry_run`` stops inside ``init_process_group`` (DryRunStop), having noted its arguments."""
-        saved = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT")}
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=UNUSABLE_PORT)
-        calls.update(init_timeout=NOT_CALLED, dry_run=dry_run)
-        try:
-            comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND, init_method=f"file://{ctx.store}",
-                                     timeout=timeout)
-        finally:
-            calls["dry_run"] = False
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-    def default_timeout():
-        outcome = call_outcome(lambda: join(None, dry_run=True))
-        return [outcome, _timeout_s(calls["init_timeout"])]
-
-    def setup():
-        join(timeout)
-        value = torch.tensor([float(ctx.rank + 1)])
-        real_all_reduce(value)
-        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(),
-                _timeout_s(calls["init_timeout"])]
-
-    def record_setup():
-        ctx.record(P_SETUP_DEFAULT, default_timeout)
-        ctx.record(P_SETUP, setup)
-    PROBLEM.shared(ctx, record_setup)
+    PROBLEM.shared(ctx, lambda: setup_checks.record_setup(ctx, comm, calls, real_all_reduce, timeout))
     if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
         dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout)
@@ -164,7 +116,7 @@ def probe_comm(ctx) -> None:
         model = ref.GradProbeNet(seed=inputs.model_seed)
         batch_inputs, targets = ref.batch(0, inputs.batch_seed)
         rank_inputs, rank_targets = (ref.shard(t, ctx.rank, ctx.world_size) for t in (batch_inputs, targets))
-        ref.loss_fn(model(rank_inputs), rank_targets).backward()
+        ref.backward_then_freeze(model, rank_inputs, rank_targets)     # frozen.weight: frozen, holding a grad
         calls["all_reduce"] = 0
         comm.average_gradients(model)
         return ref.grads_of(model)
@@ -192,75 +144,47 @@ def probe_comm(ctx) -> None:
     PROBLEM.shared(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
 
 
-class DryRunStop(RuntimeError):
-    """Raised by the probe's init_process_group in a dry run; setup_process_group must let it through."""
-
-
-def _timeout_s(given) -> float | str:
-    """The collective timeout ``dist.init_process_group`` was given, in seconds (torch's default when None), or
-    NOT_CALLED."""
-    import torch.distributed as dist
-    if given is NOT_CALLED:
-        return NOT_CALLED
-    if given is None:
-        return dist.constants.default_pg_timeout.total_seconds()
-    return given.total_seconds() if isinstance(given, datetime.timedelta) else f"{describe(given)}"
-
-
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
                     timeout_s=90, preload=OPTIMIZER_IMPORTS, split_parts=(P_GRADS, P_ALL_REDUCE_CALLS))
 
 
 # ---------------------------------------------------------------- criteria
-@CASE.criterion("1.2.setup", "setup_process_group joins the group as given (init_method, rank, world, backend, "
-                "timeout)", points=2)
-def check_setup(run: SplitRun) -> None:
-    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
-            f"timeout={PG_TIMEOUT_S} s)")
-    for rank in range(run.world_size):
-        try:
-            got = run.part(P_SETUP, rank)
-        except CheckFailed as failure:
-            hint = (f"\nlikely cause: init_method was not used (env:// read MASTER_PORT={UNUSABLE_PORT!r}); "
-                    "rendezvous through the URL given as init_method" if UNUSABLE_PORT in str(failure) else "")
-            raise CheckFailed(f"{call}: {failure}{hint}") from None
-        want = [rank, run.world_size, SETUP_BACKEND, float(sum(range(1, run.world_size + 1)))]
-        expect(got[:4] == want, f"{call}: rank {rank} sees [rank, world size, backend, all_reduce of rank+1] = "
-               f"{got[:4]}, expected {want} (pass rank, world_size and backend on as given)")
-        expect(got[4] in (NOT_CALLED, float(PG_TIMEOUT_S)), f"{call}: rank {rank} called init_process_group with "
-               f"a collective timeout of {_seconds(got[4])}, expected the given {PG_TIMEOUT_S} s (pass timeout on)")
-        outcome = run.part(P_SETUP_DEFAULT, rank)[0]
-        expect(outcome.startswith(DryRunStop.__name__), f"setup_process_group(rank, {run.world_size}, "
-               f"{SETUP_BACKEND!r}, init_method='file://...'): rank {rank}: the grader's init_process_group raised "
-               f"{DryRunStop.__name__}, and setup_process_group ended with {outcome}: errors from "
-               "torch.distributed must propagate to the caller")
+# The setup_process_group criteria judge the dry runs and the join that setup_checks records.
+CASE.criterion("1.2.setup", "setup_process_group joins as given; init_method=None: env://, the caller's MASTER_* "
+               "kept", points=2)(setup_checks.check_setup)
+CASE.criterion("1.2.setup_timeout_default", "setup_process_group with timeout=None: a 60 s collective timeout",
+               points=1)(setup_checks.check_setup_timeout_default)
 
 
-def _seconds(value) -> str:
-    return f"{value:g} s" if isinstance(value, float) else str(value)
-
-
-@CASE.criterion("1.2.setup_timeout_default", "setup_process_group with timeout=None: a 60 s collective timeout",
-                points=1)
-def check_setup_timeout_default(run: SplitRun) -> None:
-    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
-            "timeout=None)")
-    for rank in range(run.world_size):
-        outcome, got = run.part(P_SETUP_DEFAULT, rank)
-        expect(got != NOT_CALLED, f"{call}: rank {rank} never called dist.init_process_group (it ended with "
-               f"{outcome})")
-        expect(got == float(DEFAULT_TIMEOUT_S), f"{call}: rank {rank} called init_process_group with a collective "
-               f"timeout of {_seconds(got)}, expected {DEFAULT_TIMEOUT_S} s (None means 60 s, not torch's own "
-               f"default: pass timedelta(seconds={DEFAULT_TIMEOUT_S}) on)")
-
-
-@CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal the serial global-batch grads", points=3)
+@CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal serial global-batch grads, a frozen param's too",
+                points=3)
 def check_grads(run: SplitRun) -> None:
-    """Every rank's averaged gradients equal the serial gradients of the global batch."""
+    """Every rank's averaged gradients equal the serial gradients of the global batch, those of a parameter
+    frozen after the backward (``requires_grad=False``, holding a grad) included."""
     inputs = run.inputs
     expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
     assert_ranks_close(f"average_gradients ({run.world_size} ranks): rank {{rank}} grad of", run.parts(P_GRADS),
-                       expected, hint=lambda got: factor_hint(got, expected, run.world_size), atol=1e-6, rtol=1e-5)
+                       expected, hint=lambda got: factor_hint(got, expected, run.world_size)
+                       + _frozen_hint(got, expected), atol=1e-6, rtol=1e-5)
+
+
+def _frozen_hint(got, expected: dict) -> str:
+    """A likely cause when only the frozen parameter's grad differs: it was skipped for its requires_grad."""
+    if not isinstance(got, dict):
+        return ""
+    differs = {name for name, want in expected.items() if not _close(got.get(name), want)}
+    if differs != {ref.FROZEN_WITH_GRAD}:
+        return ""
+    return (f"\nlikely cause: '{ref.FROZEN_WITH_GRAD}' was skipped; it has requires_grad=False but still holds a "
+            ".grad, and every parameter whose .grad is not None is averaged, whatever its requires_grad")
+
+
+def _close(got, want) -> bool:
+    """Both None, or tensors of one shape within the grads criterion's tolerance."""
+    if want is None or got is None:
+        return got is None and want is None
+    return (isinstance(got, torch.Tensor) and got.shape == want.shape
+            and torch.allclose(got.double(), want.double(), atol=1e-6, rtol=1e-5))
 
 
 @CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=1)

@@ -18,8 +18,23 @@ TRAIN_STEPS = 3
 LOSS_TILT = 0.5             # loss_fn's extra gradient per output element (divided by their count)
 
 
+class FrozenScale(nn.Module):
+    """Multiplies its input elementwise by ``weight`` (ones), a parameter with ``requires_grad=False``."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
 class GradProbeNet(nn.Module):
-    """A small MLP with one unused layer and one frozen parameter (their grads must stay None)."""
+    """A small MLP with one unused layer (its grads stay None) and one frozen parameter, ``frozen.weight``.
+
+    ``frozen.weight`` has ``requires_grad=False``, so its grad stays None in
+    training; ``backward_then_freeze`` gives it a stale grad instead.
+    """
 
     def __init__(self, seed: int = 0):
         super().__init__()
@@ -28,11 +43,11 @@ class GradProbeNet(nn.Module):
         self.fc1 = nn.Linear(IN_FEATURES, HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, OUT_FEATURES)
         self.unused = nn.Linear(HIDDEN, OUT_FEATURES)
-        self.frozen_scale = nn.Parameter(torch.ones(OUT_FEATURES), requires_grad=False)
+        self.frozen = FrozenScale(OUT_FEATURES)
         torch.random.set_rng_state(generator_state)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.tanh(self.fc1(x))) * self.frozen_scale
+        return self.frozen(self.fc2(torch.tanh(self.fc1(x))))
 
 
 def batch(step: int, batch_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,6 +74,22 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.mse_loss(output, target) + LOSS_TILT * (mean - mean.detach())
 
 
+FROZEN_WITH_GRAD = "frozen.weight"    # the parameter backward_then_freeze leaves frozen but holding a grad
+
+
+def backward_then_freeze(model: GradProbeNet, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+    """``loss_fn`` backward with ``frozen.weight`` trainable, then ``requires_grad_(False)`` again.
+
+    ``frozen.weight`` then holds a gradient while ``requires_grad`` is False
+    (a parameter frozen after a backward): an existing gradient, which
+    ``average_gradients`` averages like every other one.
+    """
+    frozen = model.get_parameter(FROZEN_WITH_GRAD)
+    frozen.requires_grad_(True)
+    loss_fn(model(inputs), targets).backward()
+    frozen.requires_grad_(False)
+
+
 def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
     return {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
 
@@ -68,10 +99,10 @@ def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def serial_gradients(seed: int = 0, step: int = 0, batch_seed: int = 0) -> dict[str, torch.Tensor | None]:
-    """Gradients of the mean loss over the whole global batch of ``step`` (one process)."""
+    """Gradients of the mean loss over the whole global batch of ``step`` (one process), ``frozen.weight``'s
+    included (``backward_then_freeze``)."""
     model = GradProbeNet(seed)
-    inputs, targets = batch(step, batch_seed)
-    loss_fn(model(inputs), targets).backward()
+    backward_then_freeze(model, *batch(step, batch_seed))
     return grads_of(model)
 
 

@@ -10,6 +10,9 @@ with ``Expected.events``.
 
 Devices: with two or more GPUs the stages run on ``cuda:0``, ``cuda:1``, ...;
 otherwise every stage is on ``cpu`` (each still has its own worker thread).
+Moves between devices are seen on the CPU too, through a second stage on
+``meta``: it notes the device of the input it receives, and the probe notes
+which thread moved a tensor there.
 """
 from __future__ import annotations
 
@@ -160,10 +163,12 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_NO_GRAD, no_grad)
 
     def output_device():
-        # one micro-batch (split_size == batch): one task per cycle, so only the result's device is at stake
+        # one micro-batch (split_size == batch): one task per cycle, and a meta stage that moves its input itself
+        # (where its input ends up is 2.2.moves_in_worker's), so only the result's device is at stake
         found = _pipe_run(Pipe, 3, 4, 4)
         torch.manual_seed(0)
-        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta")]
+        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN),
+                  ref.MovesItsInput(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"), "meta")]
         with Pipe(stages, ["cpu", "meta"], 4) as pipe:
             try:
                 out = pipe(ref.batch(4)[0])
@@ -179,8 +184,9 @@ def probe_pipe(ctx) -> None:
     ctx.record(P_OUTPUT_DEVICE, output_device)
 
     def device_moves():
-        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs); one micro-batch
-        # (split_size == batch), so one task per cycle and only where the move runs is at stake
+        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs), and on which device
+        # that stage receives its input; one micro-batch (split_size == batch), so one task per cycle and only the
+        # move is at stake
         threads, real_to = [], torch.Tensor.to
 
         def recording_to(tensor, *args, **kwargs):
@@ -188,7 +194,8 @@ def probe_pipe(ctx) -> None:
                 threads.append(threading.current_thread().name)
             return real_to(tensor, *args, **kwargs)
         torch.manual_seed(0)
-        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta")]
+        second = ref.InputDevices(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"))
+        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), second]
         failure = ""
         with Pipe(stages, ["cpu", "meta"], 4) as pipe:
             workers = [t.name for t in pipe.workers.threads]
@@ -199,7 +206,7 @@ def probe_pipe(ctx) -> None:
                 failure = describe_exception(exc, limit=300)
             finally:
                 torch.Tensor.to = real_to
-        return {"threads": threads, "workers": workers, "failure": failure}
+        return {"threads": threads, "workers": workers, "failure": failure, "received": list(second.received)}
     ctx.record(P_MOVES, device_moves)
 
     def events():
@@ -305,12 +312,18 @@ def check_pipe_device(run: SplitRun) -> None:
                 points=1)
 def check_moves_in_worker(run: SplitRun) -> None:
     got = run.part(P_MOVES)
-    expect(got["threads"], "Pipe with stages on [cpu, meta]: no tensor was moved to the second stage's device"
-           + (f" (the forward raised {got['failure']})" if got["failure"] else ""))
-    outside = sorted(set(got["threads"]) - set(got["workers"]))
-    expect(not outside, f"Pipe with stages on [cpu, meta]: inputs were moved to meta in thread(s) {outside}, "
-           f"expected only the workers {got['workers']}: move the input inside the submitted task "
-           "(on GPUs the copy then runs on the stage's own device and stream)")
+    raised = f" (the forward raised {got['failure']})" if got["failure"] else ""
+    expect(got["received"], f"Pipe with stages on [cpu, meta]: the second stage was never called{raised}")
+    wrong = sorted(set(got["received"]) - {"meta"})
+    expect(not wrong, f"Pipe with stages on [cpu, meta]: the second stage received its input on {', '.join(wrong)}, "
+           "expected on its device meta: each task moves its stage's own input (the previous stage's output) with "
+           ".to(self.devices[j]) and passes the moved tensor to the stage (Tensor.to returns a new tensor)")
+    expect(got["threads"], f"Pipe with stages on [cpu, meta]: no tensor was moved to the second stage's device{raised}")
+    own = got["workers"][1]
+    outside = sorted(set(got["threads"]) - {own})
+    expect(not outside, f"Pipe with stages on [cpu, meta]: the second stage's input was moved to meta in thread(s) "
+           f"{outside}, expected only that stage's own worker {own!r}: move the input inside the task submitted to "
+           "its own stage (on GPUs the copy then runs on the stage's own device and stream)")
 
 
 @CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3)

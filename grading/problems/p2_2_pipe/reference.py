@@ -90,3 +90,36 @@ class FailingStage(nn.Module):
         import threading
         self.called_in.append(threading.current_thread().name)
         raise ValueError(self.MESSAGE)
+
+
+class InputDevices(nn.Module):
+    """A stage that notes the device of every input it receives (``received``), then runs ``inner`` on it.
+
+    With ``inner`` on ``meta`` after a ``cpu`` stage, it receives a meta tensor only where the Pipe moved this
+    stage's own input (the previous stage's output) to the stage's device and passed on the moved tensor: a
+    move that a CPU grader can see.
+    """
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.received: list[str] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.received.append(str(x.device))
+        return self.inner(x)
+
+
+class MovesItsInput(nn.Module):
+    """A stage that moves its input to ``device`` itself before running ``inner`` (on ``device``).
+
+    Wherever a Pipe leaves a stage's input, this stage computes on its own device, so a probe built from it
+    judges only what the Pipe does with the results.
+    """
+
+    def __init__(self, inner: nn.Module, device: torch.device | str):
+        super().__init__()
+        self.inner, self.device = inner, torch.device(device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(self.device))

@@ -6,7 +6,9 @@ the staff side), compared with ``Expected.entries`` (data in this folder's
 ``expected.json``; the hidden ones from ``staff.py``). Both ranks then train
 with ``train_microbatch`` in an engine built from a config that is data too
 (``Expected.engine_config``), so a config bug costs only the config
-criteria, and build one engine from the student's config. The model is
+criteria, and build one engine from the student's config; the training
+engine's ``backward`` and ``step`` are counted per ``train_microbatch`` call
+(wrapped on the instance, the real methods still run). The model is
 ``LoRANet`` (``p3_1_lora/reference.py``, shared by Problem 3) wrapped with
 the grader's own LoRA layer (``reference.py`` here), so 3.3 does not depend
 on ``finetune/lora.py``.
@@ -22,7 +24,7 @@ from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import DEEPSPEED_IMPORTS, call_outcome, labelled
+from grading.problems.common import DEEPSPEED_IMPORTS, call_outcome, describe_exception, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
 from grading.problems.p3_3_zero import ID, TITLE
 from grading.problems.p3_3_zero import reference as ref
@@ -59,6 +61,8 @@ PRECISION_FLAGS: tuple[ConfigPath, ...] = (("fp16", "enabled"), ("bf16", "enable
 P_CONFIG_VALUES = "config_values"    # a split part (rank 0): recorded once per split
 P_CONFIG_ERRORS = "config_errors"
 P_TRAIN = "train"
+P_ENGINE_CALLS = "engine_calls"      # per train_microbatch call of P_TRAIN: [backward calls, step calls, raised]
+COUNTED_METHODS = ("backward", "step")
 P_STUDENT_ENGINE = "student_engine"
 
 
@@ -97,19 +101,34 @@ def probe_zero(ctx) -> None:
                                                           lambda: [build_config(*c) for c in inputs.configs]))
         ctx.record(P_CONFIG_ERRORS, lambda: [call_outcome(lambda c=c: build_config(*c)) for c in BAD_CONFIGS])
 
+    engine_calls: list[list] = []     # per train_microbatch call, a failed one too: [backward, step, what it raised]
+
     def train():
         engine, model = _engine(copy.deepcopy(PROBLEM.shipped_expected(ctx)[0].engine_config))
+        counts = _count_calls(engine, COUNTED_METHODS)
+
+        def counted(*args):
+            counts.update(dict.fromkeys(COUNTED_METHODS, 0))
+            raised = ""
+            try:
+                return train_microbatch(*args)
+            except Exception as exc:  # noqa: BLE001 - noted here, and raised on to the train part
+                raised = describe_exception(exc)
+                raise
+            finally:
+                engine_calls.append([*(counts[name] for name in COUNTED_METHODS), raised])
         losses = []
         for step in range(ref.STEPS):
             row = []
             for micro in range(ref.GRAD_ACCUM):
                 x, y = (t.to(ctx.device) for t in ref.micro_batch(step, ctx.rank, micro))
                 row.append(labelled(f"train_microbatch at optimizer step {step}, micro-batch {micro}",
-                                     train_microbatch, engine, x, y, ref.loss_fn))
+                                     counted, engine, x, y, ref.loss_fn))
             losses.append(row)
         params = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
         return {"losses": losses, "params": params, "global_steps": int(engine.global_steps)}
     ctx.record(P_TRAIN, train)
+    ctx.record(P_ENGINE_CALLS, lambda: engine_calls)
 
     def student_engine():
         config = build_config(ref.WORLD_SIZE, ref.MICRO_BATCH, ref.GRAD_ACCUM, "fp32")
@@ -123,6 +142,18 @@ def probe_zero(ctx) -> None:
                 "fp16": bool(engine.fp16_enabled()), "bf16": bool(engine.bfloat16_enabled()),
                 "optimizer": type(engine.optimizer).__name__}
     ctx.record(P_STUDENT_ENGINE, student_engine)
+
+
+def _count_calls(engine, names: tuple[str, ...]) -> dict[str, int]:
+    """Count the calls of ``engine``'s methods ``names``: each is wrapped on the instance (the real method still
+    runs); returns the live counts, name -> calls, which the caller may reset."""
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        def counting(*args, _name=name, _method=getattr(engine, name), **kwargs):
+            counts[_name] += 1
+            return _method(*args, **kwargs)
+        setattr(engine, name, counting)
+    return counts
 
 
 def _offloads(offload) -> bool:
@@ -195,7 +226,7 @@ def check_config_errors(run: SplitRun) -> None:
 
 
 @CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
-                "base frozen; global_steps == 3", points=7)
+                "base frozen; global_steps == 3", points=6)
 def check_update(run: SplitRun) -> None:
     records = [run.part(P_TRAIN, rank) for rank in range(run.world_size)]     # a stub fails before the reference
     expected_adapters, expected_losses = ref.serial_sgd()
@@ -217,6 +248,26 @@ def check_update(run: SplitRun) -> None:
                 want, number = expected_losses[step][rank][micro], _number(value)
                 expect(number is None or abs(number - want) <= 1e-5 * max(1.0, abs(want)), f"{what} returned "
                        f"loss {number:.6g} for step {step} micro-batch {micro}, expected {want:.6g}")
+
+
+@CASE.criterion("3.3.engine_calls", "each train_microbatch calls engine.backward(loss) and engine.step() "
+                "exactly once", points=1)
+def check_engine_calls(run: SplitRun) -> None:
+    for rank in range(run.world_size):
+        calls = run.part(P_ENGINE_CALLS, rank)
+        if not calls:
+            run.part(P_TRAIN, rank)           # why no train_microbatch call was made (a failed engine, ...)
+        expect(calls, f"train_microbatch: rank {rank} was never called (the training engine failed first)")
+        for k, (*counted, raised) in enumerate(calls):
+            where = (f"train_microbatch: rank {rank}, optimizer step {k // ref.GRAD_ACCUM}, micro-batch "
+                     f"{k % ref.GRAD_ACCUM}")
+            expect(any(counted) or not raised, f"{where}: raised {raised} before any engine call")
+            for name, times in zip(COUNTED_METHODS, counted):
+                call = "engine.backward(loss)" if name == "backward" else "engine.step()"
+                advice = (" (not loss.backward(): the engine owns the loss scaling, and an fp16 engine refuses "
+                          "an unscaled backward)" if name == "backward" and times == 0 and not raised else "")
+                expect(times == 1, f"{where}: {call} was called {times} time{'' if times == 1 else 's'}, "
+                       f"expected exactly once{advice}" + (f" (train_microbatch raised {raised})" if raised else ""))
 
 
 def _number(value) -> float | None:

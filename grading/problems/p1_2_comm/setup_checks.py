@@ -1,0 +1,227 @@
+"""Problem 1.2 ``setup_process_group``: what the probe records of it, and the judges of ``1.2.setup*``.
+
+Rank side, ``checks.probe_comm`` installs ``recording_init`` as
+``dist.init_process_group``, so every call notes the timeout, the init_method
+and the MASTER_* environment it was given; ``record_setup`` then runs dry runs
+of the student's ``setup_process_group`` (that ``init_process_group`` stops
+with ``DryRunStop``): with ``timeout=None``, and with ``init_method=None``
+while the MASTER_* variables are set by the caller or unset; last it joins the
+group for real through a ``file://`` URL while MASTER_PORT is unusable.
+Parent side, ``check_setup`` and ``check_setup_timeout_default`` judge those
+parts; ``checks.py`` registers them as the case's first criteria.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import inspect
+import os
+from typing import Callable
+
+import torch
+
+from grading.kit.compare import describe
+from grading.engine.expect import CheckFailed, expect
+from grading.engine.rubric import SplitRun
+from grading.problems.common import call_outcome
+
+PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
+# setup_process_group must pass its arguments on: a backend string other than the default "gloo", a timeout
+# other than the default 60 s, and a file:// URL while the environment holds an unusable MASTER_PORT (a group
+# that ignores init_method and falls back to env:// fails at once instead of joining).
+SETUP_BACKEND = "cpu:gloo"
+UNUSABLE_PORT = "unusable-use-the-given-init_method"
+DEFAULT_TIMEOUT_S = 60   # the contract's timeout when None is given
+# init_method=None means env://: the MASTER_* values a caller set are kept, unset ones default to these.
+ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT")
+CALLER_ENV = {"MASTER_ADDR": "192.0.2.7", "MASTER_PORT": "12345"}      # never joined: the dry run stops first
+DEFAULT_ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+ENV_INIT_METHODS = (None, "env://")
+NOT_CALLED = "not called"    # setup_process_group did not reach dist.init_process_group
+DRY_RUN_MESSAGE = "the grader stopped init_process_group here to read its arguments (a dry run)"
+
+P_SETUP_DEFAULT = "setup_default_timeout"    # [outcome, timeout given] of a dry run of setup with timeout=None
+P_SETUP_ENV = "setup_env"    # dry runs of setup with init_method=None: the environment init_process_group saw
+P_SETUP = "setup"
+
+
+class DryRunStop(RuntimeError):
+    """Raised by the probe's init_process_group in a dry run; setup_process_group must let it through."""
+
+
+# ---------------------------------------------------------------- probe (rank side)
+def recording_init(real_init: Callable, calls: dict) -> Callable:
+    """A stand-in for ``real_init`` (``dist.init_process_group``) that writes into ``calls`` what each call gets.
+
+    It sets ``calls["init_timeout"]`` to the timeout given (None: torch's
+    default) and ``calls["init_env"]`` to its init_method and the MASTER_*
+    environment it runs in; while ``calls["dry_run"]`` is true it then raises
+    ``DryRunStop`` instead of joining, otherwise it calls ``real_init``.
+    """
+    def init_process_group(*args, **kwargs):
+        """init_process_group that notes the timeout it was given (None: torch's default), its init_method and
+        the MASTER_* environment it runs in; in a dry run it stops there with DryRunStop instead of joining."""
+        given = inspect.signature(real_init).bind(*args, **kwargs).arguments
+        calls["init_timeout"] = given.get("timeout")
+        calls["init_env"] = {"init_method": _text(given.get("init_method")),
+                             **{name: os.environ.get(name) for name in ENV_NAMES}}
+        if calls["dry_run"]:
+            raise DryRunStop(DRY_RUN_MESSAGE)
+        return real_init(*args, **kwargs)
+    return init_process_group
+
+
+def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime.timedelta) -> None:
+    """Record the setup parts: the dry runs, then the student's ``setup_process_group`` joining for real.
+
+    ``comm`` is the student's module, imported after ``recording_init`` (sharing
+    ``calls``) replaced ``dist.init_process_group``; ``all_reduce`` is the real
+    collective; ``timeout`` is the one the real join passes on. Parts:
+    ``P_SETUP_DEFAULT`` ([outcome, timeout seen] with ``timeout=None``),
+    ``P_SETUP_ENV`` (``init_method=None`` with the caller's MASTER_* set, and
+    unset) and ``P_SETUP`` (rank, world size, backend, an all_reduce of
+    rank + 1 and the timeout seen, once joined).
+    """
+    import torch.distributed as dist
+
+    def join(timeout: datetime.timedelta | None, dry_run: bool = False) -> None:
+        """The student's setup_process_group through ``file://ctx.store`` while MASTER_PORT is unusable; a
+        ``dry_run`` stops inside ``init_process_group`` (DryRunStop), having noted its arguments."""
+        calls.update(init_timeout=NOT_CALLED, dry_run=dry_run)
+        try:
+            with _master_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": UNUSABLE_PORT}):
+                comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND, init_method=f"file://{ctx.store}",
+                                         timeout=timeout)
+        finally:
+            calls["dry_run"] = False
+
+    def env_dry_run(env: dict[str, str]) -> dict:
+        """A dry run of setup_process_group with init_method=None while MASTER_* hold exactly ``env``: how it
+        ended, and the init_method and MASTER_* values that init_process_group saw."""
+        calls.update(init_env=NOT_CALLED, dry_run=True)
+        try:
+            with _master_env(env):
+                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND,
+                                                                        init_method=None, timeout=timeout))
+        finally:
+            calls["dry_run"] = False
+        return {"outcome": outcome, "init": calls["init_env"]}
+
+    def default_timeout():
+        outcome = call_outcome(lambda: join(None, dry_run=True))
+        return [outcome, _timeout_s(calls["init_timeout"])]
+
+    def env_defaults():
+        return {"set": env_dry_run(CALLER_ENV), "unset": env_dry_run({})}
+
+    def setup():
+        join(timeout)
+        value = torch.tensor([float(ctx.rank + 1)])
+        all_reduce(value)
+        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(),
+                _timeout_s(calls["init_timeout"])]
+
+    ctx.record(P_SETUP_DEFAULT, default_timeout)
+    ctx.record(P_SETUP_ENV, env_defaults)
+    ctx.record(P_SETUP, setup)
+
+
+@contextlib.contextmanager
+def _master_env(env: dict[str, str]):
+    """MASTER_ADDR and MASTER_PORT hold exactly ``env`` (a name not in it is unset) inside the block, and what
+    they held before afterwards."""
+    saved = {name: os.environ.get(name) for name in ENV_NAMES}
+    for name in ENV_NAMES:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _text(value) -> str | None:
+    """``value`` (an argument the probe records) as None or a string: a result file holds only plain data."""
+    return None if value is None else str(value)
+
+
+def _timeout_s(given) -> float | str:
+    """The collective timeout ``dist.init_process_group`` was given, in seconds (torch's default when None), or
+    NOT_CALLED."""
+    import torch.distributed as dist
+    if given is NOT_CALLED:
+        return NOT_CALLED
+    if given is None:
+        return dist.constants.default_pg_timeout.total_seconds()
+    return given.total_seconds() if isinstance(given, datetime.timedelta) else f"{describe(given)}"
+
+
+# ---------------------------------------------------------------- judges (parent side)
+def check_setup(run: SplitRun) -> None:
+    """Every rank joined through the given init_method as the given rank, world size and backend, with the
+    given timeout; the dry runs' ``DryRunStop`` reached the caller; with ``init_method=None`` it used env://,
+    keeping the caller's MASTER_* values and defaulting unset ones."""
+    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
+            f"timeout={PG_TIMEOUT_S} s)")
+    for rank in range(run.world_size):
+        try:
+            got = run.part(P_SETUP, rank)
+        except CheckFailed as failure:
+            hint = (f"\nlikely cause: init_method was not used (env:// read MASTER_PORT={UNUSABLE_PORT!r}); "
+                    "rendezvous through the URL given as init_method" if UNUSABLE_PORT in str(failure) else "")
+            raise CheckFailed(f"{call}: {failure}{hint}") from None
+        want = [rank, run.world_size, SETUP_BACKEND, float(sum(range(1, run.world_size + 1)))]
+        expect(got[:4] == want, f"{call}: rank {rank} sees [rank, world size, backend, all_reduce of rank+1] = "
+               f"{got[:4]}, expected {want} (pass rank, world_size and backend on as given)")
+        expect(got[4] in (NOT_CALLED, float(PG_TIMEOUT_S)), f"{call}: rank {rank} called init_process_group with "
+               f"a collective timeout of {_seconds(got[4])}, expected the given {PG_TIMEOUT_S} s (pass timeout on)")
+        outcome = run.part(P_SETUP_DEFAULT, rank)[0]
+        expect(outcome.startswith(DryRunStop.__name__), f"setup_process_group(rank, {run.world_size}, "
+               f"{SETUP_BACKEND!r}, init_method='file://...'): rank {rank}: the grader's init_process_group raised "
+               f"{DryRunStop.__name__}, and setup_process_group ended with {outcome}: errors from "
+               "torch.distributed must propagate to the caller")
+        _check_env_rendezvous(run.part(P_SETUP_ENV, rank), rank, run.world_size)
+
+
+def _check_env_rendezvous(seen: dict, rank: int, world_size: int) -> None:
+    """With init_method=None, rank ``rank`` called init_process_group with env:// (or None) while MASTER_ADDR and
+    MASTER_PORT held the caller's values (``seen["set"]``) or, where unset, the defaults (``seen["unset"]``)."""
+    call = f"setup_process_group(rank, {world_size}, {SETUP_BACKEND!r}, init_method=None)"
+    caller = ", ".join(f"{name}={value!r}" for name, value in CALLER_ENV.items())
+    for label, want, given in (("set", CALLER_ENV, f"with {caller} set by the caller"),
+                               ("unset", DEFAULT_ENV, "with MASTER_ADDR and MASTER_PORT unset")):
+        outcome, init = seen[label]["outcome"], seen[label]["init"]
+        expect(init != NOT_CALLED, f"{call} {given}: rank {rank} never called dist.init_process_group (it ended "
+               f"with {outcome})")
+        expect(init["init_method"] in ENV_INIT_METHODS, f"{call} {given}: rank {rank} called init_process_group "
+               f"with init_method={init['init_method']!r}, expected 'env://' (None means env://)")
+        for name, value in want.items():
+            if label == "set":
+                expect(init[name] == value, f"{call}: rank {rank} overwrote the caller's {name}={value!r} with "
+                       f"{init[name]!r} before init_process_group; use os.environ.setdefault (never overwrite "
+                       "values the caller set)")
+            else:
+                seen_value = "unset" if init[name] is None else f"= {init[name]!r}"
+                expect(init[name] == value, f"{call} {given}: rank {rank} called init_process_group with "
+                       f"{name} {seen_value}, expected the default {value!r} (os.environ.setdefault)")
+
+
+def _seconds(value) -> str:
+    return f"{value:g} s" if isinstance(value, float) else str(value)
+
+
+def check_setup_timeout_default(run: SplitRun) -> None:
+    """With ``timeout=None`` every rank's setup_process_group called init_process_group with a 60 s timeout."""
+    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
+            "timeout=None)")
+    for rank in range(run.world_size):
+        outcome, got = run.part(P_SETUP_DEFAULT, rank)
+        expect(got != NOT_CALLED, f"{call}: rank {rank} never called dist.init_process_group (it ended with "
+               f"{outcome})")
+        expect(got == float(DEFAULT_TIMEOUT_S), f"{call}: rank {rank} called init_process_group with a collective "
+               f"timeout of {_seconds(got)}, expected {DEFAULT_TIMEOUT_S} s (None means 60 s, not torch's own "
+               f"default: pass timedelta(seconds={DEFAULT_TIMEOUT_S}) on)")
