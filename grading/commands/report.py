@@ -30,10 +30,10 @@ def exit_code(results: list[CriterionResult]) -> int:
 
 
 def summary(message: str, width: int = 100) -> list[str]:
-    """What the default table shows of a failure message: its first line and every "likely cause" and "pattern"
-    line, each wrapped at ``width`` (never cut). ``--verbose`` shows the whole message instead."""
+    """What the default table shows of a failure message: its first line and every "likely cause", "pattern" and
+    "symptom" line, each wrapped at ``width`` (never cut). ``--verbose`` shows the whole message instead."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    kept = lines[:1] + [line for line in lines[1:] if line.startswith(("likely cause", "pattern:"))]
+    kept = lines[:1] + [line for line in lines[1:] if line.startswith(("likely cause", "pattern:", "symptom:"))]
     return [part for line in kept for part in textwrap.wrap(line, width, break_on_hyphens=False)]
 
 

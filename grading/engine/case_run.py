@@ -10,14 +10,15 @@ import hashlib
 import hmac
 import io
 import json
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grading.engine import peers
 from grading.engine.expect import CheckFailed
 from grading.engine.hints import format_error
 from grading.engine.recording import PARTS_LOG, part_mac
+from grading.rank_reports import is_symptom
 
 
 @dataclass
@@ -68,23 +69,8 @@ class LaunchResult:
                 reasons.append(f"rank {r.rank} failed: {lines[-1]}")
             elif not r.finished:
                 detail = _last_frames(r.stack) if r.stack else r.stderr_tail.strip()[-600:]
-                reasons.append(f"rank {r.rank} {_describe_exit(r.returncode)} before finishing"
-                               + (f":\n{detail}" if detail else ""))
+                reasons.append(f"rank {r.rank} {peers.ending(r)}" + (f"\n{detail}" if detail else ""))
         return "\n".join(reasons)
-
-
-_SIGNAL_HINTS = {"SIGXCPU": " (CPU time limit reached)", "SIGKILL": " (killed; out of memory?)",
-                 "SIGXFSZ": " (file size limit reached)"}
-
-
-def _describe_exit(code: int) -> str:
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        return f"died from signal {-code}"
-    return f"died from signal {name}{_SIGNAL_HINTS.get(name, '')}"
 
 
 def _last_frames(stack: str, keep: int = 6) -> str:
@@ -126,40 +112,79 @@ class CaseRun:
             self._logs[rank] = found
         return self._logs[rank]
 
+    def _read(self, name: str, rank: int) -> tuple[str, bytes | None]:
+        """(kind, bytes) of part ``name`` of ``rank`` as its probe recorded it: kind "pt" or "error.json" with the
+        file's bytes (None when the file was changed or removed since), or "" with None when it was not recorded."""
+        entry = self._recorded(rank).get(name)
+        if entry is None:
+            return "", None
+        kind, digest = entry
+        try:
+            data = (self.launch.out_dir / f"rank{rank}" / f"{name}.{kind}").read_bytes()
+        except OSError:
+            return kind, None
+        return kind, data if hashlib.sha256(data).hexdigest() == digest else None
+
+    def outcome(self, name: str, rank: int) -> tuple[str, dict | None]:
+        """What ``rank`` recorded as ``name``: ("value", None), ("error", the recorded exception) or ("missing",
+        None) (never recorded, or changed since)."""
+        kind, data = self._read(name, rank)
+        if data is None:
+            return "missing", None
+        if kind == "pt":
+            return "value", None
+        try:
+            return "error", dict(json.loads(data))
+        except (ValueError, TypeError):
+            return "missing", None
+
+    def first_symptom(self, rank: int) -> str | None:
+        """The first part ``rank`` recorded (in recording order) whose error is a symptom of a peer's fault
+        (``grading.rank_reports.is_symptom``), or None."""
+        for name in self._recorded(rank):
+            kind, info = self.outcome(name, rank)
+            if kind == "error" and is_symptom(f"{info.get('type')}: {info.get('message')}"):
+                return name
+        return None
+
     def part(self, name: str, rank: int = 0) -> Any:
         """The value rank ``rank`` recorded as ``name`` (loaded with weights_only=True).
 
         Raises CheckFailed with the recorded exception (and the student file and
         line it came from), or with the case's crash/timeout reason when the
-        part was never written. Only files that the probe's ``record`` wrote
-        count (their hash is in the rank's signed ``parts.log``): a file planted
-        by student code, or changed after it was recorded, is rejected with a
-        message that says so.
+        part was never written. When that error is another rank's doing (a
+        closed connection, collectives that differ), the message starts with
+        the rank at fault (``peers.explain``). Only files that the probe's
+        ``record`` wrote count (their hash is in the rank's signed
+        ``parts.log``): a file planted by student code, or changed after it was
+        recorded, is rejected with a message that says so.
         """
         if self.launch.lost:
             raise CheckFailed(f"no result for '{name}': {self.launch.lost}")
         rank_dir = self.launch.out_dir / f"rank{rank}"
         where = f"rank {rank}: " if self.world_size > 1 else ""
-        entry = self._recorded(rank).get(name)
-        if entry is None:
+        kind, data = self._read(name, rank)
+        if not kind:
             if (rank_dir / f"{name}.error.json").exists() or (rank_dir / f"{name}.pt").exists():
                 raise CheckFailed(f"{where}the result file for '{name}' was not written by the grader's probe "
                                   "(planted by the submission?); it was ignored. "
                                   + (self.launch.failure() or ""))
+            explained = peers.explain(self, name, rank, None) if self.world_size > 1 else None
+            if explained:
+                raise CheckFailed(f"{explained}\nno result for '{name}' on rank {rank}: {self.launch.failure()}")
             reason = self.launch.failure() or "the probe ended without recording it"
             raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}")
-        kind, digest = entry
-        try:
-            data = (rank_dir / f"{name}.{kind}").read_bytes()
-        except OSError:
-            data = None
-        if data is None or hashlib.sha256(data).hexdigest() != digest:
+        if data is None:
             raise CheckFailed(f"{where}the result file for '{name}' was changed or removed after the probe "
                               "recorded it (by the submission?); it was ignored")
         if kind == "error.json":
-            peers = self.world_size > 1 and not self.launch.ok      # a peer that crashed may explain this error
-            context = "\nmeanwhile: " + self.launch.failure()[:1500] if peers else ""
-            raise CheckFailed(f"{where}{describe_error(json.loads(data))}{context}")
+            info = json.loads(data)
+            explained = peers.explain(self, name, rank, info) if self.world_size > 1 else None
+            if explained:
+                raise CheckFailed(explained)
+            context = "\nmeanwhile: " + self.launch.failure()[:1500] if self.world_size > 1 and not self.launch.ok \
+                else ""
+            raise CheckFailed(f"{where}{describe_error(info)}{context}")
         import torch
         try:
             return torch.load(io.BytesIO(data), weights_only=True)

@@ -83,14 +83,17 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
-           preload: tuple[str, ...] = (), then: tuple[str, ...] = ()) -> LaunchResult:
+           preload: tuple[str, ...] = (), then: tuple[str, ...] = (), collective_checks: bool = True) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``then``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
     kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
     forked warm (``preload``: what the servers import first); without, each is a cold worker. ``then``: further
-    targets, each run by new rank processes once every rank of the one before has finished. ``out_dir`` must not
+    targets, each run by new rank processes once every rank of the one before has finished. With
+    ``collective_checks`` every process group of a rank checks each collective call against the other ranks'
+    (torch's ``DebugLevel.DETAIL``): calls that differ fail at once on every rank, naming each rank's call
+    (``grading.engine.peers`` reads them), instead of hanging or crashing in the library. ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
     the run survives it.
     """
@@ -102,6 +105,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
+            "collective_checks": collective_checks,
             "shared": str(out_dir / "shared")}
     phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers)
     start = time.monotonic()

@@ -148,6 +148,9 @@ class Case:
     split_parts: frozenset[str] = frozenset()   # parts recorded once per split (``SubProblem.each_split``)
     source: InputSource | None = None           # the sub-problem whose public and hidden inputs this case runs
     then: tuple[Callable, ...] = ()    # probes run next, each by new rank processes (``grading.engine.launch``)
+    # torch compares every collective call across ranks before running it (``launch``'s ``collective_checks``);
+    # off where the student makes no collective call of their own
+    collective_checks: bool = True
 
     @property
     def phases(self) -> tuple[str, ...]:

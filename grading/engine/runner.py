@@ -71,7 +71,7 @@ def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, ba
     return launch(first, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                   backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload,
-                  then=tuple(then))
+                  then=tuple(then), collective_checks=case.collective_checks)
 
 
 def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] | None = None,

@@ -30,6 +30,8 @@ def _device(spec: dict, rank: int) -> str:
     """This rank's device (its own GPU under NCCL), joining the case's group first when the spec says so."""
     import torch
     import torch.distributed as dist
+    if spec.get("collective_checks") and dist.is_available():     # before any group exists (launch's docstring)
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
     device = f"cuda:{rank % torch.cuda.device_count()}" if spec["backend"] == "nccl" else "cpu"
     if spec["init_group"]:
         if device != "cpu":
