@@ -35,6 +35,15 @@ class ConfigError(ValueError):
     """A bad command-line choice; entry points print it and exit with code 2 (no traceback)."""
 
 
+class RankError(RuntimeError):
+    """A rank process raised, died or gave no answer in time (``project.launch.Ranks``).
+
+    The message's first line names the rank at fault and what it did (``...: rank 1 failed: KeyError: 'w' (at
+    data_parallel/comm.py:66 (in average_gradients))``, or how it died); a ``symptom:`` line follows for every
+    other rank that failed meanwhile, then the faulty rank's traceback. ``run_cli`` prints the traceback first
+    and those lines last, where a reader's eye lands."""
+
+
 class UniformError(ConfigError):
     """A ConfigError every rank of a torchrun run raises alike, because it depends only on the command line and
     the source files (an unwritten problem, ``project.readiness``): ``refusal_code`` says who reports it."""
@@ -60,10 +69,17 @@ def refusal_code(line: str) -> int:
 def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> int:
     """Run ``main(argv)``; a ConfigError becomes one line ``error: ...`` on stderr and exit code 2 (no traceback).
 
-    A ``UniformError`` goes through ``refusal_code`` (under torchrun: printed once per node).
+    A ``UniformError`` goes through ``refusal_code`` (under torchrun: printed once per node). A ``RankError``
+    prints the faulty rank's traceback, then its one-line explanation and symptoms, and gives exit code 1.
     """
     try:
         main(argv)
+    except RankError as exc:
+        headline, *rest = str(exc).splitlines()
+        symptoms = [line for line in rest if line.startswith("symptom:")]
+        report = [line for line in rest if not line.startswith("symptom:")]
+        print(*report, f"error: {headline}", *symptoms, sep="\n", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         line = f"error: {' '.join(str(exc).split())}"
         if isinstance(exc, UniformError):

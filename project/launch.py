@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -34,15 +36,32 @@ from typing import Any, Callable
 
 import torch
 
-from project.cli import torchrun_rank
+from grading.kit.regions import STUDENT_PACKAGES
+from grading.rank_reports import is_symptom, rank_at_fault, traceback_line
+from project.cli import RankError, torchrun_rank
 from project.devices import bind_rank, resolve_backend
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
 
-class RankError(RuntimeError):
-    """A rank process raised, died or gave no answer in time; the message holds its traceback or the reason."""
+# How long a rank's failure that only reports another rank's waits for the other ranks' reports (``Ranks.replies``).
+PEER_GRACE_S = 5.0
+
+
+def _death(exitcode: int | None) -> str:
+    """How a rank process that sent no reply ended, as ``RankError`` words it (SIGABRT: the communication
+    library stopped it, a symptom of another rank's failure)."""
+    if exitcode == -signal.SIGABRT:
+        return "was stopped by the communication library (SIGABRT)"
+    return f"died (exit code {exitcode})"
+
+
+def _one_line(report: str) -> str:
+    """A rank's report on one line: ``failed: <exception> (at <student file:line>)`` for a traceback."""
+    if "Traceback (most recent call last)" not in report:
+        return report
+    return f"failed: {traceback_line(report, STUDENT_PACKAGES)}"
 
 
 @dataclass(frozen=True)
@@ -92,16 +111,23 @@ class Ranks:
     def replies(self, what: str, timeout_s: float | None = None) -> list:
         """One ``("ok", value)`` reply from every rank: the values, in rank order.
 
-        Watches all ranks at once and raises RankError naming ``what`` as soon
-        as one replied with an error (its traceback in the message) or died,
-        or when a rank gave no answer within ``timeout_s`` (None: no limit).
+        Watches all ranks at once and raises RankError naming ``what`` when a
+        rank replied with an error or died, or when a rank gave no answer
+        within ``timeout_s`` (None: no limit). A failure that only reports
+        another rank's (a closed connection, a collective timeout, an abort by
+        the communication library: ``grading.rank_reports.is_symptom``) waits
+        up to ``PEER_GRACE_S`` for the other ranks' reports, so that the
+        message's first line names the rank at fault (``_failure``).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         values: list = [None] * len(self.procs)
+        failures: dict[int, str] = {}
         pending = list(range(len(self.procs)))
-        while pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+        grace_end = math.inf
+        while pending and time.monotonic() < grace_end:
+            ends = [t for t in (deadline, grace_end) if t is not None and t != math.inf]
+            left = max(0.0, min(ends) - time.monotonic()) if ends else None
+            if deadline is not None and left == 0 and not failures:
                 raise RankError(f"{what}: {self.name} rank {pending[0]} gave no answer within {timeout_s:g} s")
             ready = wait([handle for r in pending for handle in (self.conns[r], self.procs[r].sentinel)], left)
             for rank in list(pending):
@@ -115,14 +141,31 @@ class Ranks:
                     status, value = "died", None
                 else:
                     continue
+                pending.remove(rank)
+                if status == "ok":
+                    values[rank] = value
+                    continue
                 if status == "died":
                     proc.join(1)
-                    raise RankError(f"{what}: {self.name} rank {rank} died (exit code {proc.exitcode})")
-                if status != "ok":
-                    raise RankError(f"{what} failed on {self.name} rank {rank}:\n{value}")
-                values[rank] = value
-                pending.remove(rank)
+                    value = _death(proc.exitcode)
+                failures[rank] = value
+                if not is_symptom(value):
+                    raise self._failure(what, failures)
+                grace_end = min(grace_end, time.monotonic() + PEER_GRACE_S)
+            if deadline is not None and time.monotonic() >= deadline and failures:
+                break
+        if failures:
+            raise self._failure(what, failures)
         return values
+
+    def _failure(self, what: str, failures: dict[int, str]) -> RankError:
+        """The RankError for ``failures`` (rank -> its traceback, or how it died): a first line naming the rank at
+        fault and what it did, a ``symptom:`` line for each other failed rank, then the faulty rank's report."""
+        fault = rank_at_fault(failures)
+        who = "rank" if self.name == "rank" else f"{self.name} rank"
+        lines = [("" if what == self.name else f"{what}: ") + f"{who} {fault} {_one_line(failures[fault])}"]
+        lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items()) if r != fault]
+        return RankError("\n".join([*lines, failures[fault].rstrip()]))
 
     def wait(self, timeout_s: float | None = None) -> list:
         """Every rank's return value, in rank order, once all have finished; the processes are joined.

@@ -30,6 +30,18 @@ def _rank_1_fails(env: RankEnv) -> None:
     time.sleep(600)   # rank 0 would wait for its peer for ever: the parent must not
 
 
+def _rank_1_fails_late(env: RankEnv, rendezvous: str) -> None:
+    """Rank 1 leaves the group, waits, then raises: rank 0's gloo error reaches the parent first."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=rendezvous, rank=env.rank, world_size=env.world_size)
+    if env.rank == 1:
+        dist.destroy_process_group()
+        time.sleep(1.0)
+        raise KeyError("w")
+    dist.all_reduce(torch.ones(3))
+
+
 def _serve(env: RankEnv) -> str:
     """Answer every message with its double until None, like the benchmark's workers."""
     env.conn.send(("ok", "ready"))
@@ -56,6 +68,30 @@ def test_a_failing_rank_is_reported_at_once_with_its_traceback(tmp_path):
     assert "ValueError: rank 1 gives up" in str(raised.value) and "Traceback" in str(raised.value)
     assert not any(proc.is_alive() for proc in ranks.procs)
     assert ranks.procs[0].exitcode == -signal.SIGTERM     # the sleeping rank 0 was stopped, not waited for
+
+
+def test_the_rank_at_fault_comes_first_though_its_peers_error_arrives_first(tmp_path):
+    ranks = spawn_ranks(_rank_1_fails_late, 2, None, (file_rendezvous(tmp_path, "store"),), name="demo")
+    with pytest.raises(RankError) as raised:
+        ranks.wait(timeout_s=240)
+    first, *rest = str(raised.value).splitlines()
+    assert first == "demo rank 1 failed: KeyError: 'w'", first     # no student file in its traceback
+    assert rest[0].startswith("symptom: demo rank 0 then failed: RuntimeError: "), rest
+    assert "Traceback" in rest[1] and "KeyError: 'w'" in rest[-1]
+
+
+def test_run_cli_prints_a_rank_failure_with_its_explanation_last(capsys):
+    from project.cli import run_cli
+
+    def main(argv):
+        raise RankError("rank 1 failed: KeyError: 'w' (at x.py:3 (in f))\nsymptom: rank 0 then failed: "
+                        "RuntimeError: Connection closed by peer\nTraceback (most recent call last):\nKeyError: 'w'")
+
+    assert run_cli(main, []) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-2:] == ["error: rank 1 failed: KeyError: 'w' (at x.py:3 (in f))",
+                          "symptom: rank 0 then failed: RuntimeError: Connection closed by peer"]
 
 
 def test_a_serving_rank_answers_commands_then_returns(tmp_path):
