@@ -62,11 +62,30 @@ def likely_cause(kind: str, message: str, where: str = "") -> str:
     return ""
 
 
+def self_contained(message: str) -> str:
+    """``message`` whose first line no longer ends at a colon: the next non-empty line is joined onto it.
+
+    torch's ``load_state_dict`` error opens with "Error(s) in loading state_dict for Net:" and lists the details
+    on the following lines; a grade table shows the first line only, so
+    ``"Error(s) ... for Net:\n\tMissing key(s) in state_dict: "b". "`` becomes
+    ``"Error(s) ... for Net: Missing key(s) in state_dict: "b"."``. Any other message comes back unchanged.
+    """
+    lines = message.split("\n")
+    if not lines[0].rstrip().endswith(":"):
+        return message
+    for k, line in enumerate(lines[1:], start=1):
+        if line.strip():
+            return "\n".join([f"{lines[0].rstrip()} {line.strip()}", *lines[k + 1:]])
+    return message
+
+
 def format_error(kind: str, message: str, where: str = "") -> str:
     """``"Type: message (at path:line (in fn))"``, plus ``"\nlikely cause: ..."`` when one is known.
 
-    ``where`` is ``student_frame``'s answer ("" when no student frame was found: no location is shown).
+    ``where`` is ``student_frame``'s answer ("" when no student frame was found: no location is shown). A
+    message whose first line ends at a colon gets its details joined onto that line (``self_contained``).
     """
+    message = self_contained(message)
     text = f"{kind}: {message}" + (f" (at {where})" if where else "")
     hint = likely_cause(kind, message, where)
     return text + (f"\n{hint}" if hint else "")

@@ -5,7 +5,7 @@ import traceback
 
 import pytest
 
-from grading.engine.hints import describe_exception, format_error, likely_cause, student_frame
+from grading.engine.hints import describe_exception, format_error, likely_cause, self_contained, student_frame
 from grading.kit.region_hints import static_hints
 from grading.engine.case_run import describe_error
 from grading.problems.common import call_outcome, labelled
@@ -95,6 +95,20 @@ def test_known_failure_shapes_get_a_likely_cause():
     assert "torch.distributed is used before" in likely_cause(
         "ValueError", "Default process group has not been initialized, please make sure to call init_process_group.")
     assert likely_cause("KeyError", "'x'") == ""
+
+
+def test_a_first_line_ending_at_a_colon_gets_its_details_joined():
+    """torch's load_state_dict error opens with "...for ZeroNet:"; the grade table's first line says what is wrong."""
+    torch_error = ('Error(s) in loading state_dict for ZeroNet:\n\tMissing key(s) in state_dict: "layers.2.bias". '
+                   '\n\tsize mismatch for w: copying a param with shape [3] from checkpoint.')
+    first = format_error("RuntimeError", torch_error).split("\n")[0]
+    assert first == ('RuntimeError: Error(s) in loading state_dict for ZeroNet: Missing key(s) in state_dict: '
+                     '"layers.2.bias".')
+    assert self_contained(torch_error).split("\n")[1:] == [
+        "\tsize mismatch for w: copying a param with shape [3] from checkpoint."]
+    assert self_contained("Error(s):\n\n  \tsize mismatch for w") == "Error(s): size mismatch for w"
+    assert self_contained("no details:") == "no details:"
+    assert self_contained("a: b\nc:") == "a: b\nc:"
 
 
 def _student_module(root, rel: str, source: str) -> dict:

@@ -127,6 +127,12 @@ DDP_VARIANTS = [
             "missing = [self._names[id(p)] for bucket in self._params for p in bucket if id(p) not in self._seen]",
             "missing = [name for bucket in self.buckets[self._next:] for name in bucket]")),
         fails("4.1.unused_raises")),
+    # a bucket launched when its first gradient arrived, the missing ones sent as zeros (all in order)
+    Variant("bucket_launched_before_full", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
+        "self._arrived[self._next] == len(self._params[self._next])", "self._arrived[self._next] >= 1"), (
+        "[p.grad.detach()", "[(p.grad if p.grad is not None else torch.zeros_like(p)).detach()")),
+        fails("4.1.grads", "4.1.grads_hidden", "4.1.train"),
+        hint="likely cause: a bucket was all-reduced before all of its gradients arrived"),
     Variant("raise_without_reset", DDP, "finish_gradient_synchronization", edited(
         DDP, "finish_gradient_synchronization", (_ERROR_PATH, _ERROR_PATH.replace("            self._reset()\n", ""))),
         fails("4.1.after_error")),
@@ -216,6 +222,19 @@ CKPT_VARIANTS = [
         fails("4.3.file_format"), also=((CKPT, "load_sharded", edited(CKPT, "load_sharded", (
             'optimizer.load_state_dict(shard["optimizer"])', 'optimizer.load_state_dict(shard["optimizer_state"])'),
             ('{"optimizer", "extra"}', '{"optimizer_state", "extra"}'))),)),
+    # every rank writes model.pt, in turn (so the file is whole when rank 0 takes its digest): only rank 0 may
+    Variant("every_rank_writes_model", CKPT, "save_sharded", edited(CKPT, "save_sharded", ("""    if rank == 0:
+        state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+        mine[MODEL_FILE] = directory / MODEL_FILE
+        torch.save(state, mine[MODEL_FILE])
+""", """    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    for writer in range(world_size):
+        if rank == writer:
+            torch.save(state, directory / MODEL_FILE)
+        dist.barrier()
+    if rank == 0:
+        mine[MODEL_FILE] = directory / MODEL_FILE
+""")), fails("4.3.file_format"), hint="rank 1 wrote model.pt too"),
     Variant("hashes_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (_DIGEST_CHECK, "")),
         fails("4.3.refuse", "4.3.refuse_hidden")),
     Variant("checks_own_shard_only", CKPT, "load_sharded", edited(CKPT, "load_sharded", (

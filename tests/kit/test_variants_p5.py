@@ -175,7 +175,8 @@ VARIANTS = [
                              f"{world_size} ranks")""")), frozenset({"5.1.uneven_split"})),
     Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", edited(
         GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, _ONE_LINE_SIZES, ("group, chunks=3)", "group)")),
-        frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"})),
+        frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"}),
+        hint="likely cause: the fused qkv weight was split as one matrix; split q, k and v each (chunks=3)"),
     Variant("mlp_left_whole", GPT2, "parallelize_block", edited(GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, (
         "    mlp.c_fc = ColumnParallelLinear.from_linear(mlp.c_fc, group)\n"
         "    mlp.c_proj = RowParallelLinear.from_linear(mlp.c_proj, group)\n", ""), _ONE_LINE_SIZES),

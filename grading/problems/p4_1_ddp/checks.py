@@ -23,7 +23,7 @@ from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
-from grading.problems.p4_1_ddp.hints import bucket_hint
+from grading.problems.p4_1_ddp.hints import bucket_hint, early_launch_hint
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,9 @@ def check_grads(run: SplitRun) -> None:
                                    "after finish_gradient_synchronization of", got["grads"], expected,
                                    atol=1e-6, rtol=1e-5)
             except CheckFailed as failure:
-                raise CheckFailed(f"{failure}{factor_hint(got['grads'], expected, run.world_size)}") from None
+                hint = (factor_hint(got["grads"], expected, run.world_size)
+                        or early_launch_hint(got["grads"], expected, atol=1e-6, rtol=1e-5))
+                raise CheckFailed(f"{failure}{hint}") from None
 
 
 @CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2)

@@ -29,3 +29,28 @@ def bucket_hint(got, want: list[list[str]], mb: float) -> str:
         return ("\nlikely cause: a bucket that reaches the cap exactly was closed; a parameter starts a new bucket "
                 "only when the bucket's bytes would then exceed the cap")
     return ""
+
+
+def early_launch_hint(got, expected: dict, atol: float, rtol: float) -> str:
+    """A likely cause when the wrong gradients (name -> tensor) are exactly zero and the others right.
+
+    That is what a bucket all-reduced before all of its gradients arrived leaves: the missing ones went in as
+    zeros on every rank. "" when no gradient is right, or a wrong one is not all zeros.
+    """
+    if not isinstance(got, dict):
+        return ""
+    wrong, right = 0, 0
+    for name, want in ((n, e) for n, e in expected.items() if e is not None):    # None: a frozen parameter
+        have = got.get(name)
+        if not (isinstance(have, torch.Tensor) and have.shape == want.shape):
+            return ""
+        if torch.allclose(have.double(), want.double(), atol=atol, rtol=rtol):
+            right += 1
+        elif torch.count_nonzero(have) == 0 and torch.count_nonzero(want) > 0:
+            wrong += 1
+        else:
+            return ""
+    if not (right and wrong):
+        return ""
+    return ("\nlikely cause: a bucket was all-reduced before all of its gradients arrived (the gradients "
+            "that differ are all zero); launch a bucket only when its last gradient is ready")

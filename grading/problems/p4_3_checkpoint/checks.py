@@ -25,12 +25,13 @@ from pathlib import Path
 
 from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import expect
+from grading.engine.hints import self_contained
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
-                                                     OPTIMIZER_DAMAGE, SHARD_DAMAGE)
+                                                     MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)
 from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
                                                     P_ROUNDTRIP, P_STRAIGHT, SAVE_STEP, TOTAL_STEPS)
 from grading.problems.p4_3_checkpoint.reference import same
@@ -108,7 +109,8 @@ def _judge_refusals(run: SplitRun, kinds: dict) -> None:
             what = f"load_sharded on a checkpoint with {kind.replace('_', ' ')}: rank {rank}"
             expect(got["raised"] is not None, f"{what} loaded it without complaint")
             expect(got["raised"] == "CheckpointError" and got["value_error"],
-                   f"{what} raised {got['raised']}: {got['message'][:200]}; expected CheckpointError (a ValueError)")
+                   f"{what} raised {got['raised']}: {self_contained(got['message'])[:200]}; expected "
+                   "CheckpointError (a ValueError)")
             names = {None: ["model.pt", "shard_", "manifest.json"], "shard": [f"shard_{rank:05d}.pt"]}.get(
                 named, [named, "shard_00001.pt"] if kind == "shard_not_listed" else [named])
             expect(any(n in got["message"] for n in names), f"{what}: the message {got['message'][:200]!r} "
@@ -233,11 +235,23 @@ def check_manifest_atomic(run: SplitRun) -> None:
            "manifest.json; the temporary file must be in the checkpoint folder (a rename is atomic only there)")
 
 
-@CASE.criterion("4.3.file_format", "model.pt and each shard hold what the format says (weights_only)", points=1)
+def _model_writes(events: list[list]) -> list[str]:
+    """The calls among one rank's save events (``SaveLog``) that wrote model.pt: a ``torch.save`` to it, or an
+    ``os.replace``/``os.rename`` onto it."""
+    return [e[0] for e in events if (e[0] == "save" and Path(e[1]).name == MODEL_FILE)
+            or (e[0] in ("replace", "rename") and Path(e[2]).name == MODEL_FILE)]
+
+
+@CASE.criterion("4.3.file_format", "model.pt (written by rank 0 alone) and each shard hold what the format says "
+                "(weights_only)", points=1)
 def check_file_format(run: SplitRun) -> None:
-    """torch.load(weights_only=True) of model.pt gives the model's state_dict, of shard r its step/rank/..."""
+    """torch.load(weights_only=True) of model.pt gives the model's state_dict, of shard r its step/rank/...;
+    no rank but rank 0 wrote model.pt (the ranks' own calls, seen whether or not they share a folder)."""
     for rank in range(run.world_size):
         run.part(P_STRAIGHT, rank)
+        writes = _model_writes(run.part(P_EVENTS, rank)["events"])
+        expect(rank == 0 or not writes, f"save_sharded: rank {rank} wrote model.pt too ({', '.join(writes)}); "
+               "rank 0 alone writes it (ranks that share a folder would write over each other's file)")
         got = run.part(P_FILES, rank)
         for name, part in ((f"shard_{rank:05d}.pt", got["shard"]), ("model.pt", got["model"])):
             expect("value" in part, f"torch.load({name}, weights_only=True) on rank {rank} failed: "

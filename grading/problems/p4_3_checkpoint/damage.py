@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 MANIFEST = "manifest.json"
+MODEL_FILE = "model.pt"
 # kind -> the file a refusal's message must name (None: any checkpoint file; "shard": this rank's shard)
 CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "model.pt",
                "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "other_step_manifest": None,
@@ -146,7 +147,7 @@ class SaveLog:
         manifest_there = lambda *a, **k: [(self.active / MANIFEST).exists()]  # noqa: E731
         wrap(dist, "barrier", manifest_there)
         wrap(dist, "all_gather_object", lambda *a, **k: [])
-        wrap(torch, "save", lambda obj, f, *a, **k: [str(f)])
+        wrap(torch, "save", lambda obj, f, *a, **k: [str(getattr(f, "name", f))])     # a path or an open file
         for name in ("replace", "rename"):
             wrap(os, name, lambda src, dst, *a, **k: [str(Path(src).resolve()), str(Path(dst).resolve())])
 

@@ -18,12 +18,13 @@ attention (``staff.py``); the SGD steps are read by a public criterion only.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from grading.kit.compare import assert_tensor_close, describe, describe_kind
-from grading.engine.expect import expect
+from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply
@@ -32,6 +33,7 @@ from grading.problems.p5_1_layers.checks import group_members, join_group
 from grading.problems.p5_1_layers.probes import P_GROUP
 from grading.problems.p5_2_gpt2 import ID, TITLE
 from grading.problems.p5_2_gpt2 import reference as ref
+from grading.problems.p5_2_gpt2.hints import qkv_hint
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,19 @@ def assert_split_close(what: str, run: SplitRun, part: str, expected: dict[str, 
                                 atol=ATOL, rtol=RTOL)
 
 
+@contextmanager
+def _qkv_hinted(run: SplitRun):
+    """Re-raise a CheckFailed inside with the likely cause of ``qkv_hint`` (the ranks' recorded gradients)."""
+    try:
+        yield
+    except CheckFailed as failure:
+        try:
+            grads = [run.part(P_GRADS, rank) for _, rank, _ in group_members(run)]
+        except CheckFailed:             # no gradients recorded: nothing to read the shards from
+            raise failure from None
+        raise CheckFailed(f"{failure}{qkv_hint(grads, len(grads))}") from None
+
+
 @CASE.criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
                 "block unchanged", points=1)
 def check_value_errors(run: SplitRun) -> None:
@@ -221,16 +236,18 @@ def check_forward(run: SplitRun) -> None:
     serial = ref.serial_gpt2()
     for _, rank, who in group_members(run):
         got = run.part(P_FORWARD, rank)
-        assert_tensor_close(f"split GPT-2: {who} logits", got["logits"], serial["logits"], atol=ATOL, rtol=RTOL)
-        expect(abs(got["loss"] - serial["loss"]) <= 1e-5 * max(1.0, abs(serial["loss"])), f"split GPT-2: {who} "
-               f"loss {got['loss']:.6g}, unsplit model {serial['loss']:.6g}")
+        with _qkv_hinted(run):
+            assert_tensor_close(f"split GPT-2: {who} logits", got["logits"], serial["logits"], atol=ATOL, rtol=RTOL)
+            expect(abs(got["loss"] - serial["loss"]) <= 1e-5 * max(1.0, abs(serial["loss"])), f"split GPT-2: "
+                   f"{who} loss {got['loss']:.6g}, unsplit model {serial['loss']:.6g}")
 
 
 @CASE.criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", points=4)
 def check_grads(run: SplitRun) -> None:
     """The ranks' gradients make up the unsplit model's (see ``assert_split_close``)."""
     _split(run)
-    assert_split_close("split GPT-2: gradient of", run, P_GRADS, ref.serial_gpt2()["grads"])
+    with _qkv_hinted(run):
+        assert_split_close("split GPT-2: gradient of", run, P_GRADS, ref.serial_gpt2()["grads"])
 
 
 @CASE.criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", points=2)
@@ -238,12 +255,13 @@ def check_sgd(run: SplitRun) -> None:
     """Losses and parameters over three SGD steps stay equal to the unsplit model's."""
     _split(run)
     serial = ref.serial_gpt2()
-    for _, rank, who in group_members(run):
-        for step, (mine, want) in enumerate(zip(run.part(P_SGD, rank), serial["losses"])):
-            expect(abs(mine - want) <= 1e-5 * max(1.0, abs(want)), f"split GPT-2: {who} loss at SGD step "
-                   f"{step} is {mine:.6g}, unsplit model {want:.6g}")
-    assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, P_SGD_PARAMS,
-                       serial["params"], initial=serial["initial"])
+    with _qkv_hinted(run):
+        for _, rank, who in group_members(run):
+            for step, (mine, want) in enumerate(zip(run.part(P_SGD, rank), serial["losses"])):
+                expect(abs(mine - want) <= 1e-5 * max(1.0, abs(want)), f"split GPT-2: {who} loss at SGD step "
+                       f"{step} is {mine:.6g}, unsplit model {want:.6g}")
+        assert_split_close(f"split GPT-2 after {ref.SGD_STEPS} SGD steps: parameter", run, P_SGD_PARAMS,
+                           serial["params"], initial=serial["initial"])
 
 
 @CASE.criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", points=2)
