@@ -85,6 +85,20 @@ def check_args(args: argparse.Namespace) -> None:
     problem = verify(Path(args.resume)) if args.resume else None   # sizes and sha256 before any rank loads
     if problem:
         raise ConfigError(f"--resume {args.resume}: the checkpoint is damaged: {problem}")
+    saved = _saved_world_size(Path(args.resume)) if args.resume else None
+    if saved is not None and saved != args.world_size:
+        raise ConfigError(f"cannot resume: checkpoint {Path(args.resume).resolve().name} was written by world size "
+                          f"{saved}, this run has {args.world_size} (resume with --world_size {saved})")
+
+
+def _saved_world_size(folder: Path) -> int | None:
+    """The world size a save_sharded checkpoint's manifest records, or None when it records none readable (then
+    ``load_sharded`` judges the manifest in the ranks)."""
+    try:
+        saved = json.loads((folder / "manifest.json").read_text()).get("world_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved if type(saved) is int else None
 
 
 def _data(args: argparse.Namespace):

@@ -7,6 +7,7 @@ script's exit codes and output); one test runs the script as a command.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,21 @@ def test_capstone_bad_arguments_exit_2_with_one_line(args, message, capsys):
     assert cli(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and len(err.splitlines()) == 1
+
+
+def test_a_checkpoint_of_another_world_size_is_refused_in_one_line_before_any_rank_starts(tmp_path, capsys):
+    """A checkpoint that 4 ranks wrote, resumed with 2: ``error: cannot resume: ...`` and exit 2, not the ranks'
+    load_sharded tracebacks."""
+    from data_parallel.checkpoint import file_digest
+
+    folder = tmp_path / "step_00000004"
+    folder.mkdir()
+    for name in ["model.pt", *(f"shard_{r:05d}.pt" for r in range(4))]:
+        (folder / name).write_bytes(name.encode())
+    files = {p.name: file_digest(p) for p in sorted(folder.iterdir())}
+    (folder / "manifest.json").write_text(json.dumps({"format": 1, "step": 4, "world_size": 4, "files": files}))
+    code, out, err = _run([*SMALL, "--workdir", str(tmp_path), "--resume", str(folder)], capsys)
+    assert code == 2, (out[-2000:], err[-2000:])
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    assert err.startswith("error: cannot resume: checkpoint step_00000004 was written by world size 4, this run "
+                          "has 2"), err
