@@ -75,7 +75,8 @@ def epoch_batch_rows(n_examples: int, batch_size: int) -> list[int]:
 def main(argv: list[str] | None = None) -> dict:
     """Train in one process with the chosen mode; return the metrics.
 
-    Raises ConfigError for bad arguments and unwritten Problem 2 code before training starts.
+    Raises ConfigError for bad arguments, unwritten Problem 2 code and (pipeline_parallel) a ``clock_cycles``
+    that breaks its contract (``microbatch.check_schedule``), before training starts.
     """
     readiness.ensure_ready(COMMAND, {**NEEDS["model_parallel"], **NEEDS["pipeline_parallel"]}, stubs_too=False)
     args = parse_args(argv)
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
     check_training_args(args, devices[0].type, resume_meta(args))
     n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1
     microbatch.check_n_chunk(args.batch_size, n_chunk)
+    if mode == "pipeline_parallel":
+        from pipeline import schedule
+        microbatch.check_schedule(schedule.clock_cycles, n_chunk, args.n_stages)   # what Pipe will walk
     if devices[0].type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(args.n_stages))   # one share of the cores per stage thread
     quiet_libraries()

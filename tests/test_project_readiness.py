@@ -3,6 +3,8 @@
 The starter (every problem, 1-5) is made here with ``python -m grading release``; finishing a problem is
 simulated by copying the reference file of that problem in. Every entry point and benchmark flag is run
 on a starter by ``tests/kit/test_starter_entry_points.py``; here: the tables and how the message moves on.
+A written ``clock_cycles`` that breaks its contract is refused the same way (``project.microbatch``); its
+broken variants wrap the kit's own ``clock_cycles``, so no schedule is written out here.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from project import readiness
+from pipeline.schedule import clock_cycles
+from project import microbatch, readiness
 from project.cli import UniformError, refusal_code
 from tests.commands import run_kit_command
 
@@ -107,3 +110,42 @@ def test_under_torchrun_local_rank_0_reports_a_refusal_and_the_others_end_quietl
     assert refusal_code("error: x needs Problem 1.1: Problem 1.1 is not implemented yet") == code
     assert capsys.readouterr().err == ("error: x needs Problem 1.1: Problem 1.1 is not implemented yet\n"
                                        if printed else "")
+
+
+def _generator_cycles(m, n):
+    for cycle in clock_cycles(m, n):
+        yield iter(cycle)
+
+
+def _list_tasks(m, n):
+    for cycle in clock_cycles(m, n):
+        yield [list(task) for task in cycle]
+
+
+def _one_cycle(m, n):
+    yield [task for cycle in clock_cycles(m, n) for task in cycle]
+
+
+@pytest.mark.parametrize("broken, why", [
+    (_generator_cycles, "yielded a list_iterator as cycle 0, not a list (Pipe walks a cycle twice)"),
+    (_list_tasks, "put a list [0, 0] in cycle 0, not a (microbatch, stage) tuple of two ints"),
+    (_one_cycle, "put task (1, 0) in cycle 0, not after task (0, 0) (its stage's previous task)"),
+])
+def test_a_schedule_that_breaks_its_contract_is_refused_naming_the_call(broken, why):
+    microbatch.check_schedule(clock_cycles, 4, 3)   # the reference keeps it
+    with pytest.raises(UniformError) as refused:
+        microbatch.check_schedule(broken, 4, 2)
+    assert str(refused.value) == f"pipeline/schedule.py: clock_cycles(4, 2) {why}; {microbatch.SCHEDULE_CONTRACT}"
+
+
+def test_run_pipeline_refuses_generator_cycles_in_one_line_before_training(tmp_path):
+    kit = tmp_path / "kit"
+    shutil.copytree(ROOT, kit, ignore=shutil.ignore_patterns(".git", "__pycache__", "workdir", ".*_cache"))
+    with open(kit / "pipeline" / "schedule.py", "a") as source:   # each cycle a generator: Pipe's 2nd walk is empty
+        source.write("\n\n_written = clock_cycles\n\n\ndef clock_cycles(m, n):\n"
+                     "    for cycle in _written(m, n):\n        yield (task for task in cycle)\n")
+    done = _run(kit, "project/run_pipeline.py", "--n_train", "16", "--n_valid", "8", "--n_epochs", "1",
+                "--batch_size", "8", "--quiet")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip() == ("error: pipeline/schedule.py: clock_cycles(4, 2) yielded a generator as cycle 0, "
+                                   f"not a list (Pipe walks a cycle twice); {microbatch.SCHEDULE_CONTRACT}")
