@@ -18,7 +18,7 @@ from grading.engine.hints import describe_exception
 from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 __all__ = ["DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
-           "describe_exception", "expect_refusals", "labelled", "stage_devices"]
+           "describe_exception", "expect_refusals", "labelled", "stage_devices", "unchecked_group"]
 
 MESSAGE_CHARS = 300
 
@@ -50,6 +50,23 @@ def labelled(label: str, fn: Callable, *args, **kwargs):
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise RuntimeError(f"{label} raised {describe_exception(exc)}") from exc
+
+
+def unchecked_group():
+    """A new process group of every rank whose calls torch does not compare across ranks (``Case.collective_checks``
+    checks the default group's): for the grader's own collectives, so that the checks cost only the student's.
+
+    Every rank calls it, in the same order, as ``torch.distributed.new_group``. A student call and a grader call
+    on the two groups are not compared with each other: use it for traffic that never stands in for a student's.
+    """
+    import torch.distributed as dist
+
+    level = dist.get_debug_level()
+    dist.set_debug_level(dist.DebugLevel.OFF)     # a group is wrapped with the checks when it is created
+    try:
+        return dist.new_group()
+    finally:
+        dist.set_debug_level(level)
 
 
 def stage_devices(count: int) -> list[str]:

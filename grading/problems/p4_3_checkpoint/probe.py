@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from grading.kit.compare import describe_kind
+from grading.problems.common import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
@@ -97,7 +98,7 @@ def probe_checkpoint(ctx) -> None:
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
-    optimizer = OwnerAdam(model, ref.ADAM_LR)
+    optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic
     at_save: dict = {}
 
     def straight():
@@ -173,7 +174,7 @@ def probe_resumed(ctx) -> None:
     root = ctx.shared_dir / "checkpoints"
     torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
     model = _model(seed=7)
-    optimizer = OwnerAdam(model, ref.ADAM_LR)
+    optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic
 
     def resume():
         returned = _returned(load_sharded(root / f"step_{SAVE_STEP}", model, optimizer))

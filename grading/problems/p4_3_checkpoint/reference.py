@@ -16,12 +16,13 @@ class OwnerAdam:
 
     Parameter i belongs to rank ``i % world_size``, which alone keeps its
     ``torch.optim.Adam`` state and updates it from its *own* gradient; then
-    every parameter is broadcast from its owner. ``state_dict`` /
+    every parameter is broadcast from its owner, over ``group`` (all ranks;
+    None: the default group). ``state_dict`` /
     ``load_state_dict`` carry this rank's Adam state only.
     """
 
-    def __init__(self, model: torch.nn.Module, lr: float):
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+    def __init__(self, model: torch.nn.Module, lr: float, group=None):
+        self.rank, self.world_size, self.group = dist.get_rank(), dist.get_world_size(), group
         self.params = list(model.parameters())
         self.adam = torch.optim.Adam([p for i, p in enumerate(self.params) if i % self.world_size == self.rank],
                                      lr=lr)
@@ -36,7 +37,7 @@ class OwnerAdam:
         self.adam.step()
         with torch.no_grad():
             for i, p in enumerate(self.params):
-                dist.broadcast(p.data, src=i % self.world_size)
+                dist.broadcast(p.data, src=i % self.world_size, group=self.group)
 
     def state_dict(self) -> dict:
         """This rank's Adam state (and its rank): what a checkpoint shard holds."""
