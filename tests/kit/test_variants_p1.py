@@ -1,8 +1,7 @@
 """Problem 1 buggy variants: each bug loses exactly its intended criteria.
 
 Most variants are the reference region with targeted edits (``edited``: each old text must occur once). Some were
-written with shorter error messages, or before ``setup_process_group`` picked the CUDA device, and keep those
-differences as the named swaps below, beside their bug.
+written with shorter error messages and keep that difference as the named swaps below, beside their bug.
 """
 import pytest
 
@@ -136,8 +135,13 @@ VARIANTS = [
     Variant("nccl_hard_coded", COMM, "setup_process_group", """
         dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size)
     """, frozenset({"1.2.setup", "1.2.setup_timeout_default"})),     # no group joins: no timeout to read either
-    Variant("gloo_hard_coded", COMM, "setup_process_group", edited(COMM, "setup_process_group", _NO_SET_DEVICE, (
+    Variant("gloo_hard_coded", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
         "dist.init_process_group(backend,", 'dist.init_process_group("gloo",')), frozenset({"1.2.setup"})),
+    Variant("nccl_device_not_selected", COMM, "setup_process_group", edited(COMM, "setup_process_group",
+        _NO_SET_DEVICE), frozenset({"1.2.setup"}), hint="called torch.cuda.set_device with nothing, expected"),
+    Variant("nccl_device_is_rank", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        "set_device(rank % torch.cuda.device_count())", "set_device(rank)")), frozenset({"1.2.setup"}),
+        hint="rank 1 called torch.cuda.set_device with [1], expected 0 once"),
     Variant("init_method_ignored", COMM, "setup_process_group", """
         import os
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -146,10 +150,10 @@ VARIANTS = [
                                 timeout=timeout or datetime.timedelta(seconds=60))
     """, frozenset({"1.2.setup"}), hint="likely cause: init_method was not used"),
     Variant("timeout_ignored", COMM, "setup_process_group", edited(
-        COMM, "setup_process_group", _NO_SET_DEVICE, (_INIT_TIMEOUT, ")")),
+        COMM, "setup_process_group", (_INIT_TIMEOUT, ")")),
         frozenset({"1.2.setup", "1.2.setup_timeout_default"})),    # neither the given timeout nor the default
     Variant("timeout_none_passed_through", COMM, "setup_process_group", edited(
-        COMM, "setup_process_group", _NO_SET_DEVICE, (_INIT_TIMEOUT, ", timeout=timeout)")),
+        COMM, "setup_process_group", (_INIT_TIMEOUT, ", timeout=timeout)")),
         frozenset({"1.2.setup_timeout_default"}), hint="None means 60 s"),
     Variant("setup_errors_swallowed", COMM, "setup_process_group", """
         import os

@@ -66,6 +66,10 @@ VARIANTS = [
         "if not isinstance(state[name], torch.Tensor) or state[name].shape", "if state[name].shape")),
             frozenset({"3.2.load_rejects"}),
             hint="a value that is not a tensor (head.lora_B: 0): expected ValueError, got AttributeError"),
+    Variant("load_unpickles_anything", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        'torch.load(path, map_location="cpu", weights_only=True)',
+        'torch.load(path, map_location="cpu", weights_only=False)')),
+            frozenset({"3.2.load_rejects"}), hint="the code ran (the file was unpickled with weights_only=False)"),
     # ---- 3.3 build_config / train_microbatch
     Variant("batch_size_without_world_size", ZERO, "build_config", edited(ZERO, "build_config", (
         "world_size * micro_batch * grad_accum", "micro_batch * grad_accum")),

@@ -212,6 +212,9 @@ CKPT_VARIANTS = [
         fails("4.3.manifest_atomic")),
     Variant("manifest_not_removed_first", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         "    if rank == 0:\n        manifest.unlink(missing_ok=True)\n", "")), fails("4.3.crash_no_manifest")),
+    Variant("manifest_removed_by_rank_1", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "    if rank == 0:\n        manifest.unlink", "    if rank == 1:\n        manifest.unlink")),
+        fails("4.3.crash_no_manifest"), hint="rank 0 did not remove the old manifest.json before its first"),
     Variant("no_first_barrier", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         "manifest.unlink(missing_ok=True)\n    dist.barrier()\n", "manifest.unlink(missing_ok=True)\n")),
         fails("4.3.barriers")),

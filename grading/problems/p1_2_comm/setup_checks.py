@@ -5,8 +5,10 @@ Rank side, ``checks.probe_comm`` installs ``recording_init`` as
 and the MASTER_* environment it was given; ``record_setup`` then runs dry runs
 of the student's ``setup_process_group`` (that ``init_process_group`` stops
 with ``DryRunStop``): with ``timeout=None``, and with ``init_method=None``
-while the MASTER_* variables are set by the caller or unset; last it joins the
-group for real through a ``file://`` URL while MASTER_PORT is unusable.
+while the MASTER_* variables are set by the caller or unset; with
+``backend="nccl"`` while ``torch.cuda`` reports 1 and 3 GPUs (``fake_gpus``:
+the GPU it selects is noted, none is touched); last it joins the group for
+real through a ``file://`` URL while MASTER_PORT is unusable.
 Parent side, ``check_setup`` and ``check_setup_timeout_default`` judge those
 parts; ``checks.py`` registers them as the case's first criteria.
 """
@@ -43,6 +45,8 @@ DRY_RUN_MESSAGE = "the grader stopped init_process_group here to read its argume
 P_SETUP_DEFAULT = "setup_default_timeout"    # [outcome, timeout given] of a dry run of setup with timeout=None
 P_SETUP_ENV = "setup_env"    # dry runs of setup with init_method=None: the environment init_process_group saw
 P_SETUP = "setup"
+P_SETUP_NCCL = "setup_nccl"  # dry runs of setup with backend="nccl": the GPUs selected, before or after joining
+FAKE_GPU_COUNTS = (1, 3)     # rank % count tells a rank's own GPU from a constant one and from the rank itself
 
 
 class DryRunStop(RuntimeError):
@@ -107,6 +111,23 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
             calls["dry_run"] = False
         return {"outcome": outcome, "init": calls["init_env"]}
 
+    def nccl_dry_run(count: int) -> dict:
+        """A dry run of setup_process_group with backend="nccl" while torch.cuda reports ``count`` GPUs: how it
+        ended, whether init_process_group was reached, and each GPU selected ([index, joined already])."""
+        selected: list = []
+
+        def select(device) -> None:
+            selected.append([_index(device), calls["init_timeout"] != NOT_CALLED])
+        calls.update(init_timeout=NOT_CALLED, dry_run=True)
+        try:
+            with fake_gpus(count, select):
+                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, "nccl",
+                                                                        init_method=f"file://{ctx.store}.nccl",
+                                                                        timeout=timeout))
+        finally:
+            calls["dry_run"] = False
+        return {"outcome": outcome, "joined": calls["init_timeout"] != NOT_CALLED, "selected": selected}
+
     def default_timeout():
         outcome = call_outcome(lambda: join(None, dry_run=True))
         return [outcome, _timeout_s(calls["init_timeout"])]
@@ -123,7 +144,34 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
 
     ctx.record(P_SETUP_DEFAULT, default_timeout)
     ctx.record(P_SETUP_ENV, env_defaults)
+    ctx.record(P_SETUP_NCCL, lambda: {str(count): nccl_dry_run(count) for count in FAKE_GPU_COUNTS})
     ctx.record(P_SETUP, setup)
+
+
+@contextlib.contextmanager
+def fake_gpus(count: int, select: Callable):
+    """Inside the block ``torch.cuda`` reports ``count`` available GPUs and ``torch.cuda.set_device(device)``
+    calls ``select(device)`` instead of touching one; the real functions afterwards."""
+    names = ("is_available", "device_count", "set_device")
+    saved = {name: getattr(torch.cuda, name) for name in names}
+    torch.cuda.is_available, torch.cuda.device_count, torch.cuda.set_device = (lambda: True), (lambda: count), select
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(torch.cuda, name, function)
+
+
+def _index(device) -> int | str:
+    """The GPU index a ``torch.cuda.set_device`` argument names (an int, ``"cuda:1"``, a ``torch.device``), or
+    its text when it names none."""
+    if isinstance(device, int):
+        return device
+    try:
+        index = torch.device(device).index
+    except (RuntimeError, TypeError):
+        return describe(device)
+    return describe(device) if index is None else index
 
 
 @contextlib.contextmanager
@@ -164,7 +212,8 @@ def _timeout_s(given) -> float | str:
 def check_setup(run: SplitRun) -> None:
     """Every rank joined through the given init_method as the given rank, world size and backend, with the
     given timeout; the dry runs' ``DryRunStop`` reached the caller; with ``init_method=None`` it used env://,
-    keeping the caller's MASTER_* values and defaulting unset ones."""
+    keeping the caller's MASTER_* values and defaulting unset ones; with backend="nccl" it selected its own GPU
+    (rank % device count) before joining."""
     call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
             f"timeout={PG_TIMEOUT_S} s)")
     for rank in range(run.world_size):
@@ -185,6 +234,21 @@ def check_setup(run: SplitRun) -> None:
                f"{DryRunStop.__name__}, and setup_process_group ended with {outcome}: errors from "
                "torch.distributed must propagate to the caller")
         _check_env_rendezvous(run.part(P_SETUP_ENV, rank), rank, run.world_size)
+        _check_nccl_device(run.part(P_SETUP_NCCL, rank), rank, run.world_size)
+
+
+def _check_nccl_device(seen: dict, rank: int, world_size: int) -> None:
+    """With backend="nccl" and N GPUs, rank ``rank`` selected GPU rank % N, once, before init_process_group."""
+    for count in FAKE_GPU_COUNTS:
+        call = f"setup_process_group(rank, {world_size}, 'nccl', init_method='file://...') with {count} GPU(s)"
+        got, want = seen[str(count)], rank % count
+        expect(got["joined"], f"{call}: rank {rank} never called dist.init_process_group (it ended with "
+               f"{got['outcome']})")
+        chosen = [index for index, _ in got["selected"]]
+        expect(chosen == [want], f"{call}: rank {rank} called torch.cuda.set_device with {chosen or 'nothing'}, "
+               f"expected {want} once (rank % torch.cuda.device_count()), so that each rank drives its own GPU")
+        expect(not got["selected"][0][1], f"{call}: rank {rank} selected its GPU after dist.init_process_group; "
+               "select it first (NCCL binds the group to the device current when it joins)")
 
 
 def _check_env_rendezvous(seen: dict, rank: int, world_size: int) -> None:

@@ -43,6 +43,19 @@ P_SAVE = "save"    # a split part: recorded once per split
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
+P_CODE_ON_LOAD = "code_on_load"    # load_adapter on a file whose pickle runs code: did the code run?
+
+
+class CodeOnLoad:
+    """Pickled, it becomes a call of ``os.mkdir(marker)`` when loaded with ``weights_only=False`` (what an
+    untrusted file can do); ``weights_only=True`` refuses it without running anything."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return os.mkdir, (self.marker,)
 
 
 # ---------------------------------------------------------------- probe
@@ -138,6 +151,15 @@ def probe_adapter_io(ctx) -> None:
         return results
     ctx.record(P_REJECTS, rejects)
 
+    def code_on_load():
+        marker, path = folder / "the_file_ran_code", folder / "runs_code.pt"
+        torch.save(CodeOnLoad(str(marker)), path)
+        model = _kit_lora_model(device, other)
+        before = _snapshot(model)
+        outcome = call_outcome(lambda: load_adapter(model, path))
+        return {"outcome": outcome, "ran": marker.exists(), "changed": _changed(model, before)}
+    ctx.record(P_CODE_ON_LOAD, code_on_load)
+
 
 CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60,
                     split_parts=(P_SAVE,))
@@ -184,9 +206,14 @@ def check_in_place(run: SplitRun) -> None:
 
 
 @CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped/non-tensor files: ValueError before any "
-                "change",
-                points=3)
+                "change; a file that runs code is refused unrun", points=3)
 def check_rejects(run: SplitRun) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
                     {"changed": "check the whole file before copying anything"})
+    unsafe, label = run.part(P_CODE_ON_LOAD), "load_adapter on a file whose pickle runs code when loaded"
+    expect(not unsafe["ran"], f"{label}: the code ran (the file was unpickled with weights_only=False); open it "
+           "with torch.load(path, map_location='cpu', weights_only=True), which refuses anything but tensors and "
+           "plain containers")
+    expect(unsafe["outcome"] != "no exception" and not unsafe["changed"], f"{label}: expected an error and the "
+           f"model untouched, got {unsafe['outcome']} (changed: {unsafe['changed'][:4]})")
 

@@ -33,7 +33,8 @@ from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
                                                      MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)
 from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
-                                                    P_ROUNDTRIP, P_STRAIGHT, SAVE_STEP, TOTAL_STEPS)
+                                                    P_ROUNDTRIP, P_STRAIGHT, REMOVES_MANIFEST, SAVE_STEP,
+                                                    TOTAL_STEPS)
 from grading.problems.p4_3_checkpoint.reference import same
 
 PROBLEM = SubProblem(ID, TITLE, __package__)
@@ -199,6 +200,16 @@ def check_crash_no_manifest(run: SplitRun) -> None:
     expect(not got["manifest_left"], "save_sharded failed while writing the shards (into a folder holding a "
            "complete checkpoint) and left a manifest.json: rank 0 removes the old manifest before anything is "
            "written, so a crash from there on leaves none")
+    for rank in range(run.world_size):
+        calls = run.part(P_CRASH, rank)["calls"]
+        before_barrier = calls[:calls.index("barrier")] if "barrier" in calls else calls
+        if rank == 0:
+            expect(REMOVES_MANIFEST in before_barrier, "save_sharded into a folder holding a complete checkpoint: "
+                   f"rank 0 did not remove the old manifest.json before its first dist.barrier (calls in order: "
+                   f"{calls}); rank 0 removes it (at world size 1 it is the only rank)")
+        else:
+            expect(REMOVES_MANIFEST not in calls, f"save_sharded: rank {rank} removed manifest.json (calls in "
+                   f"order: {calls}); only rank 0 removes it (at world size 1 no other rank would)")
 
 
 @CASE.criterion("4.3.barriers", "a barrier before any file is written; the last call a barrier after the manifest",

@@ -124,8 +124,9 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
 class SaveLog:
     """Records, while ``active``, the collectives, file writes and renames the submission makes in this rank.
 
-    ``install()`` wraps ``dist.barrier``, ``dist.all_gather_object``, ``torch.save``, ``os.replace`` and
-    ``os.rename`` (before the submission is imported); each event is a plain list.
+    ``install()`` wraps ``dist.barrier``, ``dist.all_gather_object``, ``torch.save``, ``os.replace``,
+    ``os.rename``, ``os.unlink`` and ``os.remove`` (``Path.unlink`` calls ``os.unlink``) before the submission
+    is imported; each event is a plain list.
     """
 
     def __init__(self) -> None:
@@ -150,6 +151,8 @@ class SaveLog:
         wrap(torch, "save", lambda obj, f, *a, **k: [str(getattr(f, "name", f))])     # a path or an open file
         for name in ("replace", "rename"):
             wrap(os, name, lambda src, dst, *a, **k: [str(Path(src).resolve()), str(Path(dst).resolve())])
+        for name in ("unlink", "remove"):
+            wrap(os, name, lambda path, *a, **k: [os.fspath(path)])
 
     def watch(self, directory: Path) -> None:
         """Start recording a save into ``directory`` (events so far are dropped)."""

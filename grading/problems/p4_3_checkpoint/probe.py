@@ -20,7 +20,7 @@ import torch.distributed as dist
 from grading.kit.compare import describe_kind
 from grading.problems.common import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, SaveLog, damage, digest
+from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
 
 SIZES = (8, 16, 4)
@@ -35,6 +35,7 @@ P_RESUME = "resume"
 P_EVENTS = "events"           # what the save of step SAVE_STEP did, in order (SaveLog)
 P_FILES = "files"             # the files of that save as torch.load reads them, and what was saved
 P_CRASH = "crash"             # a save that fails in torch.save, into a folder holding a complete checkpoint
+REMOVES_MANIFEST = f"remove {MANIFEST}"      # a call of P_CRASH's: os.unlink / os.remove of the manifest
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -169,6 +170,8 @@ def probe_resumed(ctx) -> None:
     """Phase 2, in new processes: resume from phase 1's checkpoint on a fresh, differently initialised model
     (``load_sharded``, then the remaining steps); then a save that crashes, into a folder holding a complete
     checkpoint (last: a save that does not fail everywhere can hang the ranks)."""
+    log = SaveLog()
+    log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
     root = ctx.shared_dir / "checkpoints"
@@ -193,11 +196,15 @@ def probe_resumed(ctx) -> None:
     def crash():
         folder = root / "crashed"
         save_sharded(folder, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+        log.watch(folder)
         try:                                    # every rank fails while it writes its shard: nothing to pickle
             save_sharded(folder, SAVE_STEP, model, optimizer, extra={"unpicklable": lambda: None})
             raised = None
         except Exception as exc:  # noqa: BLE001
             raised = type(exc).__name__
+        finally:
+            kinds = [REMOVES_MANIFEST if e[0] in ("unlink", "remove") and Path(e[1]).name == MANIFEST else e[0]
+                     for e in log.stop()]
         dist.barrier()
-        return {"raised": raised, "manifest_left": (folder / "manifest.json").exists()}
+        return {"raised": raised, "manifest_left": (folder / "manifest.json").exists(), "calls": kinds}
     ctx.record(P_CRASH, crash)
