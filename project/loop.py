@@ -150,9 +150,18 @@ def train(parts: LoopParts, spec: LoopSpec) -> dict:
         if run.stopped and run.batch < len(parts.loader):
             break
         e = run.close_epoch()
-        log(f"rank {parts.rank} epoch {e['epoch']}: train loss {e['train_loss']:.4f}, "
+        log(f"{_who(parts)}epoch {e['epoch']}: train loss {e['train_loss']:.4f}, "
             f"{e['tokens_per_s']:,.0f} tokens/s, {e['train_time_s']:.1f} s", spec.quiet)
     return run.result()
+
+
+def _who(parts: LoopParts) -> str:
+    """``rank <r> `` before a log line of a run with several processes (a process group of more than one), else
+    nothing (a single-process run, such as the pipeline's)."""
+    import torch.distributed as dist
+
+    several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return f"rank {parts.rank} " if several or parts.world_size > 1 else ""
 
 
 def _epoch(p: LoopParts, spec: LoopSpec, run: RunState, update: Any, guard: DivergenceGuard,

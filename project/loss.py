@@ -46,7 +46,7 @@ def evaluate(forward: Callable[[torch.Tensor], object], examples: list, collate:
 
     ``forward(input_ids)`` returns logits or a model output; runs under
     ``no_grad``. Callers put the model in eval mode if it has dropout.
-    A progress bar shows unless ``quiet``.
+    A progress bar shows on a terminal unless ``quiet``.
     """
     total, count = 0.0, 0
     for start in progress(range(0, len(examples), batch_size), quiet, desc="validation", unit="batch"):

@@ -2,9 +2,9 @@
 
 Progress is decided here and only here: on a terminal (stderr is a tty) a
 ``tqdm`` bar, and log lines go through ``tqdm.write`` so they never break it;
-anywhere else (a pipe, a log file, a batch job) plain lines, one every
-``PLAIN_LINES``-th of the way and one at the end, so no carriage-return
-frames bury the result lines. Both disappear with ``--quiet``. JSON files are
+anywhere else (a pipe, a log file, a batch job) no progress at all, only the
+log lines (the training loop's one line per epoch), so nothing buries the
+result lines. Bars and log lines disappear with ``--quiet``. JSON files are
 written atomically (``grading.kit.files.atomic_write``: a reader never sees
 half a file).
 """
@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from grading.kit.files import atomic_write
-
-PLAIN_LINES = 10   # off a terminal: about this many progress lines per loop, plus the last one
-
 
 def on_terminal() -> bool:
     """True when progress bars can be drawn: stderr (where tqdm draws) is a terminal."""
@@ -29,41 +25,14 @@ def on_terminal() -> bool:
         return False
 
 
-def progress(iterable: Iterable, quiet: bool, desc: str = "", unit: str = "it", every: int | None = None,
-             **kwargs):
-    """``iterable`` with progress: a tqdm bar on a terminal, plain lines elsewhere, nothing when ``quiet``.
-
-    Off a terminal a line ``<desc>: <n>/<total> <unit> (<seconds> s)`` goes
-    to stderr as every ``every``-th item is handed out (default: a tenth of
-    the length, at least 1; 50 when the length is unknown) and with the last
-    one (length unknown: when the iterable is exhausted). ``kwargs`` go to
-    tqdm.
-    """
-    if quiet:
+def progress(iterable: Iterable, quiet: bool, desc: str = "", unit: str = "it", **kwargs) -> Iterable:
+    """``iterable`` with progress: a tqdm bar (``desc``, ``unit``, ``kwargs``) on a terminal; ``iterable``
+    itself, with no output, when ``quiet`` or off a terminal (a pipe or a log file gets no per-item lines)."""
+    if quiet or not on_terminal():
         return iterable
-    if on_terminal():
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        return tqdm(iterable, dynamic_ncols=True, leave=False, desc=desc, unit=unit, **kwargs)
-    return _plain(iterable, desc, unit, every)
-
-
-def _plain(iterable: Iterable, desc: str, unit: str, every: int | None) -> Iterator:
-    try:
-        total = len(iterable)   # type: ignore[arg-type]
-    except TypeError:
-        total = None
-    every = every or (max(1, total // PLAIN_LINES) if total else 50)
-    start, n, said = time.perf_counter(), 0, 0
-    for n, item in enumerate(iterable, 1):
-        if n % every == 0 or n == total:   # said when the item is handed out: callers may stop asking after the last
-            said = n
-            print(f"{desc or 'progress'}: {n}/{total if total is not None else '?'} {unit} "
-                  f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-        yield item
-    if n != said:
-        print(f"{desc or 'progress'}: {n}/{n} {unit} ({time.perf_counter() - start:.1f} s)", file=sys.stderr,
-              flush=True)
+    return tqdm(iterable, dynamic_ncols=True, leave=False, desc=desc, unit=unit, **kwargs)
 
 
 def log(message: str, quiet: bool = False) -> None:
@@ -85,13 +54,26 @@ def write_json(path: Path, obj, indent: int = 2) -> None:
     atomic_write(path, json.dumps(obj, indent=indent) + "\n")
 
 
+def print_header(line: str) -> None:
+    """Print a run's first line, before its ranks start; under torchrun only on rank 0 (each rank runs main)."""
+    from project.cli import torchrun_rank
+
+    started = torchrun_rank()
+    if started is None or started[0] == 0:
+        print(line, flush=True)
+
+
 def print_outcome(metrics: dict, where: Path | str) -> None:
-    """The end of a run's report: its epochs, the validation loss before -> after, rollbacks, where the files are."""
+    """The end of a run's report: its epochs and optimizer steps, the validation loss before -> after,
+    rollbacks, and where the files are (``wrote: <where>``)."""
     print_epochs(metrics)
+    if "optimizer_steps" in metrics:
+        print(f"  {metrics['optimizer_steps']} optimizer step(s)" + (" (stopped early)" if metrics.get(
+            "stopped_early") else ""))
     print(f"  validation loss {metrics['val_loss_before']:.4f} -> {metrics['val_loss_after']:.4f}")
     if metrics.get("rollbacks"):
         print(f"  divergence guard: {metrics['rollbacks']} rollback(s), see metrics.jsonl")
-    print(f"  metrics: {where}")
+    print(f"  wrote: {where}")
 
 
 def print_epochs(metrics: dict) -> None:

@@ -3,8 +3,9 @@
     python project/plot.py                 # reads <workdir>/out, writes <workdir>/out/plots/*.png
 
 - ``throughput.png``: real tokens per second (median over epochs) of every
-  data-parallel world size and both pipeline modes that have metrics;
-- ``pipeline_timeline.png``: one recorded training step per mode, a bar per
+  run folder with metrics under ``out/data_parallel/`` (``DP ws2``, ...) and
+  ``out/pipeline/`` (``model_parallel``, ``pipeline-chunk4``, ...);
+- ``pipeline_timeline.png``: one recorded training step per pipeline run, a bar per
   stage task (forward passes only: backward runs in autograd's own threads);
 - ``training_curves.png``: loss and gradient norm per optimizer step of every
   run with a ``metrics.jsonl``, finished or not, the steps the divergence guard refused marked (its
@@ -18,6 +19,7 @@ For the graded figures and ``performance_summary.json`` use
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -28,8 +30,9 @@ if __package__ in (None, ""):  # run as `python project/plot.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grading.kit.files import read_json
-from project.cli import ConfigError, Parser, run_cli
+from project.cli import ConfigError, run_cli
 from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
+from project.options import new_parser
 
 
 def _warn(message: str) -> None:
@@ -37,25 +40,26 @@ def _warn(message: str) -> None:
 
 
 def collect(out: Path, warn: Callable[[str], None] = _warn) -> dict[str, dict]:
-    """``{label: metrics}`` for every run found under ``out`` (data-parallel summaries, pipeline metrics).
+    """``{label: metrics}`` for every run folder under ``out``: ``DP <run>`` for ``data_parallel/<run>/summary.json``,
+    ``<run>`` for ``pipeline/<run>/metrics_<mode>.json``.
 
     A run whose per-epoch file is missing, unreadable or has no finished
     epoch (stopped by ``--max_steps`` or killed) is read from its
     ``metrics.jsonl`` instead: its throughput is the median over its steps.
     """
-    places = {f"DP {p.name[len('world'):]} rank(s)": p for p in sorted(out.glob("data_parallel/world*"))}
-    places |= {mode.replace("_", " "): out / "pipeline" for mode in ("model_parallel", "pipeline_parallel")}
+    places = {f"DP {p.name}": (p, p / "summary.json") for p in sorted(out.glob("data_parallel/*")) if p.is_dir()}
+    for folder in sorted(p for p in out.glob("pipeline/*") if p.is_dir()):
+        files = sorted(folder.glob("metrics_*_parallel.json"))
+        places[folder.name] = (folder, files[0] if files else folder / "metrics_pipeline_parallel.json")
     runs = {}
-    for label, folder in places.items():
-        mode = label.replace(" ", "_")
-        path = folder / (f"metrics_{mode}.json" if folder.name == "pipeline" else "summary.json")
+    for label, (folder, path) in places.items():
         data, problem = read_json(path) if path.exists() else (None, None)
         if problem:
             warn(problem)
         if isinstance(data, dict) and data.get("epochs"):
             runs[label] = data | {"_written": _written_at(path)}
             continue
-        steps_file = (folder / mode if folder.name == "pipeline" else folder) / METRICS_FILE
+        steps_file = folder / METRICS_FILE
         steps = read_steps(steps_file, warn)[0] if steps_file.exists() else []
         speeds = [s["tokens_per_s"] for s in steps if isinstance(s.get("tokens_per_s"), (int, float))]
         if speeds:
@@ -123,12 +127,17 @@ def _written_at(path: Path) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script."""
+    parser = new_parser("project/plot.py", __doc__)
+    parser.add_argument("--workdir", default="workdir", help="the runs' --workdir (their metrics: <workdir>/out)")
+    parser.add_argument("--out_dir", default=None, help="where the figures go; None: <workdir>/out/plots")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     """Draw the figures; return their paths. Raises ConfigError when there is nothing to plot."""
-    parser = Parser(prog="project/plot.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", default="workdir")
-    parser.add_argument("--out_dir", default=None, help="default: <workdir>/out/plots")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     out = Path(args.workdir) / "out"
     said: set[str] = set()
 
@@ -151,7 +160,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     written = []
     if runs:
         written.append(_draw_throughput(runs, folder / "throughput.png"))
-    modes = [k for k in ("model parallel", "pipeline parallel") if k in runs and runs[k].get("timeline")]
+    modes = [k for k, run in runs.items() if run.get("timeline")]
     if modes:
         fig, axes = plt.subplots(len(modes), 1, figsize=(7, 1.6 + 1.2 * len(modes)), squeeze=False)
         for ax, mode in zip(axes[:, 0], modes):

@@ -14,6 +14,8 @@ reduction and ``ShardedCheckpoint`` its checkpoint store. Exit codes: 0 every in
 1 one failed (the message says which: loss not decreasing, parameters that
 differ across ranks, optimizer memory off 12P/N, resume mismatch), 2 bad
 arguments or a Problem 4 region not written yet (one line, before any rank starts).
+It writes ``straight/``, ``resumed/`` and the checkpoint to ``<workdir>/out/capstone/<run>/``
+(``project.options.run_name``); ``--resume`` ends with ``resume_verdict``'s line.
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, Parser, run_cli
+from project.cli import ConfigError, run_cli
 from project.manifest import verify
-from project.output import quiet_libraries, write_json
+from project.options import new_parser, out_dir, run_name
+from project.output import print_header, quiet_libraries, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -49,24 +52,27 @@ class InvariantError(RuntimeError):
     """A capstone invariant failed; the message says which. Exit code 1."""
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); a malformed option exits with code 2 and one line."""
-    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world_size", type=int, default=4, help="ranks to start (default 4)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all (default 20)")
-    parser.add_argument("--save_step", type=int, default=10, help="checkpoint after this many steps (default 10)")
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this entry point."""
+    parser = new_parser(COMMAND, __doc__)
+    parser.add_argument("--world_size", type=int, default=4, help="ranks to start")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                        help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all")
+    parser.add_argument("--save_step", type=int, default=10, help="checkpoint after this many steps")
     parser.add_argument("--batch_size", type=int, default=16, help="global batch (sequences), split over the ranks")
     parser.add_argument("--max_len", type=int, default=48, help="tokens per sequence at most")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     parser.add_argument("--bucket_mb", type=float, default=1.0, help="BucketedDDP bucket cap in MiB")
     parser.add_argument("--preset", default="tiny", help="model preset of project/model.py")
     parser.add_argument("--seed", type=int, default=0, help="corpus, model and RNG seed")
-    parser.add_argument("--workdir", default="workdir", help="cache for data and tokenizer (default: workdir)")
-    parser.add_argument("--out_dir", default=None, help="run folder (default: <workdir>/out/capstone)")
-    parser.add_argument("--resume", default=None, metavar="DIR", help="continue from this checkpoint folder")
-    return parser.parse_args(argv)
+    parser.add_argument("--workdir", default="workdir",
+                        help="cache for data and tokenizer; runs write under <workdir>/out/")
+    parser.add_argument("--out_dir", default=None,
+                        help="run folder; None: <workdir>/out/capstone/<run name> (one per configuration)")
+    parser.add_argument("--resume", default=None, metavar="DIR",
+                        help="continue from this checkpoint folder; None: the straight run, then its resume")
+    return parser
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -284,25 +290,27 @@ def main(argv: list[str] | None = None) -> int:
 
     Raises ConfigError for bad arguments and unwritten Problem 4 code before any rank starts, InvariantError.
     """
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)   # a malformed option exits with code 2 and one line
     readiness.ensure_ready(COMMAND, readiness.CAPSTONE)
     check_args(args)
     from project.devices import resolve_backend   # torch and the library: only after the checks
     from project.launch import start_rank_server
 
-    resolve_backend(args.backend, args.world_size)
+    backend = resolve_backend(args.backend, args.world_size)
     start_rank_server(args.world_size, GPT2_IMPORTS)
     quiet_libraries()
     _data(args)                            # builds the corpus and tokenizer caches once, before the ranks
-    folder = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / NAME
+    folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{args.world_size}"}))
+    print_header(f"capstone: {args.world_size} ranks, backend {backend}, "
+                 f"BucketedDDP(bucket_mb={args.bucket_mb:g}) + ShardedOptimizer(Adam), {args.steps} steps, "
+                 + (f"resumed from {args.resume}" if args.resume else f"checkpoint at step {args.save_step}"))
     if args.resume:
         resumed = _run(args, folder / "resumed", str(Path(args.resume).resolve()), None)
         print_losses(resumed, f"resumed from {args.resume}")
+        print(resume_verdict(args, folder, resumed))
         return 0
     checkpoint = (folder / f"checkpoint_step{args.save_step}").resolve()
     straight = _run(args, folder / "straight", None, checkpoint)
-    print(f"capstone: {args.world_size} ranks, backend {straight[0]['backend']}, BucketedDDP(bucket_mb="
-          f"{args.bucket_mb:g}) + ShardedOptimizer(Adam), checkpoint at step {args.save_step}")
     print_losses(straight, "straight run")
     print_memory(straight)
     print(f"checkpoint manifest ({checkpoint / 'manifest.json'}):")
@@ -312,7 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     print_losses(resumed, f"resumed from step {args.save_step} in new processes")
     verify_resume(straight, resumed, args.save_step)
     print("RESUME VERIFIED: losses and final parameters of the resumed run equal the straight run's bit for bit")
+    print(f"  wrote: {folder} (straight/, resumed/, checkpoint_step{args.save_step}/)")
     return 0
+
+
+def resume_verdict(args: argparse.Namespace, folder: Path, resumed: list[dict]) -> str:
+    """The closing line of ``--resume``: the steps it ran, and whether they match ``folder``'s uninterrupted run
+    when ``args.resume`` is that folder's checkpoint (InvariantError when not), else where they were written."""
+    start, last = resumed[0]["start"] + 1, resumed[0]["start"] + len(resumed[0]["losses"])
+    said = f"resumed at step {start}: steps {start}-{last}"
+    own = (folder / f"checkpoint_step{resumed[0]['start']}").resolve() == Path(args.resume).resolve()
+    files = [folder / "straight" / f"rank{r}.json" for r in range(args.world_size)]
+    if own and all(f.is_file() for f in files):
+        verify_resume([json.loads(f.read_text()) for f in files], resumed, resumed[0]["start"])
+        return f"{said} match the uninterrupted run in {folder / 'straight'} bit for bit (losses and parameters)"
+    return f"{said} written to {folder / 'resumed'} (no uninterrupted run beside {args.resume} to compare with)"
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -12,7 +12,9 @@ picks NCCL (one GPU per rank) when there are enough GPUs, else gloo on the
 CPU. Per rank it writes ``metrics_rank<r>.json`` (per epoch: training time,
 real tokens per second, mean training loss; validation loss before and
 after training), rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one
-line per optimizer step), to ``<workdir>/out/data_parallel/world<N>/``.
+line per optimizer step), to ``<workdir>/out/data_parallel/<run>/``: one
+folder per configuration, ``ws<N>`` and the options that differ from their
+defaults (``ws2``, ``ws1``, ``ws2-epochs1``; ``project.options.run_name``).
 """
 from __future__ import annotations
 
@@ -29,11 +31,11 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
 from grading.startup import GPT2_IMPORTS
 from grading.kit.files import atomic_path
 from project import readiness
-from project.cli import ConfigError, Parser, run_cli
+from project.cli import ConfigError, run_cli
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, out_dir, prepare_run, steps_per_epoch)
-from project.output import print_outcome, quiet_libraries, write_json
+                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
     from project.launch import RankEnv
@@ -44,12 +46,12 @@ COMMAND = "project/run_data_parallel.py"
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
-    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = new_parser(COMMAND, __doc__)
     add_launch_args(parser)
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="sgd makes runs comparable to fp32 rounding (Adam amplifies noise in ~zero gradients)")
-    parser.add_argument("--save_state", default=None, help="rank 0 saves the final state_dict here (torch.save)")
+    parser.add_argument("--save_state", default=None,
+                        help="rank 0 saves the final state_dict to this file (torch.save); None: not saved")
     add_common_args(parser, batch_size=32, n_epochs=3, lr=1e-3)
     add_training_args(parser)
     return parser
@@ -108,7 +110,7 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     loader = partition_dataset(rank, world_size, train_set, args.batch_size, collate)
     scheduler = make_scheduler(optimizer, args.lr_schedule,
                                args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
-    folder = out_dir(args, f"{NAME}/world{world_size}")
+    folder = Path(args.out_dir)   # the run folder main chose
     spec, step_log, before = prepare_run(args, folder, rank, resume_meta(args, world_size),
                                          lambda: validation_loss(model, valid, collate, device, quiet))
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
@@ -159,13 +161,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     train_set, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
                                    args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     check_args(args, world_size, len(train_set))
-    folder = out_dir(args, f"{NAME}/world{world_size}")
+    folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
+    args.out_dir = str(folder)   # every rank writes here
+    print_header(f"data parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, global batch "
+                 f"{args.batch_size} ({args.batch_size // world_size} per rank) x {args.grad_accum} accumulated, "
+                 f"{args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
         summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
     if summary is None:
         return None
-    print(f"data parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "
-          f"{summary['optimizer_steps']} optimizer steps of {args.grad_accum} x {args.batch_size} sequences")
     print_outcome(summary, folder)
     return summary
 

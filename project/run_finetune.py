@@ -5,20 +5,24 @@
     python project/run_finetune.py --zero_stage 3 --offload cpu   # ZeRO-3, optimizer state offloaded to CPU
 
 GPT-2's ``Conv1D`` projections become ``nn.Linear`` (``conv1d_to_linear``),
-your ``apply_lora`` puts adapters on the attention (``c_attn``, ``c_proj``)
-and MLP (``c_fc``, ``c_proj``) projections, and only the adapters train,
+your ``apply_lora`` puts rank-``--lora_rank`` adapters (scale ``--lora_alpha`` / r)
+on the projections named by ``--lora_targets`` (default: the attention's
+``c_attn``, ``c_proj`` and the MLP's ``c_fc``, ``c_proj`` in every block),
+and only the adapters train,
 through a DeepSpeed engine made from your ``build_config`` and stepped by
 your ``train_microbatch``; each rank reads its ``partition_dataset`` part.
 Afterwards rank 0 saves the adapter (``save_adapter``, plus a PEFT-format
 copy), loads it into a fresh model (``load_adapter``) and checks that the
-validation loss is the same. Reported: trainable parameters, and each
+validation loss is the same. Reported: r, alpha, the wrapped layers and
+the trainable parameters (r x (in + out) per wrapped layer), and each
 rank's optimizer-state bytes against the ZeRO formula (Adam keeps two fp32
 states per trainable parameter, split over the ranks: 8 * P / N bytes).
 ``--zero_stage``/``--offload`` adapt a copy of your ``build_config``'s
 result (``project/zero_engine.py``); training runs through the one loop
 (``project/loop.py``). Writes ``metrics_rank<r>.json``,
 ``summary.json`` and ``metrics.jsonl`` (one line per optimizer step) to
-``<workdir>/out/finetune/``. Start from a full-model checkpoint with
+``<workdir>/out/finetune/<run>/`` (``ws<N>`` and the options that differ from
+their defaults: ``project.options.run_name``). Start from a full-model checkpoint with
 ``--base_state`` (e.g. one written by ``run_data_parallel.py --save_state``).
 """
 from __future__ import annotations
@@ -37,11 +41,11 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, Parser, float_above, int_at_least, read_constant, run_cli
+from project.cli import ConfigError, float_above, int_at_least, read_constant, run_cli
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, out_dir, prepare_run, steps_per_epoch)
-from project.output import print_outcome, quiet_libraries, write_json
+                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -57,20 +61,33 @@ ADAM_STATE_BYTES = 8                           # exp_avg + exp_avg_sq, fp32, per
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
-    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = new_parser(COMMAND, __doc__)
     add_launch_args(parser)
     parser.add_argument("--micro_batch", type=int_at_least(1), default=16, help="sequences per rank per micro-batch")
     parser.add_argument("--zero_stage", type=int, choices=read_constant("project.zero_engine", "ZERO_STAGES"),
                         default=2, help="2: optimizer state and gradients sharded; 3: parameters too")
     parser.add_argument("--offload", choices=read_constant("project.zero_engine", "OFFLOADS"), default="none",
                         help="cpu: keep the optimizer state (and its step) in CPU memory")
-    parser.add_argument("--lora_rank", type=int_at_least(1), default=8)
-    parser.add_argument("--lora_alpha", type=float_above(0.0), default=16.0)
-    parser.add_argument("--base_state", default=None, help="full-model state_dict to start from (torch.save)")
+    parser.add_argument("--lora_rank", type=int_at_least(1), default=8, help="r: the adapters' rank")
+    parser.add_argument("--lora_alpha", type=float_above(0.0), default=16.0,
+                        help="alpha: the adapters' update is scaled by alpha / r")
+    parser.add_argument("--lora_targets", type=lora_targets, default=",".join(LORA_SUFFIXES),
+                        help=f"comma list of the projections wrapped in every block, from {', '.join(LORA_SUFFIXES)} "
+                             f"(c_proj: the attention's and the MLP's output)")
+    parser.add_argument("--base_state", default=None,
+                        help="full-model state_dict to start from (torch.save); None: --pretrained or random weights")
     add_common_args(parser, batch_size=None, n_epochs=3, lr=3e-3)
     add_training_args(parser)
     return parser
+
+
+def lora_targets(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: a comma list of distinct names from ``LORA_SUFFIXES`` (the projections to wrap)."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names) or len(set(names)) != len(names) or not set(names) <= set(LORA_SUFFIXES):
+        raise argparse.ArgumentTypeError(f"expected a comma list of distinct names from {', '.join(LORA_SUFFIXES)}, "
+                                         f"got {text!r}")
+    return names
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,7 +99,7 @@ def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "world_size": world_size, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
             "zero_stage": args.zero_stage, "offload": args.offload, "preset": args.preset,
-            "lora_rank": args.lora_rank, "seed": args.seed}
+            "lora_rank": args.lora_rank, "lora_targets": list(args.lora_targets), "seed": args.seed}
 
 
 def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
@@ -112,7 +129,32 @@ def lora_model(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
             raise ConfigError(f"--base_state {args.base_state} does not fit --preset {args.preset} "
                               f"with this tokenizer: {str(exc).splitlines()[0]}") from None
     conv1d_to_linear(model)
-    return apply_lora(model, lora_target_names(model, LORA_SUFFIXES), rank=args.lora_rank, alpha=args.lora_alpha)
+    return apply_lora(model, lora_target_names(model, args.lora_targets), rank=args.lora_rank, alpha=args.lora_alpha)
+
+
+def wrapped_layers(model: torch.nn.Module) -> dict[str, list[int]]:
+    """``{dotted name: [in_features, out_features]}`` of every ``LoRALinear`` in ``model`` (the wrapped layers)."""
+    from finetune.lora import LoRALinear
+
+    return {name: [m.in_features, m.out_features] for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def lora_lines(summary: dict) -> list[str]:
+    """The report's lines on the adapters: r, alpha, each kind of wrapped layer (in -> out, how many, r x (in + out)
+    each) and the trainable parameters they add up to."""
+    r, kinds = summary["lora_rank"], {}
+    for name, (n_in, n_out) in summary["lora_layers"].items():
+        kind = ".".join(name.split(".")[-2:])           # attn.c_attn, mlp.c_fc, ...
+        kinds.setdefault((kind, n_in, n_out), []).append(name)
+    lines = [f"  LoRA: r = {r}, alpha = {summary['lora_alpha']:g} (scale alpha / r = {summary['lora_alpha'] / r:g}), "
+             f"{len(summary['lora_layers'])} wrapped layers:"]
+    for (kind, n_in, n_out), names in kinds.items():
+        lines.append(f"    {kind:<12} {n_in:>5} -> {n_out:<5} x {len(names)}: r x (in + out) = {r * (n_in + n_out):,} "
+                     f"each")
+    share = 100 * summary["trainable_parameters"] / summary["parameters"]
+    lines.append(f"  trainable parameters {summary['trainable_parameters']:,} of {summary['parameters']:,} "
+                 f"({share:.2f}%)")
+    return lines
 
 
 def optimizer_state_bytes(engine) -> tuple[int, int]:
@@ -158,6 +200,7 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     if args.grad_ckpt:
         enable_activation_checkpointing(model)
     trainable, n_params = count_parameters(model, trainable_only=True), count_parameters(model)   # before ZeRO-3
+    layers = wrapped_layers(model)
     adapters = list(adapter_parameters(model).values())
     optimizer = torch.optim.AdamW(adapters, lr=args.lr)
     loader = partition_dataset(rank, world_size, train_set, world_size * args.micro_batch, collate)
@@ -167,14 +210,15 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
                          args.zero_stage, args.offload)
     engine = init_engine(model, optimizer, config)
     device = next(engine.module.parameters()).device
-    folder = out_dir(args, NAME)
+    folder = Path(args.out_dir)   # the run folder main chose
 
     def val_loss(net: torch.nn.Module) -> float:
         return validation_loss(net, valid, collate, device, quiet)
 
     metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
                "preset": args.preset, "precision": args.precision, "parameters": n_params,
-               "trainable_parameters": trainable, "zero_stage": args.zero_stage, "offload": args.offload,
+               "trainable_parameters": trainable, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
+               "lora_layers": layers, "zero_stage": args.zero_stage, "offload": args.offload,
                "grad_accum": args.grad_accum, "grad_ckpt": args.grad_ckpt, "deepspeed_config": config,
                **thread_facts()}
     spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, rank, resume_meta(args, world_size),
@@ -215,7 +259,8 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
 def summarize_finetune(per_rank: list[dict]) -> dict:
     """``project.metrics.summarize`` plus the adapter check and the ZeRO bytes of every rank."""
     first = per_rank[0]
-    return summarize(per_rank, keep=("parameters", "trainable_parameters", "zero_stage", "offload", "grad_accum",
+    return summarize(per_rank, keep=("parameters", "trainable_parameters", "lora_rank", "lora_alpha", "lora_layers",
+                                     "zero_stage", "offload", "grad_accum",
                                      "precision", "grad_ckpt", "torch_threads", "thread_policy", "optimizer_steps",
                                      "rollbacks", "stopped_early")) | {
         "val_loss_reloaded": first["adapter"]["val_loss_reloaded"], "adapter_bytes": first["adapter"]["bytes"],
@@ -244,22 +289,22 @@ def main(argv: list[str] | None = None) -> dict | None:
     check_args(args, world_size, len(train_set))
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
-    folder = out_dir(args, NAME)
+    folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
+    args.out_dir = str(folder)   # every rank writes here
+    print_header(f"LoRA + ZeRO-{args.zero_stage} fine-tuning" + (", optimizer offloaded to CPU" if args.offload == "cpu"
+                 else "") + f": {world_size} rank(s), backend {backend}, preset {args.preset}, {args.micro_batch} "
+                 f"sequences per rank per micro-batch x {args.grad_accum} accumulated, {args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
         s = launch_and_summarise(finetune_rank, world_size, args, folder, RANK_IMPORTS)
     if s is None:
         return None
-    offload = ", optimizer offloaded to CPU" if s["offload"] == "cpu" else ""
-    print(f"LoRA + ZeRO-{s['zero_stage']} fine-tuning{offload}: {s['world_size']} rank(s), backend {s['backend']}, "
-          f"preset {s['preset']}")
-    print(f"  trainable parameters {s['trainable_parameters']:,} of {s['parameters']:,} "
-          f"({100 * s['trainable_parameters'] / s['parameters']:.2f}%)")
+    print(*lora_lines(s), sep="\n")
     print(f"  adapter ({s['adapter_bytes']:,} bytes) reloaded into a fresh model: validation loss "
           f"{s['val_loss_reloaded']:.4f}")
     measured = ", ".join(f"{b:,}" for b in s["optimizer_state_bytes_per_rank"])
     print(f"  optimizer state per rank: {measured} bytes; ZeRO formula 8 * P / N = "
           f"{s['formula_state_bytes_per_rank']:,.0f} (unsharded: {s['unsharded_state_bytes']:,})")
-    print_outcome(s, f"{folder} (and the adapter)")
+    print_outcome(s, f"{folder} (metrics, summary.json, adapter.pt, peft_adapter/)")
     if not args.base_state and not args.pretrained:
         print("  note: the base model was randomly initialised, so LoRA alone can only lower the loss a little; "
               "start from trained weights with --base_state (run_data_parallel.py --save_state) or --pretrained")

@@ -14,7 +14,9 @@ training loop (accumulation, precision, checkpoints, guard) is
 time, real tokens per second, training loss, micro-batches run; validation
 loss before and after; a per-task timeline of the first batches of every
 epoch) and ``metrics.jsonl`` (one line per optimizer step) to
-``<workdir>/out/pipeline/`` (step lines under ``<mode>/``).
+``<workdir>/out/pipeline/<run>/``: one folder per configuration,
+``model_parallel`` or ``pipeline-chunk<n_chunk>`` and the options that differ
+from their defaults (``project.options.run_name``).
 """
 from __future__ import annotations
 
@@ -28,10 +30,10 @@ if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from project import readiness
-from project.cli import ConfigError, Parser, int_at_least, read_constant, run_cli
-from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, out_dir,
-                             prepare_run, steps_per_epoch)
-from project.output import print_outcome, quiet_libraries, write_json
+from project.cli import ConfigError, int_at_least, read_constant, run_cli
+from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, new_parser,
+                             out_dir, prepare_run, run_name, steps_per_epoch)
+from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 NAME = "pipeline"
 COMMAND = "project/run_pipeline.py"
@@ -40,14 +42,15 @@ NEEDS = {"model_parallel": readiness.MODEL_PARALLEL, "pipeline_parallel": readin
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
-    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = new_parser(COMMAND, __doc__)
     # read from pipeline/gpt2.py's source, which main first checks parses
     parser.add_argument("--model_parallel_mode", choices=read_constant("pipeline.gpt2", "MODES"),
-                        default="pipeline_parallel")
+                        default="pipeline_parallel",
+                        help="model_parallel: the whole batch through stage 0, then stage 1; pipeline_parallel: "
+                             "your Pipe over --n_chunk micro-batches")
     parser.add_argument("--n_chunk", type=int_at_least(1), default=4,
-                        help="micro-batches per batch (pipeline_parallel): split size ceil(batch_size / n_chunk)")
-    parser.add_argument("--n_stages", type=int_at_least(1), default=2, help="pipeline stages (default 2)")
+                        help="micro-batches per batch (pipeline_parallel only): split size ceil(batch_size / n_chunk)")
+    parser.add_argument("--n_stages", type=int_at_least(1), default=2, help="pipeline stages")
     parser.add_argument("--devices", default="auto", help="'auto' or a comma list, one per stage: cuda:0,cuda:1")
     parser.add_argument("--timeline_steps", type=int_at_least(0), default=3,
                         help="batches per epoch whose stage tasks are kept in the timeline")
@@ -65,6 +68,14 @@ def resume_meta(args: argparse.Namespace) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "mode": args.model_parallel_mode, "batch_size": args.batch_size,
             "grad_accum": args.grad_accum, "n_stages": args.n_stages, "preset": args.preset, "seed": args.seed}
+
+
+def folder_name(args: argparse.Namespace) -> str:
+    """The run folder's name: ``model_parallel`` (``--n_chunk`` plays no part) or ``pipeline-chunk<n_chunk>``, then
+    the other options that differ from their defaults (``project.options.run_name``)."""
+    first = ({"model_parallel_mode": "model_parallel", "n_chunk": ""} if args.model_parallel_mode == "model_parallel"
+             else {"model_parallel_mode": "pipeline", "n_chunk": f"chunk{args.n_chunk}"})
+    return run_name(args, build_parser(), first)
 
 
 def epoch_batch_rows(n_examples: int, batch_size: int) -> list[int]:
@@ -101,6 +112,10 @@ def main(argv: list[str] | None = None) -> dict:
         microbatch.check_schedule(schedule.clock_cycles, n_chunk, args.n_stages)   # what Pipe will walk
     if devices[0].type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(args.n_stages))   # one share of the cores per stage thread
+    size = microbatch.split_size(args.batch_size, n_chunk)
+    print_header(f"{mode}: stages on {', '.join(str(d) for d in devices)}, preset {args.preset}, "
+                 f"{microbatch.count(args.batch_size, size)} micro-batch(es) of up to {size} rows per batch of "
+                 f"{args.batch_size}, {args.n_epochs} epoch(s)")
     quiet_libraries()
 
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
@@ -111,7 +126,6 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError(f"--n_stages {args.n_stages} is more than the model's {model.config.n_layer} blocks")
     if args.grad_ckpt:
         enable_activation_checkpointing(model)
-    size = microbatch.split_size(args.batch_size, n_chunk)
     net = build_pipeline_gpt2(model, devices, mode, split_size=size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     generator = torch.Generator().manual_seed(args.seed)
@@ -120,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     scheduler = make_scheduler(optimizer, args.lr_schedule,
                                args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
     timeline = microbatch.stage_timeline(net)
-    folder = out_dir(args, NAME)
+    folder = out_dir(args, NAME, folder_name(args))
 
     def val_loss() -> float:
         return validation_loss(model, valid, collate, devices[0], args.quiet, forward=net, batch_size=args.batch_size)
@@ -132,8 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
                "preset": args.preset, "parameters": count_parameters(model), "batch_size": args.batch_size,
                "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
                **thread_facts(), "timeline": []}
-    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder / mode, 0, resume_meta(args),
-                                                             val_loss)
+    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, 0, resume_meta(args), val_loss)
 
     def loss_of(batch: dict, epoch: int, index: int) -> torch.Tensor:
         timeline.clear()
@@ -156,9 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
                 "stopped_early": result["stopped_early"]}
     write_json(folder / f"metrics_{mode}.json", metrics)
-    print(f"{mode}: stages on {', '.join(metrics['devices'])}, preset {args.preset}, "
-          f"{metrics['micro_batches_per_batch']} micro-batch(es) of up to {size} rows per batch of {args.batch_size}")
-    print_outcome(metrics, folder / f"metrics_{mode}.json")
+    print_outcome(metrics, f"{folder} (metrics_{mode}.json, metrics.jsonl)")
     return metrics
 
 

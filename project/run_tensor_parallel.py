@@ -14,12 +14,14 @@ GPU per rank) when there are enough GPUs, else gloo on the CPU. Per rank it
 writes ``metrics_rank<r>.json`` (per epoch: time, real tokens per second,
 train loss; validation loss before and after; the parameter bytes the rank
 holds), and rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one line
-per optimizer step), to ``<workdir>/out/tensor_parallel/world<N>/``.
+per optimizer step), to ``<workdir>/out/tensor_parallel/<run>/`` (``ws<N>``
+and the options that differ from their defaults: ``project.options.run_name``).
 The number of heads, the hidden size and the MLP's inner size must be
 divisible by the world size (else exit 2 with a message).
 
 With more than one rank it then compares with the unsplit baseline: it reads
-``<baseline_dir>/summary.json`` when that run had the same options, else it
+``<baseline_dir>/summary.json`` (default: the ``ws1`` folder of the same
+options) when that run had the same options, else it
 runs the 1-rank baseline there first (under torchrun it only reads), and
 prints whether the validation loss matches within ``VAL_LOSS_TOLERANCE``;
 exit code 1 when it does not (``--no_baseline`` skips the comparison).
@@ -38,10 +40,10 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, Parser, int_at_least, run_cli, torchrun_rank
+from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
 from project.metrics import StepLog, summarize
-from project.options import add_common_args, make_scheduler, out_dir
-from project.output import print_epochs, quiet_libraries, write_json
+from project.options import NOT_IN_RUN_NAME, add_common_args, make_scheduler, new_parser, out_dir, run_name
+from project.output import print_epochs, print_header, quiet_libraries, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -54,20 +56,20 @@ COMMAND = "project/run_tensor_parallel.py"
 # the split only changes the order of floating-point sums.
 VAL_LOSS_TOLERANCE = 1e-3
 # options that do not change the numbers: a baseline run with other values of these still compares
-NOT_COMPARED = {"world_size", "backend", "out_dir", "workdir", "quiet", "baseline_dir", "no_baseline", "save_every",
-                "save_dir", "resume", "tensorboard"}
+NOT_COMPARED = NOT_IN_RUN_NAME | {"world_size"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
-    parser = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = new_parser(COMMAND, __doc__)
     parser.add_argument("--world_size", type=int_at_least(1), default=2,
                         help="ranks each block is split over (under torchrun: its own)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
-    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
-    parser.add_argument("--baseline_dir", default=None, help="the unsplit 1-rank run to compare with (default "
-                        "<workdir>/out/tensor_parallel/world1): read when it had the same options, else run there")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                        help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help="the optimizer of every rank")
+    parser.add_argument("--baseline_dir", default=None,
+                        help="the unsplit 1-rank run to compare with, read when it had the same options, else run "
+                             "there; None: <workdir>/out/tensor_parallel/ws1[-the same options]")
     parser.add_argument("--no_baseline", action="store_true", help="do not compare with the unsplit run")
     add_common_args(parser, batch_size=16, n_epochs=1, lr=1e-3)
     return parser
@@ -130,7 +132,7 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     # every rank reads the same batches in the same order (same seed): the ranks split the layers, not the data
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
                                          generator=torch.Generator().manual_seed(args.seed))
-    folder = out_dir(args, f"{NAME}/world{world_size}")
+    folder = Path(args.out_dir)   # the run folder main chose
 
     def val_loss() -> float:
         return validation_loss(model, valid, collate, device, quiet)
@@ -184,29 +186,37 @@ def main(argv: list[str] | None = None) -> dict | None:
     if world_size > 1:
         if not args.pretrained and args.preset in PRESETS:
             check_split(PRESETS[args.preset], world_size)
-    world_of(args)   # resolves --backend: nccl without a GPU per rank is refused here
+    backend = world_of(args)[2]   # resolves --backend: nccl without a GPU per rank is refused here
     start_rank_server(world_size, GPT2_IMPORTS)
     quiet_libraries()
     _, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
                                    args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
     if world_size > 1 and (args.pretrained or args.preset not in PRESETS):
         check_split(build_model(args.preset, tokenizer, args.pretrained, args.seed).config, world_size)
-    folder = out_dir(args, f"{NAME}/world{world_size}")
+    args.baseline_dir = args.baseline_dir or str(Path(args.workdir) / "out" / NAME / _name(args, 1))
+    folder = out_dir(args, NAME, _name(args, world_size))
+    args.out_dir = str(folder)   # every rank writes here
+    print_header(f"tensor parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, "
+                 f"{args.batch_size} sequences per batch (the same on every rank), {args.n_epochs} epoch(s)")
     summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
     if summary is None:
         return None
     held, unsplit = summary["parameter_bytes_per_rank"][0], summary["unsplit_parameter_bytes"]
-    print(f"tensor parallel: {world_size} rank(s), backend {summary['backend']}, preset {summary['preset']}, "
-          f"{summary['optimizer_steps']} optimizer steps of {args.batch_size} sequences (the same on every rank)")
     print_epochs(summary)
+    print(f"  {summary['optimizer_steps']} optimizer step(s)")
     print(f"  validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f}")
     print(f"  parameters on rank 0: {held['all'] / 2**20:.2f} MiB of {unsplit['all'] / 2**20:.2f} MiB unsplit "
           f"(block matrices {held['block_matrices'] / 2**20:.2f} of {unsplit['block_matrices'] / 2**20:.2f} MiB)")
-    print(f"  metrics: {folder}")
+    print(f"  wrote: {folder}")
     if world_size > 1 and not args.no_baseline:
         summary["baseline"] = compare_with_baseline(args, summary)
         print(baseline_line(summary["baseline"]))
     return summary
+
+
+def _name(args: argparse.Namespace, world_size: int) -> str:
+    """The run folder's name (``project.options.run_name``) of these options on ``world_size`` ranks."""
+    return run_name(args, build_parser(), {"world_size": f"ws{world_size}"})
 
 
 def run_options(args: argparse.Namespace) -> dict:
@@ -223,7 +233,7 @@ def compare_with_baseline(args: argparse.Namespace, summary: dict) -> dict:
     """
     from project.launch import launch_and_summarise, torchrun_env
 
-    folder = Path(args.baseline_dir) if args.baseline_dir else Path(args.workdir) / "out" / NAME / "world1"
+    folder = Path(args.baseline_dir)   # main resolved the default
     path, base, source = folder / "summary.json", None, "read"
     if path.is_file():
         try:

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.project
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--world_size", "2", "--steps", "6", "--save_step", "3", "--batch_size", "8", "--max_len", "32"]
+RUN = "ws2-steps6-save3-batch8-len32"   # the run folder of SMALL (project.options.run_name)
 
 
 def _run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -48,17 +49,18 @@ def test_capstone_verifies_the_resume_and_reports_memory(work, capsys):
     assert _loss_steps(out) == [1, 2, 3, 4, 5, 6, 4, 5, 6], out              # straight run, then resumed 4..6
     memory = [line.split() for line in out.splitlines() if len(line.split()) == 5 and line.split()[0].isdigit()]
     assert len(memory) == 2 and all(r[3] == r[4] for r in memory), out       # optimizer state == 12P/N
-    manifest = work / "out" / "capstone" / "checkpoint_step3" / "manifest.json"
+    manifest = work / "out" / "capstone" / RUN / "checkpoint_step3" / "manifest.json"
     assert manifest.is_file() and '"world_size": 2' in out
 
 
 def test_capstone_resume_flag_continues_a_run(work, capsys):
-    checkpoint = work / "out" / "capstone" / "checkpoint_step3"
+    checkpoint = work / "out" / "capstone" / RUN / "checkpoint_step3"
     if not checkpoint.is_dir():
         _run([*SMALL, "--workdir", str(work)], capsys)
     code, out, err = _run([*SMALL, "--workdir", str(work), "--resume", str(checkpoint)], capsys)
     assert code == 0, err[-3000:]
     assert _loss_steps(out) == [4, 5, 6], out
+    assert out.splitlines()[-1].startswith("resumed at step 4: steps 4-6 match the uninterrupted run"), out
 
 
 def test_capstone_fails_with_a_message_when_the_loss_does_not_fall(work, capsys):

@@ -33,7 +33,7 @@ SMALL = ["--n_train", "32", "--n_valid", "8", "--batch_size", "4", "--n_epochs",
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    """A run stopped by --max_steps 6 with a checkpoint every 2 steps, in <work>/out/data_parallel/world1."""
+    """A run stopped by --max_steps 6 with a checkpoint every 2 steps, in <work>/out/data_parallel/ws1-<options>."""
     work = tmp_path_factory.mktemp("faults")
     run_data_parallel.main(["--workdir", str(work), *SMALL, "--world_size", "1", "--max_steps", "6",
                             "--save_every", "2"])
@@ -42,7 +42,8 @@ def work(tmp_path_factory) -> Path:
 
 def _copy(work: Path, name: str) -> Path:
     """A copy of the fixture's run folder (metrics and checkpoints) to damage."""
-    return Path(shutil.copytree(work / "out" / "data_parallel" / "world1", work / name))
+    [folder] = (work / "out" / "data_parallel").glob("ws1-*")   # the one configuration the fixture ran
+    return Path(shutil.copytree(folder, work / name))
 
 
 RUN_SCRIPT = "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
@@ -154,14 +155,14 @@ def test_fault_file_size_limit_on_two_ranks_is_one_line_not_a_rank_traceback(wor
 def test_fault_plot_draws_a_max_steps_run_with_a_torn_metrics_line(work):
     """No finished epoch (stopped by --max_steps) and a torn last line: plot.py warns once and draws."""
     shutil.copytree(work / "out", work / "plotted" / "out", ignore=shutil.ignore_patterns("checkpoints"))
-    log = work / "plotted" / "out" / "data_parallel" / "world1" / "metrics.jsonl"
+    [log] = (work / "plotted" / "out" / "data_parallel").glob("ws1-*/metrics.jsonl")   # the fixture's run
     with log.open("a") as f:
         f.write('{"step": 7, "loss": 3.')
     done = _script("project/plot.py", "--workdir", str(work / "plotted"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == (f"warning: {log}: line 7 is torn (the run stopped while writing it); "
                            "skipped it, read the rest\n")
-    assert "DP 1 rank(s) (steps)" in done.stdout and "6 steps, unfinished" in done.stdout
+    assert f"DP {log.parent.name} (steps)" in done.stdout and "6 steps, unfinished" in done.stdout
     assert {p.name for p in (work / "plotted" / "out" / "plots").iterdir()} == {"throughput.png",
                                                                                "training_curves.png"}
 
@@ -170,14 +171,14 @@ def test_fault_pipeline_runner_falls_back_from_a_flipped_byte(work, capsys):
     out = work / "pp"
     common = ["--workdir", str(work), "--out_dir", str(out), *SMALL, "--model_parallel_mode", "model_parallel"]
     run_pipeline.main([*common, "--save_every", "1", "--max_steps", "2", "--keep_last", "2"])
-    ckpt = out / "model_parallel" / "checkpoints"
+    ckpt = out / "checkpoints"   # --out_dir is the run folder
     state = ckpt / "step_00000002" / "state.pt"
     data = bytearray(state.read_bytes())
     data[-100] ^= 0xFF
     state.write_bytes(bytes(data))
     assert run_cli(run_pipeline.main, [*common, "--resume", str(ckpt), "--max_steps", "3"]) == 0
     assert "skipped step_00000002 (state.pt has sha256" in capsys.readouterr().err
-    assert _steps(out / "model_parallel") == [1, 2, 3]
+    assert _steps(out) == [1, 2, 3]
 
 
 def test_fault_finetune_refuses_a_damaged_deepspeed_shard_and_falls_back(work, capsys):

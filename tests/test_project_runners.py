@@ -22,6 +22,7 @@ pytestmark = pytest.mark.project
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 300
+RUNS = {"model_parallel": "model_parallel", "pipeline_parallel": "pipeline-chunk4"}   # run folders, per mode
 N_TRAIN, GLOBAL_BATCH = 32, 8
 
 
@@ -111,7 +112,8 @@ def test_pipeline_both_modes_train_and_agree(work):
     for mode, m in results.items():
         assert m["val_loss_after"] < m["val_loss_before"] - 0.5, (mode, m)
         assert all(e["tokens_per_s"] > 0 and e["steps"] == N_TRAIN // GLOBAL_BATCH for e in m["epochs"])
-        assert json.loads((work / "out" / "pipeline" / f"metrics_{mode}.json").read_text())["epochs"] == m["epochs"]
+        [written] = (work / "out" / "pipeline").glob(f"{RUNS[mode]}*/metrics_{mode}.json")   # its own folder
+        assert json.loads(written.read_text())["epochs"] == m["epochs"]
         tasks_per_step = 2 * (4 if mode == "pipeline_parallel" else 1)
         first = [t for t in m["timeline"] if t["epoch"] == 0 and t["step"] == 0]
         assert len(first) == tasks_per_step and {t["stage"] for t in first} == {0, 1}

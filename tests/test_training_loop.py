@@ -72,8 +72,8 @@ def test_bf16_autocast_trains_and_tracks_fp32(work):
     for precision in ("fp32", "bf16"):
         runs[precision] = run_pipeline.main(_args(work, f"pp_{precision}", "--precision", precision, "--batch_size",
                                                   "8", "--n_epochs", "2", "--lr", "3e-3"))
-    fp32 = _losses(work / "pp_fp32" / "pipeline_parallel")
-    bf16 = _losses(work / "pp_bf16" / "pipeline_parallel")
+    fp32 = _losses(work / "pp_fp32")
+    bf16 = _losses(work / "pp_bf16")
     assert len(fp32) == len(bf16) == 8
     assert fp32 != bf16                                  # autocast really changed the arithmetic
     assert max(abs(a - b) for a, b in zip(fp32, bf16)) < 0.05
@@ -117,10 +117,10 @@ def test_resume_pipeline_with_a_shuffled_loader_is_bitwise_equal(work):
     common = ["--model_parallel_mode", "model_parallel", "--batch_size", "8", "--n_epochs", "2"]
     run_pipeline.main(_args(work, "pp_straight", *common))
     run_pipeline.main(_args(work, "pp_cut", *common, "--save_every", "1", "--max_steps", "5"))   # interrupted
-    assert len(_losses(work / "pp_cut" / "model_parallel")) == 5
-    ckpt = work / "pp_cut" / "model_parallel" / "checkpoints"
+    assert len(_losses(work / "pp_cut")) == 5
+    ckpt = work / "pp_cut" / "checkpoints"
     run_pipeline.main(_args(work, "pp_cut", *common, "--resume", str(ckpt / "step_00000005")))
-    assert _losses(work / "pp_cut" / "model_parallel") == _losses(work / "pp_straight" / "model_parallel")
+    assert _losses(work / "pp_cut") == _losses(work / "pp_straight")
     straight = json.loads((work / "pp_straight" / "metrics_model_parallel.json").read_text())
     resumed = json.loads((work / "pp_cut" / "metrics_model_parallel.json").read_text())
     assert resumed["val_loss_after"] == straight["val_loss_after"]
@@ -130,7 +130,7 @@ def test_divergence_guard_rolls_back_after_a_forced_spike(work):
     """lr x 10000 on step 6's update: step 7's loss spikes, the guard refuses it and rolls back to step 4."""
     run_pipeline.main(_args(work, "spike", "--model_parallel_mode", "model_parallel", "--batch_size", "4",
                             "--n_epochs", "2", "--save_every", "2", "--lr_spike", "6:10000"))
-    steps, events = read_steps(work / "spike" / "model_parallel" / "metrics.jsonl")
+    steps, events = read_steps(work / "spike" / "metrics.jsonl")
     assert GUARD_EVENT == "divergence"
     assert [(e["event"], e["action"], e["step"], e["restored_step"]) for e in events] == [("divergence", "rollback",
                                                                                            7, 4)]
@@ -149,7 +149,7 @@ def test_divergence_guard_without_a_checkpoint_skips_the_step(work):
     """The same spike without checkpoints: nothing to roll back to, so the refused update is dropped ("skip")."""
     run_pipeline.main(_args(work, "spike_skip", "--model_parallel_mode", "model_parallel", "--batch_size", "4",
                             "--n_epochs", "1", "--lr_spike", "6:10000"))
-    steps, events = read_steps(work / "spike_skip" / "model_parallel" / "metrics.jsonl")
+    steps, events = read_steps(work / "spike_skip" / "metrics.jsonl")
     skipped = [e["step"] for e in events if e["event"] == GUARD_EVENT and e["action"] == "skip"]
     assert skipped and all(e["restored_step"] is None for e in events)
     assert not set(skipped) & {s["step"] for s in steps}          # a skipped step has no step line

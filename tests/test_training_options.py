@@ -32,7 +32,8 @@ BAD = {
     "run_pipeline": {**COMMON, "--batch_size": "x", "--model_parallel_mode": "tensor", "--n_chunk": "0",
                      "--n_stages": "0", "--devices": "tpu:0,cpu", "--timeline_steps": "-1"},
     "run_finetune": {**COMMON, "--world_size": "-1", "--backend": "ucc", "--micro_batch": "0", "--zero_stage": "1",
-                     "--offload": "nvme", "--lora_rank": "0", "--lora_alpha": "inf", "--base_state": "MISSING/x.pt"},
+                     "--offload": "nvme", "--lora_rank": "0", "--lora_alpha": "inf", "--lora_targets": "c_attn,lm_head",
+                     "--base_state": "MISSING/x.pt"},
 }
 
 
@@ -84,6 +85,6 @@ def test_resume_from_another_run_shape_is_refused(tmp_path, capsys):
               "--save_every", "1"]
     run_pipeline.main(common)
     code = run_cli(run_pipeline.main, [*common, "--batch_size", "4",
-                                       "--resume", str(Path(tmp_path / "o" / "model_parallel" / "checkpoints"))])
+                                       "--resume", str(Path(tmp_path / "o" / "checkpoints"))])
     err = capsys.readouterr().err
     assert code == 2 and "batch_size 8 -> 4" in err, err
