@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import runpy
 import statistics
 import subprocess
@@ -85,8 +86,9 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """``(summary, raw records, workload file)`` of one ``--quick --peers`` run in a private workdir, at the
-    smallest sizes that still show what the tests check: two repeats (alternation), one timed step, 8 rows.
+    """``(summary, raw records, workload file, figures folder, console text)`` of one ``--quick --peers`` run in
+    a private workdir, at the smallest sizes that still show what the tests check: two repeats (alternation),
+    one timed step, 8 rows.
 
     The script's ``main`` runs in this process, as the ``project`` tests run the entry points: its workers fork
     from this process's rank server, which has imported the libraries already (``tests/test_partial_submission.py``
@@ -102,13 +104,13 @@ def run(tmp_path_factory):
     summary = json.loads((work / "figures" / SUMMARY_NAME).read_text())
     log = Path(summary["raw_log"])
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    return summary, records, log.parent / "workload.pt", work / "figures"
+    return summary, records, log.parent / "workload.pt", work / "figures", printed.getvalue()
 
 
 def test_quick_run_writes_readable_figures_and_the_summary(run):
     import matplotlib.image
 
-    summary, _, _, figures = run
+    summary, _, _, figures, _ = run
     assert set(summary["figures"]) == {*REQUIRED_FIGURES, "peers.png"}
     for name in summary["figures"]:
         height, width = matplotlib.image.imread(figures / name).shape[:2]
@@ -124,7 +126,7 @@ def test_quick_run_writes_readable_figures_and_the_summary(run):
 
 
 def test_summary_numbers_recompute_from_the_raw_log(run):
-    summary, records, _, _ = run
+    summary, records, _, _, _ = run
     for group in ("data_parallel", "pipeline", "finetune"):
         variants = summary[group]["variants"]
         for name, v in variants.items():
@@ -135,19 +137,21 @@ def test_summary_numbers_recompute_from_the_raw_log(run):
                      for r in timed]
             assert v["run_times_s"] == pytest.approx(times, rel=1e-12)
             assert v["median_s"] == pytest.approx(statistics.median(times), rel=1e-12)
+            assert v["step_time_ms"] == pytest.approx(1000 * statistics.median(times) / v["steps_per_run"], rel=1e-12)
             assert v["tokens_per_s"] == pytest.approx([v["tokens_per_run"] / t for t in times], rel=1e-12)
             assert v["ranks"] == (2 if v["role"] == "pair" else 1) == len(timed[0]["ranks"])
         for key, r in summary[group]["ratios"].items():
             paired = [a / b for a, b in zip(variants[r["numerator"]]["run_times_s"],
                                             variants[r["denominator"]]["run_times_s"])]
             assert r["paired"] == pytest.approx(paired, rel=1e-12), key
-            assert r["median"] == pytest.approx(statistics.median(paired), rel=1e-12), key
+            assert r["median"] == pytest.approx(variants[r["numerator"]]["step_time_ms"]
+                                                / variants[r["denominator"]]["step_time_ms"], rel=1e-12), key
     dp = summary["data_parallel"]["ratios"]
     assert (dp["speedup"]["numerator"], dp["speedup"]["denominator"]) == ("world_size_1", "world_size_2")
 
 
 def test_tokens_are_the_real_tokens_of_the_same_global_batches_counted_once(run):
-    summary, records, workload_file, _ = run
+    summary, records, workload_file, _, _ = run
     batches = torch.load(workload_file, weights_only=True)["batches"]
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     padded = sum(b["input_ids"].numel() for b in batches)
@@ -161,7 +165,7 @@ def test_tokens_are_the_real_tokens_of_the_same_global_batches_counted_once(run)
 
 
 def test_runs_alternate_and_warm_up_is_not_timed(run):
-    summary, records, _, _ = run
+    summary, records, _, _, _ = run
     for group in ("data_parallel", "pipeline"):
         names = list(summary[group]["variants"])
         orders = {}
@@ -196,7 +200,9 @@ def test_the_problem_4_group_recomputes_and_shards_the_optimizer_state(run):
     for name, a, b, _ in ddp_peers.RATIOS:
         ratio = group["ratios"][name]
         assert ratio["paired"] == pytest.approx([x / y for x, y in zip(times[a], times[b])], rel=1e-12), name
-        assert ratio["median"] == pytest.approx(statistics.median(ratio["paired"]), rel=1e-12), name
+        assert ratio["median"] == pytest.approx(statistics.median(times[a]) / statistics.median(times[b]),
+                                                rel=1e-12), name
+        assert group["variants"][a]["step_time_ms"] == pytest.approx(1000 * statistics.median(times[a]), rel=1e-12)
     assert len(group["memory_bytes"]) == 2
     for memory in group["memory_bytes"]:
         assert memory["formula_12P_over_N"] == 12 * -(-memory["parameters"] // 2)
@@ -213,7 +219,92 @@ def test_timeline_bubble_and_thresholds(run):
     tasks = [t for t in tl[f"pipeline_parallel_m{m}"]["tasks"] if t["stage"] != "backward"]
     assert sorted((t["stage"], t["microbatch"]) for t in tasks) == [(j, i) for j in range(k) for i in range(m)]
     assert tl[f"pipeline_parallel_m{m}"]["measured_bubble"] == pytest.approx(stats.measured_bubble(tasks, k))
+    for variant in ("model_parallel", f"pipeline_parallel_m{m}"):   # the run drawn is the lower-median run
+        runs = [r for r in run[1] if r["variant"] == variant and not r["warmup"]]
+        bubbles = [stats.measured_bubble([t for t in r["timeline"] if t["stage"] != "backward"], k) for r in runs]
+        assert summary["pipeline"]["variants"][variant]["measured_bubble"] == tl[variant]["measured_bubble"] \
+            == statistics.median_low(bubbles)
     th = summary["thresholds"]
     if torch.cuda.device_count() < 2:
         assert not th["applicable"]
         assert th["dp_speedup"]["status"] == th["pp_speedup"]["status"] == "not_applicable"
+
+
+# -- the written analysis: each value it names, the same in the console, the summary and the figures ---------
+
+NAMES = ("step_time_ms", "speedup", "speedup_m<M>", "measured_bubble", "parameters")   # what the questions name
+
+
+def _benchmark_questions() -> list[str]:
+    """The analysis questions a benchmark run without ``--tensor_parallel`` answers (they name the script)."""
+    from grading.staff.handout import analysis
+
+    asked = analysis.questions(("1", "2", "4"))
+    return [q for qs in asked.values() for q in qs if "run_benchmarks.py" in q and "--tensor_parallel" not in q]
+
+
+def _keys(node) -> set[str]:
+    if isinstance(node, dict):
+        return set(node).union(*(_keys(v) for v in node.values()))
+    return set().union(*(_keys(v) for v in node)) if isinstance(node, list) else set()
+
+
+def _drawn(summary: dict, folder: Path, monkeypatch) -> tuple[list[float], str]:
+    """The bar heights and every text the benchmark's figures pass to matplotlib, drawn from ``summary``."""
+    import matplotlib.axes
+    import matplotlib.figure
+
+    from project.bench import figures
+
+    heights, texts = [], []
+
+    def spy(cls, name, record):
+        original = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *a, **k: (record(*a, **k), original(self, *a, **k))[1])
+
+    spy(matplotlib.axes.Axes, "bar", lambda x, height, **_: heights.append(height))
+    spy(matplotlib.axes.Axes, "barh", lambda *a, **k: None)
+    spy(matplotlib.axes.Axes, "set_xticks", lambda ticks, labels=None, **_: texts.extend(labels or ()))
+    spy(matplotlib.axes.Axes, "set_title", lambda label, **_: texts.append(label))
+    spy(matplotlib.figure.Figure, "suptitle", lambda t, **_: texts.append(t))
+    figures.draw_all(summary, folder)
+    return heights, "\n".join(texts)
+
+
+def test_every_value_the_analysis_names_is_the_same_in_console_summary_and_figures(run, tmp_path, monkeypatch):
+    summary, _, _, _, console = run
+    questions = _benchmark_questions()
+    named = {t for q in questions for t in re.findall(r"`([a-z][a-z0-9_]*(?:<M>)?)`", q)}
+    assert set(NAMES) <= named, f"the questions no longer name {set(NAMES) - named}"
+    chunks = summary["options"]["n_chunks"]
+    keys = _keys(summary)
+    for name in named:   # every name a question reads is a key of the summary it points to
+        for key in ([name.replace("<M>", str(m)) for m in chunks] if "<M>" in name else [name]):
+            assert key in keys, f"a question names `{name}`: no {key!r} in performance_summary.json"
+    lines = console.splitlines()
+    heights, drawn = _drawn(summary, tmp_path, monkeypatch)
+
+    def printed(label: str, value: str) -> None:
+        assert any(re.match(rf"\s*{label}\s+{re.escape(value)}(\s|$)", line) for line in lines), (label, value)
+
+    assert report.statistic(summary) in console and report.statistic(summary) in drawn
+    printed("parameters", f"{summary['workload']['parameters']:,}")
+    assert f"({summary['workload']['parameters']:,} parameters)" in drawn
+    for group in ("data_parallel", "pipeline", "finetune", "ddp_zero"):
+        for variant, v in summary[group]["variants"].items():
+            printed(f"{variant}\\s+step_time_ms", report.ms(v["step_time_ms"]))
+            if group in ("data_parallel", "pipeline") and variant not in ("comm_ours", "comm_floor",
+                                                                        "capacity_sequential"):
+                assert v["step_time_ms"] in heights and f"{report.ms(v['step_time_ms'])} ms" in drawn, variant
+            if "measured_bubble" in v:
+                bubble = f"measured_bubble {report.fraction(v['measured_bubble'])}"
+                assert any(line.lstrip().startswith(variant) and bubble in line for line in lines), variant
+                assert bubble in drawn or variant not in summary["pipeline"]["timeline"], variant
+        for key, r in summary[group]["ratios"].items():
+            printed(key, report.times(r["median"]))
+    speedup = summary["data_parallel"]["ratios"]["speedup"]["median"]
+    assert f"speedup {report.times(speedup)}" in drawn
+    for m in chunks:
+        assert f"speedup_m{m} {report.times(summary['pipeline']['ratios'][f'speedup_m{m}']['median'])}" in drawn
+    theory = f"theoretical_bubble {report.fraction(summary['pipeline']['timeline']['theoretical_bubble'])}"
+    assert theory in console and theory.replace("theoretical_bubble", "(K-1)/(M+K-1) =") in drawn

@@ -3,7 +3,7 @@
     python scripts/run_benchmarks.py [--quick] [--peers] [--mode student|grader]
 
 Modules (each small, one concept):
-- ``stats``     pure arithmetic: run time from step stamps, paired ratios, medians, bubbles;
+- ``stats``     pure arithmetic: run time from step stamps, the step time, ratios, medians, bubbles;
 - ``workload``  the one fixed workload (model weights + global batches) every run trains on;
 - ``context``   one worker's world (role, rank, device, workload) and the stepper pieces;
 - ``tasks``     what a worker process runs on the student API (ours), its command loop (``serve``);
@@ -14,6 +14,7 @@ Modules (each small, one concept):
 - ``memory``    one step's peak memory with and without activation checkpointing (fresh processes);
 - ``ddp_peers`` (Problem 4) and ``tensor_parallel`` (Problem 5): groups with rank processes of their own;
 - ``figures``   the PNG plots;
+- ``publish``   each run's own folder, and the copy in ``submit_figures/`` (what it replaces is kept);
 - ``submission`` the submission zip (student files + ``submit_figures/``).
 """
 from __future__ import annotations

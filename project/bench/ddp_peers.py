@@ -11,8 +11,8 @@ repeat, run every variant for ``steps`` timed steps in ``rotation`` order::
     ddp                torch.nn.parallel.DistributedDataParallel, AdamW
     average_gradients  backward, then Problem 1's average_gradients (one all-reduce per parameter), AdamW
 
-A step lasts as long as its slowest rank; the reported ratios are medians of
-per-repeat (paired) ratios. Then each rank measures the optimizer state it
+A step lasts as long as its slowest rank; each variant's ``step_time_ms`` and
+each ratio (their quotient) are ``stats``' one statistic. Then each rank measures the optimizer state it
 holds after one step: the student's ShardedOptimizer(Adam) (fp32 master
 shard + moments) and DeepSpeed ZeRO stage 1 and 2 (fp32 partitions + moments),
 next to the formula 12P/N.
@@ -141,9 +141,9 @@ def _rank(env: RankEnv, workload_path: str, plan: list, steps: int, warmup: int)
 def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: float = 600.0) -> dict:
     """Measure the Problem 4 group on 2 fresh rank processes; return its summary (JSON-ready).
 
-    ``{"variants": {name: {"run_times_s": [...]}}, "ratios": {name: {"paired": [...], "median": m,
-    "what": ...}}, "memory_bytes": {...}, "backend": ...}``. Raises RuntimeError (``RankError``) with a
-    rank's traceback when a rank fails or gives no answer within ``timeout_s``.
+    ``{"variants": {name: {"run_times_s": [...], "step_time_ms": t}}, "ratios": {name: {"paired": [...],
+    "median": m, "what": ...}}, "memory_bytes": {...}, "backend": ...}`` (``stats.time_ratio``). Raises
+    RuntimeError (``RankError``) with a rank's traceback when a rank fails or gives no answer within ``timeout_s``.
     """
     plan = [stats.rotation(list(VARIANTS), r) for r in range(repeats)]
     ranks = spawn_ranks(_rank, 2, file_rendezvous(Path(workload_path).parent, "store_ddp_zero"),
@@ -153,25 +153,28 @@ def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: f
 
 
 def summarize(replies: list[dict]) -> dict:
-    """Run times per variant and repeat (slowest rank per step), paired ratios and their medians, memory."""
+    """Run times per variant and repeat (slowest rank per step), ``step_time_ms`` and ratios (``stats``), memory."""
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    steps = len(replies[0]["runs"][0]["stamps"])
     for k, record in enumerate(replies[0]["runs"]):
         ranks = [reply["runs"][k]["stamps"] for reply in replies]
         times[record["variant"]].append(stats.run_time(ranks))
-    ratios = {}
-    for name, a, b, what in RATIOS:
-        paired = stats.paired_ratios(times[a], times[b])
-        ratios[name] = {"paired": paired, "median": stats.median(paired), "what": what}
-    return {"variants": {v: {"run_times_s": t} for v, t in times.items()}, "ratios": ratios,
-            "memory_bytes": [reply["memory"] for reply in replies], "backend": replies[0]["backend"],
-            "bucket_mb": BUCKET_MB}
+    ratios = {name: {**stats.time_ratio(times[a], times[b]), "what": what} for name, a, b, what in RATIOS}
+    variants = {v: {"run_times_s": t, "step_time_ms": stats.step_time_ms(t, steps)} for v, t in times.items()}
+    return {"variants": variants, "ratios": ratios, "memory_bytes": [reply["memory"] for reply in replies],
+            "backend": replies[0]["backend"], "bucket_mb": BUCKET_MB}
 
 
 def table(summary: dict) -> str:
-    """The group's lines for the terminal: ratios, then bytes per rank next to 12P/N."""
-    lines = ["Problem 4 (2 ranks): step-time ratios, median of paired repeats"]
+    """The group's lines for the terminal: each variant's step time, the ratios, then bytes per rank next to 12P/N."""
+    from project.bench.report import ms, times
+
+    lines = ["Problem 4 (2 ranks; step_time_ms: median over repeats of run time / steps; a ratio: the quotient "
+             "of two step_time_ms)"]
+    for name, v in summary["variants"].items():
+        lines.append(f"  {name:34s} step_time_ms {ms(v['step_time_ms']):>8}")
     for name, ratio in summary["ratios"].items():
-        lines.append(f"  {name:34s} {ratio['median']:6.2f}   {ratio['what']}")
+        lines.append(f"  {name:34s} {times(ratio['median']):>7}   {ratio['what']}")
     lines.append("  optimizer state per rank (bytes): rank  ShardedOptimizer  DeepSpeed ZeRO-1  ZeRO-2  12P/N  12P")
     for rank, m in enumerate(summary["memory_bytes"]):
         lines.append(f"  {'':33s} {rank:4d}  {m['sharded_optimizer']:16,d}  {m['deepspeed_zero1']:16,d}  "

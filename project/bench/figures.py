@@ -5,7 +5,11 @@
 - ``pipeline_timeline.png``: Gantt of stage x micro-batch of one step, measured bubble beside (K-1)/(M+K-1);
 - ``peers.png`` (with ``--peers``): each reference's time relative to ours, and the machine's capacity.
 
-Bars are medians over repeats; the dots are the single repeats.
+Every number drawn is the summary's own, formatted as the console prints it
+(``report.ms``, ``report.times``, ``report.fraction``): a bar is a variant's
+``step_time_ms`` (median over repeats of run time / steps), the dots the
+single repeats, a ratio the quotient of two ``step_time_ms``, a bubble the
+variant's ``measured_bubble`` (the run drawn).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from project.bench.stats import median  # noqa: E402
+from project.bench.report import fraction, ms, statistic, times  # noqa: E402
 
 COLORS = {"baseline": "#9e9e9e", "ours": "#1f77b4", "peer": "#ff7f0e", "bound": "#2ca02c"}
 DP_SHOWN = [("world_size_1", "world size 1", "baseline"), ("world_size_2", "world size 2\n(ours)", "ours"),
@@ -24,24 +28,27 @@ DP_SHOWN = [("world_size_1", "world size 1", "baseline"), ("world_size_2", "worl
             ("capacity_concurrent", "2 ranks,\nno comm", "bound")]
 
 
-def _bars(ax, rows: list[tuple[str, dict, str]], key: str, scale: float, ylabel: str) -> None:
+def _bars(ax, rows: list[tuple[str, dict, str]], bar, dots, ylabel: str, unit: str = "") -> None:
+    """One bar (``bar(v)``) and its dots (``dots(v)``) per row; with ``unit``, the bar's value under its label."""
     for x, (label, v, kind) in enumerate(rows):
-        values = [scale * t for t in v[key]]
-        ax.bar(x, median(values), color=COLORS[kind], alpha=0.85)
-        ax.scatter([x] * len(values), values, color="black", s=10, zorder=3)
-    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+        ax.bar(x, bar(v), color=COLORS[kind], alpha=0.85)
+        ax.scatter([x] * len(dots(v)), dots(v), color="black", s=10, zorder=3)
+    labels = [f"{label}\n{ms(bar(v))} {unit}" if unit else label for label, v, _ in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 
 
-def _pair_plot(rows: list[tuple[str, dict, str]], title: str, path: Path) -> None:
+def _pair_plot(rows: list[tuple[str, dict, str]], title: str, summary: dict, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    steps = rows[0][1]["steps_per_run"]
-    _bars(left, rows, "run_times_s", 1000 / steps, "time per training step (ms)")
-    left.set_title("time per step (lower is better); bar: median, dots: repeats", fontsize=10)
-    _bars(right, rows, "tokens_per_s", 1.0, "real tokens / s (padding excluded)")
+    _bars(left, rows, lambda v: v["step_time_ms"],
+          lambda v: [1000 * t / v["steps_per_run"] for t in v["run_times_s"]],
+          "step_time_ms (ms per training step)", "ms")
+    left.set_title("step_time_ms (lower is better); bar: median, dots: repeats", fontsize=10)
+    _bars(right, rows, lambda v: v["median_tokens_per_s"], lambda v: v["tokens_per_s"],
+          "real tokens / s (padding excluded)")
     right.set_title("throughput (higher is better); bar: median, dots: repeats", fontsize=10)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(f"{title}\n{statistic(summary)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -62,9 +69,9 @@ def draw_data_parallel(summary: dict, path: Path) -> None:
     rows = [(label, dp["variants"][name], kind) for name, label, kind in DP_SHOWN if name in dp["variants"]]
     r = dp["ratios"]["speedup"]
     w = summary["workload"]
-    _pair_plot(rows, f"Data parallel, {w['preset']} GPT-2, global batch {w['batch_size']}: speedup "
-                     f"{r['median']:.2f}x (median of {len(r['paired'])} paired repeats); "
-                     f"{_threshold_note(summary, 'dp_speedup')}", path)
+    _pair_plot(rows, f"Data parallel, {w['preset']} GPT-2 ({w['parameters']:,} parameters), global batch "
+                     f"{w['batch_size']}: speedup {times(r['median'])} (world_size_1 / world_size_2); "
+                     f"{_threshold_note(summary, 'dp_speedup')}", summary, path)
 
 
 def draw_pipeline(summary: dict, path: Path) -> None:
@@ -76,23 +83,26 @@ def draw_pipeline(summary: dict, path: Path) -> None:
             rows.append(("model\nparallel", v, "baseline"))
         elif name.startswith("pipeline_parallel_m"):
             m = name.rsplit("m", 1)[1]
-            rows.append((f"pipeline\nn_chunk={m}\n{pp['ratios'][f'speedup_m{m}']['median']:.2f}x", v, "ours"))
+            rows.append((f"pipeline\nn_chunk={m}\nspeedup_m{m} {times(pp['ratios'][f'speedup_m{m}']['median'])}",
+                         v, "ours"))
         else:
             rows.append((f"torch GPipe\n2 ranks, {name.rsplit('m', 1)[1]} mb", v, "peer"))
     best = summary.get("thresholds", {}).get("pp_speedup", {}).get("measured")
-    best_text = f"best speedup {best:.2f}x" if best is not None else "no speedup measured"
-    _pair_plot(rows, f"Pipeline (2 stages): {best_text} over model parallel (median of paired repeats); "
-                     f"{_threshold_note(summary, 'pp_speedup')}", path)
+    best_text = f"best speedup {times(best)}" if best is not None else "no speedup measured"
+    _pair_plot(rows, f"Pipeline (2 stages): {best_text} over model parallel; "
+                     f"{_threshold_note(summary, 'pp_speedup')}", summary, path)
 
 
 def draw_timeline(summary: dict, path: Path) -> None:
-    """``pipeline_timeline.png``: a Gantt chart of one step per mode, measured bubble next to (K-1)/(M+K-1)."""
+    """``pipeline_timeline.png``: a Gantt chart of one step per mode, its ``measured_bubble`` next to (K-1)/(M+K-1).
+
+    The step drawn is the last of the run whose bubble is the variant's ``measured_bubble`` (``report``)."""
     tl = summary["pipeline"]["timeline"]
     panels = [v for v in ("model_parallel", f"pipeline_parallel_m{tl['microbatches']}") if v in tl]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.4 * len(panels) + 0.6), squeeze=False)
     cmap = plt.get_cmap("tab10")
     for ax, variant in zip(axes[:, 0], panels):
-        data = tl[variant]
+        data, runs = tl[variant], summary["pipeline"]["variants"][variant]["run_times_s"]
         m = 1 if variant == "model_parallel" else tl["microbatches"]
         lanes = ["stage 0", "stage 1", "loss + backward\n+ optimizer"]
         for t in data["tasks"]:
@@ -108,10 +118,12 @@ def draw_timeline(summary: dict, path: Path) -> None:
         ax.grid(axis="x", alpha=0.3)
         theory = (tl["stages"] - 1) / (m + tl["stages"] - 1)
         name = "model_parallel (whole batch)" if m == 1 else f"pipeline_parallel, M = {m} micro-batches"
-        ax.set_title(f"{name}: forward bubble measured {data['measured_bubble']:.2f}, "
-                     f"theory (K-1)/(M+K-1) = {theory:.2f} (K = {tl['stages']})", fontsize=9)
+        bubble = summary["pipeline"]["variants"][variant]["measured_bubble"]
+        ax.set_title(f"{name}: measured_bubble {fraction(bubble)} (lower median of {len(runs)} repeats: repeat "
+                     f"{data['repeat'] + 1}, drawn), theory (K-1)/(M+K-1) = {fraction(theory)} (K = {tl['stages']})",
+                     fontsize=9)
     on_gpu = bool(summary["hardware"]["gpus"])
-    fig.suptitle("One training step (median run): forward tasks per stage worker; backward runs after the forward"
+    fig.suptitle("One training step: forward tasks per stage worker; backward runs after the forward"
                  + (" (GPU: host-side stamps, kernels may run later)" if on_gpu else
                     " in the main thread on CPU"), fontsize=9)
     fig.tight_layout()
@@ -138,19 +150,19 @@ def draw_peers(summary: dict, path: Path) -> None:
     for y, (label, r) in enumerate(rows):
         ax.barh(y, r["median"] - 1.0, left=1.0, color=COLORS["ours"], alpha=0.85)   # from 1: faster or slower
         ax.scatter(r["paired"], [y] * len(r["paired"]), color="black", s=10, zorder=3)
-        ax.text(max([r["median"], *r["paired"]]) * 1.08, y, f"{r['median']:.2f}x", va="center", fontsize=8)
+        ax.text(max([r["median"], *r["paired"]]) * 1.08, y, times(r["median"]), va="center", fontsize=8)
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("our time / reference time, log scale (1 = same; > 1: ours slower); dots: paired repeats")
+    ax.set_xlabel("our step_time_ms / the reference's, log scale (1 = same; > 1: ours slower); dots: per repeat")
     ratios = summary.get("data_parallel", {}).get("ratios", {})
-    title = "Ours vs reference implementations on the same workload (medians of paired repeats)"
+    title = f"Ours vs reference implementations on the same workload\n{statistic(summary)}"
     if {"parallel_capacity", "speedup_bound", "efficiency_vs_bound"} <= set(ratios):
         title += (f"\nmachine's parallel capacity: {ratios['parallel_capacity']['median']:.2f} of 2.0 "
                   f"(two copies of one rank's work: sequential time / concurrent time)\nbest DP speedup "
                   f"without communication {ratios['speedup_bound']['median']:.2f}x; ours "
-                  f"{ratios['speedup']['median']:.2f}x = {ratios['efficiency_vs_bound']['median']:.2f} of that bound")
+                  f"{times(ratios['speedup']['median'])} = {ratios['efficiency_vs_bound']['median']:.2f} of that bound")
     fig.suptitle(title, fontsize=9)
     ax.margins(x=0.25)
     fig.tight_layout()
@@ -158,13 +170,15 @@ def draw_peers(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+FIGURE_FILES = ("data_parallel.png", "pipeline.png", "pipeline_timeline.png", "peers.png")
+
+
 def draw_all(summary: dict, out: Path) -> list[str]:
-    """Draw every figure whose data is in ``summary`` into ``out``; return the file names written."""
+    """Draw every figure (of ``FIGURE_FILES``) whose data is in ``summary`` into ``out``; return the names written."""
     written = []
-    for name, needs, draw in (("data_parallel.png", "data_parallel", draw_data_parallel),
-                              ("pipeline.png", "pipeline", draw_pipeline),
-                              ("pipeline_timeline.png", "pipeline", draw_timeline),
-                              ("peers.png", "data_parallel" if summary.get("peers") else None, draw_peers)):
+    for name, needs, draw in zip(FIGURE_FILES, ("data_parallel", "pipeline", "pipeline",
+                                                "data_parallel" if summary.get("peers") else None),
+                                 (draw_data_parallel, draw_pipeline, draw_timeline, draw_peers)):
         target = Path(out) / name
         if needs and needs in summary:
             draw(summary, target)

@@ -30,31 +30,39 @@ def read_runs(path: Path, warn: Callable[[str], None] = _warn) -> list[dict]:
 
 
 def variant_summary(records: list[dict]) -> dict:
-    """Per-repeat run times (repeat order), medians and real-token throughput of one variant's timed runs."""
+    """Per-repeat run times (repeat order), the step time, real-token throughput and, for a pipeline, the bubble.
+
+    ``step_time_ms`` is ``stats.step_time_ms`` (median over repeats of run
+    time / steps); ``measured_bubble`` is the lower median over repeats of
+    each run's timeline bubble, and ``measured_bubble_repeat`` the repeat it
+    came from (the run ``pipeline_timeline.png`` draws).
+    """
     runs = sorted((r for r in records if not r["warmup"]), key=lambda r: r["repeat"])
     times = [stats.run_time(r["ranks"]) for r in runs]
-    steps = [t for r in runs for t in stats.step_times(r["ranks"])]
     tokens = runs[0]["tokens"]
-    out = {"role": runs[0]["role"], "ranks": len(runs[0]["ranks"]), "steps_per_run": len(runs[0]["ranks"][0]),
-           "run_times_s": times, "median_s": stats.median(times), "step_time_median_s": stats.median(steps),
+    steps = len(runs[0]["ranks"][0])
+    out = {"role": runs[0]["role"], "ranks": len(runs[0]["ranks"]), "steps_per_run": steps,
+           "run_times_s": times, "median_s": stats.median(times), "step_time_ms": stats.step_time_ms(times, steps),
            "tokens_per_run": tokens, "tokens_per_s": [tokens / t for t in times],
            "median_tokens_per_s": stats.median([tokens / t for t in times])}
-    timelines = [r["timeline"] for r in runs if r.get("timeline")]
-    if timelines:
-        forward = [[t for t in tl if t["stage"] != "backward"] for tl in timelines]
-        backward = [next(t for t in tl if t["stage"] == "backward") for tl in timelines]
+    timed = [r for r in runs if r.get("timeline")]
+    if timed:
+        forward = [[t for t in r["timeline"] if t["stage"] != "backward"] for r in timed]
+        backward = [next(t for t in r["timeline"] if t["stage"] == "backward") for r in timed]
         stages = 1 + max(t["stage"] for t in forward[0])
+        bubbles = [stats.measured_bubble(f, stages) for f in forward]
         out["forward_s_median"] = stats.median([b["start"] for b in backward])
         out["backward_and_step_s_median"] = stats.median([b["end"] - b["start"] for b in backward])
-        out["measured_bubble_median"] = stats.median([stats.measured_bubble(f, stages) for f in forward])
+        out["measured_bubble"] = stats.lower_median(bubbles)
+        out["measured_bubble_repeat"] = timed[bubbles.index(out["measured_bubble"])]["repeat"]
         out["stages"] = stages
     return out
 
 
 def ratio(variants: dict, numerator: str, denominator: str, meaning: str) -> dict:
-    """Paired per-repeat ratios ``time(numerator) / time(denominator)`` and their median."""
-    paired = stats.paired_ratios(variants[numerator]["run_times_s"], variants[denominator]["run_times_s"])
-    return {"numerator": numerator, "denominator": denominator, "paired": paired, "median": stats.median(paired),
+    """``stats.time_ratio`` of two variants: step time(numerator) / step time(denominator), and per repeat."""
+    return {"numerator": numerator, "denominator": denominator,
+            **stats.time_ratio(variants[numerator]["run_times_s"], variants[denominator]["run_times_s"]),
             "meaning": meaning}
 
 
@@ -70,9 +78,9 @@ def group_summary(records: list[dict], ratios: list[tuple[str, str, str, str]]) 
 def judge(summary: dict, dp_threshold: float, pp_threshold: float, gpus: int) -> dict:
     """The threshold verdicts: pass/fail on a machine with 2 GPUs, ``not_applicable`` elsewhere.
 
-    DP: median paired speedup of world size 2 over 1. PP: the best median
-    paired speedup of pipeline_parallel over model_parallel among the
-    ``n_chunk`` values tried. A section that failed to run counts as a miss.
+    DP: the speedup of world size 2 over 1 (``ratio``: quotient of the step
+    times). PP: the best speedup of pipeline_parallel over model_parallel
+    among the ``n_chunk`` values tried. A section that failed to run counts as a miss.
     """
     applicable = gpus >= 2
     reason = ("2 GPUs present: thresholds apply" if applicable else
@@ -84,9 +92,9 @@ def judge(summary: dict, dp_threshold: float, pp_threshold: float, gpus: int) ->
     best = max(pp_ratios, key=pp_ratios.get) if pp_ratios else None
     verdicts = {}
     for key, measured, threshold, what in (
-            ("dp_speedup", dp, dp_threshold, "time(world size 1) / time(world size 2), median of paired repeats"),
+            ("dp_speedup", dp, dp_threshold, "step_time_ms(world_size_1) / step_time_ms(world_size_2)"),
             ("pp_speedup", pp_ratios.get(best), pp_threshold,
-             f"time(model_parallel) / time(pipeline_parallel), best n_chunk ({best})")):
+             f"step_time_ms(model_parallel) / step_time_ms(pipeline_parallel), best n_chunk ({best})")):
         status = "not_applicable" if not applicable else (
             "fail" if measured is None or measured < threshold else "pass")
         verdicts[key] = {"threshold": threshold, "measured": measured, "status": status, "definition": what}
@@ -103,20 +111,50 @@ def exit_code(summary: dict) -> int:
     return 1 if missed else 0
 
 
+def ms(value: float) -> str:
+    """How a ``step_time_ms`` is printed and drawn: ``116.6``."""
+    return f"{value:.1f}"
+
+
+def times(value: float) -> str:
+    """How a ratio of step times is printed and drawn: ``0.71x``."""
+    return f"{value:.2f}x"
+
+
+def fraction(value: float) -> str:
+    """How a bubble (an idle fraction) is printed and drawn: ``0.42``."""
+    return f"{value:.2f}"
+
+
+def statistic(summary: dict) -> str:
+    """One line saying what ``step_time_ms`` and a ratio are in this run (the console, the figures)."""
+    w = summary["workload"]
+    return (f"step_time_ms: median of {w['repeats']} repeats of (run time / {w['steps']} steps); "
+            "a ratio: the quotient of two step_time_ms")
+
+
 def table(summary: dict) -> str:
-    """The console report: one line per ratio, the thresholds, the checks and any errors."""
-    lines = []
+    """The console report: the parameters, per group each variant's step time and each ratio, the
+    thresholds, the checks and any errors; every name is the summary's key for that number."""
+    lines = [f"parameters {summary['workload']['parameters']:,} ({summary['workload']['preset']} GPT-2)"]
+    if any(group in summary for group in ("data_parallel", "pipeline", "finetune")):
+        lines.append(statistic(summary))
     for group in ("data_parallel", "pipeline", "finetune"):
         if group not in summary:
             continue
         lines.append(f"{group}:")
         for name, v in summary[group]["variants"].items():
-            extra = f"  bubble {v['measured_bubble_median']:.2f}" if "measured_bubble_median" in v else ""
-            lines.append(f"  {name:<28} {1000 * v['step_time_median_s']:9.1f} ms/step  "
+            extra = (f"  measured_bubble {fraction(v['measured_bubble'])} (repeat {v['measured_bubble_repeat'] + 1})"
+                     if "measured_bubble" in v else "")
+            lines.append(f"  {name:<28} step_time_ms {ms(v['step_time_ms']):>8}  "
                          f"{v['median_tokens_per_s']:>10,.0f} tokens/s{extra}")
         for key, r in summary[group]["ratios"].items():
-            lines.append(f"  {key:<28} {r['median']:6.2f}x  ({r['numerator']} / {r['denominator']}; "
-                         f"paired {', '.join(f'{x:.2f}' for x in r['paired'])})")
+            lines.append(f"  {key:<28} {times(r['median']):>7}  ({r['numerator']} / {r['denominator']}; "
+                         f"per repeat {', '.join(f'{x:.2f}' for x in r['paired'])})")
+        if group == "pipeline" and "timeline" in summary["pipeline"]:
+            tl = summary["pipeline"]["timeline"]
+            lines.append(f"  theoretical_bubble {fraction(tl['theoretical_bubble'])} ((K-1)/(M+K-1), K = "
+                         f"{tl['stages']}, M = {tl['microbatches']})")
     if "memory" in summary:
         mem = summary["memory"]
         plain, ckpt = (mem[v]["peak_step_bytes"] / 2**20 for v in ("plain", "grad_ckpt"))

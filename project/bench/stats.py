@@ -6,9 +6,15 @@ variant lasts as long as its slowest rank, so::
 
     run_time = sum over steps s of  max over ranks r of (end[r][s] - start[r][s])
 
-Repeats alternate the order of the variants; the ratio of a variant to the
-baseline is taken *within* a repeat (same moment, same machine load) and the
-reported figure is the median of those paired ratios.
+Repeats alternate the order of the variants (same machine load for each).
+One statistic serves the console, the summary and the figures alike::
+
+    step time  = median over repeats of (run time / steps)          (``step_time_ms``)
+    ratio a/b  = step time(a) / step time(b)                        (``time_ratio``)
+
+so a ratio is exactly the quotient of the two step times printed next to
+it. The per-repeat ratios (each repeat's run times, same moment) are kept
+beside it as ``paired``: they show the spread.
 """
 from __future__ import annotations
 
@@ -45,11 +51,35 @@ def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) ->
     return [a / b for a, b in zip(numerators, denominators)]
 
 
+def step_time_ms(run_times: Sequence[float], steps: int) -> float:
+    """Milliseconds per step: the median over repeats of ``run time / steps`` (the benchmark's one step time)."""
+    return 1000.0 * median(run_times) / steps
+
+
+def time_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> dict:
+    """``{"median": m, "paired": [...]}`` of two variants' run times (one per repeat, same steps).
+
+    ``median`` is ``median(numerators) / median(denominators)``: the quotient
+    of the two step times (``step_time_ms``), so a ratio printed next to them
+    is the one a reader computes from them. ``paired`` is each repeat's own
+    ratio (the spread).
+    """
+    return {"median": median(numerators) / median(denominators),
+            "paired": paired_ratios(numerators, denominators)}
+
+
 def median(values: Sequence[float]) -> float:
     """The median (mean of the middle two for an even count); ValueError when empty."""
     if not values:
         raise ValueError("median of no values")
     return float(statistics.median(values))
+
+
+def lower_median(values: Sequence[float]) -> float:
+    """The lower middle value (one of ``values``, so the run it came from can be shown); ValueError when empty."""
+    if not values:
+        raise ValueError("median of no values")
+    return float(statistics.median_low(values))
 
 
 def rotation(names: Sequence[str], repeat: int) -> list[str]:

@@ -4,11 +4,14 @@ For every group of variants (data parallel, pipeline, fine-tuning)::
 
     warm-up:   each variant once, ``warmup`` steps, not timed
     repeat r:  every variant once, in ``rotation(variants, r)`` order, ``steps`` timed steps each
-    ratio:     per repeat, time(a) / time(b); reported: the paired ratios and their median
+    report:    per variant step_time_ms (median over repeats of run time / steps); a ratio a/b is
+               step_time_ms(a) / step_time_ms(b), with each repeat's own ratio beside it (``stats``)
 
 Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
 before anything is derived from it; ``performance_summary.json`` holds the
-derived numbers and the path of that log.
+derived numbers and the path of that log. The summary and the figures are
+written to that folder, then copied to the figures folder (``publish``:
+what they replace stays in its own run's folder).
 
 A group whose problems are not written yet is skipped and named (``skipped_parts``; the summary's
 ``skipped``), so a partial solution still gets the figures its finished problems allow.
@@ -28,6 +31,7 @@ from project import readiness
 from project.bench import SUMMARY_NAME, report
 from project.bench.options import Options
 from project.bench.pool import BenchError, Pool
+from project.bench.publish import new_run_folder, publish
 from project.bench.stats import rotation
 from project.bench.workload import WorkloadSpec
 from project.devices import THREAD_POLICY, gpu_count
@@ -187,9 +191,7 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     skipped = skipped_parts(opts)
     t_start, plain = time.perf_counter(), echo
     echo = lambda text: plain(f"[{time.perf_counter() - t_start:6.1f} s] {text}")  # noqa: E731
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = Path(opts.workdir) / "perf" / stamp
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = new_run_folder(Path(opts.workdir) / "perf")
     log_path = folder / "runs.jsonl"
     problem1 = "data_parallel" not in skipped   # else no student code joins the groups or splits the data
     spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir,
@@ -218,14 +220,14 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     summary["hardware"]["load_average_before_after"] = [load_before, os.getloadavg() if load_before else None]
     summary["wall_time_s"] = time.perf_counter() - t_start
     if "pipeline" in summary:
-        summary["pipeline"]["timeline"] = _timeline(log_path, opts)
+        summary["pipeline"]["timeline"] = _timeline(log_path, opts, summary["pipeline"]["variants"])
     gpus = gpu_count()
     summary["thresholds"] = report.judge(summary, opts.dp_threshold, opts.pp_threshold, gpus)
-    out = Path(opts.figures_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary["figures"] = figures.draw_all(summary, out)
-    write_json(out / SUMMARY_NAME, summary, indent=1)
+    summary["run_folder"] = str(folder)
+    summary["figures"] = figures.draw_all(summary, folder)
     write_json(folder / SUMMARY_NAME, summary, indent=1)
+    for line in publish(folder, Path(opts.figures_dir), SUMMARY_NAME, summary["figures"], figures.FIGURE_FILES):
+        echo(line)
     return summary, report.exit_code(summary)
 
 
@@ -268,19 +270,19 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
     return summary
 
 
-def _timeline(log_path: Path, opts: Options) -> dict:
-    """The Gantt data: the last step of the median-time run of model_parallel and of the largest n_chunk."""
+def _timeline(log_path: Path, opts: Options, variants: dict) -> dict:
+    """The Gantt data: the last step of model_parallel's and the largest n_chunk's run whose bubble is the
+    variant's ``measured_bubble`` (``report.variant_summary``: the lower median over repeats)."""
     from project.bench import stats
 
     records = report.read_runs(log_path)   # tolerant: a torn last line (a killed run) is skipped, with a warning
     m = max(opts.n_chunks)
     out = {"stages": 2, "microbatches": m, "theoretical_bubble": stats.theoretical_bubble(m, 2)}
     for variant in ("model_parallel", f"pipeline_parallel_m{m}"):
-        runs = sorted((r for r in records if r["variant"] == variant and not r["warmup"] and r["timeline"]),
-                      key=lambda r: stats.run_time(r["ranks"]))
-        if not runs:
+        if "measured_bubble_repeat" not in variants.get(variant, {}):
             continue
-        chosen = runs[(len(runs) - 1) // 2]
+        chosen = next(r for r in records if r["variant"] == variant and not r["warmup"]
+                      and r["repeat"] == variants[variant]["measured_bubble_repeat"])
         tasks = chosen["timeline"]
         forward = [t for t in tasks if t["stage"] != "backward"]
         out[variant] = {"repeat": chosen["repeat"], "tasks": tasks,

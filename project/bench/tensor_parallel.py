@@ -17,12 +17,13 @@ same weights on the same global batches with AdamW::
 A warm-up run, then ``repeats`` repeats; in each, every variant runs
 ``steps`` timed steps, in an order rotated per repeat (``stats.rotation``).
 A step lasts as long as its slowest rank. Ratios ``time(variant) /
-time(serial)`` are paired within a repeat and their median is reported.
+time(serial)`` are quotients of step times (``stats.time_ratio``), each repeat's own beside them.
 Memory: bytes of the parameters each rank (or pipeline stage) holds,
 measured on the built modules; AdamW's state is twice that again. A variant
 whose problem is not written yet is skipped with the reason; without Problem 5
 written the comparison refuses in one line (``main``).
-Writes ``tensor_parallel.png`` and ``tensor_parallel_summary.json`` to the figures folder.
+Writes ``tensor_parallel.png`` and ``tensor_parallel_summary.json`` to its own folder, then copies them to the
+figures folder (``publish``).
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ import torch
 from grading.startup import GPT2_IMPORTS
 from project import readiness
 from project.bench import stats
+from project.bench.publish import new_run_folder, publish
+from project.bench.report import ms, times
 from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
 from project.output import quiet_libraries, write_json
 
@@ -209,18 +212,18 @@ def summarize(raw: dict, workload: dict, skipped: dict[str, str], opts: TPOption
     for name, runs in times.items():
         held = memory[0][name] + (memory[1][name] if VARIANTS[name][0] == "pair" else [])
         variants[name] = {"ranks": 2 if VARIANTS[name][0] == "pair" else 1, "run_times_s": runs,
-                          "step_time_median_s": stats.median(runs) / opts.steps,
+                          "step_time_ms": stats.step_time_ms(runs, opts.steps),
                           "parameter_bytes_per_rank": held, "max_parameter_bytes": max(held)}
     serial_bytes = variants["serial"]["max_parameter_bytes"]
     for name, v in variants.items():
-        paired = stats.paired_ratios(v["run_times_s"], variants["serial"]["run_times_s"])
-        v["time_vs_serial"] = {"paired": paired, "median": stats.median(paired)}
+        v["time_vs_serial"] = stats.time_ratio(v["run_times_s"], variants["serial"]["run_times_s"])
         v["memory_vs_serial"] = v["max_parameter_bytes"] / serial_bytes
     return {"schema": "assignment5-tensor-parallel/1",
             "created": datetime.datetime.now().isoformat(timespec="seconds"), "options": asdict(opts),
             "workload": workload, "backend": raw["backend"], "threads_per_rank": raw["threads"],
             "variants": variants, "skipped": skipped,
-            "meaning": {"time_vs_serial": "median over repeats of (run time / serial run time in the same repeat)",
+            "meaning": {"step_time_ms": "median over repeats of (run time / steps)",
+                        "time_vs_serial": "step_time_ms / serial's step_time_ms (paired: each repeat's own ratio)",
                         "memory_vs_serial": "largest per-rank (per-stage) parameter bytes / the unsplit model's"}}
 
 
@@ -228,12 +231,12 @@ def table(summary: dict) -> str:
     """The console table: one line per variant."""
     lines = [f"tensor vs data vs pipeline parallel ({summary['workload']['preset']} GPT-2, backend "
              f"{summary['backend']}, batch {summary['workload']['batch_shape']}):",
-             f"  {'variant':16s} {'ranks':>5s} {'params/rank (MiB)':>18s} {'x serial':>9s} {'step (ms)':>10s} "
+             f"  {'variant':16s} {'ranks':>5s} {'params/rank (MiB)':>18s} {'x serial':>9s} {'step_time_ms':>12s} "
              f"{'x serial':>9s}"]
     for name, v in summary["variants"].items():
         lines.append(f"  {name:16s} {v['ranks']:5d} {v['max_parameter_bytes'] / 2**20:18.2f} "
-                     f"{v['memory_vs_serial']:9.2f} {1000 * v['step_time_median_s']:10.1f} "
-                     f"{v['time_vs_serial']['median']:9.2f}")
+                     f"{v['memory_vs_serial']:9.2f} {ms(v['step_time_ms']):>12s} "
+                     f"{times(v['time_vs_serial']['median']):>9s}")
     lines += [f"  skipped {name}: {why}" for name, why in summary["skipped"].items()]
     return "\n".join(lines)
 
@@ -256,9 +259,10 @@ def draw(summary: dict, path: Path) -> None:
             left.bar(x - 0.4 + width * (k + 0.5), mib, width=width * 0.9, color=colors[name], alpha=0.85)
         left.text(x, max(held) * 1.02, f"{v['memory_vs_serial']:.2f}x", ha="center", fontsize=8)
         runs = [1000 * t / summary["options"]["steps"] for t in v["run_times_s"]]
-        right.bar(x, stats.median(runs), color=colors[name], alpha=0.85)
+        right.bar(x, v["step_time_ms"], color=colors[name], alpha=0.85)
         right.scatter([x] * len(runs), runs, color="black", s=10, zorder=3)
-        right.text(x, max(runs) * 1.02, f"{v['time_vs_serial']['median']:.2f}x", ha="center", fontsize=8)
+        right.text(x, max(runs) * 1.02, f"{ms(v['step_time_ms'])} ms, {times(v['time_vs_serial']['median'])}",
+                   ha="center", fontsize=8)
     labels = [LABELS[n] for n in names]
     for ax in (left, right):
         ax.set_xticks(range(len(names)), labels, fontsize=8)
@@ -266,8 +270,8 @@ def draw(summary: dict, path: Path) -> None:
         ax.margins(y=0.12)
     left.set_ylabel("parameters held (MiB), one bar per rank / stage")
     left.set_title("parameters per rank (x: largest rank vs unsplit; TP splits the blocks only)", fontsize=10)
-    right.set_ylabel("time per training step (ms)")
-    right.set_title("step time (bar: median, dots: repeats; x: paired ratio vs serial)", fontsize=10)
+    right.set_ylabel("step_time_ms (ms per training step)")
+    right.set_title("step_time_ms (bar: median of repeats, dots: repeats; x: vs serial's)", fontsize=10)
     w = summary["workload"]
     fig.suptitle(f"{w['preset']} GPT-2 ({w['n_layer']} layers, {w['n_embd']} wide), global batch "
                  f"{w['batch_shape'][0]} x {w['batch_shape'][1]} tokens, AdamW, backend {summary['backend']}"
@@ -287,8 +291,7 @@ def run(opts: TPOptions, echo=print) -> dict:
     skipped = {name: "; ".join(why) for name, (_, needs) in VARIANTS.items()
                if (why := readiness.problems_not_ready(needs))}
     variants = [name for name in VARIANTS if name not in skipped]
-    folder = Path(opts.workdir) / "perf" / ("tp-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = new_run_folder(Path(opts.workdir) / "perf", "tp-")
     echo(f"tensor-parallel comparison: {', '.join(variants)} ({opts.repeats} repeats of {opts.steps} steps); "
          f"raw numbers in {folder}")
     workload = _workload(opts, folder / "workload.pt")
@@ -297,11 +300,11 @@ def run(opts: TPOptions, echo=print) -> dict:
     write_json(folder / "times.json", raw)
     summary = summarize(raw, workload, skipped, opts)
     out = Path(opts.figures_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    draw(summary, out / FIGURE_FILE)
-    summary["figure"] = str(out / FIGURE_FILE)
-    for target in (out / SUMMARY_FILE, folder / SUMMARY_FILE):
-        write_json(target, summary, indent=1)
+    draw(summary, folder / FIGURE_FILE)
+    summary["figure"], summary["run_folder"] = str(out / FIGURE_FILE), str(folder)
+    write_json(folder / SUMMARY_FILE, summary, indent=1)
+    for line in publish(folder, out, SUMMARY_FILE, [FIGURE_FILE], (FIGURE_FILE,)):
+        echo(line)
     return summary
 
 

@@ -243,3 +243,30 @@ def test_the_check_finds_a_dangling_path_and_section(tmp_path):
                                                "# tests/test_peft_interop.py, scripts/two_ranks.py\n")
     assert dangling(tmp_path, ("1", "2", "3")) == {"requirements.txt": ["tests/test_peft_interop.py",
                                                                         "README's Dependencies"]}
+
+
+def test_the_benchmark_help_names_only_the_chosen_problems_and_no_duration(everything, default):
+    """``--help`` of the default starter says nothing of Problems 4-5, their flags or the readiness
+    tables, and no starter states how long a run takes."""
+    helps = {}
+    for starter in (everything, default):
+        done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--help"], cwd=starter, text=True,
+                              capture_output=True, timeout=60, env=_env())
+        assert done.returncode == 0, done.stderr[-2000:]
+        helps[starter] = done.stdout
+        assert not re.search(r"\babout (an?|[\d.]+) (seconds?|minutes?)|[\d.]+ ?(s|min|minutes?)\b|BENCH_FLAGS|"
+                             r"readiness", done.stdout), done.stdout
+    for text in ("--tensor_parallel", "Problem 4", "Problem 5", "BucketedDDP"):
+        assert text in helps[everything] and text not in helps[default], text
+
+
+def test_the_starter_tracks_the_written_analysis_and_ignores_generated_figures(default, tmp_path):
+    """With the starter's own ``.gitignore``, ``git`` ignores the benchmark's figures and JSON in
+    ``submit_figures/`` but not the student's answers there (``analysis.md``, shipped as the template)."""
+    assert (default / "submit_figures" / "analysis.md").is_file()
+    (tmp_path / ".gitignore").write_text((default / ".gitignore").read_text())
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    names = ["analysis.md", ".gitkeep", "data_parallel.png", "performance_summary.json", "tensor_parallel.png"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *(f"submit_figures/{n}" for n in names)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)   # prints the ignored ones
+    assert done.stdout.split() == [f"submit_figures/{n}" for n in names[2:]], done.stdout + done.stderr
