@@ -32,7 +32,7 @@ from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit import points
 from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
-from grading.engine.forkserver import SERVERS_ENV
+from grading.engine.run_servers import SERVERS_ENV
 from grading.problems import all_cases, titles
 
 # The session's grading runs (its own, and each `python -m grading` a test starts: ``fork_servers``) share one fork

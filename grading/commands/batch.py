@@ -19,9 +19,13 @@ course chose (``course.chosen_problems()``) and nothing for the others;
 them; the figures lines every grade prints, not scored, are left in its
 report); ``results`` links that submission's results.json (relative to the
 CSV's folder); then every criterion's points (a column per criterion id,
-empty where it was not graded). A grade that did not finish or hit a grader
-error (``UNSCORED``) gets a blank score, never 0, and its notes say why. The
-class report (``class_report.py``) is written next to the CSV at the end.
+empty where it was not graded). A grade shares its limit among its cases
+(``grade --total-timeout``) and keeps its results.json current as it runs, so
+one that did not finish or hit a grader error (``UNSCORED``) has in its row and
+its results.json the same score: what it judged (notes: ``partial score``; the
+rest listed as not graded, with why), or a blank score, never 0, when it
+judged nothing. Its notes say why once and name each case that hit its limit.
+The class report (``class_report.py``) is written next to the CSV at the end.
 Every CSV cell is formula-safe (``csv_cells.py``).
 """
 from __future__ import annotations
@@ -43,9 +47,12 @@ from typing import Callable
 from grading.commands.benchmarks import NOT_SCORED
 from grading.commands.class_report import write_class_report
 from grading.commands.csv_cells import write_csv
-from grading.commands.result_tests import criterion_id
+from grading.commands.result_tests import criterion_id, is_not_graded
 from grading.engine.runner import warm_servers
+from grading.commands import report
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
+from grading.engine.rubric import selects
+from grading.engine.runner import out_of_time
 from grading import KIT_ROOT
 from grading.kit.course import chosen_problems
 from grading.kit.files import atomic_write
@@ -57,7 +64,7 @@ STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT
           EXIT_GRADER_ERROR: "grader_error"}
 SCRATCH_PREFIX = "grading-grade-"      # each grade's temporary folder (its TMPDIR), removed when it ends
 GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
-UNSCORED = ("timeout", "grader_error")     # the grade did not finish as a grade: score left blank, never 0
+UNSCORED = ("timeout", "grader_error")     # the grade did not finish: its partial score, blank if it judged nothing
 HEAD = ["submission", "score", "max_score", "status", "exit_code", "seconds"]
 TAIL = ["notes", "results"]                # then the criterion columns
 NOTE_SEPARATOR = " | "
@@ -86,12 +93,13 @@ def submissions_in(folder: Path) -> list[Path]:
 
 
 def default_limit_s(grade_args: list[str]) -> float:
-    """A wall-clock limit for one whole ``grade`` run: every case's limit, plus start-up slack."""
-    timeout = None
-    if "--timeout" in grade_args:
-        timeout = float(grade_args[grade_args.index("--timeout") + 1])
-    cases = all_cases()
-    return sum(timeout if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
+    """A wall-clock limit for one whole ``grade`` run: the limits of the cases it runs (those of ``--problem``,
+    each ``--timeout`` when given), plus start-up slack."""
+    def option(name: str) -> str | None:
+        return grade_args[grade_args.index(name) + 1] if name in grade_args[:-1] else None
+    timeout, problem = option("--timeout"), option("--problem")
+    cases = [c for c in all_cases() if any(selects(problem, x.problem) for x in c.criteria)]
+    return sum(float(timeout) if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
 
 
 def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env: dict[str, str] | None = None
@@ -108,7 +116,8 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     results.unlink(missing_ok=True)
-    command = ["grade", str(entry.resolve()), "--json", str(results), "--quiet", *grade_args]
+    command = ["grade", str(entry.resolve()), "--json", str(results), "--quiet", "--total-timeout", f"{limit_s:g}",
+               *grade_args]
     start = time.monotonic()
     code: int | None = None
     not_started = ""            # why the grader could not be started at all
@@ -132,34 +141,55 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     finally:
         _remove(scratch)
     seconds = time.monotonic() - start
-    data = _load(results)
-    if not_started:
-        status, note = "grader_error", not_started
-    elif code is None:
-        status, note = "timeout", f"the grader did not finish within {limit_s:.0f} s"
-    else:
-        status = STATUS.get(code, "grader_error")
-        note = "" if data is not None else f"the grader exited with code {code} without a report"
-    if data is None or code is None:     # no grade, or not a finished one
-        data = {"score": 0.0, "max_score": 0.0, "output": note, "tests": [], **({} if data is None else data)}
-        data["output"] = (str(data.get("output", "")) + "\n" + note).strip()
-        atomic_write(results, json.dumps(data, indent=1) + "\n")
+    status, data = _verdict(results, code, not_started, limit_s)
+    judged = [t for t in data.get("tests", []) if not is_not_graded(t)]
     by_problem: dict[str, float] = {}
-    for test in data.get("tests", []):
-        number = str(test.get("number", ""))
-        if number in titles():
-            by_problem[number] = by_problem.get(number, 0.0) + float(test.get("score", 0.0))
-    unscored = status in UNSCORED
-    notes = notes_of(str(data.get("output", "")), note)
-    if unscored:
-        notes = NOTE_SEPARATOR.join(n for n in (f"score left blank ({status})", notes) if n)
-    return {"submission": entry.name, "score": "" if unscored else f"{float(data.get('score', 0.0)):g}",
-            "max_score": "" if unscored and not data.get("tests") else f"{float(data.get('max_score', 0.0)):g}",
-            "status": status,
+    for test in (t for t in judged if str(t.get("number", "")) in titles()):
+        by_problem[str(test["number"])] = by_problem.get(str(test["number"]), 0.0) + float(test.get("score", 0.0))
+    blank, extra = status in UNSCORED and not judged, data.get("extra_data")
+    marker = (f"score left blank ({status})" if blank
+              else f"partial score ({status})" if len(judged) < len(data.get("tests", [])) else "")
+    hits = extra.get(report.HIT_LIMIT, []) if isinstance(extra, dict) else []
+    notes = NOTE_SEPARATOR.join(n for n in (marker, notes_of(str(data.get("output", ""))), *map(str, hits)) if n)
+    return {"submission": entry.name, "score": "" if blank else f"{float(data.get('score', 0.0)):g}",
+            "max_score": "" if blank else f"{float(data.get('max_score', 0.0)):g}", "status": status,
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
-            **{c: "" if unscored or c[len("problem_"):] not in by_problem else f"{by_problem[c[len('problem_'):]]:g}"
+            **{c: "" if c[len("problem_"):] not in by_problem else f"{by_problem[c[len('problem_'):]]:g}"
                for c in problem_columns()},
-            "notes": notes, **(criterion_cells(data) if status in GRADED else {})}
+            "notes": notes, **(criterion_cells(data) if status in GRADED or judged and status in UNSCORED else {})}
+
+
+def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) -> tuple[str, dict]:
+    """(row status, results.json data) of a grade that ended with ``code`` (None: killed at ``limit_s``).
+
+    A partial report left by a grade stopped midway is finished (``report.finish``) with why; without one, a
+    report with no tests says why. A grade that finished with criteria not graded (its total) is a ``timeout``.
+    """
+    data = _load(results)
+    unfinished = data is not None and report.UNFINISHED in (data.get("extra_data") or {})
+    data = None if data is not None and data.get("output") == report.PLACEHOLDER else data
+    if not_started:
+        status, why = "grader_error", not_started
+    elif code is None:
+        status, why = "timeout", out_of_time(limit_s)
+    elif unfinished or data is None:
+        status = "grader_error"
+        why = f"the grader did not finish ({f'stopped by signal {-code}' if code < 0 else f'exit code {code}'})"
+    else:
+        status = "timeout" if any(is_not_graded(t) for t in data["tests"]) else STATUS.get(code, "grader_error")
+        return status, data
+    if (kept := report.finish(results, why) if unfinished else None) is None:
+        atomic_write(results, json.dumps(kept := {"score": 0.0, "max_score": 0.0, "output": why, "tests": []}) + "\n")
+    return status, kept
+
+
+def progress_line(row: dict, done: int, total: int) -> str:
+    """A batch progress line: the row's score (what it judged, or "no score") and status, with the first note
+    that says why for a grade that did not finish."""
+    score = "no score" if row.get("score", "") == "" else f"{row['score']}/{row['max_score']}"
+    why = [n for n in str(row.get("notes", "")).split(NOTE_SEPARATOR) if n and "score" not in n[:16]][:1]
+    why = f": {why[0]}" if why and row.get("status") in UNSCORED else ""
+    return f"[{done}/{total}] {row['submission']}: {score} ({row['status']}{why}) in {row.get('seconds') or '?'} s"
 
 
 def notes_of(output: str, own: str = "") -> str:
@@ -181,12 +211,13 @@ def notes_of(output: str, own: str = "") -> str:
 
 
 def criterion_cells(data: dict) -> dict[str, str]:
-    """Criterion id -> points earned, for every test of a results.json with points to earn (the CSV's last columns).
+    """Criterion id -> points earned, for every test of a results.json with points to earn that was graded (the
+    CSV's last columns; a criterion listed as not graded gets none).
 
-    ``grade_one`` adds them for a graded submission only (status in ``GRADED``): a rejected one has none.
+    ``grade_one`` adds them for a graded submission (status in ``GRADED``) or one with a partial score.
     """
     return {criterion_id(t): f"{float(t.get('score', 0.0)):g}" for t in data.get("tests", [])
-            if isinstance(t, dict) and float(t.get("max_score", 0) or 0) > 0}
+            if isinstance(t, dict) and float(t.get("max_score", 0) or 0) > 0 and not is_not_graded(t)}
 
 
 def columns_of(rows: list[dict], problems: tuple[str, ...] | None = None) -> list[str]:
@@ -300,8 +331,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
             rows.append(row)
             write_grades(out_csv, rows, results_dir)
             if progress:
-                progress(f"[{len(rows)}/{len(entries)}] {row['submission']}: {row['score']}/{row['max_score']} "
-                         f"({row['status']}) in {row['seconds'] or '?'} s")
+                progress(progress_line(row, len(rows), len(entries)))
 
     write_grades(out_csv, rows, results_dir)
     servers = warm_servers(KIT_ROOT)         # shared by every grade: no grade imports the libraries again

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from grading import KIT_ROOT
 from grading.commands import benchmarks, profile, report
 from grading.commands.options import add_course_options
 from grading.engine.rubric import selects
-from grading.engine.runner import CriterionResult, run_cases, warm_servers
+from grading.engine.runner import CriterionResult, TotalTime, not_graded, run_cases, warm_servers
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
@@ -48,9 +49,25 @@ def _all_failed(status: str, message: str, problem: str | None) -> list[Criterio
             for case in cases for c in case.criteria if selects(problem, c.problem)]
 
 
+def _deadline(total_s: float | None, started: float) -> TotalTime | None:
+    """The cases' share of a grade's ``--total-timeout`` (started at ``started``): all of it but a reserve for
+    what comes after the last case (its judging, the report), a tenth of it and at most ``END_RESERVE_S``."""
+    if total_s is None:
+        return None
+    return TotalTime(total_s, started + total_s - min(END_RESERVE_S, total_s / 10))
+
+
+END_RESERVE_S = 20.0
+NOT_YET = "the grade stopped before this check ran"      # a partial report's reason until the grade says more
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     """``grade``: a report (and --json file) always comes out, even when the grader itself fails."""
+    started = time.monotonic()
     problem = args.problem
+    if args.total_timeout is not None and args.total_timeout <= 0:
+        print(f"error: --total-timeout must be positive, got {args.total_timeout:g}", file=sys.stderr)
+        return report.EXIT_USAGE
     if problem is not None and problem not in titles() and problem not in {p.split(".")[0] for p in titles()}:
         print(f"error: unknown problem {problem!r}; choose from {', '.join(titles())}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -65,7 +82,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.json:           # a placeholder until the real report replaces it: a killed grader still leaves one
         report.write_placeholder(Path(args.json))
     try:
-        return _grade(args, problem)
+        return _grade(args, problem, _deadline(args.total_timeout, started))
     except Exception:  # noqa: BLE001 - a bug of the grader: still write a report that says so
         message = "grader error (not your fault; please tell the course staff):\n" + traceback.format_exc()[-3000:]
         print(message, file=sys.stderr)
@@ -74,8 +91,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return report.EXIT_GRADER_ERROR
 
 
-def _grade(args: argparse.Namespace, problem: str | None) -> int:
-    """Splice the submission (default: this folder) into a fresh copy of the kit and grade it, as the course does."""
+def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | None) -> int:
+    """Splice the submission (default: this folder) into a fresh copy of the kit and grade it, as the course does.
+
+    With ``--json`` the file is a ``report.PartialReport`` while the cases run, so a grade stopped midway keeps
+    what it judged; ``total``: the cases' share of ``--total-timeout`` (``runner.run_cases``).
+    """
     scratch = scratch_dir()
     notes = _self_check_notes(KIT_ROOT)
     try:
@@ -98,30 +119,53 @@ def _grade(args: argparse.Namespace, problem: str | None) -> int:
             if args.submission is not None:
                 notes += benchmarks.figures_notes(submission_root)
             cases = all_cases()
-            progress = None if args.quiet else (lambda case: print(f"... running {case.name} "
-                                                                   f"({case.world_size} rank(s))", file=sys.stderr))
             if args.timeout is not None:
                 cases = [replace(case, timeout_s=args.timeout) for case in cases]
+            listed = [v for case in cases for v in not_graded(case, NOT_YET) if selects(problem, v.problem)]
+            partial = report.PartialReport(Path(args.json), listed, notes, splice.student_lines) if args.json else None
+            hit_limit: list[str] = []
+
+            def progress(case) -> None:
+                if not args.quiet:
+                    print(f"... running {case.name} ({case.world_size} rank(s))", file=sys.stderr)
+                if partial is not None:
+                    partial.running(case.criteria[0].problem)
+
+            def judged(case, verdicts, result) -> None:
+                if result is not None and result.timed_out:
+                    hit_limit.append(f"{case.name} (Problem {case.criteria[0].problem}) hit its limit of "
+                                     f"{result.limit_s:.1f} s")
+                if partial is not None:
+                    partial.judged(verdicts)
+
             if servers is not None and cases:
                 servers.warm_up(max(case.world_size for case in cases))
             results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
-                                barred=splice.barred, hints=splice.hints, servers=servers)
+                                barred=splice.barred, hints=splice.hints, servers=servers, total=total, judged=judged)
             results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
+            notes += _not_graded_notes(results)
         finally:
             if servers is not None:
                 servers.close()
-        print(report.table(results, notes, verbose=args.verbose))
+        print(report.table(results, notes, verbose=args.verbose, public=args.public_table))
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")
             print(profile.table(scratch / "runs"))
         if args.json:
-            report.write_json(Path(args.json), results, notes)
+            report.write_json(Path(args.json), results, notes, {report.HIT_LIMIT: hit_limit} if hit_limit else None)
         return report.exit_code(results)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
         else:
             print(f"(kept the grading folder {scratch})", file=sys.stderr)
+
+
+def _not_graded_notes(results: list[CriterionResult]) -> list[str]:
+    """One note per reason some criteria were not graded (the grade's total time ran out), with their count."""
+    reasons = [r.message.split(": ", 1)[-1] for r in results if r.status == "not_graded"]
+    return [f"{why}: {reasons.count(why)} check(s) not graded, every other one keeps its verdict"
+            for why in dict.fromkeys(reasons)]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -145,6 +189,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grade.add_argument("--verbose", "-v", action="store_true",
                        help="show each failure's whole message (tracebacks, every line); by default the "
                        "table shows its first line and likely cause, wrapped")
+    grade.add_argument("--total-timeout", type=float, metavar="S", help="seconds the whole grade may take: each "
+                       "case may use what is left in proportion to its limit, so a hang cannot starve the problems "
+                       "after it; a case with no time left is listed as not graded (default: no total)")
+    grade.add_argument("--public-table", action="store_true", help="print the table a student may see: no "
+                       "hidden criterion, totals of the public ones (run_autograder's stdout)")
     grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")
     grade.add_argument("--profile", action="store_true", help="also print where each case's time went")

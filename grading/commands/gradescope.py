@@ -13,8 +13,10 @@ The bundle holds no reference solution: the grader splices the submission's
 region bodies into the kit's files, and judges against its own references
 (``grading/references``), so the region bodies are never needed.
 
-``run_autograder`` writes a placeholder results.json first and checks the
-real one at the end (``python -m grading.commands.report placeholder|finalize``:
+``run_autograder`` writes a placeholder results.json first, has the grade
+share its total time among the cases and keep results.json current while it
+runs (so a stop at the limit keeps every verdict reached), and checks it at
+the end (``python -m grading.commands.report placeholder|finalize``:
 shipped in the bundle, unlike this staff-only module), so Gradescope always
 gets a report, even when the grader is killed. Every path can be moved with
 environment variables (a test unpacks the zip into a folder laid out like
@@ -77,13 +79,15 @@ cd "$SOURCE" || exit 1
 LIMIT="${GRADING_TOTAL_TIMEOUT:-@TOTAL_TIMEOUT@}"
 "$PYTHON" -m grading.commands.report placeholder "$RESULTS"
 started=$SECONDS
+# the grade shares LIMIT among its cases and keeps results.json current, so a stop at LIMIT keeps what it judged;
+# its stdout (the staff's whole table) is hidden from students by results.json's stdout_visibility
 # shellcheck disable=SC2086
-timeout --kill-after=30 "$LIMIT" \\
-    "$PYTHON" -m grading grade "$SUBMISSION" --json "$RESULTS" --quiet ${GRADING_ARGS:-}
+timeout --kill-after=30 "$LIMIT" "$PYTHON" -m grading grade "$SUBMISSION" --json "$RESULTS" --quiet \\
+    --total-timeout "$LIMIT" ${GRADING_ARGS:-}
 code=$?
-out_of_time=0
-[ $((SECONDS - started)) -ge "$LIMIT" ] && out_of_time=1
-"$PYTHON" -m grading.commands.report finalize "$RESULTS" "$code" "$out_of_time"
+reached=0
+[ $((SECONDS - started)) -ge "$LIMIT" ] && reached="$LIMIT"
+"$PYTHON" -m grading.commands.report finalize "$RESULTS" "$code" "$reached"
 exit 0
 """
 

@@ -57,8 +57,10 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
             return report.EXIT_FAIL
         print("public fixtures match the staff answers")
         return 0
-    for path in expected.write():
+    written, unchanged = expected.write()
+    for path in written:
         print(f"wrote {path}")
+    print(f"{len(unchanged)} file(s) unchanged (they already held the staff answers)")
     return 0
 
 
@@ -97,7 +99,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     rows = run_batch(Path(args.submissions_dir), Path(args.out), jobs=args.jobs, grade_args=extra,
                      results_dir=Path(args.results) if args.results else None,
                      progress=None if args.quiet else lambda line: print(line, file=sys.stderr))
-    print(f"graded {len(rows)} submission(s) into {args.out}")
+    from grading.commands.class_report import report_paths
+    results = Path(args.results) if args.results else Path(args.out).with_name(Path(args.out).stem + "_results")
+    print(f"graded {len(rows)} submission(s) into {args.out}; class report: {report_paths(Path(args.out))['html']}; "
+          f"each submission's results.json and report: {results}/")
     if args.similarity:
         return _similarity(Path(args.submissions_dir), args)
     return 0

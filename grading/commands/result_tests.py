@@ -7,7 +7,7 @@ Each test is one criterion: ``name`` (``"1.2.grads: title"``), ``number``
 """
 from __future__ import annotations
 
-from grading.engine.runner import NOT_IMPLEMENTED
+from grading.engine.runner import NOT_GRADED, NOT_IMPLEMENTED
 
 HIDDEN_VISIBILITY = ("hidden", "after_due_date", "after_published")     # Gradescope's: shown later, or never
 
@@ -20,6 +20,11 @@ def criterion_id(test: dict) -> str:
 def is_hidden(test: dict) -> bool:
     """Whether a results.json test is a hidden criterion (Gradescope shows it later, or never)."""
     return test.get("visibility") in HIDDEN_VISIBILITY
+
+
+def is_not_graded(test: dict) -> bool:
+    """Whether a results.json test is a criterion its grade never reached (output ``runner.NOT_GRADED`` ...)."""
+    return str(test.get("output", "")).startswith(NOT_GRADED)
 
 
 def scored_tests(data: dict) -> list[dict]:

@@ -9,7 +9,8 @@ rest::
 
     done      a result is kept and the grader finished (passed, failed, incomplete, rejected)
     failed    a result is kept but the grader did not finish (timeout, grader_error: ``batch.UNSCORED``):
-              its score is blank, never 0, and its notes say why; worth a re-run
+              its score is what it judged (blank when nothing, never 0 for what it did
+              not judge), and its notes say why; worth a re-run
     missing   no result: not run yet, still running, or killed midway
 
 For failed and missing tasks it writes ``OUT_DIR/resubmit.sh``, the one

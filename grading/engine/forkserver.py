@@ -2,7 +2,7 @@
 
 A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
 grading run (``grade``) therefore starts two fork servers, for even and odd ranks (one with
-``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``server_count``), each
+``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``grading.engine.run_servers``), each
 ``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded) listening on a Unix socket.
 It imports torch; then, for each connection, it forks a *session* that serves that launcher alone::
 
@@ -15,13 +15,15 @@ the launcher sent (``socket.send_fds``), the key on a new stdin pipe, the enviro
 (``grading.startup.adopt_environment``), new random seeds, every kit module imported from the folder the request
 names (a server holds library modules only, and nothing of one case reaches another), then ``MODULE.main(ARGV)``
 as ``python -m MODULE ARGV`` would run it. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
-differ in hash order as fresh interpreters do. A session is the *subreaper* of its children: what a rank
-double-forks away is re-parented to it and swept (``psutil``) when the session ends. ``PR_SET_PDEATHSIG`` ties a
-server to the process that started it and (``sandbox``) the ranks to their session. A child ends with
-``os._exit`` after flushing its streams: the documented end of a child after ``fork()`` (``multiprocessing``
-ends its fork and forkserver children so), since the code below the fork is the server's loop.
+differ in hash order as fresh interpreters do; where one server is kept, the ranks of a case whose collectives
+must agree are spread over a second one, started for such cases only (``run_servers.ForkServers``). A session is the
+*subreaper* of its children: what a rank double-forks away is re-parented to it and swept (``psutil``) when the
+session ends. ``PR_SET_PDEATHSIG`` ties a server to the process that started it and (``sandbox``) the ranks to
+their session. A child ends with ``os._exit`` after flushing its streams: the documented end of a child after
+``fork()`` (``multiprocessing`` ends its fork and forkserver children so), since the code below the fork is the
+server's loop.
 
-``batch`` keeps one set of servers for all its grades (``ForkServers.shared_env``, ``POOL_ENV``); each grade is a
+``batch`` keeps one set of servers for all its grades (``run_servers.POOL_ENV``); each grade is a
 fresh ``python -m grading grade`` that has a server fork the grade itself (``grading.__main__.main_warm``) and ends
 as it ends: no grade imports the libraries again, and killing that process ends the grade (its session sweeps it).
 
@@ -51,7 +53,7 @@ from pathlib import Path
 
 import psutil
 
-from grading.engine.sandbox import freeze_and_kill, signal_group
+from grading.engine.sandbox import freeze_and_kill
 from grading.startup import SERVER_IMPORTS, adopt_environment
 
 SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
@@ -317,130 +319,6 @@ class ForkServer:
             except psutil.Error:
                 return
             time.sleep(0.01)
-
-
-SERVERS_ENV = "GRADING_FORKSERVERS"
-POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.shared_env``), to connect to
-
-
-def pool_addresses(pool: str) -> list[str]:
-    """The servers' addresses that a ``POOL_ENV`` value (``shared_env``) names."""
-    return [address.replace("@", "\0", 1) for address in pool.split(",") if address]
-
-
-def server_count(env: dict[str, str] | None = None) -> int:
-    """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
-    ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
-    once: a full grade of Problems 1-3 peaks near 800 MB of PSS instead of 1,050 MB, for Gradescope's small
-    containers; ``run_autograder`` sets it). With one server every rank shares its ``PYTHONHASHSEED``, so
-    a bug that needs two ranks to iterate a set of strings in different orders goes unseen. Raises ValueError
-    for any other value."""
-    value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
-    if value not in ("1", "2"):
-        raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")
-    return int(value)
-
-
-class ForkServers:
-    """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
-    server r % ``servers``. The servers are this run's own, started when first needed in ``cwd`` (a kit copy
-    whose ``grading`` runs them; ``env``: their environment, default this process's; ``server_count`` of them),
-    or those of ``pool`` (``POOL_ENV``'s value: a ``batch``'s, shared by its grades) while they answer."""
-
-    def __init__(self, cwd: Path, env: dict[str, str] | None = None, pool: str = ""):
-        self.cwd = Path(cwd).resolve()
-        base = dict(os.environ if env is None else env)
-        self.pool = pool_addresses(pool)
-        self.servers = len(self.pool) or server_count(base)
-        self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
-                    "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
-        self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
-        self._sessions: dict[int, ForkServer] = {}
-        self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
-        self.refused = ""                          # why preloading stopped for this run ("" while it works)
-
-    def address(self, index: int) -> str:
-        """Where server ``index`` listens: the pool's, else this run's own (started, or restarted, here)."""
-        if self.pool:
-            return self.pool[index]
-        started = self._started.get(index)
-        if started is None or started[0].poll() is not None:
-            seed = str(secrets.randbelow(2**32))     # each server its own hash seed, as fresh interpreters
-            self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
-        return self._started[index][1]
-
-    def server(self, rank: int) -> ForkServer:
-        """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
-        index = rank % self.servers
-        if index not in self._sessions or not self._sessions[index].alive():
-            self._open(index)
-        return self._sessions[index]
-
-    def _open(self, index: int, preload: tuple[str, ...] = ()) -> None:
-        """A new session of server ``index`` (the one before it closed), forked once the server has imported
-        ``preload``. A server that does not answer (a pool's that ended, or ours before we saw it end) is left
-        for one of this run's own."""
-        if old := self._sessions.pop(index, None):
-            old.close()
-        try:
-            self._sessions[index] = ForkServer(self.address(index), preload)
-        except OSError:
-            self._leave(index)
-            self._sessions[index] = ForkServer(self.address(index), preload)
-
-    def _leave(self, index: int) -> None:
-        """Use server ``index`` no more: the pool is left, and this run's own server stopped (``address`` starts a
-        new one)."""
-        self.pool = []
-        if index in self._started:
-            proc = self._started.pop(index)[0]
-            signal_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-
-    def preload(self, world_size: int, modules: tuple[str, ...]) -> None:
-        """Start the sessions of ranks 0 .. ``world_size``-1 from servers that have imported ``modules`` (side by
-        side), and wait for them. Nothing where CUDA is visible. A server that a preload left unable to fork has
-        ended and is left; the run preloads nothing more (``refused`` says why)."""
-        if self.preloads_allowed is None:
-            import torch
-            self.preloads_allowed = not torch.cuda.is_available()
-        if not (self.preloads_allowed and modules):
-            return
-        indexes = range(min(world_size, self.servers))
-        for index in indexes:
-            self._open(index, modules)
-        for index in indexes:                        # all servers import side by side; then wait for each
-            try:
-                self._sessions[index].ready()
-            except RuntimeError as exc:
-                self.preloads_allowed, self.refused = False, str(exc)
-                self._sessions.pop(index)
-                self._leave(index)
-
-    def warm_up(self, ranks: int = 2) -> None:
-        """Start the sessions of ranks 0 .. ``ranks``-1 now (the servers' imports overlap the caller's own work)."""
-        for rank in range(min(ranks, self.servers)):
-            self.server(rank)
-
-    def shared_env(self) -> dict[str, str]:
-        """``POOL_ENV`` naming these servers (started now), for other processes' grading runs to share them."""
-        addresses = [self.address(index) for index in range(self.servers)]
-        return {POOL_ENV: ",".join(address.replace("\0", "@", 1) for address in addresses)}
-
-    def close(self) -> None:
-        """End every session, then stop this run's own servers and everything under them."""
-        for session in self._sessions.values():
-            session.close()
-        self._sessions.clear()
-        for index in list(self._started):
-            self._leave(index)
-
-    def __enter__(self) -> ForkServers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,14 @@ _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [
      "a tensor reused across steps keeps an old graph: detach it or rebuild it each step"),
     ("", re.compile(r"element \d+ of tensors does not require grad"),
      "the graph was cut: a .detach(), .data or torch.no_grad() between the input and the loss"),
+    ("", re.compile(r"Check failed: .*sizes\(\)"),
+     "the tensors of one collective call do not fit each other on this rank (the two sizes it names): in "
+     "reduce_scatter and all_gather every chunk has the same size on every rank (pad a flat buffer to a multiple "
+     "of the world size)"),
 ]
+# A C++ log prefix the communication library puts before its message ("[rank2]:[F1205 18:36:15.19 Foo.cpp:2216] ",
+# "[/path/to/pair.cc:553] "): a source path of the library's, not of the student's code.
+_LIBRARY_PREFIX = re.compile(r"(?:\[rank\d+\]:)?\[(?:[A-Z]\d{4} [\d:.]+ )?[^\]\s]*\.(?:cpp|cc|h|hpp):\d+\]\s*")
 
 
 def student_frame(tb: traceback.StackSummary | list, root: Path | str | None = None) -> str:
@@ -85,7 +92,7 @@ def format_error(kind: str, message: str, where: str = "") -> str:
     ``where`` is ``student_frame``'s answer ("" when no student frame was found: no location is shown). A
     message whose first line ends at a colon gets its details joined onto that line (``self_contained``).
     """
-    message = self_contained(message)
+    message = _LIBRARY_PREFIX.sub("", self_contained(message)).rstrip()
     text = f"{kind}: {message}" + (f" (at {where})" if where else "")
     hint = likely_cause(kind, message, where)
     return text + (f"\n{hint}" if hint else "")

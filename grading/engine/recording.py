@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import time
 import traceback
@@ -23,6 +24,27 @@ from grading.engine.hints import student_frame
 
 PARTS_LOG = "parts.log"
 DONE_MARKER = "done"
+COLLECTIVES_MODULE = "torch/distributed/distributed_c10d.py"     # where torch.distributed's collectives live
+
+
+# The library's own assertion failing inside a call on this rank alone (gloo's "Check failed: ... (71 vs. 70)"),
+# unlike torch's checks, which refuse a mismatched call on every rank before it runs
+LIBRARY_CHECK = re.compile(r"Check failed:|[Ee]nforce fail")
+
+
+class RankStopped(BaseException):
+    """Raised by ``RankContext.record`` after it recorded an error that broke the group (``broke_the_group``) in
+    a case of several ranks: its peers wait in a call this rank left, and its next call would wait for them, so
+    the rank ends now (the peers' call then fails at once instead of at the group's timeout). The cause is that
+    error."""
+
+
+def broke_the_group(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``LIBRARY_CHECK`` failure out of a ``torch.distributed`` collective call (its
+    innermost frames are there): this rank left a call that its peers entered and still wait in."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(LIBRARY_CHECK.search(str(exc))) and \
+        any(frame.filename.replace("\\", "/").endswith(COLLECTIVES_MODULE) for frame in frames[-3:])
 
 
 def part_mac(key: bytes, rank: int, name: str, kind: str, digest: str) -> str:
@@ -73,7 +95,8 @@ class RankContext:
         """Run ``fn()``; save its return value as part ``name``, or the exception it raised.
 
         Returns the value, or None when ``fn`` raised (the exception is recorded,
-        never propagated, so the next part still runs).
+        never propagated, so the next part still runs), except after an error that broke the group
+        (``broke_the_group``) in a case of several ranks: then ``RankStopped`` ends the rank (its docstring).
         """
         import torch
         if self._naming is not None:
@@ -88,6 +111,8 @@ class RankContext:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self._save_error(name, exc)
+            if self.world_size > 1 and broke_the_group(exc):
+                raise RankStopped(f"part {name!r}: a collective call failed; the rank stops") from exc
             return None
         scratch = self.out_dir / f".{name}.{secrets.token_hex(4)}.tmp"
         started = time.perf_counter()

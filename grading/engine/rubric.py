@@ -50,6 +50,10 @@ class InputSource(Protocol):
 
     def expected_for(self, split: str) -> Any: ...
 
+    @property
+    def hidden_kind(self) -> str:
+        """The kind of the hidden inputs, in words a student may read (never their values); '' when unsaid."""
+
 
 class SplitRun:
     """What a criterion judges: a finished case's results as seen from one split, with its inputs and expected.

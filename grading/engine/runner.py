@@ -8,19 +8,25 @@ import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from grading.engine.expect import CheckFailed
 from grading.engine.case_run import CaseRun
-from grading.engine.forkserver import POOL_ENV, ForkServers
-from grading.engine.launch import LaunchResult, launch, pick_backend
+from grading.engine.run_servers import POOL_ENV, ForkServers
+from grading.engine.hidden_view import student_view
+from grading.engine.launch import LaunchResult, LoadClock, launch, pick_backend
 from grading.engine.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
 FORKSERVER_ENV = "GRADING_FORKSERVER"        # "0": every rank a cold interpreter (e.g. to compare)
 NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
+NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (status "not_graded")
+GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
+                       "their report has the details)")
+MIN_CASE_S = 1.0                 # a case whose share of a grade's total time is shorter is not started
 
 
 @dataclass
@@ -32,14 +38,25 @@ class CriterionResult:
     title: str
     max_score: float
     score: float
-    status: str        # "passed" | "failed" | "not_implemented" | "grader_error"
+    status: str        # "passed" | "failed" | "not_implemented" | "grader_error" | "not_graded"
     message: str
     seconds: float
     hidden: bool = False
+    hidden_kind: str = ""    # a hidden criterion's kind of input, in a student's words (``HIDDEN_KIND``)
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def student_message(self) -> str:
+        """What a student may read of the verdict: the message, or of a failed hidden criterion its
+        ``hidden_view.student_view`` (the kind of input and the likely cause, no secret value)."""
+        if self.hidden and self.status == "failed":
+            return student_view(self.message, self.hidden_kind)
+        if self.hidden and self.status == "grader_error":      # its traceback may name a hidden input
+            return GRADER_ERROR_HIDDEN
+        return self.message
 
 
 def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
@@ -99,7 +116,7 @@ def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] |
         seconds = result.wall_s if result is not None and criterion.problem not in barred else 0.0
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
                                         criterion.points if status == "passed" else 0.0, status, message, seconds,
-                                        criterion.hidden))
+                                        criterion.hidden, criterion.source.hidden_kind if criterion.source else ""))
     if result is not None:
         (result.out_dir / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
     return verdicts
@@ -114,35 +131,111 @@ def warm_servers(kit_root: Path) -> ForkServers | None:
     return ForkServers(kit_root, pool=os.environ.get(POOL_ENV, ""))
 
 
+@dataclass(frozen=True)
+class TotalTime:
+    """A grade's whole time: ``total_s`` wall seconds, its cases to end by ``deadline`` (``time.monotonic()``).
+
+    The cases share it (``run_cases``): each may use what is left in proportion to its own limit among the
+    limits of the cases still to run, itself included, so a hang in one problem cannot starve the next and what
+    a case leaves unused passes on to the rest.
+    """
+
+    total_s: float
+    deadline: float
+
+    def share_s(self, limit_s: float, pending_s: float) -> float:
+        """Wall seconds a case with limit ``limit_s`` may use now, ``pending_s`` the sum of the limits still to
+        run (its own included)."""
+        return max(0.0, self.deadline - time.monotonic()) * limit_s / max(pending_s, limit_s, 1e-9)
+
+    def reached(self, problem: str | None) -> str:
+        """Why a criterion was not graded once this total ran out, ``problem`` the one whose case was running."""
+        return while_running(out_of_time(self.total_s), problem)
+
+
+def out_of_time(total_s: float) -> str:
+    """How every report says that a grade used up its total time of ``total_s`` seconds."""
+    return f"the grade reached its total time of {total_s:g} s"
+
+
+def while_running(why: str, problem: str | None) -> str:
+    """``why`` a grade stopped, with the problem whose case was running then (when known)."""
+    return why + (f" while running Problem {problem}" if problem else "")
+
+
+def not_graded(case: Case, reason: str) -> list[CriterionResult]:
+    """Every criterion of ``case`` as not graded (status ``not_graded``, no points) because of ``reason``."""
+    return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, "not_graded", NOT_GRADED + reason, 0.0,
+                            c.hidden, c.source.hidden_kind if c.source else "") for c in case.criteria]
+
+
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
               timeout_scale: float = 1.0, progress=None, barred: dict[str, str] | None = None,
-              hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None) -> list[CriterionResult]:
+              hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None,
+              total: TotalTime | None = None,
+              judged: Callable[[Case, list[CriterionResult], LaunchResult | None], None] | None = None
+              ) -> list[CriterionResult]:
     """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in rubric order.
 
     While one case's criteria are judged (in a helper thread of this process), the next case's ranks already
     run. ``servers``: fork servers already started for ``kit_root`` (the caller closes them); by default the
-    run starts its own (``warm_servers``) and closes them at the end.
+    run starts its own (``warm_servers``) and closes them at the end. With ``total`` each case's limit is cut
+    to its share of the time left (``TotalTime.share_s``, converted to the load clock with
+    ``LoadClock.slowdown``), and a case whose share is under ``MIN_CASE_S`` is not started: its criteria are
+    ``not_graded``. ``judged(case, verdicts, result)`` is called once per case as soon as its verdicts are known
+    (from the judging thread too; ``result`` is its launch, None when it did not run), e.g. to keep a partial
+    report.
     """
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, barred, hints, servers)
+            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, barred, hints, servers,
+                             total, judged)
+    barred = barred or {}
+    chosen = [case for case in cases if any(selects(problem, c.problem) for c in case.criteria)]
+    to_run = {id(case) for case in chosen if not all(c.problem in barred for c in case.criteria)}
+    pending_s = sum(case.timeout_s * timeout_scale for case in chosen if id(case) in to_run)
     owned = servers is None
     servers = warm_servers(kit_root) if owned else servers
-    pending = []
+    pending, ran = [], None
+
+    def done(case: Case, verdicts: list[CriterionResult], result: LaunchResult | None = None) -> list[CriterionResult]:
+        if judged is not None:
+            judged(case, verdicts, result)
+        return verdicts
+
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judges:
-            for case in cases:
-                if not any(selects(problem, c.problem) for c in case.criteria):
-                    continue
+            for case in chosen:
                 if progress:
                     progress(case)
-                if all(c.problem in (barred or {}) for c in case.criteria):
-                    pending.append(judge_case(case, None, barred))
+                if id(case) not in to_run:
+                    pending.append(done(case, judge_case(case, None, barred)))
                     continue
-                result = _launch(case, kit_root, work_dir, timeout_scale, "auto", servers)
-                pending.append(judges.submit(judge_case, case, result, barred, hints))
+                full_s = case.timeout_s * timeout_scale
+                limit_s, pending_s = full_s, pending_s - full_s
+                if total is not None:
+                    share_s = total.share_s(full_s, pending_s + full_s)
+                    if share_s < MIN_CASE_S:
+                        pending.append(done(case, not_graded(case, total.reached(ran))))
+                        continue
+                    limit_s = min(full_s, share_s / LoadClock.slowdown(recent=True))
+                ran = case.criteria[0].problem
+                result = _launch(replace(case, timeout_s=limit_s), kit_root, work_dir, 1.0, "auto", servers)
+                cut = "" if limit_s >= full_s else (f"this case's limit was cut from {full_s:g} s to {limit_s:.1f} s "
+                                                    f"to fit the grade's total time of {total.total_s:g} s")
+                pending.append(judges.submit(_judged, case, result, barred, hints, cut, done))
     finally:
         if owned and servers is not None:
             servers.close()
     verdicts = [v for item in pending for v in (item if isinstance(item, list) else item.result())]
     return [v for v in verdicts if selects(problem, v.problem)]
+
+
+def _judged(case: Case, result: LaunchResult, barred: dict[str, str], hints: dict[str, list[str]] | None, cut: str,
+            done: Callable[..., list[CriterionResult]]) -> list[CriterionResult]:
+    """``judge_case``, with ``cut`` (why the case ran under a shorter limit than its own) added to every failed
+    verdict of a case that reached that limit; then ``done``."""
+    verdicts = judge_case(case, result, barred, hints)
+    if cut and result.timed_out:
+        verdicts = [replace(v, message=f"{v.message}\n{cut}") if v.status == "failed" else v for v in verdicts]
+    return done(case, verdicts, result)

@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from grading.engine.recording import RankContext
+from grading.engine.recording import RankContext, RankStopped
 
 
 def _device(spec: dict, rank: int) -> str:
@@ -103,8 +103,9 @@ def main(argv: list[str]) -> int:
                           spec["store"], Path(spec["shared"]), key)
         del key
         probe(ctx)
-    except BaseException:  # noqa: BLE001
-        (rank_dir / "error.txt").write_text(traceback.format_exc()[-6000:])
+    except BaseException as exc:  # noqa: BLE001
+        cause = exc.__cause__ if isinstance(exc, RankStopped) and exc.__cause__ else exc
+        (rank_dir / "error.txt").write_text("".join(traceback.format_exception(cause))[-6000:])
         _flush()
         return 1
     marks.update(probe_done=time.time(), saving_s=ctx.saving_s,

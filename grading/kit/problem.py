@@ -15,6 +15,7 @@ adds hidden ones of the same types::
     def hidden_inputs(rng: random.Random) -> Inputs: ...   # drawn from the course secret
     HIDDEN_POINTS = {checks.check_exact: 1}                # these criteria also run on the hidden inputs
     HIDDEN_SPAWN = Spawn(world_size=3)                     # optional: the hidden inputs need their own spawn
+    HIDDEN_KIND = "three ranks, more buckets"              # what a student reads of a failed hidden criterion
 
 That is the one mechanism for hidden criteria: the same judge, run on the
 HIDDEN split, as ``<id>_hidden`` worth the given points. Neither a probe nor a
@@ -101,6 +102,13 @@ class SubProblem:
         """The folder's ``staff.py`` module, or None where it is absent (a student starter)."""
         name = f"{self.package}.{STAFF_MODULE}"
         return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+    @property
+    def hidden_kind(self) -> str:
+        """``staff.HIDDEN_KIND``: what kind of input the hidden criteria run on, in words a student may read
+        (``grading.engine.hidden_view``); '' without a staff part or where it is unsaid."""
+        staff = self.staff()
+        return str(getattr(staff, "HIDDEN_KIND", "")) if staff else ""
 
     # ------------------------------------------------------------ parent side
     def inputs_for(self, split: str) -> Any:

@@ -1,6 +1,6 @@
 """Write and check the public expected values (``grading/problems/*/expected.json``) from the staff answers.
 
-``python -m grading fixtures`` rewrites them; ``python -m grading fixtures
+``python -m grading fixtures`` rewrites those that changed; ``python -m grading fixtures
 --check`` (and a kit test) fails when a committed file differs from what the
 answers give; ``grading release`` writes them fresh into every starter.
 """
@@ -29,13 +29,18 @@ def rendered(problems: tuple[str, ...] | None = None) -> dict[str, str]:
     return texts
 
 
-def write() -> list[Path]:
-    """Write every ``expected.json`` of the kit; return the paths."""
-    paths = []
+def write() -> tuple[list[Path], list[Path]]:
+    """Write every ``expected.json`` of the kit that is missing or differs from the staff answers (``stale``);
+    return the paths written and those left as they were (they already held the answers)."""
+    written, unchanged = [], []
     for rel, text in rendered().items():
-        (KIT_ROOT / rel).write_text(text)
-        paths.append(KIT_ROOT / rel)
-    return paths
+        path = KIT_ROOT / rel
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            written.append(path)
+        else:
+            unchanged.append(path)
+    return written, unchanged
 
 
 def stale() -> list[str]:

@@ -24,7 +24,7 @@ import pytest
 
 from grading.__main__ import main as grading_main
 from grading.problems import all_cases
-from grading.engine.runner import run_cases
+from grading.engine.runner import GRADER_ERROR_HIDDEN, run_cases
 from grading.engine.forkserver import descendants
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.submission import build_grading_copy
@@ -394,7 +394,8 @@ def test_a_crashing_grader_still_writes_results_json(tmp_path, monkeypatch):
     code, results = grade_cli(tmp_path, make_variant_kit(tmp_path / "sub", []), "--problem", "1.1")
     assert code == 4
     assert results["score"] == 0 and results["max_score"] > 0
-    assert all("a bug in the grader" in t["output"] for t in results["tests"])
+    assert all("a bug in the grader" in t["output"] for t in results["tests"] if t["visibility"] == "visible")
+    assert all(t["output"] == GRADER_ERROR_HIDDEN for t in results["tests"] if t["visibility"] != "visible")
 
 
 def test_a_rejected_submission_still_gets_a_full_report(tmp_path):

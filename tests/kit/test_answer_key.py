@@ -151,6 +151,12 @@ def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path
     under_b = _grade_1_1(kit, "term-b", tmp_path / "b.json")
     assert under_a["1.1.exact"] > 0 and under_a["1.1.exact_hidden"] > 0, under_a
     assert under_b["1.1.exact"] > 0 and under_b["1.1.exact_hidden"] == 0, under_b
+    shown = next(t["output"] for t in json.loads((tmp_path / "b.json").read_text())["tests"]
+                 if t["name"].startswith("1.1.exact_hidden"))             # what the student reads once published
+    monkeypatch.setenv(SECRET_ENV, "term-b")
+    secret_values = {str(n) for call in p1_1.expected_for(HIDDEN).partitions for n in call if n > 9}
+    assert shown.startswith(f"failed on the hidden inputs ({p1_1.hidden_kind})"), shown
+    assert not secret_values & set(re.findall(r"\d+", shown)), (secret_values, shown)
     reference = _grade_1_1(KIT_ROOT, "term-b", tmp_path / "ref.json")
     assert reference["1.1.exact_hidden"] > 0 and all(score > 0 for score in reference.values()), reference
 

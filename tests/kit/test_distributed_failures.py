@@ -24,8 +24,8 @@ ALL_REDUCE = "dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM)"
 ROW_REDUCE = "dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)"
 LAUNCH = "self._launched.append((dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True), buffer))"
 # What the default table must never show: gloo's and torch's internals.
-INTERNALS = re.compile(r"GLHF|pair\.cc|\.cc:\d|third_party|/__w/|CollectiveFingerPrint|TensorOptions|"
-                       r"monitoredBarrier|ProcessGroupWrapper|died from signal SIGABRT")
+INTERNALS = re.compile(r"GLHF|pair\.cc|\.cc:\d|\.cpp:\d|\[rank\d+\]:|third_party|/__w/|CollectiveFingerPrint|"
+                       r"TensorOptions|monitoredBarrier|ProcessGroupWrapper|died from signal SIGABRT")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ MODES = [
         "shard_grad = torch.empty(self.shard_numel, ",
         "shard_grad = torch.empty(self.shard_numel - (dist.get_rank() == self.world_size - 1), ")), frozenset()),
         "4.2.uneven", _disagree(ZERO1, "step", _call("reduce_scatter"), _call("reduce_scatter"))),
+    Mode(Variant("shards_not_padded", ZERO1, "_flat", """
+        return torch.cat([(t if t is not None else torch.zeros_like(p)).reshape(-1).float().to(device)
+                          for p, t in zip(self.params, tensors)])
+    """, frozenset()), "4.2.uneven", r"rank 1: RuntimeError: Check failed: .*\(28 vs\. 27\)\. \(at "
+        r"data_parallel/zero1\.py:\d+ \(in step\)\)$",
+        ("likely cause: the tensors of one collective call do not fit",)),
     Mode(Variant("rank_skips_row_all_reduce", LAYERS, "forward#1", edited(LAYERS, "forward#1", (
         ROW_REDUCE, f"if dist.get_rank() == 0:\n            {ROW_REDUCE}")), frozenset()),
         "5.1.weight_grads", rf"rank 1 went on without the {_call('all_reduce')} that rank 0 makes \(rank 1 is already "

@@ -13,7 +13,7 @@ import zipfile
 import psutil
 import pytest
 
-from grading.engine.forkserver import POOL_ENV, ForkServers
+from grading.engine.run_servers import POOL_ENV, ForkServers
 from grading.engine.runner import FORKSERVER_ENV
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import student_files

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from grading.engine.case_run import CaseRun
-from grading.engine.forkserver import POOL_ENV, SERVERS_ENV, ForkServers, server_count
+from grading.engine.run_servers import POOL_ENV, SERVERS_ENV, ForkServers, server_count
 from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
@@ -47,11 +47,23 @@ def test_clean_run_records_results(tmp_path, run):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
 
 
-def test_one_fork_server_forks_every_rank_and_a_bad_count_is_refused(tmp_path):
+def test_one_fork_server_keeps_hash_orders_apart_only_where_ranks_must_agree(tmp_path):
+    """With one server kept, the odd ranks of a case whose collectives are checked come from a second server of
+    another hash seed (as torchrun's ranks differ); a case without collectives of its own keeps it while it
+    imports nothing new, and stops it before the one server imports more; a bad server count is refused."""
+    def hashes(name: str, checks: bool, preload: tuple[str, ...] = ()) -> list[int]:
+        result = launch(f"{PROBES}:reports_fresh_state", 3, cwd=KIT_ROOT, out_dir=tmp_path / name, servers=one,
+                        init_group=False, timeout_s=60, collective_checks=checks, preload=preload)
+        assert result.ok, result.failure()
+        return [torch.load(tmp_path / name / f"rank{r}" / "state.pt", weights_only=True)["hash"] for r in range(3)]
     with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
+        apart = hashes("apart", checks=True)
+        assert apart[0] == apart[2] != apart[1] and one.running == 2
+        together = hashes("together", checks=False)
+        assert len(set(together)) == 1 and one.running == 2
+        assert len(set(hashes("more_libraries", checks=False, preload=("colorsys",)))) == 1 and one.running == 1
         result = launch(f"{PROBES}:all_reduce_rank", 3, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=one)
         assert result.ok, result.failure()
-        assert len({one.server(rank).pid for rank in range(3)}) == 1
     for rank in range(3):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
     for bad in ("0", "3", "two"):

@@ -21,8 +21,7 @@ pytestmark = pytest.mark.kit
 PACKAGES = ("grading", "project")
 MAX_LINES = 350
 # modules whose one concept needs more room (at most ONE_CONCEPT_MAX_LINES), and why
-ONE_CONCEPT = {"grading.engine.forkserver": "a fork server's loop and the launcher's handle on it: one protocol",
-               "grading.problems.p2_2_pipe.checks": "one case: Pipe's probe and the criteria that read its parts"}
+ONE_CONCEPT = {"grading.problems.p2_2_pipe.checks": "one case: Pipe's probe and the criteria that read its parts"}
 ONE_CONCEPT_MAX_LINES = 450
 # grading's layers: a module of a layer may import its own layer and those to its right.
 LAYERS = ("grading.commands", "grading.problems", "grading.kit", "grading.engine")

@@ -77,3 +77,21 @@ def test_without_a_course_record_only_the_hidden_criteria_present_count(tmp_path
     monkeypatch.setattr(course, "COURSE_FILE", tmp_path / "absent.json")      # the kit: no record
     assert str(points.scored(PUBLIC)) == "8/24 public points, no hidden points"
     assert points.scored(PUBLIC + HIDDEN) == points.Tally(24, 3, 8, 1)
+
+
+def test_a_fresh_starter_shows_one_line_per_unwritten_function_and_verbose_every_criterion():
+    def stub(criterion_id: str, function: str, worth: float) -> CriterionResult:
+        message = (f"rank 0: NotImplementedError: Problem 1.2: {function} is not implemented yet (fill in the region "
+                   "marked BEGIN_STUDENT 1.2) (at data_parallel/comm.py:66 (in average_gradients))")
+        return CriterionResult(criterion_id, "1.2", "a criterion", worth, 0.0, "not_implemented", message, 0.1)
+    results = [stub("1.2.a", "average_gradients", 3), _result("1.2.b", 1, 0), stub("1.2.c", "average_gradients", 2),
+               stub("1.2.d", "train_step", 1)]
+    results[1].message = "a wrong answer"
+    lines = report.table(results).splitlines()
+    todo = [line for line in lines if line.lstrip().startswith("TODO")]
+    assert [line.split()[1:] for line in todo] == [
+        "0/5 average_gradients is not implemented yet (BEGIN_STUDENT 1.2): 2 check(s)".split(),
+        "0/1 train_step is not implemented yet (BEGIN_STUDENT 1.2): 1 check(s)".split()]
+    assert lines.index(todo[0]) < next(i for i, line in enumerate(lines) if "1.2.b" in line) < lines.index(todo[1])
+    assert not any("NotImplementedError" in line for line in lines) and "a wrong answer" in "\n".join(lines)
+    assert sum("NotImplementedError" in line for line in report.table(results, verbose=True).splitlines()) == 3

@@ -33,4 +33,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(partitions=tuple(calls))
 
 
+HIDDEN_KIND = "other sizes, world sizes and seeds, and more ranks than items (empty parts)"
 HIDDEN_POINTS = {checks.check_exact: 1}

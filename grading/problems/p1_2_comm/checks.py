@@ -150,8 +150,8 @@ CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world
 
 # ---------------------------------------------------------------- criteria
 # The setup_process_group criteria judge the dry runs and the join that setup_checks records.
-CASE.criterion("1.2.setup", "setup_process_group joins as given (nccl: its own GPU first); init_method=None: "
-               "env://, the caller's MASTER_* kept", points=2)(setup_checks.check_setup)
+CASE.criterion("1.2.setup", "setup_process_group joins as given (nccl: own GPU first); init_method=None: env://, "
+               "MASTER_* kept", points=2)(setup_checks.check_setup)
 CASE.criterion("1.2.setup_timeout_default", "setup_process_group with timeout=None: a 60 s collective timeout",
                points=1)(setup_checks.check_setup_timeout_default)
 

@@ -18,5 +18,6 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(world_size=rng.choice([3, 4]), model_seed=rng.randint(1, 10_000), batch_seed=rng.randint(1, 10_000))
 
 
+HIDDEN_KIND = "more than two ranks, and other model and batch seeds"
 HIDDEN_POINTS = {checks.check_grads: 2}
 HIDDEN_SPAWN = Spawn(world_size=lambda inputs: inputs.world_size)     # as many ranks as they draw

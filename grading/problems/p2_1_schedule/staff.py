@@ -34,4 +34,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
                              (rng.randint(9, 16), 1)))
 
 
+HIDDEN_KIND = "more micro-batches than stages, more stages than micro-batches, and one stage"
 HIDDEN_POINTS = {checks.check_schedule: 1}

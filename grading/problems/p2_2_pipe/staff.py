@@ -33,4 +33,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(forward=tuple(configs), data_seed=rng.randint(1, 10_000))
 
 
+HIDDEN_KIND = "Pipes of 2 and 3 stages, each with a smaller last micro-batch, on other batches"
 HIDDEN_POINTS = {checks.check_pipe_forward: 1}

@@ -23,4 +23,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(layers=layers, stage_counts=(2, 3), model_seed=rng.randint(1, 10_000))
 
 
+HIDDEN_KIND = "a GPT-2 of another number of blocks, cut into 2 and 3 stages"
 HIDDEN_POINTS = {checks.check_gpt2_stages: 1}

@@ -19,4 +19,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(targets=tuple(targets), rank=rank, alpha=float(rng.choice([1, 2, 8, 16])) * rank / 2)
 
 
+HIDDEN_KIND = "other target layers (in model order), ranks and alphas"
 HIDDEN_POINTS = {checks.check_replace: 1}

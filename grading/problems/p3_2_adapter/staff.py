@@ -19,4 +19,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(targets=tuple(targets), rank=rng.randint(1, 4), seed=seed)
 
 
+HIDDEN_KIND = "other target layers (in model order), adapter values and ranks"
 HIDDEN_POINTS = {checks.check_save: 1}

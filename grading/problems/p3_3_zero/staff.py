@@ -47,4 +47,5 @@ def hidden_inputs(rng: random.Random) -> Inputs:
                                  rng.choice(["fp32", "fp16", "bf16"])) for _ in range(3)))
 
 
+HIDDEN_KIND = "other world sizes, micro-batch sizes, accumulation steps and precisions"
 HIDDEN_POINTS = {checks.check_config: 1}

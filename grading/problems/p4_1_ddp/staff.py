@@ -45,5 +45,6 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(bucket_sizes=tuple(sorted([exact / 2 ** 20, *(rng.randint(300, 2400) / 2 ** 20 for _ in range(2))])))
 
 
+HIDDEN_KIND = "other bucket caps, one of them an exact fit for the last few parameters"
 HIDDEN_POINTS = {checks.check_buckets: 1, checks.check_grads: 1}
 HIDDEN_SPAWN = Spawn(world_size=3)            # the hidden caps, and the gradients, on 3 ranks

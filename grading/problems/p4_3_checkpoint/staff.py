@@ -4,5 +4,6 @@ from __future__ import annotations
 from grading.kit.problem import Spawn
 from grading.problems.p4_3_checkpoint import checks
 
+HIDDEN_KIND = "three ranks, so that three shards each go back to the rank that saved it"
 HIDDEN_POINTS = {checks.check_roundtrip: 1, checks.check_refuse: 1}
 HIDDEN_SPAWN = Spawn(world_size=3)            # three shards: each must come back to the rank that saved it

@@ -13,5 +13,6 @@ def hidden_inputs(rng: random.Random) -> Inputs:
     return Inputs(group_ranks=tuple(rng.choice([[1, 2, 3], [0, 2, 3], [0, 1, 3]])), attention="sdpa")
 
 
+HIDDEN_KIND = "a group of three of four ranks, not starting at rank 0, with sdpa attention"
 HIDDEN_POINTS = {checks.check_forward: 2, checks.check_grads: 1}
 HIDDEN_SPAWN = Spawn(world_size=4, timeout_s=150)   # the 3-rank subgroup lives inside a 4-rank default group

@@ -1,0 +1,172 @@
+"""The fork servers of one grading run (``grading.engine.forkserver`` is one server and its handle).
+
+A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``): rank r
+of a case is forked by server r % 2 where two are kept; where one is kept, a
+second one runs only while a case needs its ranks' string hash orders apart
+(``ForkServers.settle``). ``batch`` shares its servers with its grades
+through ``POOL_ENV`` (``ForkServers.shared_env``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+from pathlib import Path
+
+from grading.engine.forkserver import SERVER_KIT_ENV, ForkServer, start_server
+from grading.engine.sandbox import signal_group
+
+SERVERS_ENV = "GRADING_FORKSERVERS"
+POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.shared_env``), to connect to
+
+
+def pool_addresses(pool: str) -> list[str]:
+    """The servers' addresses that a ``POOL_ENV`` value (``shared_env``) names."""
+    return [address.replace("@", "\0", 1) for address in pool.split(",") if address]
+
+
+def server_count(env: dict[str, str] | None = None) -> int:
+    """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
+    ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
+    once, for Gradescope's small containers; ``run_autograder`` sets it: a second server runs only while a case
+    whose ranks must agree on their collectives needs two hash seeds, ``ForkServers.settle``). Raises ValueError
+    for any other value."""
+    value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
+    if value not in ("1", "2"):
+        raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")
+    return int(value)
+
+
+class ForkServers:
+    """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
+    server r % ``holders(apart)``. The servers are this run's own, started when first needed in ``cwd`` (a kit copy
+    whose ``grading`` runs them; ``env``: their environment, default this process's; ``server_count`` of them),
+    or those of ``pool`` (``POOL_ENV``'s value: a ``batch``'s, shared by its grades) while they answer.
+
+    ``apart``: the case's ranks must differ in string hash order, as the fresh interpreters of ``torchrun`` do
+    (a case whose ranks must agree on their collectives: one that iterates a set of names on one rank in another
+    order than on the next is caught), so they are spread over two servers even where one is kept."""
+
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None, pool: str = ""):
+        self.cwd = Path(cwd).resolve()
+        base = dict(os.environ if env is None else env)
+        self.pool = pool_addresses(pool)
+        self.servers = len(self.pool) or server_count(base)
+        self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
+                    "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
+        self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
+        self._sessions: dict[int, ForkServer] = {}
+        self._preloaded: set[str] = set()          # what the first server was asked to import so far
+        self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
+        self.refused = ""                          # why preloading stopped for this run ("" while it works)
+
+    def holders(self, apart: bool = False) -> int:
+        """How many servers fork the ranks of a case: all that are kept, and at least two with ``apart``."""
+        return max(self.servers, 2 if apart else 1)
+
+    @property
+    def running(self) -> int:
+        """How many of this run's own servers run now (a pool's are not counted)."""
+        return sum(proc.poll() is None for proc, _ in self._started.values())
+
+    def address(self, index: int) -> str:
+        """Where server ``index`` listens: the pool's, else this run's own (started, or restarted, here)."""
+        if index < len(self.pool):
+            return self.pool[index]
+        started = self._started.get(index)
+        if started is None or started[0].poll() is not None:
+            seed = str(secrets.randbelow(2**32))     # each server its own hash seed, as fresh interpreters
+            self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
+        return self._started[index][1]
+
+    def server(self, rank: int, apart: bool = False) -> ForkServer:
+        """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
+        index = rank % self.holders(apart)
+        if index not in self._sessions or not self._sessions[index].alive():
+            self._open(index)
+        return self._sessions[index]
+
+    def _open(self, index: int, preload: tuple[str, ...] = ()) -> None:
+        """A new session of server ``index`` (the one before it closed), forked once the server has imported
+        ``preload``. A server that does not answer (a pool's that ended, or ours before we saw it end) is left
+        for one of this run's own."""
+        if old := self._sessions.pop(index, None):
+            old.close()
+        try:
+            self._sessions[index] = ForkServer(self.address(index), preload)
+        except OSError:
+            self._leave(index)
+            self._sessions[index] = ForkServer(self.address(index), preload)
+
+    def _leave(self, index: int) -> None:
+        """Use server ``index`` no more: the pool is left, and this run's own server stopped (``address`` starts a
+        new one)."""
+        self.pool = []
+        self._stop(index)
+
+    def _stop(self, index: int) -> None:
+        """Stop this run's own server ``index`` and everything under it, if it runs."""
+        if index in self._started:
+            proc = self._started.pop(index)[0]
+            signal_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def settle(self, apart: bool, preload: tuple[str, ...] = ()) -> None:
+        """Before a case: with one server kept, a case that is not ``apart`` and that has the first server import
+        libraries it has not imported yet (``preload``) stops the second server a case before started, so that
+        the libraries are held once (what one server saves); nothing otherwise."""
+        extra = self.servers
+        if apart or extra >= 2 or set(preload) <= self._preloaded or \
+                extra not in self._sessions and extra not in self._started:
+            return
+        if session := self._sessions.pop(extra, None):
+            session.close()
+        self._stop(extra)
+
+    def preload(self, world_size: int, modules: tuple[str, ...], apart: bool = False) -> None:
+        """Start the sessions of ranks 0 .. ``world_size``-1 (``apart``: as ``server`` spreads them) from servers
+        that have imported ``modules`` (side by side), and wait for them. Nothing where CUDA is visible. A server
+        that a preload left unable to fork has ended and is left; the run preloads nothing more (``refused``)."""
+        if self.preloads_allowed is None:
+            import torch
+            self.preloads_allowed = not torch.cuda.is_available()
+        if not (self.preloads_allowed and modules):
+            return
+        indexes = range(min(world_size, self.holders(apart)))
+        for index in indexes:
+            self._open(index, modules)
+        self._preloaded.update(modules)
+        for index in indexes:                        # all servers import side by side; then wait for each
+            try:
+                self._sessions[index].ready()
+            except RuntimeError as exc:
+                self.preloads_allowed, self.refused = False, str(exc)
+                self._sessions.pop(index)
+                self._leave(index)
+
+    def warm_up(self, ranks: int = 2) -> None:
+        """Start the sessions of ranks 0 .. ``ranks``-1 now (the servers' imports overlap the caller's own work)."""
+        for rank in range(min(ranks, self.servers)):
+            self.server(rank)
+
+    def shared_env(self) -> dict[str, str]:
+        """``POOL_ENV`` naming these servers (started now), for other processes' grading runs to share them."""
+        addresses = [self.address(index) for index in range(self.servers)]
+        return {POOL_ENV: ",".join(address.replace("\0", "@", 1) for address in addresses)}
+
+    def close(self) -> None:
+        """End every session, then stop this run's own servers and everything under them."""
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
+        for index in list(self._started):
+            self._stop(index)
+
+    def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
