@@ -161,10 +161,10 @@ def _figure(stats: list[CriterionStats], path: Path) -> str:
     ax.set_xlabel("pass rate among the submissions that attempted the sub-problem")
     ax.set_title("Pass rate per criterion, by problem")
     if stats:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # beside the bars
     fig.tight_layout()
     with atomic_path(path) as scratch:
-        fig.savefig(scratch, format="png", dpi=110)
+        fig.savefig(scratch, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return ""
 

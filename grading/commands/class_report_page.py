@@ -88,14 +88,16 @@ def render(paths: dict[str, Path], rows: list[dict], score_rows: list[dict], sub
                     [[_e(r["problem"]), _e(r["sub_problems"]), _e(r["graded"]), _e(r["not_attempted"]),
                       f"{_e(r['public_mean'] or '-')} / {_e(r['public_max'])}",
                       f"{_e(r['hidden_mean'] or '-')} / {_e(r['hidden_max'])}",
-                      f"{_e(r['mean'] or '-')} / {_e(r['max_score'])}", _e(r["median"] or "-"),
+                      f"{_e(r['mean'] or '-')} / {_e(r['max_score'])} of {_e(r['attempted'])} attempted",
+                      _e(r["median"] or "-"),
                       _e(r["full_marks"])] for r in score_rows])
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>"
             f"<style>{_STYLE}</style></head><body><h1>Class report</h1>"
             f"<p>{submissions} graded submission(s). {missing}</p>"
             "<h2>Scores per problem</h2><p>Public criteria are the ones students run themselves; hidden ones run "
             "only here. Not attempted: every criterion of every sub-problem still stops at the starter's stub "
-            f"(NotImplementedError). As CSV: {_link(paths['scores_csv'].name, paths['scores_csv'].name)}.</p>"
+            f"(NotImplementedError); means, median, full marks and the histograms count only the submissions "
+            f"that attempted the problem. As CSV: {_link(paths['scores_csv'].name, paths['scores_csv'].name)}.</p>"
             f"{scores}{_figure(paths['scores_png'], notes.get('scores_png', ''), 'score distributions')}"
             "<h2>Criteria</h2><p>Pass rate: passed / attempted (a sub-problem left as the starter's stub is not "
             "attempted and counts neither way). A failure group is one mistake: messages that differ only in "

@@ -4,10 +4,11 @@
 (``course.chosen_problems()``: columns only for those) and each graded
 submission whose results hold it, the points of its public criteria and
 of its hidden ones (``result_tests.is_hidden``). ``summary_rows`` gives one
-row per problem (means, median, how many full marks, how many did not attempt
-it at all); ``draw`` a histogram per problem::
+row per problem (how many did not attempt it at all, and the means, median
+and full marks of those who did); ``draw`` a histogram per problem, of the
+submissions that attempted it::
 
-    Problem 1 (n=40)           total  ##########
+    Problem 1 (36 attempted of 40)  total  ##########
                                public ----
                                hidden ....       0 ... max points
 """
@@ -21,7 +22,7 @@ from grading.commands.result_tests import is_hidden, not_attempted, scored_tests
 from grading.kit.course import chosen_problems
 from grading.kit.files import atomic_path
 
-COLUMNS = ["problem", "sub_problems", "graded", "not_attempted", "public_max", "public_mean", "hidden_max",
+COLUMNS = ["problem", "sub_problems", "graded", "not_attempted", "attempted", "public_max", "public_mean", "hidden_max",
            "hidden_mean", "max_score", "mean", "median", "full_marks"]
 
 
@@ -37,10 +38,15 @@ class ProblemScores:
     public_max: float = 0.0
     hidden_max: float = 0.0
     not_attempted: int = 0
+    attempted: list[bool] = field(default_factory=list)
 
     @property
     def totals(self) -> list[float]:
         return [p + h for p, h in zip(self.public, self.hidden)]
+
+    def of_attempted(self, values: list[float]) -> list[float]:
+        """``values`` (one per entry) of the submissions that attempted the problem."""
+        return [v for v, tried in zip(values, self.attempted) if tried]
 
 
 def problem_scores(results: dict[str, dict], problems: tuple[str, ...] | None = None) -> list[ProblemScores]:
@@ -73,6 +79,7 @@ def problem_scores(results: dict[str, dict], problems: tuple[str, ...] | None = 
             entry.public_max, entry.hidden_max = max(entry.public_max, public_max), max(entry.hidden_max, hidden_max)
             entry.sub_problems = sorted(set(entry.sub_problems) | numbers[top], key=_order)
             entry.not_attempted += numbers[top] <= skipped
+            entry.attempted.append(not numbers[top] <= skipped)
     return list(spread.values())
 
 
@@ -85,14 +92,16 @@ def _mean(values: list[float]) -> str:
 
 
 def summary_rows(spread: list[ProblemScores]) -> list[dict]:
-    """One row per problem (columns ``COLUMNS``): graded, not attempted, public and hidden max and mean, the
-    total's max, mean and median, and how many submissions earned every point; means empty when none."""
+    """One row per problem (columns ``COLUMNS``): graded, not attempted, attempted, public and hidden max and
+    mean, the total's max, mean and median, and how many submissions earned every point. Means, median and full
+    marks count only the submissions that attempted the problem; means are empty when none did."""
     rows = []
     for s in spread:
-        totals, top = s.totals, s.public_max + s.hidden_max
-        rows.append({"problem": s.problem, "sub_problems": " ".join(s.sub_problems), "graded": len(totals),
-                     "not_attempted": s.not_attempted, "public_max": f"{s.public_max:g}",
-                     "public_mean": _mean(s.public), "hidden_max": f"{s.hidden_max:g}", "hidden_mean": _mean(s.hidden),
+        totals, top = s.of_attempted(s.totals), s.public_max + s.hidden_max
+        rows.append({"problem": s.problem, "sub_problems": " ".join(s.sub_problems), "graded": len(s.totals),
+                     "not_attempted": s.not_attempted, "attempted": len(totals), "public_max": f"{s.public_max:g}",
+                     "public_mean": _mean(s.of_attempted(s.public)), "hidden_max": f"{s.hidden_max:g}",
+                     "hidden_mean": _mean(s.of_attempted(s.hidden)),
                      "max_score": f"{top:g}", "mean": _mean(totals),
                      "median": f"{statistics.median(totals):g}" if totals else "",
                      "full_marks": sum(t >= top for t in totals) if totals else 0})
@@ -102,10 +111,10 @@ def summary_rows(spread: list[ProblemScores]) -> list[dict]:
 def draw(spread: list[ProblemScores], path: Path) -> str:
     """Write a histogram per problem that has graded submissions (total, and the public and hidden subtotals on
     the same bins) to ``path``; returns "" or why no figure was drawn."""
-    shown = [s for s in spread if s.totals]
+    shown = [s for s in spread if s.of_attempted(s.totals)]
     if not shown:
         Path(path).unlink(missing_ok=True)
-        return "no score distributions: no graded submission holds a chosen problem"
+        return "no score distributions: no graded submission attempted a chosen problem"
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -116,18 +125,19 @@ def draw(spread: list[ProblemScores], path: Path) -> str:
     for ax, s in zip(axes[0], shown):
         top = max(s.public_max + s.hidden_max, 1.0)
         bins = [top * k / 10 for k in range(11)]
-        ax.hist(s.totals, bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
-        ax.hist(s.public, bins=bins, histtype="step", linewidth=1.5, color="tab:green",
+        ax.hist(s.of_attempted(s.totals), bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
+        ax.hist(s.of_attempted(s.public), bins=bins, histtype="step", linewidth=1.5, color="tab:green",
                 label=f"public (of {s.public_max:g})")
-        ax.hist(s.hidden, bins=bins, histtype="step", linewidth=1.5, linestyle="--", color="tab:red",
+        ax.hist(s.of_attempted(s.hidden), bins=bins, histtype="step", linewidth=1.5, linestyle="--", color="tab:red",
                 label=f"hidden (of {s.hidden_max:g})")
-        ax.set_title(f"Problem {s.problem} (n={len(s.totals)}, not attempted {s.not_attempted})", fontsize=9)
+        ax.set_title(f"Problem {s.problem} ({len(s.of_attempted(s.totals))} attempted of {len(s.totals)})",
+                     fontsize=9)
         ax.set_xlabel("points")
         ax.set_ylabel("submissions")
         ax.set_xlim(0, top)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)      # below the bars
     fig.tight_layout()
     with atomic_path(path) as scratch:
-        fig.savefig(scratch, format="png", dpi=110)
+        fig.savefig(scratch, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return ""

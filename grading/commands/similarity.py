@@ -121,12 +121,6 @@ def read_pieces(submission_root: Path, stubs: dict[str, dict[tuple[str, str], st
     return pieces, notes
 
 
-def _names(paths: list[Path]) -> dict[Path, str]:
-    """Submission names: the folder or zip name without extension (the full name where two would clash)."""
-    stems = [p.stem if p.is_file() else p.name for p in paths]
-    return {p: (p.name if stems.count(stem) > 1 and p.is_file() else stem) for p, stem in zip(paths, stems)}
-
-
 def collect(submissions_dir: Path, kit_root: Path, kept: frozenset[str], base: dict[str, frozenset[int]]
             ) -> tuple[dict[str, dict[str, Entry]], list[tuple[str, str]], list[str], int]:
     """Read every entry of ``submissions_dir`` (folders and zips, as ``batch`` grades them).
@@ -143,8 +137,8 @@ def collect(submissions_dir: Path, kit_root: Path, kept: frozenset[str], base: d
     skipped: list[tuple[str, str]] = []
     empty: list[str] = []
     read = 0
-    paths = submissions_in(submissions_dir)
-    for path, name in _names(paths).items():
+    for path in submissions_in(submissions_dir):
+        name = path.name                            # as grades.csv names it: a zip keeps its .zip
         scratch = Path(tempfile.mkdtemp(prefix="similarity-"))
         try:
             root = find_root(extract_zip(path, scratch) if path.is_file() else path, list(stubs))
@@ -240,7 +234,9 @@ def run(submissions_dir: Path, out_dir: Path, top: int = TOP_PAIRS, class_report
         return 2
     for name, reason in report.skipped:
         print(f"left out: {name}: {reason}", file=sys.stderr)
-    print(f"compared {report.submissions} submission(s) ({len(report.skipped)} input problem(s) listed); "
+    listed = len({name for name, _ in report.skipped})
+    unread = f"; {listed} entr{'y' if listed == 1 else 'ies'} unreadable or with files ignored (listed above)"
+    print(f"compared {report.submissions} submission(s){unread if listed else ''}; "
           f"wrote {Path(out_dir) / 'pairs.csv'} ({len(report.rows)} pairs) and {Path(out_dir) / 'index.html'}")
     return 0
 

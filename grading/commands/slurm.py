@@ -2,8 +2,10 @@
 
 ``write_array`` writes into OUT_DIR::
 
-    tasks.json     the task list: task k grades submission k (names, paths, grade options, limits)
+    tasks.json     the task list: task k grades submission k (names, paths, grade options, limits,
+                   whether a course secret was used and a salted hash of it)
     grade.sbatch   the array script (one task per submission, `%K` throttle, time limit, per-task logs)
+    submit.sh      the submit step: refuses a shell whose course secret is not the array's, else runs sbatch
     logs/          task-<k>.out / task-<k>.err (Slurm writes them)
     results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
 
@@ -11,14 +13,15 @@ The script requests ``--cpus-per-task`` and ``--mem`` (defaults ``options.DEFAUL
 ``options.DEFAULT_MEM``, from a measured full grade), and ``--partition`` and
 ``--account`` only when given. The kit, its Python environment, the
 submissions and OUT_DIR must sit on a filesystem every node sees (the
-script says so). The script's body needs nothing Slurm-only: it runs ``python -m grading
+script says so; a path under a node's own temporary folder, ``NODE_LOCAL``, is warned
+about on stderr and in the script). The script's body needs nothing Slurm-only: it runs ``python -m grading
 batch --run-task OUT_DIR $SLURM_ARRAY_TASK_ID``, so ``SLURM_ARRAY_TASK_ID=3
 bash OUT_DIR/grade.sbatch`` grades task 3 on any machine. ``run_task`` grades
 into a fresh attempt folder and swaps it in whole at the end, so a re-queued
 task overwrites its result, never duplicates it, and a task killed midway
 leaves no result (``slurm_collect`` lists it as missing). A task whose grade
 did not finish or hit a grader error (``batch.UNSCORED``; a task under
-another course secret too) keeps a row with a blank score and exits non-zero
+another course secret too) keeps a row with what it judged (blank when nothing) and exits non-zero
 (``EXIT_GRADER_ERROR``), the reason on stderr.
 """
 from __future__ import annotations
@@ -43,9 +46,11 @@ from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
 from grading.kit.files import atomic_write
-from grading.kit.secret import course_secret
+from grading.kit.secret import SECRET_ENV, course_secret
 
 TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"
+SUBMIT = "submit.sh"
+NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")     # each node has its own: never shared across nodes
 ATTEMPT_PREFIX = ".attempt-"
 BENCH_LIMIT_S = 3600.0
 START_SLACK_S = 120.0
@@ -101,6 +106,27 @@ def secret_fingerprint(salt: str, secret: str) -> str:
     return hashlib.sha256(f"{salt}\0{secret}".encode()).hexdigest()
 
 
+def secret_mismatch(tasks: dict) -> str | None:
+    """Why this process's course secret is not the one ``tasks`` (a ``tasks.json``) was made with, with the fix,
+    in one line; None when it is."""
+    secret = course_secret()
+    if secret_fingerprint(tasks["secret_salt"], secret) == tasks["secret"]:
+        return None
+    remake = "or make the array again (batch --slurm) from this shell"
+    if not tasks.get("secret_used", True):
+        return f"the array was made without a course secret but {SECRET_ENV} is set here: unset it, {remake}"
+    if not secret:
+        return f"the array was made with a course secret and none is set here: set {SECRET_ENV} to it, {remake}"
+    return f"this course secret differs from the one the array was made with: set {SECRET_ENV} to that one, {remake}"
+
+
+def node_local(paths: dict[str, Path | str]) -> list[str]:
+    """A warning for each of ``paths`` (what -> path) under a node's own folder, ``NODE_LOCAL``."""
+    return [f"{what} {path} is under {root}, which other nodes do not see: use a filesystem every node shares"
+            for what, path in paths.items() for root in NODE_LOCAL
+            if Path(path) == Path(root) or Path(root) in Path(path).parents]
+
+
 def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | None = None, partition: str | None = None,
                 gpus_per_task: int = 0, time_limit: str | None = None, benchmarks: bool = False,
                 max_parallel: int | None = None, python: str = sys.executable, cpus_per_task: int = DEFAULT_CPUS,
@@ -112,9 +138,10 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     ``benchmarks`` and start-up slack. The grade (and benchmark) limits inside
     a task are cut to fit it. Each task asks for ``cpus_per_task`` CPUs and ``mem``
     memory (Slurm's ``--mem``: a number with an optional K/M/G/T suffix);
-    ``partition`` and ``account`` go into the script only when given. Raises ValueError for a bad option, an empty
-    folder, or an OUT_DIR path with whitespace or ``%`` (Slurm's directives
-    take no quoting).
+    ``partition`` and ``account`` go into the script only when given. It records whether a course secret was
+    used (``secret_mismatch``) and writes ``submit.sh``, which checks it before ``sbatch``. A path the nodes
+    must share under ``NODE_LOCAL`` is warned about on stderr and in the script. Raises ValueError for a bad
+    option, an empty folder, or an OUT_DIR path with whitespace or ``%`` (Slurm's directives take no quoting).
     """
     grade_args = list(grade_args or [])
     out_dir, submissions_dir = Path(out_dir).resolve(), Path(submissions_dir).resolve()
@@ -149,18 +176,31 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     env = {PROBLEMS_ENV: os.environ[PROBLEMS_ENV]} if os.environ.get(PROBLEMS_ENV) else {}
     tasks = {"batch": secrets.token_hex(8), "submissions_dir": str(submissions_dir), "grade_args": grade_args,
              "limit_s": grade_limit, "benchmarks": benchmarks, "benchmark_limit_s": bench_limit, "env": env,
-             "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()), "max_parallel": max_parallel,
+             "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()),
+             "secret_used": bool(course_secret()), "max_parallel": max_parallel,
              "tasks": [{"id": k, "submission": e.name, "path": str(e)} for k, e in enumerate(entries)]}
     (out_dir / LOGS).mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS).mkdir(exist_ok=True)
     atomic_write(out_dir / TASKS, json.dumps(tasks, indent=1) + "\n")
+    warnings = node_local({"the kit": KIT_ROOT, "the Python environment": python, "SUBMISSIONS_DIR": submissions_dir,
+                           "OUT_DIR": out_dir})
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    submit = atomic_write(out_dir / SUBMIT, "\n".join([
+        "#!/bin/bash",
+        f"# Submits {SCRIPT} (extra arguments go to sbatch) once this shell's course secret is the array's.",
+        "set -euo pipefail", f"cd {shlex.quote(str(KIT_ROOT))}",
+        f'exec "${{GRADING_PYTHON:-{shlex.quote(python)}}}" -m grading.commands.slurm submit '
+        f'{shlex.quote(str(out_dir))} "$@"']) + "\n")
+    os.chmod(submit, 0o755)
     lines = ["#!/bin/bash",
              f"# Grades the {len(entries)} submissions of {submissions_dir.name}/, one per array task (see {TASKS}).",
-             f"# Submit: sbatch {out_dir / SCRIPT}",
+             f"# Submit: bash {out_dir / SUBMIT} (checks the course secret, then sbatch {out_dir / SCRIPT})",
              f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
              "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
              "# Every node must see, at these paths (a shared filesystem): the kit, its Python environment,",
              f"# the submissions and this folder: {KIT_ROOT}, {python}, {submissions_dir}, {out_dir}",
+             *(f"# WARNING: {warning}" for warning in warnings),
              "#SBATCH --job-name=a5-grade", f"#SBATCH --array={array_spec(list(range(len(entries))), max_parallel)}",
              "#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --mem={mem}",
              f"#SBATCH --time={time_limit}",
@@ -177,7 +217,25 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
              f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
     script = atomic_write(out_dir / SCRIPT, "\n".join(lines) + "\n")
     os.chmod(script, 0o755)
-    return ArrayJob(script, out_dir / TASKS, len(entries), f"sbatch {shlex.quote(str(script))}")
+    return ArrayJob(script, out_dir / TASKS, len(entries), f"bash {shlex.quote(str(submit))}")
+
+
+def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
+    """The submit step: ``sbatch [sbatch_args] OUT_DIR/grade.sbatch`` and its exit code, or 2 (nothing submitted)
+    with the reason and its fix on stderr when ``tasks.json`` is unreadable or this process's course secret is not
+    the array's. Warns again about paths under ``NODE_LOCAL``."""
+    out_dir = Path(out_dir).resolve()
+    try:
+        tasks = json.loads((out_dir / TASKS).read_text())
+        problem = secret_mismatch(tasks)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        problem = f"{out_dir / TASKS} is not a task list of batch --slurm ({type(exc).__name__}: {exc})"
+    if problem:
+        print(f"error: not submitted: {problem}", file=sys.stderr)
+        return 2
+    for warning in node_local({"SUBMISSIONS_DIR": tasks["submissions_dir"], "OUT_DIR": out_dir}):
+        print(f"warning: {warning}", file=sys.stderr)
+    return subprocess.run(["sbatch", *(sbatch_args or []), str(out_dir / SCRIPT)]).returncode
 
 
 def directives(script_text: str) -> list[tuple[str, str]]:
@@ -237,7 +295,8 @@ def run_task(out_dir: Path, task_id: int) -> int:
     """Grade task ``task_id`` of ``out_dir/tasks.json`` into ``out_dir/results/<name>/``; 0 when a grade was kept.
 
     A task whose grade did not finish or hit a grader error (``batch.UNSCORED``), or that runs under another
-    course secret than the array was made with, keeps a row with a blank score whose notes say why, prints
+    course secret than the array was made with, keeps a row with its partial score (blank when it judged
+    nothing) whose notes say why, prints
     the reason on stderr and returns ``EXIT_GRADER_ERROR`` (Slurm shows the task as failed).
 
     The grade runs in ``results/.attempt-<task_id>-...``, which replaces
@@ -261,11 +320,10 @@ def run_task(out_dir: Path, task_id: int) -> int:
                                                        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                                        "slurm_job": os.environ.get("SLURM_JOB_ID", "")}) + "\n")
     os.environ.update(tasks.get("env", {}))
-    if secret_fingerprint(tasks["secret_salt"], course_secret()) != tasks["secret"]:
+    mismatch = secret_mismatch(tasks)
+    if mismatch:
         row = {"submission": name, "score": "", "max_score": "", "status": "grader_error",
-               "notes": f"score left blank (grader_error){NOTE_SEPARATOR}not graded: this task's course secret "
-                        "differs from the one the array was made with (set GRADING_COURSE_SECRET as when running "
-                        "--slurm)"}
+               "notes": f"score left blank (grader_error){NOTE_SEPARATOR}not graded: {mismatch}"}
     else:
         row = grade_one(Path(task["path"]), attempt, tasks["grade_args"], float(tasks["limit_s"]))
         if tasks.get("benchmarks"):
@@ -285,3 +343,8 @@ def run_task(out_dir: Path, task_id: int) -> int:
         return EXIT_GRADER_ERROR
     print(f"task {task_id} {name}: {row['score']}/{row['max_score']} ({row['status']}) -> {final}")
     return 0
+
+
+if __name__ == "__main__":         # what submit.sh runs: python -m grading.commands.slurm submit OUT_DIR [sbatch args]
+    sys.exit(submit(Path(sys.argv[2]), sys.argv[3:]) if sys.argv[1:2] == ["submit"] and len(sys.argv) > 2 else
+             print("usage: python -m grading.commands.slurm submit OUT_DIR [sbatch options]", file=sys.stderr) or 2)

@@ -5,11 +5,15 @@ block: the whole file; ``(append)``: added at its end; ``(table row)``: a row of
 in id order), writes them into a temporary copy of the kit and checks what the guide promises: the expected
 values are written by ``grading fixtures``, the reference scores full marks (the hidden criterion included), a
 released starter scores zero and holds neither the staff part nor anything shaped like the answer, and the
-guide's variant loses exactly its criteria. The copy also gets a second toy of another shape (``SECOND``:
-91.1, two ranks, in ``data_parallel/comm.py`` beside Problem 1.2's regions), written with the same kinds of
-block into the same files only, so the guide's list of files is all a sub-problem needs: with both toys
-present, the kit's tests that enumerate problems (the variants helper, handout, exception locations, partial
-submissions, README) pass in the copy. The reserved ids (``grading.kit.course.is_example``) are refused as a
+guide's variants lose exactly their criteria. The copy also gets a second toy of another shape in an
+*existing* problem (``SECOND``: the next free id of Problem 1, two ranks, in ``data_parallel/comm.py`` beside
+Problem 1.2's regions), written with the same kinds of block (and ``(into NAME)``: added at the end of the
+literal list or dict ``NAME``) into the files the guide names only, so the guide's list of files is all a
+sub-problem needs: with both toys present, the kit's tests that enumerate problems (variants, clause map,
+handout points, markers and plan, exception locations, hidden inputs, partial submissions, README) pass in
+the copy. The tests that grade a whole problem (the starter's ``grade --problem 1`` in test_handout.py, the
+bundle on Problem 1 in test_gradescope.py) derive their markers and totals from the same rubric and run in
+the kit only: too slow to repeat here. The reserved ids (``grading.kit.course.is_example``) are refused as a
 course's choice.
 """
 from __future__ import annotations
@@ -28,9 +32,10 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.engine.hints import STUDENT_PACKAGES
-from grading.kit.course import EXAMPLE_PROBLEMS_FROM, is_example, parse_problems, record_text
+from grading.kit.course import DEFAULT_PROBLEMS, EXAMPLE_PROBLEMS_FROM, is_example, parse_problems, record_text
 from grading.kit.regions import parse_regions
 from grading.problems import titles
+from grading.staff.handout.rubric import marker
 from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.commands import run_kit_command
 
@@ -41,143 +46,24 @@ TOY_FOLDER = "grading/problems/p90_1_chunks"
 TOY_FILE, TOY_FUNCTION = "data_parallel/dataset.py", "chunk_sizes"
 README_ROW = re.compile(r"^\| (\d+)\.(\d+) \|")
 
-SECOND_TOY, SECOND_FOLDER = "91.1", "grading/problems/p91_1_allsum"
-SECOND = '''
-File `data_parallel/comm.py` (append):
-
-```python
-def all_sum(value: float) -> float:
-    """The sum of every rank's ``value`` over the default process group; every rank returns the same sum.
-
-    ``all_sum(rank + 1.0)`` on 2 ranks returns 3.0 on both.
-    """
-    # BEGIN_STUDENT 91.1
-    total = torch.tensor([float(value)], dtype=torch.float64)
-    dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return total.item()
-    # END_STUDENT 91.1
-```
-
-File `grading/problems/p91_1_allsum/__init__.py`:
-
-```python
-"""Problem 91.1: Example: a sum over ranks (see checks.py)."""
-ID = "91.1"
-TITLE = "Example: a sum over ranks"
-```
-
-File `grading/problems/p91_1_allsum/checks.py`:
-
-```python
-"""Problem 91.1 checks: ``all_sum`` on two ranks against the sum stored as data."""
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from grading.engine.expect import expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.problems.p91_1_allsum import ID, TITLE
-
-WORLD_SIZE = 2
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """The value each rank passes, by rank."""
-
-    values: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Expected:
-    """The sum every rank must return."""
-
-    total: float
-
-
-PROBLEM = SubProblem(ID, TITLE, __package__, inputs=Inputs(values=(1.5, 2.25)), expected_type=Expected)
-P_TOTAL = "total"
-
-
-def probe_all_sum(ctx) -> None:
-    """Record, on every rank, what all_sum returns for that rank's value of every split."""
-    from data_parallel.comm import all_sum
-
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_TOTAL, lambda: all_sum(inputs.values[ctx.rank])))
-
-
-CASE = PROBLEM.case("p91_all_sum", probe_all_sum, world_size=WORLD_SIZE, timeout_s=60, split_parts=(P_TOTAL,))
-
-
-@CASE.criterion("91.1.total", "all_sum: every rank returns the sum over all ranks", points=2)
-def check_total(run: SplitRun) -> None:
-    for rank in range(run.world_size):
-        got = run.part(P_TOTAL, rank)
-        expect(abs(got - run.expected.total) <= 1e-9,
-               f"all_sum: rank {rank} returned {got}, expected {run.expected.total} (the sum over all ranks)")
-```
-
-File `grading/problems/p91_1_allsum/staff.py`:
-
-```python
-"""Staff only (never released): the 91.1 answer, hidden inputs and hidden criteria."""
-from __future__ import annotations
-
-import random
-
-from grading.problems.p91_1_allsum import checks
-from grading.problems.p91_1_allsum.checks import Expected, Inputs
-
-
-def expected(inputs: Inputs) -> Expected:
-    """The sum every rank must return on ``inputs``."""
-    return Expected(total=sum(inputs.values))
-
-
-def hidden_inputs(rng: random.Random) -> Inputs:
-    """A value per rank no public input covers."""
-    return Inputs(values=tuple(rng.randint(3, 90) + 0.5 for _ in range(checks.WORLD_SIZE)))
-
-
-HIDDEN_POINTS = {checks.check_total: 1}
-```
-
-File `README.md` (table row):
-
-```markdown
-| 91.1 | `data_parallel/comm.py` | (example) `all_sum` |
-```
-
-File `tests/kit/test_variants_p91.py`:
-
-```python
-"""Problem 91 (the guide test's second example) buggy variants."""
-import pytest
-
-from tests.kit.variants import Variant, assert_verdicts, grade_variant
-
-VARIANTS = [
-    Variant("own_value_only", "data_parallel/comm.py", "all_sum", "return float(value)",
-            frozenset({"91.1.total", "91.1.total_hidden"}), hint="all_sum: rank 0 returned 1.5"),
-]
-
-
-@pytest.mark.kit
-@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_variant_loses_only_its_criteria(variant, tmp_path, fork_servers):
-    assert_verdicts(grade_variant(variant, variant.problem, tmp_path, fork_servers), [variant])
-```
-'''
+SECOND_TOY = f"1.{max(int(sub.split('.')[1]) for sub in titles() if sub.split('.')[0] == '1') + 1}"   # 1.3
+SECOND_FOLDER = f"grading/problems/{marker(SECOND_TOY)}_allsum"
+# The second toy, in the guide's kinds of block; @ID@ and @PKG@ stand for its id ("1.3") and marker ("p1_3").
+SECOND_TEMPLATE = (Path(__file__).parent / "second_subproblem.md").read_text()
+SECOND = SECOND_TEMPLATE.replace("@PKG@", marker(SECOND_TOY)).replace("@ID@", SECOND_TOY)
 # The kit's tests that enumerate problems, run in the toy copy (cheap ones: one release, the toys' grades).
 ENUMERATING = [
-    "tests/kit/test_variants_p90.py", "tests/kit/test_variants_p91.py",
+    "tests/kit/test_variants_p90.py", "tests/kit/test_variants_p1.py::test_variant_loses_only_its_criteria"
+    "[own_value_only]", "tests/kit/test_clauses.py",
     "tests/kit/test_docs.py::test_readme_is_the_map_of_at_most_200_lines",
     "tests/kit/test_docs.py::test_readme_tables_list_the_default_problems",
     "tests/kit/test_docs.py::test_readme_states_the_default_assignments_points",
     "tests/kit/test_docs.py::test_pytest_commands_name_real_markers_and_files",
     "tests/kit/test_handout.py::test_a_section_per_chosen_problem_with_the_rubric_points[default]",
     "tests/kit/test_handout.py::test_default_release_mentions_neither_optional_problem",
+    "tests/kit/test_handout.py::test_every_section_says_what_to_observe_and_the_suggested_order_and_time[default]",
+    "tests/kit/test_hidden_view.py::test_every_sub_problem_with_hidden_criteria_says_their_kind_in_a_students_words",
+    "tests/kit/test_answer_key.py::test_hidden_inputs_follow_the_course_secret",
     "tests/kit/test_exception_locations.py::test_every_sub_problem_has_a_planted_region",
     f"tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region[{TOY}]",
     "tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region"
@@ -185,31 +71,71 @@ ENUMERATING = [
 ]
 # What the partial-submission test derives, checked in the toy copy without its benchmark run.
 PARTIAL = """
-from tests.test_partial_submission import ROOT, done_subs
-from grading.kit.regions import student_files
-assert done_subs() == ("1.1", "1.2"), done_subs()
-assert "data_parallel/comm.py" in student_files(ROOT, ("1",))      # it holds 91.1 too: only 1.x regions are filled
+from tests.test_partial_submission import DONE_PROBLEM, ROOT, done_subs
+from grading.kit.regions import parse_regions, student_files
+marked = {r.id for rel in student_files(ROOT) for r in parse_regions((ROOT / rel).read_text(), rel)}
+mine = sorted((s for s in marked if s.split(".")[0] == DONE_PROBLEM), key=lambda s: int(s.split(".")[1]))
+assert "@ID@" in done_subs() and done_subs() == tuple(mine), (done_subs(), mine)
 print("partial ok")
-"""
+""".replace("@ID@", SECOND_TOY)
 
 
 def guide_files(text: str | None = None) -> list[tuple[str, str, str]]:
     """(path, kind, code) for every file block of ``text`` (default: the guide), in order; kind is "" (the whole
-    file), "append" or "table row"."""
-    blocks = re.finditer(r"File `(?P<path>[^`]+)`(?: \((?P<kind>append|table row)\))?:\s*\n+```\w+\n(?P<code>.*?)```",
+    file), "append", "table row" or "into NAME"."""
+    blocks = re.finditer(r"File `(?P<path>[^`]+)`(?: \((?P<kind>append|table row|into \w+)\))?:\s*\n+```\w+\n"
+                         r"(?P<code>.*?)```",
                          GUIDE.read_text() if text is None else text, flags=re.S)
     return [(m.group("path"), m.group("kind") or "", m.group("code")) for m in blocks]
 
 
 def _add_row(text: str, row: str) -> str:
-    """``text`` with the table ``row`` inserted among the problem table's rows, in id order."""
+    """``text`` with the table ``row`` (one or more lines) inserted: a problem table row among the problem table's
+    rows, in id order; any other row after the last row of the text's last table."""
     lines = text.splitlines(keepends=True)
+    row = row if row.endswith("\n") else row + "\n"
+    if not README_ROW.match(row):
+        last = max(k for k, line in enumerate(lines) if line.startswith("|"))
+        return "".join(lines[:last + 1] + [row] + lines[last + 1:])
     key = [int(n) for n in README_ROW.match(row).groups()]
     rows = [k for k, line in enumerate(lines) if README_ROW.match(line)]
     assert rows, "README.md has no problem table"
     after = [k for k in rows if [int(n) for n in README_ROW.match(lines[k]).groups()] < key]
-    lines.insert((after[-1] if after else rows[0] - 1) + 1, row if row.endswith("\n") else row + "\n")
+    lines.insert((after[-1] if after else rows[0] - 1) + 1, row)
     return "".join(lines)
+
+
+def _into(text: str, name: str, code: str) -> str:
+    """``text`` with ``code`` added at the end of the literal list or dict ``NAME = [`` / ``NAME = {``, before
+    its closing bracket at the start of a line."""
+    opened = re.search(rf"^{name} = [\[{{]\n", text, flags=re.M)
+    assert opened, f"no literal {name} to add to"
+    close = re.compile(r"^[\]}]", flags=re.M).search(text, opened.end())
+    return text[:close.start()] + (code if code.endswith("\n") else code + "\n") + text[close.start():]
+
+
+def _points(blocks: list[tuple[str, str, str]]) -> float:
+    """The points of a toy's criteria, hidden ones included, as its blocks declare them (``points=`` of each
+    criterion, the values of ``HIDDEN_POINTS``)."""
+    total = 0.0
+    for path, _, code in blocks:
+        if not path.startswith("grading/problems/"):
+            continue
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".criterion"):
+                total += sum(ast.literal_eval(k.value) for k in node.keywords if k.arg == "points")
+            elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["HIDDEN_POINTS"]:
+                total += sum(ast.literal_eval(v) for v in node.value.values)
+    return total
+
+
+def _restate_default_points(kit: Path, blocks: list[tuple[str, str, str]]) -> None:
+    """What the guide asks of a sub-problem in Problems 1-3: the README's "default assignment of N points" grows
+    by its points."""
+    readme = kit / "README.md"
+    grown = re.sub(r"(default assignment of )(\d+)( points)",
+                   lambda m: f"{m[1]}{float(m[2]) + _points(blocks):g}{m[3]}", readme.read_text())
+    readme.write_text(grown)
 
 
 def _write_blocks(kit: Path, blocks: list[tuple[str, str, str]]) -> None:
@@ -218,6 +144,8 @@ def _write_blocks(kit: Path, blocks: list[tuple[str, str, str]]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         if kind == "table row":
             target.write_text(_add_row(target.read_text(), code))
+        elif kind.startswith("into "):
+            target.write_text(_into(target.read_text(), kind.split()[1], code))
         else:
             target.write_text((target.read_text() + "\n\n" if kind == "append" else "") + code)
 
@@ -246,15 +174,20 @@ def toy_kit(tmp_path_factory) -> Path:
                                                                    ".pytest_cache", "submit_figures"))
     (kit / "submit_figures").mkdir()
     _write_blocks(kit, guide_files() + guide_files(SECOND))
+    assert SECOND_TOY.split(".")[0] in DEFAULT_PROBLEMS
+    _restate_default_points(kit, guide_files(SECOND))
     done = _run(kit, "fixtures")
     assert done.returncode == 0, done.stderr[-2000:]
+    written = {Path(line[len("wrote "):]).resolve() for line in done.stdout.splitlines() if line.startswith("wrote ")}
+    assert written == {(kit / folder / "expected.json").resolve() for folder in (TOY_FOLDER, SECOND_FOLDER)}, \
+        done.stdout                                    # the kit's own expected values were already up to date
     return kit
 
 
 def test_the_guide_has_a_block_for_every_file_it_names():
     paths = [path for path, _, _ in guide_files()]
     assert paths == [TOY_FILE, f"{TOY_FOLDER}/__init__.py", f"{TOY_FOLDER}/checks.py", f"{TOY_FOLDER}/staff.py",
-                     "README.md", "tests/kit/test_variants_p90.py"]
+                     "README.md", "tests/kit/test_variants_p90.py", "tests/kit/CLAUSES.md"]
     table = GUIDE.read_text().split("## Every file a new sub-problem touches")[1].split("\n## ")[0]
     for path, _, _ in guide_files() + guide_files(SECOND):      # every file either toy writes, in general form
         if path.split("/")[0] in STUDENT_PACKAGES:
@@ -266,7 +199,7 @@ def test_the_guide_has_a_block_for_every_file_it_names():
 
 
 def test_the_toy_ids_are_reserved_and_no_real_problem_takes_one():
-    assert is_example(TOY) and is_example(SECOND_TOY) and not is_example("5.2")
+    assert is_example(TOY) and not is_example(SECOND_TOY) and not is_example("5.2")
     assert not [sub for sub in titles() if is_example(sub)], "a kit folder uses an example id"
     assert f"from {EXAMPLE_PROBLEMS_FROM} up are reserved for examples" in " ".join(GUIDE.read_text().split())
     with pytest.raises(ValueError, match=r"course record: 90 is an example"):
@@ -310,7 +243,7 @@ def test_fixtures_write_the_expected_values(toy_kit):
 def test_the_reference_scores_full_marks_hidden_criterion_included(toy_kit):
     scores = _grade(toy_kit)
     assert scores == {"90.1.sizes": 2, "90.1.errors": 1, "90.1.sizes_hidden": 1}
-    assert _grade(toy_kit, problem=SECOND_TOY) == {"91.1.total": 2, "91.1.total_hidden": 1}
+    assert _grade(toy_kit, problem=SECOND_TOY) == {f"{SECOND_TOY}.total": 2, f"{SECOND_TOY}.total_hidden": 1}
 
 
 def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
@@ -333,9 +266,11 @@ def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
 
 
 def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_kit):
-    """The variants (each toy's variant graded as ``variant.problem``: 91.1 although its file holds 1.2's
-    regions), the handout's points and totals, the exception locations (the toys' own regions), the README
-    table and markers, and what the partial-submission test fills, all in the copy holding both toys."""
+    """The variants (each toy's variant graded as ``variant.problem``: the second toy's although its file holds
+    1.2's regions), the clause map, the handout's points, totals and plan, the exception locations (the toys' own
+    regions), the hidden inputs and their kind, the README table, points and markers, and what the
+    partial-submission test fills (every region of Problem 1, the new one too), all in the copy holding both
+    toys."""
     env = _clean_env()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENUMERATING],
                           cwd=toy_kit, env=env, capture_output=True, text=True, timeout=1200,
@@ -343,7 +278,7 @@ def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_
     tail = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
     passed = re.search(r"(\d+) passed", done.stdout)
-    assert passed and int(passed.group(1)) == len(ENUMERATING) + 1, tail      # docs' README test runs twice
+    assert passed and int(passed.group(1)) >= len(ENUMERATING), tail     # a file or parametrised id: several
     assert not re.search(r"\d+ (?:skipped|xfailed|deselected)", done.stdout), tail
     partial = subprocess.run([sys.executable, "-c", PARTIAL], cwd=toy_kit, env=env, capture_output=True, text=True,
                              timeout=300, stdin=subprocess.DEVNULL)

@@ -98,8 +98,10 @@ def test_an_unopened_starter_is_not_attempted_and_never_the_common_failure(tmp_p
     (scores,) = list(csv.DictReader(paths["scores_csv"].open(newline="")))
     assert (scores["problem"], scores["graded"], scores["not_attempted"]) == ("1", "6", "3")
     assert (scores["public_max"], scores["hidden_max"], scores["max_score"]) == ("2", "1", "3")
-    assert (scores["public_mean"], scores["hidden_mean"], scores["full_marks"]) == ("0.67", "0.33", "1")
+    assert scores["attempted"] == "3"                   # the means count only those: 4/3 public, 2/3 hidden points
+    assert (scores["public_mean"], scores["hidden_mean"], scores["full_marks"]) == ("1.33", "0.67", "1")
     page = paths["html"].read_text()
+    assert f"{scores['mean']} / 3 of 3 attempted" in page
     assert "grades_class_report_scores.png" in page and paths["scores_png"].read_bytes().startswith(b"\x89PNG")
 
 

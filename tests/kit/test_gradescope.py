@@ -7,8 +7,10 @@ import zipfile
 
 import pytest
 
+from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.regions import parse_regions, student_files
+from grading.problems import all_cases
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 from tests.commands import run_kit_command
 
@@ -80,7 +82,8 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
 def test_run_autograder_grades_the_reference_into_results_json(tmp_path, bundle):
     files = {rel: (KIT_ROOT / rel).read_text() for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS)}
     done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1")
-    assert results["score"] == results["max_score"] == 27, results        # 24 public + 3 hidden
+    worth = points.worth(c for case in all_cases(("1",)) for c in case.criteria)      # public + hidden, the rubric's
+    assert results["score"] == results["max_score"] == worth.public + worth.hidden, results
     assert {t["status"] for t in results["tests"]} == {"passed"}
     hidden = [t for t in results["tests"] if "_hidden" in t["name"]]
     assert hidden and {t["visibility"] for t in hidden} == {"after_published"}     # the spec then hides the total

@@ -33,6 +33,7 @@ from grading.kit.regions import parse_regions, student_files
 from grading.problems import all_cases, folders
 from grading.staff import handout
 from grading.staff.handout import analysis, faq, figures, plan
+from grading.staff.handout.rubric import marker
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
@@ -232,7 +233,8 @@ def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_start
     done = run_kit_command(["grade", "--quiet", "--problem", "1"], cwd=default_starter, timeout=900)
     assert done.returncode == 3, done.stdout + done.stderr              # nothing implemented yet
     assert done.stdout.strip().splitlines()[-1] == quoted.group(1)
-    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "p1_1 or p1_2",
+    problem_1 = " or ".join(marker(sub) for sub in _rubric(("1",)))         # "p1_1 or p1_2 ...", from the rubric
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", problem_1,
                              "tests/test_problems.py"], cwd=default_starter, capture_output=True, text=True,
                             timeout=900, stdin=subprocess.DEVNULL)        # pytest's summary says it alike
     assert tested.returncode == 1, tested.stdout + tested.stderr
@@ -322,9 +324,25 @@ def test_every_section_says_what_to_observe_and_the_suggested_order_and_time(whi
     assert "The *efficiency* is speedup / N" in text and "read a CPU speedup against\n1" in text
 
 
+def test_a_problems_plan_is_its_sub_problems_steps_in_id_order(monkeypatch):
+    """A sub-problem added to Problem 1 joins its order and time by its step alone; one without a step is
+    refused, naming the file a TA writes it in."""
+    subs = [sub for sub in plan.titles() if sub.split(".")[0] == "1"]
+    extra = f"1.{max(int(s.split('.')[1]) for s in subs) + 1}"
+    monkeypatch.setattr(plan, "titles", lambda: {**{s: "" for s in subs}, extra: "toy"})
+    with pytest.raises(ValueError, match=rf"no suggested order and time for {re.escape(extra)}: add a Step to "
+                                         rf"STEPS in {re.escape(plan.PLAN_FILE)}"):
+        plan.line("1")
+    monkeypatch.setitem(plan.STEPS, extra, plan.Step("`toy`", (1, 2)))
+    added = plan.plan("1")
+    assert added.order.endswith(f", then {extra} (`toy`)")
+    assert added.order.startswith(" ".join(f"{s} ({plan.STEPS[s].what})," for s in subs))
+    assert added.hours == (sum(plan.STEPS[s].hours[0] for s in subs) + 1, sum(plan.STEPS[s].hours[1] for s in subs) + 2)
+
+
 def test_problem_1_gives_the_measured_losses_and_why_one_and_two_ranks_differ(default):
     section = _sections(default)["1"]
-    for number in ("3.3305", "0.3301", "3.3885", "0.3570"):
+    for number in ("3.3305", "3.3885", "0.327 to 0.335", "0.355 to 0.358"):
         assert number in section
     assert "contiguous slice" in section and "not a bug" in section
 

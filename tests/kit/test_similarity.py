@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import csv
 import random
+import re
 import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
@@ -76,7 +77,7 @@ def test_planted_copy_ranks_first_and_independent_solutions_below(report_dir):
     for problem in problems:
         ranked = [r for r in rows if r["problem"] == problem]
         assert ranked, f"{problem}: no pairs"
-        assert {ranked[0]["a"], ranked[0]["b"]} == {"ref", "ref_copy"}, f"{problem}: top pair is {ranked[0]}"
+        assert {ranked[0]["a"], ranked[0]["b"]} == {"ref", "ref_copy.zip"}, f"{problem}: top pair is {ranked[0]}"
         planted = float(ranked[0]["similarity"])
         others = [float(r["similarity"]) for r in ranked[1:]]
         if problem in samples:
@@ -89,7 +90,7 @@ def test_pairs_csv_columns_range_order_and_names(report_dir, batch):
     with open(report_dir / "pairs.csv", newline="") as handle:
         assert next(csv.reader(handle)) == ["problem", "a", "b", "similarity"]
     names = {r["a"] for r in rows} | {r["b"] for r in rows}
-    assert names == {"ref", "ref_copy", "sample_a", "sample_b", "sample_c"}   # the zip is named without .zip
+    assert names == {"ref", "ref_copy.zip", "sample_a", "sample_b", "sample_c"}   # as grades.csv names them
     for problem in {r["problem"] for r in rows}:
         values = [float(r["similarity"]) for r in rows if r["problem"] == problem]
         assert all(0.0 <= v <= 1.0 for v in values)
@@ -178,14 +179,14 @@ def test_html_parses_names_every_file_shows_planted_pair_first_and_escapes(repor
     assert "script" not in page.tags
     assert "&lt;script&gt;" in text and "&lt;b&gt;bold&lt;/b&gt; &amp; co" in text
     files = {rel for rel in kit_regions()}
-    names = {"ref", "ref_copy", "sample_a", "sample_b", "sample_c"}
+    names = {"ref", "ref_copy.zip", "sample_a", "sample_b", "sample_c"}
     assert page.pre_captions and len(page.pre_captions) == text.count("<pre>")
     for caption in page.pre_captions:
         submission, _, rest = caption.partition(": ")
         assert submission in names and rest.split(" ")[0] in files, f"caption {caption!r} names no file"
     problems = {region.id for regions in kit_regions().values() for region in regions}
     for problem in problems:
-        assert set(page.first_rows[problem]) == {"ref", "ref_copy"}, f"{problem}: {page.first_rows[problem]}"
+        assert set(page.first_rows[problem]) == {"ref", "ref_copy.zip"}, f"{problem}: {page.first_rows[problem]}"
     assert "broken.zip" in text and "no_code" in text and "a reason to look, not a verdict" in text
     assert 'class="m"' in text       # shared lines are highlighted
 
@@ -196,6 +197,9 @@ def test_cli_similarity_and_usage_error(batch, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (out / "pairs.csv").is_file() and (out / "index.html").is_file()
     assert "broken.zip" in done.stderr
+    listed = {line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("left out: ")}
+    count = re.search(r"; (\d+) entr(?:y|ies) unreadable or with files ignored \(listed above\); wrote", done.stdout)
+    assert count and int(count[1]) == len(listed) >= 1, done.stdout
     bad = run_kit_command(["similarity", tmp_path / "missing", "--out", out], timeout=300)
     assert bad.returncode == 2 and "not a folder" in bad.stderr
     assert similarity.run(batch, tmp_path / "other", top=-1) == 2

@@ -25,6 +25,7 @@ from grading.commands import slurm
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM, add_slurm_resource_options, slurm_resources
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.commands.slurm_collect import collect
+from grading.kit.secret import SECRET_ENV
 from grading.kit.regions import parse_regions, replace_bodies, stub_body
 from tests.kit.test_variants_p1 import VARIANTS
 from tests.kit.variants import KIT_ROOT
@@ -101,7 +102,7 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
                                   "--quiet"], cwd=KIT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = tmp_path / "array"
     assert grading_main(["batch", str(subs), "--slurm", str(out), "--problem", "1.1", "--max-parallel", "2"]) == 0
-    assert f"sbatch {out / slurm.SCRIPT}" in capsys.readouterr().out
+    assert f"bash {out / slurm.SUBMIT}" in capsys.readouterr().out
     tasks = json.loads((out / slurm.TASKS).read_text())["tasks"]
     assert [t["submission"] for t in tasks] == sorted(p.name for p in subs.iterdir())
     assert slurm.check_script(out / slurm.SCRIPT, len(tasks)) == []
@@ -183,7 +184,7 @@ def test_script_directives_parse_like_sbatch_and_bad_options_are_refused(tmp_pat
         _folder(subs / name, "")
     job = slurm.write_array(subs, tmp_path / "out", ["--problem", "1.1"], partition="gpu-a100", gpus_per_task=2,
                             time_limit="1-02:00:00", benchmarks=True, max_parallel=2)
-    assert job.count == 3 and job.submit == f"sbatch {tmp_path / 'out' / slurm.SCRIPT}"
+    assert job.count == 3 and job.submit == f"bash {tmp_path / 'out' / slurm.SUBMIT}"
     assert slurm.check_script(job.script, 3) == []
     found = dict(slurm.directives(job.script.read_text()))
     assert found["array"] == "0-2%2" and found["time"] == "1-02:00:00" and found["partition"] == "gpu-a100"
@@ -230,6 +231,40 @@ def test_script_directives_parse_like_sbatch_and_bad_options_are_refused(tmp_pat
                                                          if k != "SLURM_ARRAY_TASK_ID"}, capture_output=True)
     assert ran.returncode == 2 and b"SLURM_ARRAY_TASK_ID" in ran.stderr
     assert grading_main(["batch", "--run-task", str(tmp_path / "out"), "7"]) == 2
+
+
+def test_the_submit_step_refuses_another_course_secret_before_sbatch(tmp_path, monkeypatch, capsys):
+    """Made without a secret, submitted with one (and the reverse, and another one): refused in one line with the
+    fix, sbatch never called; the same secret: sbatch gets the script. Paths under /tmp are warned about."""
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    subs = tmp_path / "subs"
+    _folder(subs / "a", "")
+    called = tmp_path / "sbatch.args"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/bash\necho "$@" > {called}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    job = slurm.write_array(subs, tmp_path / "plain")
+    warned = capsys.readouterr().err
+    assert f"warning: OUT_DIR {tmp_path / 'plain'} is under /tmp, which other nodes do not see" in warned
+    assert "# WARNING: SUBMISSIONS_DIR" in job.script.read_text()
+    assert json.loads(job.tasks.read_text())["secret_used"] is False
+    assert f"-m grading.commands.slurm submit {tmp_path / 'plain'}" in (tmp_path / "plain" / slurm.SUBMIT).read_text()
+    monkeypatch.setenv(SECRET_ENV, "term-b")
+    with_secret = slurm.write_array(subs, tmp_path / "secret")
+    for made, shell, fix in ((tmp_path / "plain", "term-b", f"made without a course secret but {SECRET_ENV} is set"),
+                             (tmp_path / "secret", "", "made with a course secret and none is set"),
+                             (tmp_path / "secret", "term-c", "differs from the one the array was made with")):
+        monkeypatch.setenv(SECRET_ENV, shell)
+        capsys.readouterr()
+        assert slurm.submit(made) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: not submitted: ") and fix in err, err
+        assert "make the array again" in err and not called.exists()
+    monkeypatch.setenv(SECRET_ENV, "term-b")
+    assert slurm.submit(tmp_path / "secret", ["--array=0"]) == 0
+    assert called.read_text().split() == ["--array=0", str(with_secret.script)]
 
 
 def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, capsys):
