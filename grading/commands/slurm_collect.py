@@ -14,8 +14,9 @@ rest::
     missing   no result: not run yet, still running, or killed midway
 
 For failed and missing tasks it writes ``OUT_DIR/resubmit.sh``, the one
-``sbatch --array=<ids> grade.sbatch`` that re-runs just those (``--array``
-on the command line overrides the script's), and removes it when none are left.
+``bash OUT_DIR/submit.sh --array=<ids>`` (the submit step: the course secret
+checked, then sbatch) that re-runs just those (``--array`` on the command line
+overrides the script's), and removes it when none are left.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from grading.commands.batch import UNSCORED, class_report_inputs, write_grades
 from grading.commands.class_report import write_class_report
-from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SCRIPT, TASKS, array_spec
+from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SUBMIT, TASKS, array_spec
 from grading.kit.course import PROBLEMS_ENV, parse_problems
 from grading.kit.files import atomic_write
 
@@ -43,7 +44,7 @@ class Collected:
     submissions_dir: Path | None = None
     failed: list[tuple[int, str, str]] = field(default_factory=list)
     missing: list[tuple[int, str, str]] = field(default_factory=list)
-    resubmit: str = ""                 # the sbatch command for failed + missing tasks, "" when none
+    resubmit: str = ""                 # the submit command for failed + missing tasks, "" when none
 
     @property
     def complete(self) -> bool:
@@ -110,8 +111,8 @@ def collect(out_dir: Path, out_csv: Path) -> Collected:
     resubmit = out_dir / RESUBMIT
     if redo:
         throttle = tasks.get("max_parallel")
-        result.resubmit = (f"sbatch --array={array_spec(redo, min(throttle, len(redo)) if throttle else None)} "
-                           f"{shlex.quote(str(out_dir / SCRIPT))}")
+        result.resubmit = (f"bash {shlex.quote(str(out_dir / SUBMIT))} "     # the submit step checks the secret
+                           f"--array={array_spec(redo, min(throttle, len(redo)) if throttle else None)}")
         atomic_write(resubmit, f"#!/bin/bash\n# re-runs the failed and missing tasks of {out_dir}\n"
                                f"{result.resubmit}\n")
         os.chmod(resubmit, 0o755)

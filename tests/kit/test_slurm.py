@@ -130,8 +130,9 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     assert json.loads((results / "@carol.zip" / slurm.ROW).read_text())["task"] == ids["@carol.zip"]
 
     resubmit = (out / "resubmit.sh").read_text()
-    spec = re.search(r"sbatch --array=(\S+) (\S+)", resubmit)
-    assert spec and Path(spec[2]) == out / slurm.SCRIPT
+    spec = re.search(r"bash (\S+) --array=(\S+)", resubmit)
+    assert spec and Path(spec[1]) == out / slurm.SUBMIT
+    spec = [None, spec[2]]
     again = sorted({ids[FORMULA], ids["-dash"]})
     assert spec[1] == slurm.array_spec(again, 2)
     _run_tasks(out, [int(x) for x in spec[1].split("%")[0].replace("-", ",").split(",")])
@@ -296,7 +297,7 @@ def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, c
     found = collect(out, tmp_path / "grades.csv")
     assert [t[:2] for t in found.failed] == [(1, "b"), (3, "d")] and "secret" in found.failed[1][2]
     assert [t[:2] for t in found.missing] == [(2, "c")]
-    assert found.resubmit == f"sbatch --array=1-3%3 {out / slurm.SCRIPT}"
+    assert found.resubmit == f"bash {out / slurm.SUBMIT} --array=1-3%3"
     assert (out / "resubmit.sh").read_text().strip().endswith(found.resubmit)
     assert [row["submission"] for row in _rows(tmp_path / "grades.csv")[1]] == ["a", "b", "d"]
     d = _rows(tmp_path / "grades.csv")[1][2]
