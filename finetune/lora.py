@@ -162,7 +162,9 @@ def load_adapter(model: nn.Module, path: str | os.PathLike) -> None:
     """Copy the adapter values saved by ``save_adapter`` into ``model``.
 
     Open the file with ``torch.load(path, map_location="cpu",
-    weights_only=True)``. Check it fully before changing anything; raise
+    weights_only=True)``: a file it refuses (a pickle that would run code
+    when loaded) raises, its code never runs and the model is untouched.
+    Check it fully before changing anything; raise
     ``ValueError`` (model untouched) when it is not a ``dict`` of name ->
     tensor (a list, or a dict with a value that is not a tensor, e.g. an
     ``int``: ValueError too, not the AttributeError of reading its shape),

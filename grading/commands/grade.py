@@ -193,7 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "case may use what is left in proportion to its limit, so a hang cannot starve the problems "
                        "after it; a case with no time left is listed as not graded (default: no total)")
     grade.add_argument("--public-table", action="store_true", help="print the table a student may see: no "
-                       "hidden criterion, totals of the public ones (run_autograder's stdout)")
+                       "hidden criterion, totals of the public ones (for a course that shows stdout to students)")
     grade.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     grade.add_argument("--keep", action="store_true", help="keep the temporary grading folder")
     grade.add_argument("--profile", action="store_true", help="also print where each case's time went")

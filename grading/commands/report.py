@@ -51,8 +51,9 @@ MARKS = {"passed": "PASS", "failed": "FAIL", "not_implemented": "TODO", "grader_
 def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool = False, public: bool = False) -> str:
     """The per-problem table: each criterion's points, status, seconds and reason, then totals.
 
-    ``public`` (what a student may see, e.g. ``run_autograder``'s stdout): hidden criteria are left out, each
-    problem says only how many it has, and the subtotals and total count public criteria only.
+    ``public`` (what a student may see): hidden criteria are left out, each problem says only how many it has,
+    and the subtotals and total earn public points only, the hidden ones stated as a starter's table states them
+    (``_public``).
     """
     lines = []
     for note in notes:
@@ -63,7 +64,7 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
     for problem in problems:
         rows = [r for r in results if r.problem == problem and not (public and r.hidden)]
         lines.append(f"Problem {problem}  {titles().get(problem, '')}")
-        lines.append(f"  [{_public(rows) if public else points.scored(rows)}]")
+        lines.append(f"  [{_public([r for r in results if r.problem == problem]) if public else points.scored(rows)}]")
         stubs = {} if verbose else _stubs(rows)
         for r in rows:
             if r.id in stubs:
@@ -77,7 +78,7 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
         if hidden := sum(1 for r in results if r.problem == problem and r.hidden and public):
             lines.append(f"  ({hidden} more check(s) the course shows after grades are published)")
     lines.append("")
-    lines.append(f"TOTAL {_public([r for r in results if not r.hidden]) if public else points.scored(results)}")
+    lines.append(f"TOTAL {_public(results) if public else points.scored(results)}")
     return "\n".join(lines)
 
 
@@ -100,9 +101,12 @@ def _stubs(rows: list[CriterionResult]) -> dict[str, str]:
     return out
 
 
-def _public(rows: list[CriterionResult]) -> str:
-    """A public table's subtotal: the points of ``rows`` (public criteria), earned of the maximum."""
-    return f"{sum(r.score for r in rows):g}/{sum(r.max_score for r in rows):g} public points"
+def _public(results: list[CriterionResult]) -> points.Tally:
+    """What a student may see of ``results``' points: public ones earned of their maximum, hidden ones as points
+    the course adds (what a starter's own table says), none of their verdicts."""
+    public = [r for r in results if not r.hidden]
+    return points.Tally(sum(r.max_score for r in public), sum(r.max_score for r in results if r.hidden),
+                        sum(r.score for r in public))
 
 
 UNFINISHED = "unfinished"        # extra_data key of a results.json written while its grade still ran
@@ -113,7 +117,7 @@ def gradescope_json(results: list[CriterionResult], notes: list[str] = (), extra
     """Gradescope's results.json: score, tests[] (name, score, max_score, status, output, visibility).
 
     Hidden criteria are ``after_published``; stdout (the staff table) is ``hidden`` from students. ``extra`` goes
-    to ``extra_data``, which Gradescope stores and never shows.
+    to ``extra_data`` (Gradescope's spec: "extra data to be stored"; it describes no display of it).
     """
     tests = [{
         "name": f"{r.id}: {r.title}",

@@ -33,11 +33,12 @@ _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [
      "a tensor reused across steps keeps an old graph: detach it or rebuild it each step"),
     ("", re.compile(r"element \d+ of tensors does not require grad"),
      "the graph was cut: a .detach(), .data or torch.no_grad() between the input and the loss"),
-    ("", re.compile(r"Check failed: .*sizes\(\)"),
+    ("", re.compile(r"the communication library refused the call: two of its tensors differ in size"),
      "the tensors of one collective call do not fit each other on this rank (the two sizes it names): in "
      "reduce_scatter and all_gather every chunk has the same size on every rank (pad a flat buffer to a multiple "
      "of the world size)"),
 ]
+_LIBRARY_CHECK = re.compile(r"Check failed: .*sizes\(\).*\((?P<a>\d+) vs\. (?P<b>\d+)\)")
 # A C++ log prefix the communication library puts before its message ("[rank2]:[F1205 18:36:15.19 Foo.cpp:2216] ",
 # "[/path/to/pair.cc:553] "): a source path of the library's, not of the student's code.
 _LIBRARY_PREFIX = re.compile(r"(?:\[rank\d+\]:)?\[(?:[A-Z]\d{4} [\d:.]+ )?[^\]\s]*\.(?:cpp|cc|h|hpp):\d+\]\s*")
@@ -92,10 +93,20 @@ def format_error(kind: str, message: str, where: str = "") -> str:
     ``where`` is ``student_frame``'s answer ("" when no student frame was found: no location is shown). A
     message whose first line ends at a colon gets its details joined onto that line (``self_contained``).
     """
-    message = _LIBRARY_PREFIX.sub("", self_contained(message)).rstrip()
-    text = f"{kind}: {message}" + (f" (at {where})" if where else "")
+    message, check = _plain_library_check(_LIBRARY_PREFIX.sub("", self_contained(message)).rstrip())
+    text = f"{kind}: {message}" + (f" (at {where})" if where else "") + (f"\nlibrary check: {check}" if check else "")
     hint = likely_cause(kind, message, where)
     return text + (f"\n{hint}" if hint else "")
+
+
+def _plain_library_check(message: str) -> tuple[str, str]:
+    """(``message``, "") or, when it is a communication library's failed size assertion (gloo's ``Check failed:
+    EXPR (A vs. B).``), (the same in plain words, the assertion: a later line, which ``grade -v`` shows)."""
+    match = _LIBRARY_CHECK.match(message)
+    if not match or "\n" in message:
+        return message, ""
+    return (f"the communication library refused the call: two of its tensors differ in size ({match['a']} vs. "
+            f"{match['b']} elements)"), message
 
 
 def describe_exception(exc: BaseException, limit: int | None = None, root: Path | str | None = None) -> str:

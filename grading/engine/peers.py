@@ -212,6 +212,7 @@ def _error_line(info: dict) -> str:
     """``Type: message (at path:line (in fn))`` of a recorded error, on one line, with its likely cause."""
     kind, message, where = str(info.get("type", "Error")), str(info.get("message", "")), info.get("where") or ""
     first = message.strip().splitlines()[0] if message.strip() else ""
-    text = format_error(kind, first, where).splitlines()[0]
-    hint = likely_cause(kind, message, where)
+    lines = format_error(kind, first, where).splitlines()
+    text = lines[0]
+    hint = likely_cause(kind, message, where) or next((x for x in lines if x.startswith("likely cause:")), "")
     return text + (f"\n{hint}" if hint else "")

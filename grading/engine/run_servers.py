@@ -2,8 +2,9 @@
 
 A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``): rank r
 of a case is forked by server r % 2 where two are kept; where one is kept, a
-second one runs only while a case needs its ranks' string hash orders apart
-(``ForkServers.settle``). ``batch`` shares its servers with its grades
+second one is started for a case that needs its ranks' string hash orders
+apart, and stopped before a case without that need has the first server
+import more libraries (``ForkServers.settle``). ``batch`` shares its servers with its grades
 through ``POOL_ENV`` (``ForkServers.shared_env``).
 """
 from __future__ import annotations
@@ -30,9 +31,8 @@ def pool_addresses(pool: str) -> list[str]:
 def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
     ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
-    once, for Gradescope's small containers; ``run_autograder`` sets it: a second server runs only while a case
-    whose ranks must agree on their collectives needs two hash seeds, ``ForkServers.settle``). Raises ValueError
-    for any other value."""
+    once, for Gradescope's small containers; ``run_autograder`` sets it: a second server is added for the cases
+    whose ranks must differ in hash seed, ``ForkServers.settle``). Raises ValueError for any other value."""
     value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
     if value not in ("1", "2"):
         raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")
