@@ -1,32 +1,17 @@
 """Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
 
-Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
-skipped) is graded by its own ``python -m grading grade`` process, a new
-interpreter in its own session, with a wall-clock limit, so one submission that
-crashes, hangs or kills its grader costs only its own row, and nothing of one
-grade (imported modules, ranks, temporary files) reaches the next. The grades
-share the batch's fork servers, which hold library modules only and give each
-grade sessions of its own (``grading.engine.forkserver``), so no grade imports
-torch, transformers and DeepSpeed for its ranks again. Each gets
-``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
-the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
-temporary files go to a folder of its own, removed when it ends, however it
-ends (``grade_one``). The CSV
-is rewritten after every submission, so an interrupted batch keeps what it
-graded. A row has a ``problem_X.Y`` column per sub-problem of the problems the
-course chose (``course.chosen_problems()``) and nothing for the others;
-``notes`` holds one entry per actual issue of that grade (`` | `` between
-them; the figures lines every grade prints, not scored, are left in its
-report); ``results`` links that submission's results.json (relative to the
-CSV's folder); then every criterion's points (a column per criterion id,
-empty where it was not graded). A grade shares its limit among its cases
-(``grade --total-timeout``) and keeps its results.json current as it runs, so
-one that did not finish or hit a grader error (``UNSCORED``) has in its row and
-its results.json the same score: what it judged (notes: ``partial score``; the
-rest listed as not graded, with why), or a blank score, never 0, when it
-judged nothing. Its notes say why once and name each case that hit its limit.
-The class report (``class_report.py``) is written next to the CSV at the end.
-Every CSV cell is formula-safe (``csv_cells.py``).
+Every entry (a folder or a ``.zip``; hidden names skipped) is graded by its own
+``python -m grading grade`` process, forked from fork servers the batch shares
+(``grading_servers``), in its own session, temporary folder and wall-clock
+limit (``grade_one``), so one submission that crashes, hangs or kills its
+grader costs only its own row. Each keeps ``<results>/<entry>/`` results.json
+(Gradescope schema), report.txt and stderr.txt. grades.csv is rewritten after
+every grade: ``HEAD``, a ``problem_X.Y`` column per chosen sub-problem,
+``TAIL`` (notes: one entry per issue of that grade; results: a link), then
+every criterion's points. A grade that did not finish keeps what it judged (a
+partial score, never 0; blank when it judged nothing), and its notes say why.
+The class report (``class_report.py``) is written next to the CSV at the end;
+every CSV cell is formula-safe (``csv_cells.py``).
 """
 from __future__ import annotations
 
@@ -41,8 +26,9 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from grading.commands.benchmarks import NOT_SCORED
 from grading.commands.class_report import write_class_report
@@ -100,6 +86,22 @@ def default_limit_s(grade_args: list[str]) -> float:
     timeout, problem = option("--timeout"), option("--problem")
     cases = [c for c in all_cases() if any(selects(problem, x.problem) for x in c.criteria)]
     return sum(float(timeout) if timeout is not None else c.timeout_s for c in cases) + 30.0 * len(cases) + 60.0
+
+
+@contextmanager
+def grading_servers() -> Iterator[dict[str, str]]:
+    """Fork servers that many ``grade_one`` calls share, preloaded with what a grade's own judging imports, so no
+    grade imports the libraries again; yields the ``env`` to pass to each (empty where fork servers are off) and
+    closes the servers when the block ends."""
+    servers = warm_servers(KIT_ROOT)
+    if servers is None:
+        yield {}
+        return
+    try:
+        servers.preload(servers.servers, GRADE_IMPORTS)
+        yield servers.shared_env()
+    finally:
+        servers.close()
 
 
 def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env: dict[str, str] | None = None
@@ -334,16 +336,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                 progress(progress_line(row, len(rows), len(entries)))
 
     write_grades(out_csv, rows, results_dir)
-    servers = warm_servers(KIT_ROOT)         # shared by every grade: no grade imports the libraries again
-    shared = servers.shared_env() if servers is not None else {}
-    if servers is not None:
-        servers.preload(servers.servers, GRADE_IMPORTS)     # what each grade's own judging imports
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            list(pool.map(one, entries))
-    finally:
-        if servers is not None:
-            servers.close()
+    with grading_servers() as shared, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, entries))
     linked = write_grades(out_csv, rows, results_dir)
     write_class_report(out_csv, *class_report_inputs(rows, results_dir), students=linked)
     return sorted(rows, key=lambda row: row["submission"])

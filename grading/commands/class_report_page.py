@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from urllib.parse import quote
 
-_STYLE = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1em}"
+PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px;vertical-align:top}"
           "ol{margin:0;padding-left:1.2em}.cause{color:#555}")
 _STUDENT_COLUMNS = ("score", "max_score", "status")
@@ -92,7 +92,7 @@ def render(paths: dict[str, Path], rows: list[dict], score_rows: list[dict], sub
                       _e(r["median"] or "-"),
                       _e(r["full_marks"])] for r in score_rows])
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>"
-            f"<style>{_STYLE}</style></head><body><h1>Class report</h1>"
+            f"<style>{PAGE_STYLE}</style></head><body><h1>Class report</h1>"
             f"<p>{submissions} graded submission(s). {missing}</p>"
             "<h2>Scores per problem</h2><p>Public criteria are the ones students run themselves; hidden ones run "
             "only here. Not attempted: every criterion of every sub-problem still stops at the starter's stub "

@@ -159,6 +159,21 @@ def _batch_collect(args: argparse.Namespace) -> int:
     return 0 if found.complete else report.EXIT_FAIL
 
 
+def cmd_mutants(args: argparse.Namespace) -> int:
+    if (refused := _staff_only("mutants")) is not None:
+        return refused
+    from grading.commands.mutants import run_mutants, selection
+    from grading.commands.mutants_report import HTML_NAME, table
+    try:
+        result = run_mutants(Path(args.out), selection(args.problem) if args.problem else None, args.sample,
+                             args.seed, args.jobs, args.timeout, args.fresh, None if args.quiet else print)
+    except (RegionError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.EXIT_USAGE
+    print("\n".join(table(result)))
+    print(f"report: {Path(args.out) / HTML_NAME}")
+    return 0 if result["complete"] else report.EXIT_FAIL
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``release``, ``gradescope``, ``fixtures`` and ``batch`` to the CLI."""
     rel = subparsers.add_parser("release", help="write the student starter (staff)")
@@ -211,3 +226,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slurm.add_argument("--run-task", nargs=2, metavar=("OUT_DIR", "ID"), help="grade one task of OUT_DIR "
                        "(what grade.sbatch runs)")
     batch.set_defaults(func=cmd_batch)
+    mutants = subparsers.add_parser("mutants", help="grade the reference's in-region mutants: how strong each "
+                                    "sub-problem's checks are (staff; needs requirements-staff.txt)")
+    mutants.add_argument("--out", required=True, help="folder for the report (mutants.html, mutants.json), the "
+                         "ledger a stopped run goes on from, and each mutant's grade")
+    mutants.add_argument("--problem", help="only these problems or sub-problems, e.g. 1.2 or 1,2 (default: all)")
+    mutants.add_argument("--sample", type=int, metavar="N", help="only N mutants per sub-problem, drawn with --seed")
+    mutants.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    mutants.add_argument("--jobs", type=int, default=1, help="mutants graded at the same time (default 1)")
+    mutants.add_argument("--timeout", type=float, help="limit per mutant's grade in seconds (default: its "
+                         "sub-problem's grade limit)")
+    mutants.add_argument("--fresh", action="store_true", help="grade every mutant again, ignoring --out's ledger")
+    mutants.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    mutants.set_defaults(func=cmd_mutants)

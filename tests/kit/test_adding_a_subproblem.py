@@ -283,3 +283,19 @@ def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_
     partial = subprocess.run([sys.executable, "-c", PARTIAL], cwd=toy_kit, env=env, capture_output=True, text=True,
                              timeout=300, stdin=subprocess.DEVNULL)
     assert partial.returncode == 0 and "partial ok" in partial.stdout, partial.stdout + partial.stderr[-2000:]
+
+
+MUTANTS_SAMPLE = ("--sample", "2", "--seed", "12")       # two of the toy's 39 mutants: `parts <= 1`, `or` -> `and`
+
+
+def test_mutants_on_the_toy_shows_a_killed_and_a_survived_mutant(toy_kit, tmp_path):
+    """The guide's last step: ``mutants`` on the new sub-problem, before students see it (a seeded sample)."""
+    command = re.search(r"python -m grading (mutants --problem \S+) --out \S+", GUIDE.read_text())
+    assert command and command[1] == f"mutants --problem {TOY}", "the guide's last step runs mutants on the toy"
+    done = _run(toy_kit, *command[1].split(), *MUTANTS_SAMPLE, "--out", str(tmp_path))
+    report = json.loads((tmp_path / "mutants.json").read_text())
+    counts = report["problems"][TOY]
+    assert counts["killed"] >= 1 and counts["survived"] >= 1 and done.returncode == 1, done.stdout[-3000:]
+    survivor = report["survivors"][0]
+    assert survivor["diff"].startswith(f"--- a/{TOY_FILE}") and survivor["passed"], survivor
+    assert survivor["id"] in (tmp_path / "mutants.html").read_text() and f"survived: {survivor['id']}" in done.stdout

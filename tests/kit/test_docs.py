@@ -29,7 +29,8 @@ from grading.problems import all_cases, titles
 pytestmark = pytest.mark.kit
 
 README = KIT_ROOT / "README.md"
-GUIDES = ("adding-a-subproblem", "grading-a-class", "gradescope", "sandbox", "design", "distributed-failures")
+GUIDES = ("adding-a-subproblem", "grading-a-class", "gradescope", "sandbox", "design", "distributed-failures",
+          "mutation-analysis")
 DOCUMENTS = [README, *(KIT_ROOT / "docs" / f"{name}.md" for name in GUIDES)]
 README_MAX_LINES = 200
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*(/.*)?$|^/tmp/|^S$")     # SUBMISSIONS_DIR, OUT_DIR/..., /tmp/starter, S

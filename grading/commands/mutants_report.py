@@ -1,0 +1,124 @@
+"""The report of a ``mutants`` run: per sub-problem its mutation score, then what staff must act on.
+
+The score is killed / (mutants − listed equivalents). Survivors come with
+their diff and the criteria they passed; a listed equivalent that the checks
+now kill, or that no longer applies (``mutations.stale``), is flagged; a
+grade that gave no verdict is an error and lowers the score. Written as
+``mutants.json`` and ``mutants.html`` (every piece of text HTML-escaped).
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from grading.commands.class_report_page import PAGE_STYLE
+from grading.kit.files import atomic_write
+from grading.kit.mutations import EQUIVALENTS_FILE, Equivalent, Mutant, equivalents, stale
+from grading.problems import folders
+
+JSON_NAME, HTML_NAME = "mutants.json", "mutants.html"
+
+
+def problem_folder(problem: str) -> Path:
+    """The grader folder of sub-problem ``problem`` ("2.1"): checks, hidden checks, data, equivalents."""
+    return Path(folders()[problem].__file__).parent
+
+
+def listed_equivalents(problem: str) -> list[Equivalent]:
+    """The mutants staff listed as equivalent in ``problem``'s folder (``mutations.equivalents``)."""
+    return equivalents(problem_folder(problem) / EQUIVALENTS_FILE, problem)
+
+
+def summary(chosen: list[Mutant], every: list[Mutant], records: list[dict], run: dict) -> dict:
+    """The report of the graded ``chosen`` mutants (``records`` in the same order; ``every``: all mutants of their
+    sub-problems, against which listed equivalents are checked) with ``run``'s facts (seconds, jobs, sample,
+    seed). ``complete`` is true when every sub-problem scores 100 % with no error and no flagged equivalent."""
+    problems = sorted({m.problem for m in every}, key=lambda p: [int(x) for x in p.split(".")])
+    listed = {p: {e.mutant: e for e in listed_equivalents(p)} for p in problems}
+    per: dict[str, dict] = {p: {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "errors": 0}
+                            for p in problems}
+    report: dict = {**run, "grade_seconds": round(sum(r["seconds"] for r in records), 1), "mutants": len(chosen),
+                    "problems": per, "survivors": [], "equivalent": [], "equivalent_killed": [], "errors": [],
+                    "stale": [{"problem": p, "mutant": e.mutant, "line": e.line, "reason": e.reason}
+                              for p in problems
+                              for e in stale(list(listed[p].values()), [m for m in every if m.problem == p])]}
+    for mutant, record in zip(chosen, records):
+        counts, equivalent = per[mutant.problem], listed[mutant.problem].get(mutant.id)
+        counts["mutants"] += 1
+        where = {"id": mutant.id, "problem": mutant.problem, "path": mutant.path, "line": mutant.line,
+                 "operator": mutant.operator}
+        if record["verdict"] == "killed":
+            counts["killed"] += 1
+            if equivalent is not None:
+                report["equivalent_killed"].append({**where, "reason": equivalent.reason, "failed": record["failed"]})
+        elif record["verdict"] == "survived" and equivalent is not None:
+            counts["equivalent"] += 1
+            report["equivalent"].append({**where, "reason": equivalent.reason, "diff": record.get("diff", "")})
+        elif record["verdict"] == "survived":
+            counts["survived"] += 1
+            report["survivors"].append({**where, "diff": record.get("diff", ""), "passed": record["passed"]})
+        else:
+            counts["errors"] += 1
+            report["errors"].append({**where, "status": record["status"], "notes": record.get("notes", "")})
+    for counts in per.values():
+        judged = counts["mutants"] - counts["equivalent"]
+        counts["score"] = round(counts["killed"] / judged, 4) if judged else None
+    report["complete"] = not (report["survivors"] or report["errors"] or report["stale"]
+                              or report["equivalent_killed"])
+    return report
+
+
+def table(report: dict) -> list[str]:
+    """The report as terminal lines: one per sub-problem, then one per survivor, flag and error."""
+    lines = [f"{'sub-problem':<12}{'mutants':>8}{'killed':>8}{'survived':>9}{'equiv.':>7}{'errors':>7}  score"]
+    for problem, c in report["problems"].items():
+        score = "-" if c["score"] is None else f"{100 * c['score']:.1f} %"
+        lines.append(f"{problem:<12}{c['mutants']:>8}{c['killed']:>8}{c['survived']:>9}{c['equivalent']:>7}"
+                     f"{c['errors']:>7}  {score}")
+    lines += [f"survived: {s['id']} ({s['path']}:{s['line']}), passed {', '.join(s['passed'])}"
+              for s in report["survivors"]]
+    lines += [f"listed as equivalent, but killed: {e['id']} (by {', '.join(e['failed'])})"
+              for e in report["equivalent_killed"]]
+    lines += [f"listed as equivalent, no longer applies: {e['mutant']} ({e['line']})" for e in report["stale"]]
+    lines += [f"no verdict ({e['status']}): {e['id']}: {e['notes'][:160]}" for e in report["errors"]]
+    sample = f", a sample of {report['sample']} per sub-problem (seed {report['seed']})" if report["sample"] else ""
+    lines.append(f"{report['mutants']} mutants{sample}: {report['seconds']:g} s here ({report['jobs']} at a time), "
+                 f"{report['grade_seconds']:g} s of grades in all")
+    return lines
+
+
+def write_report(out: Path, report: dict) -> None:
+    """Write ``out``/``JSON_NAME`` and ``out``/``HTML_NAME``."""
+    atomic_write(Path(out) / JSON_NAME, json.dumps(report, indent=1) + "\n")
+    atomic_write(Path(out) / HTML_NAME, page(report))
+
+
+def page(report: dict) -> str:
+    """The report as one static HTML page."""
+    e = html.escape
+
+    def rows(header: tuple[str, ...], cells: list[tuple]) -> str:
+        head = "".join(f"<th>{e(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    scores = [(e(p), c["mutants"], c["killed"], c["survived"], c["equivalent"], c["errors"],
+               "-" if c["score"] is None else f"{100 * c['score']:.1f} %") for p, c in report["problems"].items()]
+    parts = [f"<h1>Mutation analysis of the checks</h1><p>{e(table(report)[-1])}</p>",
+             rows(("sub-problem", "mutants", "killed", "survived", "equivalent", "errors", "score"), scores),
+             "<h2>Survivors: make each a check, or list it as equivalent with its reason</h2>",
+             rows(("mutant", "criteria it passed", "diff"),
+                  [(e(s["id"]), e(", ".join(s["passed"])), f"<pre>{e(s['diff'])}</pre>") for s in report["survivors"]]),
+             "<h2>Listed equivalents that need a look</h2>",
+             rows(("mutant", "why"), [(e(x["id"]), f"killed by {e(', '.join(x['failed']))}")
+                                      for x in report["equivalent_killed"]]
+                  + [(e(x["mutant"]), "no longer applies") for x in report["stale"]]),
+             "<h2>No verdict</h2>",
+             rows(("mutant", "status", "notes"),
+                  [(e(x["id"]), e(x["status"]), e(x["notes"])) for x in report["errors"]]),
+             "<h2>Equivalent (as listed by staff)</h2>",
+             rows(("mutant", "reason", "diff"),
+                  [(e(x["id"]), e(x["reason"]), f"<pre>{e(x['diff'])}</pre>") for x in report["equivalent"]])]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Mutation analysis</title>"
+            f"<style>{PAGE_STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
