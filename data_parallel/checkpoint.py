@@ -123,8 +123,9 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
       of these files exists with exactly the recorded size and sha256 (every
       rank checks all of them, so every rank refuses a checkpoint that fails
       one of the checks above);
-    - this rank's shard records the manifest's step, this rank and the world
-      size (each rank checks its own shard only: a checkpoint whose shards
+    - this rank's shard is a dict that records the manifest's step, this
+      rank and the world size and holds ``"optimizer"`` and ``"extra"``
+      (each rank checks its own shard only: a checkpoint whose shards
       are wrong for some ranks only is refused on those ranks; whether the
       other ranks load it or refuse it too is free);
     - ``model.pt`` holds exactly the keys of ``model.state_dict()``, each with
@@ -144,8 +145,10 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     ``load_state_dict`` raise, load back a deep copy (``copy.deepcopy``) of
     its ``state_dict()`` taken before, and load the model only after that.
     Files are read with ``torch.load(..., map_location="cpu",
-    weights_only=True)``; ``load_state_dict`` copies the values to the
-    model's and the optimizer's devices.
+    weights_only=True)``, so a file whose pickle would run code when loaded
+    is refused (``CheckpointError``) without running it, even when the
+    manifest lists its size and sha256; ``load_state_dict`` copies the
+    values to the model's and the optimizer's devices.
     """
     directory = Path(directory)
     rank, world_size = dist.get_rank(), dist.get_world_size()

@@ -17,10 +17,22 @@ from grading.engine.hints import describe_exception
 # not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
 from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
-__all__ = ["DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
+__all__ = ["CodeOnLoad", "DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
            "describe_exception", "expect_refusals", "labelled", "stage_devices", "unchecked_group"]
 
 MESSAGE_CHARS = 300
+
+
+class CodeOnLoad:
+    """Pickled, it becomes a call of ``os.mkdir(marker)`` when loaded with ``weights_only=False`` (what an
+    untrusted file can do); ``weights_only=True`` refuses it without running anything."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return os.mkdir, (self.marker,)
 
 
 

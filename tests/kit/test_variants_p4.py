@@ -215,6 +215,17 @@ CKPT_VARIANTS = [
     Variant("manifest_removed_by_rank_1", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         "    if rank == 0:\n        manifest.unlink", "    if rank == 1:\n        manifest.unlink")),
         fails("4.3.crash_no_manifest"), hint="rank 0 did not remove the old manifest.json before its first"),
+    Variant("shard_keys_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'if not isinstance(shard, dict) or not {"optimizer", "extra"} <= shard.keys():',
+        'if not isinstance(shard, dict):')), fails("4.3.refuse_shard_fields", "4.3.untouched")),
+    Variant("model_file_unpickles_anything", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True)',
+        'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=False)')),
+        fails("4.3.refuse", "4.3.refuse_hidden"), hint="loading it ran the code its pickle holds"),
+    Variant("shard_unpickles_anything", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'shard = torch.load(shard_file, map_location="cpu", weights_only=True)',
+        'shard = torch.load(shard_file, map_location="cpu", weights_only=False)')),
+        fails("4.3.refuse", "4.3.refuse_hidden"), hint="loading it ran the code its pickle holds"),
     Variant("no_first_barrier", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         "manifest.unlink(missing_ok=True)\n    dist.barrier()\n", "manifest.unlink(missing_ok=True)\n")),
         fails("4.3.barriers")),

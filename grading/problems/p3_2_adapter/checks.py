@@ -20,7 +20,7 @@ from grading.kit.compare import assert_state_close, assert_tensor_close, describ
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome, expect_refusals, labelled
+from grading.problems.common import CodeOnLoad, call_outcome, expect_refusals, labelled
 from grading.problems.p3_1_lora import reference as ref
 from grading.problems.p3_2_adapter import ID, TITLE
 
@@ -44,18 +44,6 @@ P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
 P_CODE_ON_LOAD = "code_on_load"    # load_adapter on a file whose pickle runs code: did the code run?
-
-
-class CodeOnLoad:
-    """Pickled, it becomes a call of ``os.mkdir(marker)`` when loaded with ``weights_only=False`` (what an
-    untrusted file can do); ``weights_only=True`` refuses it without running anything."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        import os
-        return os.mkdir, (self.marker,)
 
 
 # ---------------------------------------------------------------- probe

@@ -30,8 +30,8 @@ from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
-from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
-                                                     MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)
+from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE,
+                                                     MODEL_DAMAGE, MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)
 from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
                                                     P_ROUNDTRIP, P_STRAIGHT, REMOVES_MANIFEST, SAVE_STEP,
                                                     TOTAL_STEPS)
@@ -112,6 +112,10 @@ def _judge_refusals(run: SplitRun, kinds: dict) -> None:
             expect(got["raised"] == "CheckpointError" and got["value_error"],
                    f"{what} raised {got['raised']}: {self_contained(got['message'])[:200]}; expected "
                    "CheckpointError (a ValueError)")
+            if named == "":                  # CODE_DAMAGE: refused however the message reads, the code never run
+                expect(not got.get("ran_code"), f"{what}: loading it ran the code its pickle holds; read every "
+                       "file with torch.load(..., weights_only=True)")
+                continue
             names = {None: ["model.pt", "shard_", "manifest.json"], "shard": [f"shard_{rank:05d}.pt"]}.get(
                 named, [named, "shard_00001.pt"] if kind == "shard_not_listed" else [named])
             expect(any(n in got["message"] for n in names), f"{what}: the message {got['message'][:200]!r} "
@@ -119,10 +123,12 @@ def _judge_refusals(run: SplitRun, kinds: dict) -> None:
 
 
 @CASE.criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
-                "CheckpointError naming the file", points=3)
+                "CheckpointError naming the file; a file whose pickle runs code: refused, the code never run",
+                points=3)
 def check_refuse(run: SplitRun) -> None:
-    """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file."""
-    _judge_refusals(run, CORRUPTIONS)
+    """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file; a model.pt or
+    shard whose pickle runs code when loaded (digests that match) is refused without running it."""
+    _judge_refusals(run, {**CORRUPTIONS, **CODE_DAMAGE})
 
 
 @CASE.criterion("4.3.refuse_manifest", "no manifest, format 2, a shard not listed: CheckpointError", points=1)

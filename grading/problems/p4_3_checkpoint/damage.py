@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from grading.problems.common import CodeOnLoad
+
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.pt"
 # kind -> the file a refusal's message must name (None: any checkpoint file; "shard": this rank's shard)
@@ -24,10 +26,13 @@ CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "mo
                "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "other_step_manifest": None,
                "truncated_manifest": MANIFEST}
 MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "shard_not_listed": MANIFEST}
-SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard"}
+SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard", "shard_without_extra": "shard"}
 MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt"}
 OPTIMIZER_DAMAGE = {"optimizer_other_group_size": "shard"}    # judged by 4.3.refuse_optimizer alone
-ALL_DAMAGE = {**CORRUPTIONS, **MANIFEST_DAMAGE, **SHARD_DAMAGE, **MODEL_DAMAGE, **OPTIMIZER_DAMAGE}
+# files whose pickle runs code when loaded without weights_only (""): any CheckpointError, the code never run
+CODE_DAMAGE = {"model_runs_code": "", "shard_runs_code": ""}
+RAN_CODE = "the_file_ran_code"         # what that code creates in the damaged checkpoint's folder
+ALL_DAMAGE = {**CORRUPTIONS, **MANIFEST_DAMAGE, **SHARD_DAMAGE, **MODEL_DAMAGE, **OPTIMIZER_DAMAGE, **CODE_DAMAGE}
 
 
 def digest(path: Path) -> dict:
@@ -108,6 +113,19 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
             state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
             state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
         torch.save(state, dest / "model.pt")
+        _write_manifest(dest, manifest, refresh=True)
+    elif kind == "shard_without_extra":      # step, rank, world size and optimizer fit; no "extra" to return
+        for name in shards:
+            try:
+                shard = torch.load(dest / name, weights_only=True)
+                del shard["extra"]
+            except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
+                continue
+            torch.save(shard, dest / name)
+        _write_manifest(dest, manifest, refresh=True)
+    elif kind in CODE_DAMAGE:
+        for name in [MODEL_FILE] if kind == "model_runs_code" else shards:
+            torch.save(CodeOnLoad(str(dest / RAN_CODE)), dest / name)
         _write_manifest(dest, manifest, refresh=True)
     elif kind == "optimizer_other_group_size":   # every shard: step, rank and model fit; the optimizer does not
         for name in shards:

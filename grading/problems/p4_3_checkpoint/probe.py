@@ -20,7 +20,7 @@ import torch.distributed as dist
 from grading.kit.compare import describe_kind
 from grading.problems.common import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, SaveLog, damage, digest
+from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, RAN_CODE, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
 
 SIZES = (8, 16, 4)
@@ -161,6 +161,7 @@ def probe_checkpoint(ctx) -> None:
                 outcome = {"raised": type(exc).__name__, "value_error": isinstance(exc, ValueError),
                            "message": str(exc)[:500]}
             outcome["untouched"] = same(before, _snapshot(model, optimizer))
+            outcome["ran_code"] = (root / kind / RAN_CODE).exists()
             outcomes[kind] = outcome
         return outcomes
     ctx.record(P_REFUSALS, refusals)
