@@ -69,8 +69,14 @@ def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: 
        (``dist.all_gather_object``), and rank 0 writes ``manifest.json``
        (``{"format": 1, "step", "world_size", "files": {name: digest}}``) to
        a temporary name in ``directory``, then ``os.replace``-s it into place
-       (so the temporary file is gone: a save leaves no file in
-       ``directory`` but ``model.pt``, the shards and ``manifest.json``);
+       (so the temporary file is gone: of the files a save creates, only
+       ``model.pt``, its shards and ``manifest.json`` remain). ``files``
+       lists exactly the files this save wrote: ``model.pt`` and
+       ``shard_name(r)`` for r < world size. A file already in
+       ``directory`` that this save does not write (a shard of an earlier
+       save by more ranks, say) is never listed; whether it stays or is
+       removed is free (``load_sharded`` trusts only what the manifest
+       lists);
     4. a final ``dist.barrier``: when any rank returns, the checkpoint is complete.
 
     Every rank returns the manifest's path, a ``pathlib.Path``:

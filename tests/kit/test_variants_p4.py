@@ -305,6 +305,18 @@ CKPT_VARIANTS = [
             "    directory.mkdir(parents=True, exist_ok=True)\n",
             "    directory.mkdir(parents=True, exist_ok=True)\n"
             "    globals().setdefault(\"_EXTRA_SAVED\", {})[str(directory)] = extra\n"))),)),
+    # the manifest lists what the folder holds, not what this save wrote: a stale shard of more ranks gets in
+    Variant("manifest_lists_the_folder", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "files = {name: digest for part in gathered for name, digest in sorted(part.items())}",
+        'files = {path.name: file_digest(path) for path in sorted(directory.glob("*.pt"))}')),
+        fails("4.3.manifest"), hint="already held shard_00002.pt (left by an earlier save of 3 ranks)"),
+    # allowed: rank 0 also removes the shards an earlier save by more ranks left (full marks)
+    Variant("stale_shards_removed", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "        manifest.unlink(missing_ok=True)\n",
+        "        manifest.unlink(missing_ok=True)\n"
+        "        for stale in directory.glob(\"shard_*.pt\"):\n"
+        "            if stale.name not in {shard_name(r) for r in range(world_size)}:\n"
+        "                stale.unlink()\n")), fails()),
 ]
 
 VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]

@@ -98,6 +98,10 @@ def check_manifest(run: SplitRun) -> None:
     stray = sorted(set(files) - want - {"manifest.json"})
     expect(not stray, f"the checkpoint folder holds files the manifest does not list: {stray} (temporary files "
            "must be renamed or removed)")
+    stale, early = probe.stale_shard(run.world_size), got["early_listed"]
+    expect(early == sorted(want), f"save_sharded of step {probe.EARLY_STEP} into a folder that already held "
+           f"{stale} (left by an earlier save of {run.world_size + 1} ranks): manifest.json 'files' lists {early}, "
+           f"expected {sorted(want)} (only the files this save wrote)")
 
 
 def _judge_refusals(run: SplitRun, kinds: dict) -> None:
