@@ -247,6 +247,10 @@ CKPT_VARIANTS = [
     Variant("missing_manifest_raises_file_not_found", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         "    try:\n        manifest = json.loads(path.read_text())",
         "    text = path.read_text()\n    try:\n        manifest = json.loads(text)")), fails("4.3.refuse_manifest")),
+    Variant("manifest_types_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        """        if not all(type(manifest[key]) is int for key in ("format", "step", "world_size")):
+            raise ValueError("format, step and world_size must be JSON integers")
+""", "")), fails("4.3.refuse_manifest"), hint="loaded it without complaint"),
     Variant("format_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'if manifest.get("format") != FORMAT or not isinstance(files, dict):', "if not isinstance(files, dict):")),
         fails("4.3.refuse_manifest")),
