@@ -107,10 +107,11 @@ def probe_adapter_io(ctx) -> None:
         """save_adapter on a model that is itself a LoRALinear: its adapters are named lora_A and lora_B, no
         dot; the file's keys and whether each value equals the parameter's."""
         from finetune.lora import LoRALinear
-        torch.manual_seed(inputs.seed)
-        bare = LoRALinear(torch.nn.Linear(ref.HIDDEN, ref.OUT_FEATURES), inputs.rank).to(device)
-        with torch.no_grad():
-            bare.lora_B.normal_()           # both adapters nonzero: a zero lora_B tells nothing
+        with torch.random.fork_rng(devices=[]):        # the global generator as it was afterwards
+            torch.manual_seed(inputs.seed)
+            bare = LoRALinear(torch.nn.Linear(ref.HIDDEN, ref.OUT_FEATURES), inputs.rank).to(device)
+            with torch.no_grad():
+                bare.lora_B.normal_()           # both adapters nonzero: a zero lora_B tells nothing
         path = folder / f"student_{next(saves)}.pt"
         labelled("save_adapter(LoRALinear(...), path)", save_adapter, bare, path)
         loaded = torch.load(path, map_location=None, weights_only=True)
