@@ -66,8 +66,9 @@ class Pipe(nn.Module):
           (default arguments, ``lambda i=i, j=j, xb=...: ...``;
           ``functools.partial``; or a closure returned by a helper function
           called with them). Any of these forms is fine, and so is reading
-          micro-batch ``i`` from your list when ``fn`` runs (with ``i``
-          bound): that entry changes only once this task is received. A
+          micro-batch ``i`` from a list when ``fn`` runs (with ``i`` bound),
+          as long as that entry changes only when this task's result is
+          received (as ``batches[i] = self.workers.receive(j)`` does). A
           plain ``lambda: ...`` that reads the loop's ``i`` or ``j`` when the
           worker runs it is wrong: by then they name a later task. The
           checks judge what ``fn`` computes, never how it is written;
