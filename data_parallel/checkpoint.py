@@ -69,8 +69,14 @@ def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: 
        (``dist.all_gather_object``), and rank 0 writes ``manifest.json``
        (``{"format": 1, "step", "world_size", "files": {name: digest}}``) to
        a temporary name in ``directory``, then ``os.replace``-s it into place
-       (so the temporary file is gone: a save leaves no file in
-       ``directory`` but ``model.pt``, the shards and ``manifest.json``);
+       (so the temporary file is gone: of the files a save creates, only
+       ``model.pt``, its shards and ``manifest.json`` remain). ``files``
+       lists exactly the files this save wrote: ``model.pt`` and
+       ``shard_name(r)`` for r < world size. A file already in
+       ``directory`` that this save does not write (a shard of an earlier
+       save by more ranks, say) is never listed; whether it stays or is
+       removed is free (``load_sharded`` trusts only what the manifest
+       lists);
     4. a final ``dist.barrier``: when any rank returns, the checkpoint is complete.
 
     Every rank returns the manifest's path, a ``pathlib.Path``:
@@ -116,8 +122,11 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     Before changing anything it checks, and raises ``CheckpointError``
     naming the file otherwise, that:
 
-    - ``manifest.json`` exists and is valid JSON with ``format`` 1, ``step``,
-      ``world_size`` and ``files``;
+    - ``manifest.json`` exists and is valid JSON: an object whose
+      ``format`` is the integer 1, whose ``step`` and ``world_size`` are
+      integers (JSON numbers without a fraction: ``true``, ``1.0`` or
+      ``"10"`` are refused, although ``True == 1`` in Python) and whose
+      ``files`` is an object;
     - the manifest's world size equals ``dist.get_world_size()``;
     - it lists ``model.pt`` and ``shard_name(r)`` for every rank r, and each
       of these files exists with exactly the recorded size and sha256 (every
@@ -135,10 +144,11 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     Then it loads this rank's ``"optimizer"`` state into ``optimizer``
     (``optimizer.load_state_dict``) and ``model.pt`` into ``model``
     (``load_state_dict``, strict), and returns the tuple ``(step, this rank's
-    extra)``, ``step`` the manifest's int. The optimizer state must fit the
-    optimizer (a torch optimizer's ``load_state_dict`` requires the same
-    number of parameter groups, each with the same number of parameters, and
-    raises ValueError otherwise): when ``optimizer.load_state_dict`` raises,
+    extra)``, ``step`` the manifest's (an ``int``, as checked above). The
+    optimizer state must fit the optimizer (a torch optimizer's
+    ``load_state_dict`` requires the same number of parameter groups, each
+    with the same number of parameters, and raises ValueError otherwise):
+    when ``optimizer.load_state_dict`` raises,
     ``load_sharded`` raises ``CheckpointError`` naming this rank's shard, with
     the model and the optimizer exactly as they were. Check the fit before
     changing anything, or load the optimizer first and, should its
@@ -160,6 +170,8 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
     try:
         manifest = json.loads(path.read_text())
         step, saved_world, files = manifest["step"], manifest["world_size"], manifest["files"]
+        if not all(type(manifest[key]) is int for key in ("format", "step", "world_size")):
+            raise ValueError("format, step and world_size must be JSON integers")
         if manifest.get("format") != FORMAT or not isinstance(files, dict):
             raise ValueError("unknown format")
     except (OSError, ValueError, KeyError, TypeError) as exc:

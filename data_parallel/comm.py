@@ -29,9 +29,11 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
     the rendezvous to use (the environment's ``MASTER_*`` variables may then
     be unset or unusable); ``None`` means ``env://`` with ``MASTER_ADDR`` /
     ``MASTER_PORT`` defaulting to ``127.0.0.1`` / ``29500`` when unset.
-    ``timeout`` bounds every collective of the group (``None``: 60 s).
     Setting those two environment variables with ``os.environ.setdefault`` is
-    fine (never overwrite values the caller set). With ``backend="nccl"`` the
+    fine (never overwrite values the caller set). ``timeout`` bounds every
+    collective of the group; a given ``timedelta`` is passed on whatever its
+    value, ``timedelta(0)`` included (it is falsy: test ``timeout is
+    None``), and only ``None`` means 60 s. With ``backend="nccl"`` the
     rank first selects its GPU, ``torch.cuda.set_device(rank %
     torch.cuda.device_count())``, and only then initialises the group.
 
@@ -48,7 +50,7 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timeout or datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=60) if timeout is None else timeout)
     # END_STUDENT 1.2
 
 

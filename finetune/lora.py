@@ -90,16 +90,20 @@ def apply_lora(
     Args:
         model: any ``nn.Module``.
         target_names: names as ``model.named_modules()`` gives them; dotted
-            names (``"encoder.layers.0.fc"``) reach nested layers. ``""``
+            names (``"encoder.layers.0.fc"``) reach nested layers. A module
+            registered under two names is listed there once, under the name
+            registered first; its other name is no name of
+            ``named_modules()`` and counts as missing. ``""``
             (the model itself, even an ``nn.Linear``) is never a target: it
             has no parent to swap a ``LoRALinear`` into.
         rank, alpha: passed to ``LoRALinear`` for every target.
 
     Validate everything first, then mutate. Raise ``ValueError`` (and leave
     the model exactly as it was: no module swapped, no ``requires_grad``
-    changed) when ``target_names`` is empty, holds a name twice, names a
-    module that does not exist, names a module that is not an ``nn.Linear``,
-    holds ``""``, or when ``rank < 1``.
+    changed) when ``target_names`` is empty, holds a name twice, holds a
+    name that ``model.named_modules()`` does not give (a module that does
+    not exist, or the second name of one), names a module that is not an
+    ``nn.Linear``, holds ``""``, or when ``rank < 1``.
 
     Then set ``requires_grad=False`` on every parameter of ``model`` and
     replace each target (in any order: each ``LoRALinear`` draws ``lora_A``
@@ -143,10 +147,14 @@ def save_adapter(model: nn.Module, path: str | os.PathLike) -> None:
     """Write only the LoRA adapter parameters of ``model`` to ``path``.
 
     The file is ``torch.save`` of a flat ``dict`` mapping each adapter
-    parameter's name, exactly as ``model.named_parameters()`` gives it (the
-    names ending in ``.lora_A`` / ``.lora_B``), to a detached CPU copy of its
-    values. Nothing else goes in (no base weights, no biases, no metadata), so
-    ``torch.load(path, weights_only=True)`` opens it. The model is not changed.
+    parameter's name, exactly as ``model.named_parameters()`` gives it, to a
+    detached CPU copy of its values. The adapter parameters are those whose
+    name's last dot-separated part is ``lora_A`` or ``lora_B``:
+    ``"blocks.0.fc.lora_A"`` in a model holding ``LoRALinear`` layers, and
+    plain ``"lora_A"`` / ``"lora_B"`` when ``model`` is itself a
+    ``LoRALinear``. Nothing else goes in (no base weights, no biases, no
+    metadata), so ``torch.load(path, weights_only=True)`` opens it. The
+    model is not changed.
     """
     # BEGIN_STUDENT 3.2
     state = {

@@ -60,10 +60,18 @@ class Pipe(nn.Module):
           cycle, in the cycle's order, and only then ``self.workers.receive(j)``
           each of them, in the same order: the stages of one cycle must run
           at the same time;
-        - each ``fn`` takes no arguments and binds what it uses *when it is
-          created* (default arguments: ``lambda i=i, j=j, x=...: ...``);
-          a plain closure reads the loop variables when the worker runs it,
-          which is too late;
+        - each ``fn`` takes no arguments and must compute its own task
+          ``(i, j)``, although the loop moves on before the worker runs it:
+          bind the loop variables ``i`` and ``j`` *when* ``fn`` *is created*
+          (default arguments, ``lambda i=i, j=j, xb=...: ...``;
+          ``functools.partial``; or a closure returned by a helper function
+          called with them). Any of these forms is fine, and so is reading
+          micro-batch ``i`` from a list when ``fn`` runs (with ``i`` bound),
+          as long as that entry changes only when this task's result is
+          received (as ``batches[i] = self.workers.receive(j)`` does). A
+          plain ``lambda: ...`` that reads the loop's ``i`` or ``j`` when the
+          worker runs it is wrong: by then they name a later task. The
+          checks judge what ``fn`` computes, never how it is written;
         - ``fn`` moves its input (micro-batch ``i`` as stage ``j - 1`` left
           it) to ``self.devices[j]`` itself, inside stage ``j``'s worker, and
           calls the stage on the moved tensor (``Tensor.to`` returns a new

@@ -15,22 +15,24 @@ same time on different workers.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 
 
-def clock_cycles(microbatches: int, stages: int) -> Iterator[list[tuple[int, int]]]:
-    """Yield the GPipe schedule, one list of ``(microbatch, stage)`` tasks per clock cycle.
+def clock_cycles(microbatches: int, stages: int) -> Iterable[list[tuple[int, int]]]:
+    """The GPipe schedule, one list of ``(microbatch, stage)`` tasks per clock cycle, in order.
 
-    For ``k = 0, 1, ..., microbatches + stages - 2`` yield the list of all
-    ``(i, j)`` with ``i + j == k``, ``0 <= i < microbatches`` and
-    ``0 <= j < stages``, ordered by increasing ``j``. Zero micro-batches yield
-    nothing (not even an empty list); no cycle is ever empty. The result is
-    an iterator (a generator function is the natural way); each cycle is a
-    ``list`` of ``(i, j)`` tuples of ints (``Pipe`` walks a cycle twice, to
-    submit and to receive, which a generator cannot do).
+    Cycle ``k``, for ``k = 0, 1, ..., microbatches + stages - 2``, is the
+    list of all ``(i, j)`` with ``i + j == k``, ``0 <= i < microbatches``
+    and ``0 <= j < stages``, ordered by increasing ``j``. Zero micro-batches
+    give no cycle (not even an empty list); no cycle is ever empty. The
+    cycles come as one iterable that ``Pipe`` walks once, in order: a
+    generator (``yield`` each cycle: the natural way) and a list of the
+    cycles are both fine. Each cycle itself is a ``list`` of ``(i, j)``
+    tuples of ints (``Pipe`` walks a cycle twice, to submit and to receive,
+    which a generator cannot do).
 
-    Raises ValueError when ``microbatches < 0`` or ``stages < 1`` (at the
-    latest when the generator is first advanced).
+    Raises ValueError when ``microbatches < 0`` or ``stages < 1`` (when
+    called, or at the latest when a generator is first advanced).
     """
     # BEGIN_STUDENT 2.1
     if microbatches < 0:

@@ -26,8 +26,9 @@ from torch import nn
 
 from project.cli import ConfigError, UniformError
 
-SCHEDULE_CONTRACT = ("Problem 2.1's contract: an iterator of cycles, each a list of (microbatch, stage) tuples of "
-                     "ints, every task exactly once, each after (i, j - 1) and (i - 1, j), in m + n - 1 cycles")
+SCHEDULE_CONTRACT = ("Problem 2.1's contract: an iterable of cycles (a generator or a list), each a list of "
+                     "(microbatch, stage) tuples of ints, every task exactly once, each after (i, j - 1) and "
+                     "(i - 1, j), in m + n - 1 cycles")
 
 
 def split_size(batch_size: int, n_chunk: int) -> int:
@@ -85,7 +86,7 @@ def schedule_problem(clock_cycles: Callable, m: int, n: int) -> str | None:
     try:
         cycles = iter(result)
     except TypeError:
-        return f"returned {_kind(result)}, not an iterator of cycles"
+        return f"returned {_kind(result)}, not an iterable of cycles (a generator or a list)"
     ran: dict[tuple[int, int], int] = {}   # task -> its cycle
     for k, cycle in enumerate(itertools.islice(cycles, m + n)):
         if k == m + n - 1:
@@ -113,7 +114,7 @@ def check_schedule(clock_cycles: Callable, n_chunk: int, stages: int) -> None:
     count ``m`` of a run cut into at most ``n_chunk`` micro-batches (``n_chunk`` first, then down to 1)::
 
         pipeline/schedule.py: clock_cycles(4, 2) yielded a generator as cycle 0, not a list (Pipe walks a cycle
-        twice); Problem 2.1's contract: an iterator of cycles, each a list of (microbatch, stage) tuples ...
+        twice); Problem 2.1's contract: an iterable of cycles (a generator or a list), each a list of ...
     """
     for m in range(n_chunk, 0, -1):
         problem = schedule_problem(clock_cycles, m, stages)

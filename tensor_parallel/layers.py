@@ -182,8 +182,8 @@ class RowParallelLinear(nn.Module):
 
     Built with ``from_linear``; the constructor only wraps this rank's shard
     (``weight``: out x in/N, ``bias``: the full out, or None) as parameters
-    named ``weight`` and ``bias``. Every rank holds the whole bias, and it is
-    added once, after the all-reduce.
+    named ``weight`` and ``bias``. Every rank holds the whole bias and adds
+    it, whole, to the all-reduced sum (never a share of it before the sum).
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group=None):
@@ -223,8 +223,12 @@ class RowParallelLinear(nn.Module):
 
         Compute the partial product ``x W_r^T`` without the bias, sum it over the
         ranks with ``reduce_from_parallel_region(partial, self.group)``, then
-        add the bias once (adding it on every rank before the sum would count
-        it N times). No other communication.
+        add the whole ``self.bias`` to that sum (on every rank: each computes
+        the full output). No part of the bias goes in before the sum: the
+        whole bias there would count it N times, and ``bias / N`` on every
+        rank gives the same output but only 1/N of the full layer's bias
+        gradient on each rank (each rank's bias gradient must be the full
+        layer's). No other communication.
         """
         # BEGIN_STUDENT 5.1
         out = reduce_from_parallel_region(F.linear(x, self.weight), self.group)

@@ -19,7 +19,7 @@ _SHORT_BATCH_ERROR = ('f"batch_size {batch_size} gives no examples per rank for 
 _NO_SET_DEVICE = ('    if backend == "nccl":\n        torch.cuda.set_device(rank % torch.cuda.device_count())\n', "")
 _MASTER_DEFAULTS = ('        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")\n'
                     '        os.environ.setdefault("MASTER_PORT", "29500")\n')
-_INIT_TIMEOUT = ",\n                            timeout=timeout or datetime.timedelta(seconds=60))"
+_INIT_TIMEOUT = ",\n                            timeout=datetime.timedelta(seconds=60) if timeout is None else timeout)"
 
 VARIANTS = [
     Variant("global_random_seeded", DATASET, "partition_indices", edited(DATASET, "partition_indices", _ONE_ARGS_CHECK,
@@ -147,7 +147,7 @@ VARIANTS = [
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
-                                timeout=timeout or datetime.timedelta(seconds=60))
+                                timeout=datetime.timedelta(seconds=60) if timeout is None else timeout)
     """, frozenset({"1.2.setup"}), hint="likely cause: init_method was not used"),
     Variant("timeout_ignored", COMM, "setup_process_group", edited(
         COMM, "setup_process_group", (_INIT_TIMEOUT, ")")),
@@ -155,6 +155,9 @@ VARIANTS = [
     Variant("timeout_none_passed_through", COMM, "setup_process_group", edited(
         COMM, "setup_process_group", (_INIT_TIMEOUT, ", timeout=timeout)")),
         frozenset({"1.2.setup_timeout_default"}), hint="None means 60 s"),
+    Variant("zero_timeout_replaced", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        "datetime.timedelta(seconds=60) if timeout is None else timeout", "timeout or datetime.timedelta(seconds=60)")),
+        frozenset({"1.2.setup_timeout_default"}), hint="expected the given 0 s (only None means 60 s"),
     Variant("setup_errors_swallowed", COMM, "setup_process_group", """
         import os
         if init_method is None:
@@ -163,7 +166,7 @@ VARIANTS = [
             init_method = "env://"
         try:
             dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                    timeout=timeout or datetime.timedelta(seconds=60))
+                                    timeout=datetime.timedelta(seconds=60) if timeout is None else timeout)
         except Exception as exc:
             print(f"could not join the process group: {exc}")
     """, frozenset({"1.2.setup"}), hint="errors from torch.distributed must propagate"),

@@ -57,6 +57,19 @@ VARIANTS = [
         GOOD_TASK, "lambda: self.stages[j](batches[i].to(self.devices[j]))")),
         frozenset({"2.2.forward", "2.2.backward", "2.2.forward_hidden", "2.2.forward_uneven"}),
         hint="likely cause: a late-binding closure"),
+    # allowed forms of binding (full marks): the index bound, the micro-batch read when the task runs; a partial;
+    # a closure returned by a helper
+    Variant("micro_batch_read_when_run", PIPE, "forward", edited(PIPE, "forward", (
+        GOOD_TASK, "lambda i=i, j=j: self.stages[j](batches[i].to(self.devices[j]))")), frozenset()),
+    Variant("task_from_partial", PIPE, "forward", edited(PIPE, "forward", (
+        f"self.workers.submit(j, {GOOD_TASK})", """self.workers.submit(j, functools.partial(
+                    lambda xb, j: self.stages[j](xb.to(self.devices[j])), batches[i], j))"""), (
+        "batches = list(", "import functools\n        batches = list(")), frozenset()),
+    Variant("task_from_helper_closure", PIPE, "forward", edited(PIPE, "forward", (
+        f"self.workers.submit(j, {GOOD_TASK})", "self.workers.submit(j, task(self.stages[j], self.devices[j], "
+        "batches[i]))"), ("batches = list(", """def task(stage, device, xb):
+            return lambda: stage(xb.to(device))
+        batches = list(""")), frozenset()),
     Variant("receive_right_after_submit", PIPE, "forward", edited(PIPE, "forward", (
         "            for i, j in wave:\n                batches[i] = self.workers.receive(j)",
         "                batches[i] = self.workers.receive(j)")), frozenset({"2.2.wave_dispatch"})),
@@ -116,6 +129,12 @@ VARIANTS = [
         for k in range(microbatches + stages - 1 if microbatches else 0):
             yield ((k - j, j) for j in range(stages) if 0 <= k - j < microbatches)
     """, frozenset({"2.1.clock_cycles", "2.1.clock_cycles_hidden"}), hint="yielded generator as cycle 0"),
+    Variant("schedule_as_list", SCHEDULE, "clock_cycles", """
+        if microbatches < 0 or stages < 1:
+            raise ValueError("bad schedule size")
+        return [[(k - j, j) for j in range(stages) if 0 <= k - j < microbatches]
+                for k in range(microbatches + stages - 1 if microbatches else 0)]
+    """, frozenset()),      # allowed: the cycles as a list instead of a generator (full marks)
     Variant("partitions_as_lists", PARTITION, "split_module", edited(PARTITION, "split_module", (
         "return [nn.Sequential(*group) for group in groups], devices", "return groups, devices")),
             frozenset({"2.1.split_module", "2.1.with_device"}), hint="partitions must be nn.Sequential, got ['list'"),

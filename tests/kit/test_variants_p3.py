@@ -25,6 +25,9 @@ VARIANTS = [
             frozenset({"3.1.validation"})),
     Variant("base_not_frozen", LORA, "apply_lora", edited(LORA, "apply_lora", (_FREEZE, "")),
             frozenset({"3.1.only_adapters_trainable", "3.1.replaces_targets_hidden"})),
+    Variant("aliases_accepted", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "dict(model.named_modules())", "dict(model.named_modules(remove_duplicate=False))")),
+            frozenset({"3.1.validation"}), hint="'head_alias' after a valid one"),
     Variant("top_level_names_only", LORA, "apply_lora", edited(LORA, "apply_lora", (
         "dict(model.named_modules())", "dict(model.named_children())")),
             frozenset({"3.1.replaces_targets", "3.1.replaces_targets_hidden"})),
@@ -43,6 +46,10 @@ VARIANTS = [
     Variant("saves_base_weights", LORA, "save_adapter", """
     torch.save({name: p.detach().cpu().clone() for name, p in model.named_parameters()}, path)
     """, frozenset({"3.2.save_contents", "3.2.save_contents_hidden"})),
+    Variant("saves_dotted_names_only", LORA, "save_adapter", edited(LORA, "save_adapter", (
+        'if name.rpartition(".")[2] in ADAPTER_PARAM_NAMES', 'if name.endswith((".lora_A", ".lora_B"))')),
+        frozenset({"3.2.save_contents", "3.2.save_contents_hidden"}),
+        hint="save_adapter on a model that is itself a LoRALinear: the file holds [], expected the keys"),
     Variant("lenient_load", LORA, "load_adapter", """
     state = torch.load(path, map_location="cpu", weights_only=True)
     params = dict(model.named_parameters())

@@ -258,6 +258,10 @@ CKPT_VARIANTS = [
     Variant("missing_manifest_raises_file_not_found", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         "    try:\n        manifest = json.loads(path.read_text())",
         "    text = path.read_text()\n    try:\n        manifest = json.loads(text)")), fails("4.3.refuse_manifest")),
+    Variant("manifest_types_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        """        if not all(type(manifest[key]) is int for key in ("format", "step", "world_size")):
+            raise ValueError("format, step and world_size must be JSON integers")
+""", "")), fails("4.3.refuse_manifest"), hint="loaded it without complaint"),
     Variant("format_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'if manifest.get("format") != FORMAT or not isinstance(files, dict):', "if not isinstance(files, dict):")),
         fails("4.3.refuse_manifest")),
@@ -316,6 +320,18 @@ CKPT_VARIANTS = [
             "    directory.mkdir(parents=True, exist_ok=True)\n",
             "    directory.mkdir(parents=True, exist_ok=True)\n"
             "    globals().setdefault(\"_EXTRA_SAVED\", {})[str(directory)] = extra\n"))),)),
+    # the manifest lists what the folder holds, not what this save wrote: a stale shard of more ranks gets in
+    Variant("manifest_lists_the_folder", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "files = {name: digest for part in gathered for name, digest in sorted(part.items())}",
+        'files = {path.name: file_digest(path) for path in sorted(directory.glob("*.pt"))}')),
+        fails("4.3.manifest"), hint="already held shard_00002.pt (left by an earlier save of 3 ranks)"),
+    # allowed: rank 0 also removes the shards an earlier save by more ranks left (full marks)
+    Variant("stale_shards_removed", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "        manifest.unlink(missing_ok=True)\n",
+        "        manifest.unlink(missing_ok=True)\n"
+        "        for stale in directory.glob(\"shard_*.pt\"):\n"
+        "            if stale.name not in {shard_name(r) for r in range(world_size)}:\n"
+        "                stale.unlink()\n")), fails()),
 ]
 
 VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]

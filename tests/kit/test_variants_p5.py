@@ -69,7 +69,7 @@ VARIANTS = [
     Variant("row_bias_split_over_ranks", LAYERS, "forward#3", """
         share = self.bias / dist.get_world_size(self.group) if self.bias is not None else None
         return reduce_from_parallel_region(F.linear(x, self.weight, share), self.group)
-    """, frozenset({"5.1.weight_grads"})),
+    """, frozenset({"5.1.weight_grads"}), hint="likely cause: bias / 2 added on every rank before the all-reduce"),
     Variant("column_slice_of_wrong_rank", LAYERS, "from_linear#0", """
         out_features = linear.out_features
         if chunks < 1 or out_features % (chunks * world_size):

@@ -3,7 +3,7 @@
 The probe joins a 2-rank gloo group through the student's
 ``setup_process_group`` (the grader's own group stands in when that fails),
 after dry runs of it (its ``init_process_group`` stops with ``DryRunStop``)
-that read what it passes on: the default timeout and, with
+that read what it passes on: the timeout (None, and a zero timedelta) and, with
 ``init_method=None``, ``env://`` and the MASTER_* environment; those parts and
 the judges of the ``1.2.setup*`` criteria are in ``setup_checks.py``. It then
 records the averaged gradients of a small model on each rank's shard, then
@@ -152,7 +152,7 @@ CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world
 # The setup_process_group criteria judge the dry runs and the join that setup_checks records.
 CASE.criterion("1.2.setup", "setup_process_group joins as given (nccl: own GPU first); init_method=None: env://, "
                "MASTER_* kept", points=2)(setup_checks.check_setup)
-CASE.criterion("1.2.setup_timeout_default", "setup_process_group with timeout=None: a 60 s collective timeout",
+CASE.criterion("1.2.setup_timeout_default", "setup_process_group: timeout=None means 60 s, timedelta(0) is kept",
                points=1)(setup_checks.check_setup_timeout_default)
 
 

@@ -4,7 +4,7 @@ Rank side, ``checks.probe_comm`` installs ``recording_init`` as
 ``dist.init_process_group``, so every call notes the timeout, the init_method
 and the MASTER_* environment it was given; ``record_setup`` then runs dry runs
 of the student's ``setup_process_group`` (that ``init_process_group`` stops
-with ``DryRunStop``): with ``timeout=None``, and with ``init_method=None``
+with ``DryRunStop``): with ``timeout=None`` and ``timedelta(0)``, and with ``init_method=None``
 while the MASTER_* variables are set by the caller or unset; with
 ``backend="nccl"`` while ``torch.cuda`` reports 1 and 3 GPUs (``fake_gpus``:
 the GPU it selects is noted, none is touched); last it joins the group for
@@ -34,6 +34,7 @@ PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer b
 SETUP_BACKEND = "cpu:gloo"
 UNUSABLE_PORT = "unusable-use-the-given-init_method"
 DEFAULT_TIMEOUT_S = 60   # the contract's timeout when None is given
+ZERO_TIMEOUT = datetime.timedelta(0)    # falsy but given: passed on as it is (`timeout or 60 s` would replace it)
 # init_method=None means env://: the MASTER_* values a caller set are kept, unset ones default to these.
 ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT")
 CALLER_ENV = {"MASTER_ADDR": "192.0.2.7", "MASTER_PORT": "12345"}      # never joined: the dry run stops first
@@ -43,6 +44,7 @@ NOT_CALLED = "not called"    # setup_process_group did not reach dist.init_proce
 DRY_RUN_MESSAGE = "the grader stopped init_process_group here to read its arguments (a dry run)"
 
 P_SETUP_DEFAULT = "setup_default_timeout"    # [outcome, timeout given] of a dry run of setup with timeout=None
+P_SETUP_ZERO = "setup_zero_timeout"          # [outcome, timeout given] of a dry run with timeout=timedelta(0)
 P_SETUP_ENV = "setup_env"    # dry runs of setup with init_method=None: the environment init_process_group saw
 P_SETUP = "setup"
 P_SETUP_NCCL = "setup_nccl"  # dry runs of setup with backend="nccl": the GPUs selected, before or after joining
@@ -82,6 +84,7 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     ``calls``) replaced ``dist.init_process_group``; ``all_reduce`` is the real
     collective; ``timeout`` is the one the real join passes on. Parts:
     ``P_SETUP_DEFAULT`` ([outcome, timeout seen] with ``timeout=None``),
+    ``P_SETUP_ZERO`` (the same with ``timeout=ZERO_TIMEOUT``),
     ``P_SETUP_ENV`` (``init_method=None`` with the caller's MASTER_* set, and
     unset) and ``P_SETUP`` (rank, world size, backend, an all_reduce of
     rank + 1 and the timeout seen, once joined).
@@ -128,8 +131,8 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
             calls["dry_run"] = False
         return {"outcome": outcome, "joined": calls["init_timeout"] != NOT_CALLED, "selected": selected}
 
-    def default_timeout():
-        outcome = call_outcome(lambda: join(None, dry_run=True))
+    def dry_run_timeout(given: datetime.timedelta | None):
+        outcome = call_outcome(lambda: join(given, dry_run=True))
         return [outcome, _timeout_s(calls["init_timeout"])]
 
     def env_defaults():
@@ -142,7 +145,8 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
         return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(),
                 _timeout_s(calls["init_timeout"])]
 
-    ctx.record(P_SETUP_DEFAULT, default_timeout)
+    ctx.record(P_SETUP_DEFAULT, lambda: dry_run_timeout(None))
+    ctx.record(P_SETUP_ZERO, lambda: dry_run_timeout(ZERO_TIMEOUT))
     ctx.record(P_SETUP_ENV, env_defaults)
     ctx.record(P_SETUP_NCCL, lambda: {str(count): nccl_dry_run(count) for count in FAKE_GPU_COUNTS})
     ctx.record(P_SETUP, setup)
@@ -279,13 +283,19 @@ def _seconds(value) -> str:
 
 
 def check_setup_timeout_default(run: SplitRun) -> None:
-    """With ``timeout=None`` every rank's setup_process_group called init_process_group with a 60 s timeout."""
-    call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
-            "timeout=None)")
+    """With ``timeout=None`` every rank's setup_process_group called init_process_group with a 60 s timeout; with
+    ``timeout=timedelta(0)`` (falsy, but given) with that 0 s timeout."""
+    call = f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', timeout="
     for rank in range(run.world_size):
         outcome, got = run.part(P_SETUP_DEFAULT, rank)
-        expect(got != NOT_CALLED, f"{call}: rank {rank} never called dist.init_process_group (it ended with "
+        expect(got != NOT_CALLED, f"{call}None): rank {rank} never called dist.init_process_group (it ended with "
                f"{outcome})")
-        expect(got == float(DEFAULT_TIMEOUT_S), f"{call}: rank {rank} called init_process_group with a collective "
-               f"timeout of {_seconds(got)}, expected {DEFAULT_TIMEOUT_S} s (None means 60 s, not torch's own "
-               f"default: pass timedelta(seconds={DEFAULT_TIMEOUT_S}) on)")
+        expect(got == float(DEFAULT_TIMEOUT_S), f"{call}None): rank {rank} called init_process_group with a "
+               f"collective timeout of {_seconds(got)}, expected {DEFAULT_TIMEOUT_S} s (None means 60 s, not "
+               f"torch's own default: pass timedelta(seconds={DEFAULT_TIMEOUT_S}) on)")
+        outcome, got = run.part(P_SETUP_ZERO, rank)
+        expect(got != NOT_CALLED, f"{call}timedelta(0)): rank {rank} never called dist.init_process_group (it "
+               f"ended with {outcome})")
+        expect(got == ZERO_TIMEOUT.total_seconds(), f"{call}timedelta(0)): rank {rank} called init_process_group "
+               f"with a collective timeout of {_seconds(got)}, expected the given 0 s (only None means "
+               f"{DEFAULT_TIMEOUT_S} s; a zero timedelta is falsy, so test 'timeout is None', not 'timeout or ...')")

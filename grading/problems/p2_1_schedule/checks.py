@@ -124,14 +124,16 @@ def _is_task(task) -> bool:
 
 def _waves(clock_cycles, m: int, n: int):
     """The first m+n+5 waves of ``clock_cycles(m, n)`` as nested lists; or, as a string, what is wrong with the
-    result's kind (an iterator of lists of (i, j) tuples of ints) or the error it raised (``describe_exception``,
-    with the student file and line)."""
+    result's kind (an iterable, a generator or a list, of lists of (i, j) tuples of ints) or the error it raised
+    (``describe_exception``, with the student file and line)."""
     try:
         cycles = clock_cycles(m, n)
-        if iter(cycles) is not cycles:
-            return f"returned {describe(cycles)}, expected an iterator over the cycles (yield each cycle)"
+        try:
+            walk = iter(cycles)
+        except TypeError:
+            return f"returned {describe(cycles)}, expected the cycles (a generator that yields each, or a list)"
         waves = []
-        for k, wave in enumerate(itertools.islice(cycles, m + n + 5)):     # a runaway generator stops
+        for k, wave in enumerate(itertools.islice(walk, m + n + 5)):       # a runaway generator stops
             if not isinstance(wave, list) or not all(_is_task(task) for task in wave):
                 return (f"yielded {describe_kind(wave)} as cycle {k}, expected a list of (microbatch, stage) tuples of "
                         "ints (Pipe walks each cycle twice)")

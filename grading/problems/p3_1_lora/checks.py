@@ -44,6 +44,10 @@ BAD_APPLY = [
 ]
 # ... and on a model that is itself an nn.Linear: "" (the root) is never a target
 ROOT_TARGET = ("'' (the model itself, an nn.Linear)", [""], 2)
+# ... and on a LoRANet that also registers its head as `head_alias`: named_modules() lists that module once, as
+# 'head', so 'head_alias' names no module of named_modules()
+ALIAS_TARGET = ("'head_alias' after a valid one (a second name of 'head', which named_modules() lists only as "
+                "'head')", ["embed", "head_alias"], 2)
 
 P_REPLACE = "replace"    # a split part: recorded once per split
 P_OUTPUTS = "outputs"
@@ -113,18 +117,22 @@ def probe_apply(ctx) -> None:
 
     def invalid():
         results = []
-        for label, names, rank in [*BAD_APPLY, ROOT_TARGET]:
+        for label, names, rank in [*BAD_APPLY, ROOT_TARGET, ALIAS_TARGET]:
             if names == ROOT_TARGET[1]:
                 model = torch.nn.Linear(ref.IN_FEATURES, ref.OUT_FEATURES).to(device)
                 model.bias.requires_grad_(False)                              # a mix of frozen and trainable
             else:
                 model = ref.LoRANet(0).to(device)
                 next(iter(model.blocks[1].parameters())).requires_grad_(False)   # a mix of frozen and trainable
+            if names == ALIAS_TARGET[1]:
+                model.head_alias = model.head
+            aliases = {n: getattr(model, n) for n in ("head_alias",) if hasattr(model, n)}
             modules = dict(model.named_modules())
             grads = {n: p.requires_grad for n, p in model.named_parameters()}
             outcome = call_outcome(lambda: apply_lora(model, list(names), rank=rank))
             swapped = sorted(n for n, m in model.named_modules() if modules.get(n) is not m)
             swapped += sorted(set(modules) - {n for n, _ in model.named_modules()})
+            swapped += sorted(n for n, m in aliases.items() if getattr(model, n, None) is not m)
             regraded = sorted(n for n, p in model.named_parameters() if grads.get(n) != p.requires_grad)
             results.append({"label": label, "outcome": outcome, "swapped": swapped, "requires_grad": regraded})
         return results

@@ -34,6 +34,7 @@ class Inputs:
     seed: int                    # ref.adapter_state(seed, targets, rank): the values the model holds
 
 
+BARE_KEYS = ("lora_A", "lora_B")    # save_adapter's keys for a model that is itself a LoRALinear
 SAVED_SEED, OTHER_SEED = 1, 2    # the grader's file holds adapter_state(1); models load it over adapter_state(2)
 
 PROBLEM = SubProblem(ID, TITLE, __package__,
@@ -88,7 +89,26 @@ def probe_adapter_io(ctx) -> None:
                 if isinstance(loaded, dict) else {})
         values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
                    for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
-        return {"values": values, "meta": meta, "model_changed": _changed(model, before)}
+        return {"values": values, "meta": meta, "model_changed": _changed(model, before), "bare": save_bare(inputs)}
+
+    def save_bare(inputs: Inputs) -> dict:
+        """save_adapter on a model that is itself a LoRALinear: its adapters are named lora_A and lora_B, no
+        dot; the file's keys and whether each value equals the parameter's."""
+        from finetune.lora import LoRALinear
+        with torch.random.fork_rng(devices=[]):        # the global generator as it was afterwards
+            torch.manual_seed(inputs.seed)
+            bare = LoRALinear(torch.nn.Linear(ref.HIDDEN, ref.OUT_FEATURES), inputs.rank).to(device)
+            with torch.no_grad():
+                bare.lora_B.normal_()           # both adapters nonzero: a zero lora_B tells nothing
+        path = folder / f"student_{next(saves)}.pt"
+        labelled("save_adapter(LoRALinear(...), path)", save_adapter, bare, path)
+        loaded = torch.load(path, map_location=None, weights_only=True)
+        if not isinstance(loaded, dict):
+            return {"keys": describe(loaded), "differ": []}
+        params = dict(bare.named_parameters())
+        return {"keys": sorted(str(k) for k in loaded),
+                "differ": sorted(k for k, v in loaded.items() if k in params and not (
+                    isinstance(v, torch.Tensor) and torch.equal(v.cpu(), params[k].detach().cpu())))}
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SAVE, lambda: save(inputs)))
 
     def restore():
@@ -172,6 +192,12 @@ def check_save(run: SplitRun) -> None:
                "detached tensors")
     assert_state_close("save_adapter: saved value", values, expected, atol=0.0, rtol=0.0)
     expect(not got["model_changed"], f"save_adapter changed the model's parameters {got['model_changed']}")
+    bare, want = got["bare"], list(BARE_KEYS)
+    expect(bare["keys"] == want, f"save_adapter on a model that is itself a LoRALinear: the file holds "
+           f"{bare['keys']}, expected the keys {want} (named_parameters() names them without a dot: save every "
+           "parameter whose name is lora_A or lora_B or ends in .lora_A or .lora_B)")
+    expect(not bare["differ"], f"save_adapter on a model that is itself a LoRALinear: saved {bare['differ']} "
+           "differ from the model's values")
 
 
 @CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2)

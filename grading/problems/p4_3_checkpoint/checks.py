@@ -98,6 +98,14 @@ def check_manifest(run: SplitRun) -> None:
     stray = sorted(set(files) - want - {"manifest.json"})
     expect(not stray, f"the checkpoint folder holds files the manifest does not list: {stray} (temporary files "
            "must be renamed or removed)")
+    stale, early = probe.stale_shard(run.world_size), got["early_listed"]
+    expect(early == sorted(want), f"save_sharded of step {probe.EARLY_STEP} into a folder that already held "
+           f"{stale} (left by an earlier save of {run.world_size + 1} ranks): manifest.json 'files' lists {early}, "
+           f"expected {sorted(want)} (only the files this save wrote)")
+
+
+KIND_NOTES = {"format_true": " (manifest.json's format is JSON true, not the integer 1)",
+              "step_as_text": f" (manifest.json's step is the text \"{SAVE_STEP}\", not an integer; the shards agree)"}
 
 
 def _judge_refusals(run: SplitRun, kinds: dict) -> None:
@@ -107,7 +115,7 @@ def _judge_refusals(run: SplitRun, kinds: dict) -> None:
         outcomes = run.part(P_REFUSALS, rank)
         for kind, named in kinds.items():
             got = outcomes[kind]
-            what = f"load_sharded on a checkpoint with {kind.replace('_', ' ')}: rank {rank}"
+            what = f"load_sharded on a checkpoint with {kind.replace('_', ' ')}{KIND_NOTES.get(kind, '')}: rank {rank}"
             expect(got["raised"] is not None, f"{what} loaded it without complaint")
             expect(got["raised"] == "CheckpointError" and got["value_error"],
                    f"{what} raised {got['raised']}: {self_contained(got['message'])[:200]}; expected "
@@ -131,9 +139,11 @@ def check_refuse(run: SplitRun) -> None:
     _judge_refusals(run, {**CORRUPTIONS, **CODE_DAMAGE})
 
 
-@CASE.criterion("4.3.refuse_manifest", "no manifest, format 2, a shard not listed: CheckpointError", points=1)
+@CASE.criterion("4.3.refuse_manifest", "no manifest, format 2 or true, step as text, a shard not listed: "
+                "CheckpointError", points=1)
 def check_refuse_manifest(run: SplitRun) -> None:
-    """A missing manifest, format 2, or a manifest that does not list shard_00001.pt is refused on every rank."""
+    """A missing manifest, format 2 or JSON true, a step written as text (the shards agreeing, digests refreshed),
+    or a manifest that does not list shard_00001.pt is refused on every rank."""
     _judge_refusals(run, MANIFEST_DAMAGE)
 
 

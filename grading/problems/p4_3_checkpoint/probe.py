@@ -6,6 +6,7 @@ keeps in memory reaches them), once every rank of the first has finished.
 The checkpoint goes from one to the other through the case's shared folder::
 
     phase 1, rank r:  train 10 steps, save ─> shared/checkpoints/step_10, ..., inspect, load, refuse damage
+                      (step_5 is saved into a folder that already holds a stale shard of a larger world size)
     phase 2, rank r:  fresh model ─> load step_10 ─> train the last 10 steps; then a save that crashes
 """
 from __future__ import annotations
@@ -36,6 +37,11 @@ P_EVENTS = "events"           # what the save of step SAVE_STEP did, in order (S
 P_FILES = "files"             # the files of that save as torch.load reads them, and what was saved
 P_CRASH = "crash"             # a save that fails in torch.save, into a folder holding a complete checkpoint
 REMOVES_MANIFEST = f"remove {MANIFEST}"      # a call of P_CRASH's: os.unlink / os.remove of the manifest
+
+
+def stale_shard(world_size: int) -> str:
+    """The shard of rank ``world_size``, left by an earlier save of more ranks in the folder of step EARLY_STEP."""
+    return f"shard_{world_size:05d}.pt"
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -102,8 +108,13 @@ def probe_checkpoint(ctx) -> None:
     optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic
     at_save: dict = {}
 
+    stale = early / stale_shard(ctx.world_size)
+
     def straight():
         losses = _steps(model, optimizer, 0, EARLY_STEP)
+        if ctx.rank == 0:                       # the folder already holds a shard of an earlier save by more ranks
+            early.mkdir(parents=True, exist_ok=True)
+            torch.save({"step": 0, "rank": ctx.world_size, "world_size": ctx.world_size + 1}, stale)
         save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
         losses += _steps(model, optimizer, EARLY_STEP, SAVE_STEP)
         at_save.update(_snapshot(model, optimizer), extra=_extra(SAVE_STEP),
@@ -120,8 +131,10 @@ def probe_checkpoint(ctx) -> None:
     ctx.record(P_EVENTS, lambda: {"events": at_save["events"], "directory": str(saved.resolve())})
 
     def manifest():
+        listed = json.loads((early / "manifest.json").read_text()).get("files")
         return {"manifest": json.loads((saved / "manifest.json").read_text()),
                 "files": {p.name: digest(p) for p in sorted(saved.iterdir()) if p.is_file()},
+                "early_listed": sorted(listed) if isinstance(listed, dict) else describe_kind(listed),
                 "returned": _path_returned(at_save["returned"], saved / "manifest.json")}
     ctx.record(P_MANIFEST, manifest)
 

@@ -181,8 +181,21 @@ def check_weight_grads(run: SplitRun) -> None:
         assert_tensor_close(f"RowParallelLinear: {who} gradient of weight (the matching columns of the full "
                             "layer's gradient)", got["weight"], ref.rank_slice(row["weight"], index, world, dim=1),
                             atol=ATOL, rtol=RTOL)
-        assert_tensor_close(f"RowParallelLinear: {who} gradient of bias (the full layer's bias gradient)",
-                            got["bias"], row["bias"], atol=ATOL, rtol=RTOL)
+        try:
+            assert_tensor_close(f"RowParallelLinear: {who} gradient of bias (the full layer's bias gradient)",
+                                got["bias"], row["bias"], atol=ATOL, rtol=RTOL)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}{_split_bias_hint(got['bias'], row['bias'], world)}") from None
+
+
+def _split_bias_hint(got, want: torch.Tensor, world: int) -> str:
+    """A likely cause when a RowParallelLinear's bias gradient is 1/N of the full layer's: bias / N added on every
+    rank before the all-reduce (the same output, another gradient)."""
+    if not (isinstance(got, torch.Tensor) and got.shape == want.shape and world > 1
+            and torch.allclose(got.double() * world, want.double(), atol=ATOL, rtol=RTOL)):
+        return ""
+    return (f"\nlikely cause: bias / {world} added on every rank before the all-reduce (the output is the same, but "
+            f"each rank's bias gradient is 1/{world} of the full layer's); add the whole bias once, after the sum")
 
 
 @CASE.criterion("5.1.input_grads", "input gradients equal the serial ones", points=3)
