@@ -25,6 +25,7 @@ from project.metrics import StepLog, check_tensorboard
 if TYPE_CHECKING:
     import torch
 
+    from project.config import RunConfig
     from project.loop import LoopSpec
 
 SCHEDULES = ("constant", "cosine")
@@ -133,15 +134,15 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 
 
-def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> None:
-    """Raise ConfigError for options that cannot work here, before any data is read or any rank starts.
+def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> Path | None:
+    """The verified ``step_<n>`` folder ``--resume`` names (``project.checkpoint.resolve``; None: no resume).
 
-    ``--workdir``/``--out_dir``/``--save_dir`` naming a file, a
-    ``--pretrained`` model whose config cannot be loaded, fp16 off CUDA,
-    ``--tensorboard`` without the package, and a ``--resume`` folder without
-    a checkpoint or from a run whose ``meta`` (world size, batch size,
-    accumulation, ...) differs. ``args.resume`` becomes the verified
-    ``step_<n>`` folder it resolves to (``project.checkpoint.resolve``).
+    Raises ConfigError for options that cannot work here, before any data is
+    read or any rank starts: ``--workdir``/``--out_dir``/``--save_dir``
+    naming a file, a ``--pretrained`` model whose config cannot be loaded,
+    fp16 off CUDA, ``--tensorboard`` without the package, and a ``--resume``
+    folder without a checkpoint or from a run whose ``meta`` (world size,
+    batch size, accumulation, ...) differs. ``args`` is left as parsed.
     """
     from project import checkpoint
     from project.precision import check_precision
@@ -159,20 +160,16 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
                               f"the presets (--preset tiny|small|gpt2) need no network") from None
     check_precision(args.precision, device_type)
     check_tensorboard(args.tensorboard)
-    if args.resume is not None:
-        args.resume = str(checkpoint.resolve(args.resume))   # verified once here; the ranks load this step
-        saved = checkpoint.read_meta(Path(args.resume))
-        changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
-        if changed:
-            said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
-            raise ConfigError(f"--resume {args.resume}: the checkpoint was written by a different run ({said}); "
-                              f"resume with the same options")
-
-
-
-def save_dir(args: argparse.Namespace, folder: Path) -> Path:
-    """The checkpoint root of this run: ``--save_dir`` or ``<metrics folder>/checkpoints``."""
-    return Path(args.save_dir) if args.save_dir else Path(folder) / "checkpoints"
+    if args.resume is None:
+        return None
+    resume = checkpoint.resolve(args.resume)   # verified once here; the ranks load this step
+    saved = checkpoint.read_meta(resume)
+    changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
+    if changed:
+        said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        raise ConfigError(f"--resume {resume}: the checkpoint was written by a different run ({said}); "
+                          f"resume with the same options")
+    return resume
 
 
 
@@ -221,33 +218,29 @@ def check_world(world_size: int, n_train: int) -> None:
                           f"some ranks would get nothing")
 
 
-def prepare_run(args, folder: Path, rank: int, meta: dict,
+def prepare_run(config: RunConfig, rank: int, meta: dict,
                 val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
-    """``(LoopSpec, StepLog, validation loss before training)`` of a run, from its command line.
+    """``(LoopSpec, StepLog, validation loss before training)`` of a run, from its config.
 
-    ``args`` holds the options of ``add_common_args``/``add_training_args``;
-    ``folder`` is where ``metrics.jsonl`` (and by default the checkpoints)
-    go; ``meta`` is what a resume must match. On ``--resume`` the loss before
-    training comes from the checkpoint (``val_loss`` is not called) and the
-    step log keeps its lines up to the checkpoint's step.
+    ``config`` holds the options of ``add_common_args``/``add_training_args``;
+    ``metrics.jsonl`` goes to its ``out_dir``, the checkpoints to ``--save_dir``
+    (default ``<out_dir>/checkpoints``); ``meta`` is what a resume must match.
+    On ``config.resume`` the loss before training comes from the checkpoint
+    (``val_loss`` is not called) and the step log keeps its lines up to its step.
     """
     from project import checkpoint
     from project.loop import LoopSpec
 
-    resume = Path(args.resume) if args.resume else None   # the step check_training_args verified
-    if resume is not None and not resume.name.startswith("step_"):
-        resume = checkpoint.resolve(resume)
-    saved = checkpoint.read_meta(resume) if resume else None
+    saved = checkpoint.read_meta(config.resume) if config.resume else None
     before = saved["carry"]["val_loss_before"] if saved else val_loss()
-    step_log = StepLog(folder, enabled=rank == 0, resume_step=saved["step"] if saved else None,
-                       tensorboard=args.tensorboard)
-    spec = LoopSpec(n_epochs=args.n_epochs, grad_accum=args.grad_accum, precision=args.precision,
-                    save_every=args.save_every, save_dir=save_dir(args, folder), resume=resume,
-                    keep_last=getattr(args, "keep_last", 3),
-                    max_steps=args.max_steps, spike_factor=args.spike_factor, lr_spike=args.lr_spike,
-                    quiet=args.quiet, meta={**meta, "carry": {"val_loss_before": before}})
+    step_log = StepLog(config.out_dir, enabled=rank == 0, resume_step=saved["step"] if saved else None,
+                       tensorboard=config.tensorboard)
+    save_dir = Path(config.save_dir) if config.save_dir else config.out_dir / "checkpoints"
+    spec = LoopSpec(n_epochs=config.n_epochs, grad_accum=config.grad_accum, precision=config.precision,
+                    save_every=config.save_every, save_dir=save_dir, resume=config.resume, keep_last=config.keep_last,
+                    max_steps=config.max_steps, spike_factor=config.spike_factor, lr_spike=config.lr_spike,
+                    quiet=config.quiet, meta={**meta, "carry": {"val_loss_before": before}})
     return spec, step_log, before
-
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, kind: str, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
