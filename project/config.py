@@ -1,8 +1,5 @@
-"""A run's configuration: its command line, checked once in the parent, frozen, and handed to every rank.
-
-An entry point parses and checks its options (``project.options``), resolves what every rank must agree on,
-then builds one ``RunConfig``; the ranks read it and nothing changes it (a derived run, such as the
-tensor-parallel baseline, is a ``dataclasses.replace`` of it).
+"""A run's configuration: its command line, checked once in the parent (``project.options``), resolved and
+frozen; every rank reads it and nothing changes it (a derived run is a ``dataclasses.replace`` of it).
 """
 from __future__ import annotations
 
@@ -18,20 +15,21 @@ class RunConfig:
 
     The fields win over the option of the same name: ``world_size`` and ``backend`` as resolved (torchrun's
     size; ``auto`` made ``gloo`` or ``nccl``), ``out_dir`` the run folder every rank writes, ``resume`` the
-    verified checkpoint (None: a fresh start). An unknown name raises AttributeError.
+    verified checkpoint (None: a fresh start), ``meta`` what its checkpoints record and a resume must match.
+    An unknown name raises AttributeError.
     """
 
-    entry: str
     options: tuple[tuple[str, Any], ...]   # (option, value) pairs of the command line, sorted
     world_size: int = 1
     backend: str = "gloo"
     out_dir: Path | None = None
     resume: Path | None = None
+    meta: dict | None = None
 
     @classmethod
-    def of(cls, entry: str, args: argparse.Namespace, **resolved: Any) -> RunConfig:
-        """The config of entry point ``entry`` from its parsed ``args`` and the ``resolved`` fields."""
-        return cls(entry, tuple(sorted(vars(args).items())), **resolved)
+    def of(cls, args: argparse.Namespace, **resolved: Any) -> RunConfig:
+        """The config of the parsed command line ``args`` and the ``resolved`` fields."""
+        return cls(tuple(sorted(vars(args).items())), **resolved)
 
     def __getattr__(self, name: str) -> Any:
         for key, value in self.__dict__.get("options", ()):

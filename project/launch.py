@@ -32,18 +32,16 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
 from grading.kit.regions import STUDENT_PACKAGES
 from grading.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
+from project.config import RunConfig
 from project.devices import bind_rank, resolve_backend
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
-
-if TYPE_CHECKING:
-    from project.config import RunConfig
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -291,10 +289,8 @@ def launch(target: Callable[..., None], world_size: int, folder: Path, args: tup
 
 def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], config: RunConfig, data: Any,
                          preload: tuple[str, ...] = ()) -> dict | None:
-    """Clear old metrics in ``config.out_dir``, run ``target(env, config, data)`` on ``config.world_size`` ranks
-    (``launch``, with ``preload``), and return rank 0's ``summary.json``.
-
-    Returns None in torchrun processes other than rank 0 (they have no summary to report).
+    """Clear old metrics in ``config.out_dir``, ``launch`` ``target(env, config, data)`` on ``config.world_size``
+    ranks, and return rank 0's ``summary.json`` (None in torchrun processes other than rank 0).
     """
     env, folder = torchrun_env(), config.out_dir
     if env is None or env.rank == 0:

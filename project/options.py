@@ -5,7 +5,6 @@
 - ``add_training_args``: the options of long runs (accumulation, precision, checkpoints, guard, ...);
 - ``check_training_args``/``check_world``: what parsing alone cannot judge, refused with ConfigError
   before any data is read or any rank starts;
-- ``prepare_run``: the ``LoopSpec`` (``project.loop``), step log and first validation loss of a run;
 - ``new_parser``: an entry point's parser (``HelpFormatter``: every option's default shown in ``--help``);
 - ``run_name``/``out_dir``: the folder a run writes, one per configuration.
 
@@ -15,18 +14,10 @@ library are imported by the functions that run after the checks.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
 from project.cli import ConfigError, Parser, float_above, int_at_least, lr_spike, read_constant
-from project.metrics import StepLog, check_tensorboard
-
-if TYPE_CHECKING:
-    import torch
-
-    from project.config import RunConfig
-    from project.loop import LoopSpec
+from project.metrics import check_tensorboard
 
 SCHEDULES = ("constant", "cosine")
 # Options that never change a run's numbers: left out of its folder's name (``run_name``).
@@ -216,45 +207,3 @@ def check_world(world_size: int, n_train: int) -> None:
     if world_size > n_train:
         raise ConfigError(f"world size {world_size} is larger than the training data ({n_train} pairs): "
                           f"some ranks would get nothing")
-
-
-def prepare_run(config: RunConfig, rank: int, meta: dict,
-                val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
-    """``(LoopSpec, StepLog, validation loss before training)`` of a run, from its config.
-
-    ``config`` holds the options of ``add_common_args``/``add_training_args``;
-    ``metrics.jsonl`` goes to its ``out_dir``, the checkpoints to ``--save_dir``
-    (default ``<out_dir>/checkpoints``); ``meta`` is what a resume must match.
-    On ``config.resume`` the loss before training comes from the checkpoint
-    (``val_loss`` is not called) and the step log keeps its lines up to its step.
-    """
-    from project import checkpoint
-    from project.loop import LoopSpec
-
-    saved = checkpoint.read_meta(config.resume) if config.resume else None
-    before = saved["carry"]["val_loss_before"] if saved else val_loss()
-    step_log = StepLog(config.out_dir, enabled=rank == 0, resume_step=saved["step"] if saved else None,
-                       tensorboard=config.tensorboard)
-    save_dir = Path(config.save_dir) if config.save_dir else config.out_dir / "checkpoints"
-    spec = LoopSpec(n_epochs=config.n_epochs, grad_accum=config.grad_accum, precision=config.precision,
-                    save_every=config.save_every, save_dir=save_dir, resume=config.resume, keep_last=config.keep_last,
-                    max_steps=config.max_steps, spike_factor=config.spike_factor, lr_spike=config.lr_spike,
-                    quiet=config.quiet, meta={**meta, "carry": {"val_loss_before": before}})
-    return spec, step_log, before
-
-
-def make_scheduler(optimizer: torch.optim.Optimizer, kind: str, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """``constant`` (lr as given) or ``cosine`` (from lr down to 10 % of it over ``total_steps``), a LambdaLR."""
-    import torch
-
-    if kind == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    total = max(total_steps, 1)
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / total)))
-
-
-
-def steps_per_epoch(batches: int, grad_accum: int) -> int:
-    """Optimizer steps in an epoch of ``batches`` batches (the last step may accumulate fewer)."""
-    return math.ceil(batches / grad_accum)

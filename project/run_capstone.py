@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     data = _data(args)                     # once: every rank receives it
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{args.world_size}"}))
-    config = RunConfig.of(NAME, args, world_size=args.world_size, backend=backend, out_dir=folder,
+    config = RunConfig.of(args, world_size=args.world_size, backend=backend, out_dir=folder,
                           resume=Path(args.resume) if args.resume else None)
     print_header(f"capstone: {args.world_size} ranks, backend {backend}, "
                  f"BucketedDDP(bucket_mb={args.bucket_mb:g}) + ShardedOptimizer(Adam), {args.steps} steps, "

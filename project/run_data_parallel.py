@@ -35,7 +35,7 @@ from project.cli import ConfigError, run_cli
 from project.config import RunConfig
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+                             new_parser, out_dir, run_name)
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
         raise ConfigError(f"--save_state {args.save_state!r} is a folder; give a file name")
 
 
-def resume_meta(args: argparse.Namespace | RunConfig, world_size: int) -> dict:
+def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "world_size": world_size, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
             "preset": args.preset, "optimizer": args.optimizer, "seed": args.seed}
@@ -82,7 +82,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     from data_parallel.dataset import partition_dataset
     from project.devices import thread_facts
     from project.launch import all_reduce_sum, join_group
-    from project.loop import LoopParts, train
+    from project.loop import LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import build_model, count_parameters, enable_activation_checkpointing
 
@@ -96,14 +96,14 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     model = build_model(config.preset, tokenizer, config.pretrained, config.seed).to(device)   # model
     if config.grad_ckpt:
         enable_activation_checkpointing(model)
+    n_params = count_parameters(model)
     if config.optimizer == "sgd":                                                       # optimizer
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    scheduler = make_scheduler(optimizer, config.lr_schedule,
-                               config.n_epochs * steps_per_epoch(len(loader), config.grad_accum))
+    scheduler = make_scheduler(optimizer, config, len(loader))
 
-    spec, step_log, before = prepare_run(config, rank, resume_meta(config, world_size),   # the training loop
+    spec, step_log, before = prepare_run(config, rank,                                    # the training loop
                                          lambda: validation_loss(model, valid, collate, device, quiet))
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
@@ -118,7 +118,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     folder = config.out_dir                                                             # outputs
     write_json(folder / f"metrics_rank{rank}.json", {
         "rank": rank, "world_size": world_size, "backend": config.backend, "device": str(device),
-        "preset": config.preset, "parameters": count_parameters(model), "global_batch_size": config.batch_size,
+        "preset": config.preset, "parameters": n_params, "global_batch_size": config.batch_size,
         "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
         **thread_facts(), "examples_on_rank": len(loader.dataset), "val_loss_before": before,
         "epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
@@ -149,13 +149,14 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, GPT2_IMPORTS)
-    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
+    meta = resume_meta(args, world_size)
+    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)   # once: every rank receives it
     check_args(args, world_size, len(train_set))
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    config = RunConfig.of(NAME, args, world_size=world_size, backend=backend, resume=resume, out_dir=folder)
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
     print_header(f"data parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, global batch "
                  f"{args.batch_size} ({args.batch_size // world_size} per rank) x {args.grad_accum} accumulated, "
                  f"{args.n_epochs} epoch(s)")

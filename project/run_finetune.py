@@ -45,7 +45,7 @@ from project.cli import ConfigError, float_above, int_at_least, read_constant, r
 from project.config import RunConfig
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+                             new_parser, out_dir, run_name)
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def lora_targets(text: str) -> tuple[str, ...]:
     return names
 
 
-def resume_meta(args: argparse.Namespace | RunConfig, world_size: int) -> dict:
+def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "world_size": world_size, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
             "zero_stage": args.zero_stage, "offload": args.offload, "preset": args.preset,
@@ -176,7 +176,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     from finetune.zero import build_config, init_engine, train_microbatch
     from project.devices import thread_facts
     from project.launch import all_reduce_sum, join_group
-    from project.loop import REDUCED_BY_ENGINE, LoopParts, train
+    from project.loop import REDUCED_BY_ENGINE, LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import count_parameters, enable_activation_checkpointing
     from project.zero_engine import DeepSpeedUpdate, gathered, zero_config
@@ -198,8 +198,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     layers = wrapped_layers(model)
     adapters = list(adapter_parameters(model).values())
     optimizer = torch.optim.AdamW(adapters, lr=config.lr)                               # optimizer, engine
-    scheduler = make_scheduler(optimizer, config.lr_schedule,
-                               config.n_epochs * steps_per_epoch(len(loader), config.grad_accum))
+    scheduler = make_scheduler(optimizer, config, len(loader))
     ds_config = zero_config(build_config(world_size, config.micro_batch, config.grad_accum, config.precision),
                             config.zero_stage, config.offload)                          # your build_config
     engine = init_engine(model, optimizer, ds_config)
@@ -208,8 +207,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     def val_loss(net: torch.nn.Module) -> float:
         return validation_loss(net, valid, collate, device, quiet)
 
-    spec, step_log, before = prepare_run(config, rank, resume_meta(config, world_size),   # the training loop
-                                         lambda: val_loss(engine.module))
+    spec, step_log, before = prepare_run(config, rank, lambda: val_loss(engine.module))   # the loop
     update = DeepSpeedUpdate(engine, lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), device)
     parts = LoopParts(model=engine.module, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
                       update=update, reduce_grads=REDUCED_BY_ENGINE, rank=rank, world_size=world_size,
@@ -277,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, RANK_IMPORTS)
-    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
+    meta = resume_meta(args, world_size)
+    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)   # once: every rank receives it
@@ -285,7 +284,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    config = RunConfig.of(NAME, args, world_size=world_size, backend=backend, resume=resume, out_dir=folder)
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
     print_header(f"LoRA + ZeRO-{args.zero_stage} fine-tuning" + (", optimizer offloaded to CPU" if args.offload == "cpu"
                  else "") + f": {world_size} rank(s), backend {backend}, preset {args.preset}, {args.micro_batch} "
                  f"sequences per rank per micro-batch x {args.grad_accum} accumulated, {args.n_epochs} epoch(s)")

@@ -32,8 +32,7 @@ if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
 from project import readiness
 from project.cli import ConfigError, int_at_least, read_constant, run_cli
 from project.config import RunConfig
-from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, new_parser,
-                             out_dir, prepare_run, run_name, steps_per_epoch)
+from project.options import add_common_args, add_training_args, check_training_args, new_parser, out_dir, run_name
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 NAME = "pipeline"
@@ -60,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resume_meta(args: argparse.Namespace | RunConfig) -> dict:
+def resume_meta(args: argparse.Namespace) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "mode": args.model_parallel_mode, "batch_size": args.batch_size,
             "grad_accum": args.grad_accum, "n_stages": args.n_stages, "preset": args.preset, "seed": args.seed}
@@ -72,11 +71,6 @@ def folder_name(args: argparse.Namespace) -> str:
     first = ({"model_parallel_mode": "model_parallel", "n_chunk": ""} if args.model_parallel_mode == "model_parallel"
              else {"model_parallel_mode": "pipeline", "n_chunk": f"chunk{args.n_chunk}"})
     return run_name(args, build_parser(), first)
-
-
-def epoch_batch_rows(n_examples: int, batch_size: int) -> list[int]:
-    """Rows of each batch of an epoch (a DataLoader without ``drop_last``)."""
-    return [batch_size] * (n_examples // batch_size) + ([n_examples % batch_size] if n_examples % batch_size else [])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,7 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
     from project.devices import cpu_threads_per_rank, stage_devices
 
     devices = stage_devices(args.devices, args.n_stages)
-    resume = check_training_args(args, devices[0].type, resume_meta(args))
+    meta = resume_meta(args)
+    resume = check_training_args(args, devices[0].type, meta)
     n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1
     microbatch.check_n_chunk(args.batch_size, n_chunk)
     if mode == "pipeline_parallel":
@@ -111,26 +106,26 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)
-    config = RunConfig.of(NAME, args, resume=resume, out_dir=out_dir(args, NAME, folder_name(args)))
-    metrics = train_stages(config, (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len)), devices)
+    config = RunConfig.of(args, resume=resume, out_dir=out_dir(args, NAME, folder_name(args)), meta=meta)
+    metrics = train_stages(config, (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len)), devices,
+                           n_chunk)
     print_outcome(metrics, f"{config.out_dir} (metrics_{mode}.json, metrics.jsonl)")
     return metrics
 
 
-def train_stages(config: RunConfig, data: tuple, devices: list) -> dict:
-    """The run, top to bottom: data, model cut into stages, optimizer, the training loop, evaluation, outputs."""
+def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) -> dict:
+    """The run, top to bottom: data, model cut into stages on ``devices``, optimizer, the training loop,
+    evaluation, outputs; each batch runs as ``n_chunk`` micro-batches."""
     import torch
 
     from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
     from project.devices import thread_facts
-    from project.loop import SINGLE_REPLICA, LoopParts, train
+    from project.loop import SINGLE_REPLICA, LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import build_model, count_parameters, enable_activation_checkpointing
 
-    mode = config.model_parallel_mode
-    n_chunk = config.n_chunk if mode == "pipeline_parallel" else 1
-    size = microbatch.split_size(config.batch_size, n_chunk)
+    mode, size = config.model_parallel_mode, microbatch.split_size(config.batch_size, n_chunk)
     train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
     loader = torch.utils.data.DataLoader(train_set, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
                                          generator=torch.Generator().manual_seed(config.seed))
@@ -141,8 +136,7 @@ def train_stages(config: RunConfig, data: tuple, devices: list) -> dict:
         enable_activation_checkpointing(model)
     net = build_pipeline_gpt2(model, devices, mode, split_size=size)   # your Pipe (Problem 2) over the stages
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)                    # optimizer
-    scheduler = make_scheduler(optimizer, config.lr_schedule,
-                               config.n_epochs * steps_per_epoch(len(loader), config.grad_accum))
+    scheduler = make_scheduler(optimizer, config, len(loader))
     timeline = microbatch.stage_timeline(net)
 
     def val_loss() -> float:
@@ -155,7 +149,7 @@ def train_stages(config: RunConfig, data: tuple, devices: list) -> dict:
                "preset": config.preset, "parameters": count_parameters(model), "batch_size": config.batch_size,
                "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
                **thread_facts(), "timeline": []}
-    spec, step_log, metrics["val_loss_before"] = prepare_run(config, 0, resume_meta(config), val_loss)   # loop
+    spec, step_log, metrics["val_loss_before"] = prepare_run(config, 0, val_loss)   # loop
 
     def loss_of(batch: dict, epoch: int, index: int) -> torch.Tensor:
         timeline.clear()
@@ -172,9 +166,9 @@ def train_stages(config: RunConfig, data: tuple, devices: list) -> dict:
         result = train(parts, spec)
         metrics["val_loss_after"] = val_loss()                                          # evaluation
     step_log.close()
-    per_batch = [microbatch.count(r, size) for r in epoch_batch_rows(len(train_set), config.batch_size)]
+    full, last = divmod(len(train_set), config.batch_size)   # every batch of an epoch ran, each cut as above
     for e in result["epochs"]:                                                          # outputs
-        e["pipeline_micro_batches"] = sum(per_batch)   # every batch of the epoch ran, each cut as above
+        e["pipeline_micro_batches"] = full * microbatch.count(config.batch_size, size) + microbatch.count(last, size)
     metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
                 "stopped_early": result["stopped_early"]}
     write_json(config.out_dir / f"metrics_{mode}.json", metrics)

@@ -44,7 +44,7 @@ from project import readiness
 from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
 from project.config import RunConfig
 from project.metrics import StepLog, summarize
-from project.options import NOT_IN_RUN_NAME, add_common_args, make_scheduler, new_parser, out_dir, run_name
+from project.options import NOT_IN_RUN_NAME, add_common_args, new_parser, out_dir, run_name
 from project.output import print_epochs, print_header, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -132,15 +132,11 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-
-    def val_loss() -> float:
-        return validation_loss(model, valid, collate, device, quiet)
-
-    before = val_loss()
+    before = validation_loss(model, valid, collate, device, quiet)
     step_log = StepLog(config.out_dir, enabled=rank == 0)                              # the training loop
     # The loop's data-parallel world is 1: every rank sees the same batch and computes the same loss, and
     # the layers' own all-reduces give each rank the gradients of the part it holds (one copy of the model).
-    parts = LoopParts(model=model, optimizer=optimizer, scheduler=make_scheduler(optimizer, "constant", 1),
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=None,
                       loader=loader, device=device, reduce_grads=SINGLE_REPLICA, rank=rank, barrier=dist.barrier,
                       step_log=step_log,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
@@ -148,7 +144,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     dist.barrier()
     result = train(parts, LoopSpec(n_epochs=config.n_epochs, quiet=config.quiet))
     step_log.close()
-    after = val_loss()                                                                  # evaluation
+    after = validation_loss(model, valid, collate, device, quiet)                      # evaluation
 
     folder = config.out_dir                                                             # outputs
     write_json(folder / f"metrics_rank{rank}.json", {
@@ -195,9 +191,10 @@ def main(argv: list[str] | None = None) -> dict | None:
                                                args.n_valid, args.seed)   # once: every rank receives it
     if world_size > 1 and (args.pretrained or args.preset not in PRESETS):
         check_split(build_model(args.preset, tokenizer, args.pretrained, args.seed).config, world_size)
-    baseline_dir = Path(args.baseline_dir or Path(args.workdir) / "out" / NAME / _name(args, 1))
-    folder = out_dir(args, NAME, _name(args, world_size))
-    config = RunConfig.of(NAME, args, world_size=world_size, backend=backend, out_dir=folder)
+    names = {n: run_name(args, build_parser(), {"world_size": f"ws{n}"}) for n in (1, world_size)}   # run folders
+    baseline_dir = Path(args.baseline_dir or Path(args.workdir) / "out" / NAME / names[1])
+    folder = out_dir(args, NAME, names[world_size])
+    config = RunConfig.of(args, world_size=world_size, backend=backend, out_dir=folder)
     data = (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len))
     print_header(f"tensor parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, "
                  f"{args.batch_size} sequences per batch (the same on every rank), {args.n_epochs} epoch(s)")
@@ -215,11 +212,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         summary["baseline"] = compare_with_baseline(config, data, summary, baseline_dir)
         print(baseline_line(summary["baseline"]))
     return summary
-
-
-def _name(args: argparse.Namespace, world_size: int) -> str:
-    """The run folder's name (``project.options.run_name``) of these options on ``world_size`` ranks."""
-    return run_name(args, build_parser(), {"world_size": f"ws{world_size}"})
 
 
 def run_options(config: RunConfig) -> dict:
