@@ -1,7 +1,7 @@
 """Entry points of the kit (``run_*.py``, ``plot.py``) and the library they share.
 
 Entry points are thin: parse (``cli``, ``options``), check readiness
-(``readiness``), then call the library: ``data`` and ``model`` (what to
+(``readiness``), freeze the run's ``config``, then call the library: ``data`` and ``model`` (what to
 train), ``devices`` (where: backend, rank and stage devices, threads),
 ``launch`` (starting ranks and joining their group: the runners and the
 benchmarks alike), ``loop`` (the one training loop, with its strategies in

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -204,32 +205,31 @@ def make_collate(tokenizer, max_len: int) -> Callable[[list[dict]], dict[str, to
     ``tgt`` and ``<eos>`` and is -100 elsewhere (source, separator, padding).
     Too-long rows lose the end of the source first, then of the target; the
     separator and ``<eos>`` always stay. ``attention_mask`` is 1 on real tokens.
-    Raises ValueError when ``max_len < 4``.
+    The function pickles (ranks receive it). Raises ValueError when ``max_len < 4``.
     """
     if max_len < 4:
         raise ValueError(f"max_len must be >= 4, got {max_len}")
-    pad_id, sep_id, eos_id = tokenizer.pad_token_id, tokenizer.sep_token_id, tokenizer.eos_token_id
+    return partial(_collate, tokenizer.pad_token_id, tokenizer.sep_token_id, tokenizer.eos_token_id, max_len)
 
-    def collate(examples: list[dict]) -> dict[str, torch.Tensor]:
-        rows, labels = [], []
-        for ex in examples:
-            src, tgt = list(ex["src"]), list(ex["tgt"])
-            budget = max_len - 2
-            tgt = tgt[:max(budget // 2, budget - len(src))]
-            src = src[:budget - len(tgt)]
-            rows.append(src + [sep_id] + tgt + [eos_id])
-            labels.append([IGNORE_INDEX] * (len(src) + 1) + tgt + [eos_id])
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        label_t = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (r, lab) in enumerate(zip(rows, labels)):
-            input_ids[i, :len(r)] = torch.tensor(r)
-            label_t[i, :len(lab)] = torch.tensor(lab)
-            mask[i, :len(r)] = 1
-        return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask}
 
-    return collate
+def _collate(pad_id: int, sep_id: int, eos_id: int, max_len: int, examples: list[dict]) -> dict[str, torch.Tensor]:
+    rows, labels = [], []
+    for ex in examples:
+        src, tgt = list(ex["src"]), list(ex["tgt"])
+        budget = max_len - 2
+        tgt = tgt[:max(budget // 2, budget - len(src))]
+        src = src[:budget - len(tgt)]
+        rows.append(src + [sep_id] + tgt + [eos_id])
+        labels.append([IGNORE_INDEX] * (len(src) + 1) + tgt + [eos_id])
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    label_t = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, lab) in enumerate(zip(rows, labels)):
+        input_ids[i, :len(r)] = torch.tensor(r)
+        label_t[i, :len(lab)] = torch.tensor(lab)
+        mask[i, :len(r)] = 1
+    return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask}
 
 
 def prepare_data(dataset: str, tokenizer_name: str, workdir: Path, n_train: int | None = None,

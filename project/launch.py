@@ -39,6 +39,7 @@ import torch
 from grading.kit.regions import STUDENT_PACKAGES
 from grading.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
+from project.config import RunConfig
 from project.devices import bind_rank, resolve_backend
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
@@ -259,9 +260,9 @@ def world_of(args: argparse.Namespace) -> tuple[int, int, str]:
     return world_size, local_ranks, resolve_backend(args.backend, local_ranks)
 
 
-def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int, args: argparse.Namespace,
-           folder: Path, preload: tuple[str, ...] = ()) -> None:
-    """Run ``target(env, args)`` on every rank of this run and return when all are done.
+def launch(target: Callable[..., None], world_size: int, folder: Path, args: tuple = (),
+           preload: tuple[str, ...] = ()) -> None:
+    """Run ``target(env, *args)`` on every rank of this run and return when all are done.
 
     Under torchrun this process is one rank (rendezvous ``env://``). Else one
     rank runs in this process, or ``world_size`` ranks are spawned
@@ -271,7 +272,7 @@ def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: in
     env = torchrun_env()
     if env is not None:
         freeze_what_is_loaded()
-        target(env, args)
+        target(env, *args)
         return
     Path(folder).mkdir(parents=True, exist_ok=True)     # a store in a missing folder: every rank waits forever
     store = Path(folder) / "rendezvous"
@@ -279,24 +280,23 @@ def launch(target: Callable[[RankEnv, argparse.Namespace], None], world_size: in
     init_method = f"file://{store.resolve()}"
     try:
         if world_size == 1:
-            target(RankEnv(0, 1, 0, 1, init_method), args)
+            target(RankEnv(0, 1, 0, 1, init_method), *args)
         else:
-            spawn_ranks(target, world_size, init_method, (args,), preload=preload).wait()
+            spawn_ranks(target, world_size, init_method, args, preload=preload).wait()
     finally:
         store.unlink(missing_ok=True)
 
 
-def launch_and_summarise(target: Callable[[RankEnv, argparse.Namespace], None], world_size: int,
-                         args: argparse.Namespace, folder: Path, preload: tuple[str, ...] = ()) -> dict | None:
-    """Clear old metrics in ``folder``, ``launch`` the ranks (with ``preload``), and return rank 0's ``summary.json``.
-
-    Returns None in torchrun processes other than rank 0 (they have no summary to report).
+def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], config: RunConfig, data: Any,
+                         preload: tuple[str, ...] = ()) -> dict | None:
+    """Clear old metrics in ``config.out_dir``, ``launch`` ``target(env, config, data)`` on ``config.world_size``
+    ranks, and return rank 0's ``summary.json`` (None in torchrun processes other than rank 0).
     """
-    env = torchrun_env()
+    env, folder = torchrun_env(), config.out_dir
     if env is None or env.rank == 0:
         for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
             old.unlink(missing_ok=True)
-    launch(target, world_size, args, folder, preload)
+    launch(target, config.world_size, folder, (config, data), preload)
     if env is not None and env.rank != 0:
         return None
     return json.loads((folder / "summary.json").read_text())

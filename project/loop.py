@@ -11,7 +11,9 @@ One optimizer step, top to bottom, written once (``_step``)::
     log                   one metrics.jsonl line (rank 0)
     checkpoint            every save_every steps, and where --max_steps stops the run
 
-What differs between runs is passed in: the ``update`` strategy
+An entry point's rank function calls ``prepare_run`` (the ``LoopSpec`` and step
+log of its ``RunConfig``), ``make_scheduler`` and ``train``. What differs
+between runs is passed in: the ``update`` strategy
 (``project.updates.TorchUpdate`` by default, ``project.zero_engine.DeepSpeedUpdate``
 for DeepSpeed, which runs forward, backward *and* the step inside
 ``forward_backward``), ``reduce_grads`` (a function, or a marker saying why
@@ -32,7 +34,8 @@ from typing import Any, Callable
 
 import torch
 
-from project.checkpoint import StepFolders
+from project.checkpoint import StepFolders, read_meta
+from project.config import RunConfig
 from project.devices import peak_memory_bytes
 from project.guard import DivergenceGuard, rollback_target
 from project.metrics import GUARD_EVENT, StepLog
@@ -59,7 +62,7 @@ _UNSET: Any = GradReduction("UNSET", "nobody said")
 
 @dataclass
 class LoopSpec:
-    """How to train: the options of ``project.options.add_training_args`` (see there), resolved."""
+    """How to train: the options of ``project.options.add_training_args`` (see there), resolved (``prepare_run``)."""
 
     n_epochs: int
     grad_accum: int = 1
@@ -117,6 +120,34 @@ class LoopParts:
                              f"{self.world_size} replicas would train apart; give the function that averages them")
         if self.update is None and self.loss_of is None:
             raise TypeError("LoopParts needs loss_of(batch, epoch, index) (or an update strategy)")
+
+
+def prepare_run(config: RunConfig, rank: int, val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
+    """``(LoopSpec, StepLog, validation loss before training)`` of a run with the options of ``add_common_args``
+    and ``add_training_args``: ``metrics.jsonl`` in ``config.out_dir``, the checkpoints in ``--save_dir`` (default
+    ``<out_dir>/checkpoints``). On ``config.resume`` the loss before training comes from the checkpoint
+    (``val_loss`` is not called) and the step log keeps its lines up to its step."""
+    saved = read_meta(config.resume) if config.resume else None
+    before = saved["carry"]["val_loss_before"] if saved else val_loss()
+    step_log = StepLog(config.out_dir, enabled=rank == 0, resume_step=saved["step"] if saved else None,
+                       tensorboard=config.tensorboard)
+    save_dir = Path(config.save_dir) if config.save_dir else config.out_dir / "checkpoints"
+    spec = LoopSpec(n_epochs=config.n_epochs, grad_accum=config.grad_accum, precision=config.precision,
+                    save_every=config.save_every, save_dir=save_dir, resume=config.resume, keep_last=config.keep_last,
+                    max_steps=config.max_steps, spike_factor=config.spike_factor, lr_spike=config.lr_spike,
+                    quiet=config.quiet, meta={**config.meta, "carry": {"val_loss_before": before}})
+    return spec, step_log, before
+
+
+def make_scheduler(optimizer: Any, config: RunConfig, batches: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """``--lr_schedule`` as a LambdaLR over the run's optimizer steps (``--n_epochs`` epochs of ``batches`` batches,
+    ``--grad_accum`` per step, the last one of an epoch maybe fewer): ``constant`` (lr as given) or ``cosine``
+    (from lr down to 10 % of it)."""
+    if config.lr_schedule == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    total = max(config.n_epochs * math.ceil(batches / config.grad_accum), 1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / total)))
 
 
 def train(parts: LoopParts, spec: LoopSpec) -> dict:

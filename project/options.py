@@ -5,7 +5,6 @@
 - ``add_training_args``: the options of long runs (accumulation, precision, checkpoints, guard, ...);
 - ``check_training_args``/``check_world``: what parsing alone cannot judge, refused with ConfigError
   before any data is read or any rank starts;
-- ``prepare_run``: the ``LoopSpec`` (``project.loop``), step log and first validation loss of a run;
 - ``new_parser``: an entry point's parser (``HelpFormatter``: every option's default shown in ``--help``);
 - ``run_name``/``out_dir``: the folder a run writes, one per configuration.
 
@@ -15,17 +14,10 @@ library are imported by the functions that run after the checks.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
 from project.cli import ConfigError, Parser, float_above, int_at_least, lr_spike, read_constant
-from project.metrics import StepLog, check_tensorboard
-
-if TYPE_CHECKING:
-    import torch
-
-    from project.loop import LoopSpec
+from project.metrics import check_tensorboard
 
 SCHEDULES = ("constant", "cosine")
 # Options that never change a run's numbers: left out of its folder's name (``run_name``).
@@ -133,15 +125,15 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 
 
-def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> None:
-    """Raise ConfigError for options that cannot work here, before any data is read or any rank starts.
+def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> Path | None:
+    """The verified ``step_<n>`` folder ``--resume`` names (``project.checkpoint.resolve``; None: no resume).
 
-    ``--workdir``/``--out_dir``/``--save_dir`` naming a file, a
-    ``--pretrained`` model whose config cannot be loaded, fp16 off CUDA,
-    ``--tensorboard`` without the package, and a ``--resume`` folder without
-    a checkpoint or from a run whose ``meta`` (world size, batch size,
-    accumulation, ...) differs. ``args.resume`` becomes the verified
-    ``step_<n>`` folder it resolves to (``project.checkpoint.resolve``).
+    Raises ConfigError for options that cannot work here, before any data is
+    read or any rank starts: ``--workdir``/``--out_dir``/``--save_dir``
+    naming a file, a ``--pretrained`` model whose config cannot be loaded,
+    fp16 off CUDA, ``--tensorboard`` without the package, and a ``--resume``
+    folder without a checkpoint or from a run whose ``meta`` (world size,
+    batch size, accumulation, ...) differs. ``args`` is left as parsed.
     """
     from project import checkpoint
     from project.precision import check_precision
@@ -159,20 +151,16 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
                               f"the presets (--preset tiny|small|gpt2) need no network") from None
     check_precision(args.precision, device_type)
     check_tensorboard(args.tensorboard)
-    if args.resume is not None:
-        args.resume = str(checkpoint.resolve(args.resume))   # verified once here; the ranks load this step
-        saved = checkpoint.read_meta(Path(args.resume))
-        changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
-        if changed:
-            said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
-            raise ConfigError(f"--resume {args.resume}: the checkpoint was written by a different run ({said}); "
-                              f"resume with the same options")
-
-
-
-def save_dir(args: argparse.Namespace, folder: Path) -> Path:
-    """The checkpoint root of this run: ``--save_dir`` or ``<metrics folder>/checkpoints``."""
-    return Path(args.save_dir) if args.save_dir else Path(folder) / "checkpoints"
+    if args.resume is None:
+        return None
+    resume = checkpoint.resolve(args.resume)   # verified once here; the ranks load this step
+    saved = checkpoint.read_meta(resume)
+    changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
+    if changed:
+        said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        raise ConfigError(f"--resume {resume}: the checkpoint was written by a different run ({said}); "
+                          f"resume with the same options")
+    return resume
 
 
 
@@ -219,49 +207,3 @@ def check_world(world_size: int, n_train: int) -> None:
     if world_size > n_train:
         raise ConfigError(f"world size {world_size} is larger than the training data ({n_train} pairs): "
                           f"some ranks would get nothing")
-
-
-def prepare_run(args, folder: Path, rank: int, meta: dict,
-                val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
-    """``(LoopSpec, StepLog, validation loss before training)`` of a run, from its command line.
-
-    ``args`` holds the options of ``add_common_args``/``add_training_args``;
-    ``folder`` is where ``metrics.jsonl`` (and by default the checkpoints)
-    go; ``meta`` is what a resume must match. On ``--resume`` the loss before
-    training comes from the checkpoint (``val_loss`` is not called) and the
-    step log keeps its lines up to the checkpoint's step.
-    """
-    from project import checkpoint
-    from project.loop import LoopSpec
-
-    resume = Path(args.resume) if args.resume else None   # the step check_training_args verified
-    if resume is not None and not resume.name.startswith("step_"):
-        resume = checkpoint.resolve(resume)
-    saved = checkpoint.read_meta(resume) if resume else None
-    before = saved["carry"]["val_loss_before"] if saved else val_loss()
-    step_log = StepLog(folder, enabled=rank == 0, resume_step=saved["step"] if saved else None,
-                       tensorboard=args.tensorboard)
-    spec = LoopSpec(n_epochs=args.n_epochs, grad_accum=args.grad_accum, precision=args.precision,
-                    save_every=args.save_every, save_dir=save_dir(args, folder), resume=resume,
-                    keep_last=getattr(args, "keep_last", 3),
-                    max_steps=args.max_steps, spike_factor=args.spike_factor, lr_spike=args.lr_spike,
-                    quiet=args.quiet, meta={**meta, "carry": {"val_loss_before": before}})
-    return spec, step_log, before
-
-
-
-def make_scheduler(optimizer: torch.optim.Optimizer, kind: str, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """``constant`` (lr as given) or ``cosine`` (from lr down to 10 % of it over ``total_steps``), a LambdaLR."""
-    import torch
-
-    if kind == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    total = max(total_steps, 1)
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / total)))
-
-
-
-def steps_per_epoch(batches: int, grad_accum: int) -> int:
-    """Optimizer steps in an epoch of ``batches`` batches (the last step may accumulate fewer)."""
-    return math.ceil(batches / grad_accum)

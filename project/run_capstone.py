@@ -33,7 +33,8 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from grading.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, run_cli
+from project.cli import ConfigError, float_above, int_at_least, run_cli
+from project.config import RunConfig
 from project.manifest import verify
 from project.options import new_parser, out_dir, run_name
 from project.output import print_header, quiet_libraries, write_json
@@ -53,17 +54,17 @@ class InvariantError(RuntimeError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of this entry point."""
+    """The command line of this entry point (numbers range-checked while parsing)."""
     parser = new_parser(COMMAND, __doc__)
-    parser.add_argument("--world_size", type=int, default=4, help="ranks to start")
+    parser.add_argument("--world_size", type=int_at_least(1), default=4, help="ranks to start")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: nccl with a GPU per rank, else gloo (CPU)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all")
     parser.add_argument("--save_step", type=int, default=10, help="checkpoint after this many steps")
     parser.add_argument("--batch_size", type=int, default=16, help="global batch (sequences), split over the ranks")
-    parser.add_argument("--max_len", type=int, default=48, help="tokens per sequence at most")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    parser.add_argument("--bucket_mb", type=float, default=1.0, help="BucketedDDP bucket cap in MiB")
+    parser.add_argument("--max_len", type=int_at_least(4), default=48, help="tokens per sequence at most")
+    parser.add_argument("--lr", type=float_above(0.0), default=3e-3, help="Adam learning rate")
+    parser.add_argument("--bucket_mb", type=float_above(0.0), default=1.0, help="BucketedDDP bucket cap in MiB")
     parser.add_argument("--preset", default="tiny", help="model preset of project/model.py")
     parser.add_argument("--seed", type=int, default=0, help="corpus, model and RNG seed")
     parser.add_argument("--workdir", default="workdir",
@@ -77,15 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(args: argparse.Namespace) -> None:
     """Raise ConfigError for sizes that cannot run."""
-    if args.world_size < 1:
-        raise ConfigError(f"--world_size must be at least 1, got {args.world_size}")
     if args.steps < 2 or not 1 <= args.save_step < args.steps:
         raise ConfigError(f"need --steps >= 2 and 1 <= --save_step < --steps, got {args.steps} and {args.save_step}")
     if args.batch_size < args.world_size or args.batch_size % args.world_size:
         raise ConfigError(f"--batch_size {args.batch_size} must be a positive multiple of --world_size "
                           f"{args.world_size}")
-    if args.max_len < 4 or args.lr <= 0 or args.bucket_mb <= 0:
-        raise ConfigError("--max_len must be >= 4, --lr and --bucket_mb positive")
     if args.resume and not (Path(args.resume) / "manifest.json").is_file():
         raise ConfigError(f"--resume {args.resume}: no manifest.json there (not a save_sharded checkpoint)")
     problem = verify(Path(args.resume)) if args.resume else None   # sizes and sha256 before any rank loads
@@ -107,8 +104,8 @@ def _saved_world_size(folder: Path) -> int | None:
     return saved if type(saved) is int else None
 
 
-def _data(args: argparse.Namespace):
-    """(training examples, collate): exactly ``steps * batch_size`` pairs, global batch k = pairs [kB, (k+1)B)."""
+def _data(args: argparse.Namespace) -> tuple:
+    """(training examples, collate, tokenizer): ``steps * batch_size`` pairs, global batch k = pairs [kB, (k+1)B)."""
     from project.data import make_collate, prepare_data
 
     pairs, _, tokenizer = prepare_data("embedded", "bpe", Path(args.workdir), args.steps * args.batch_size, 16,
@@ -116,7 +113,7 @@ def _data(args: argparse.Namespace):
     return pairs, make_collate(tokenizer, args.max_len), tokenizer
 
 
-def _rows(args: argparse.Namespace, pairs: list, collate, position: int, rank: int, world_size: int):
+def _rows(args: argparse.Namespace | RunConfig, pairs: list, collate, position: int, rank: int, world_size: int):
     """This rank's contiguous rows of global batch ``position``."""
     share = args.batch_size // world_size
     start = position * args.batch_size + rank * share
@@ -183,8 +180,10 @@ class ShardedCheckpoint:
         return Path(self.directory)
 
 
-def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
-    """One rank: join the group; train (fresh, saving at save_step, or resumed from ``args.load``); write results."""
+def train_rank(env: RankEnv, config: RunConfig, data: tuple, run_dir: Path, load: str | None,
+               checkpoint: str | None) -> None:
+    """One rank, top to bottom: group, data, model wrapped in your ``BucketedDDP``, your ``ShardedOptimizer``,
+    the training loop (fresh, saving at ``save_step`` into ``checkpoint``, or resumed from ``load``), outputs."""
     import torch
     import torch.distributed as dist
 
@@ -196,33 +195,33 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     from project.model import build_model
 
     quiet_libraries()
-    backend, device = join_group(env, args.backend, student_setup=False)
+    _, device = join_group(env, config.backend, student_setup=False)   # process group
     rank, world_size = env.rank, env.world_size
-    train_set, collate, tokenizer = _data(args)
-    torch.manual_seed(args.seed + rank + (1000 if args.load else 0))   # a resumed rank must get its RNG back
-    model = build_model(args.preset, tokenizer, seed=args.seed + (7 if args.load else 0)).to(device)
-    ddp = BucketedDDP(model, bucket_mb=args.bucket_mb)
-    optimizer = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=args.lr)
-    batches = [_rows(args, train_set, collate, position, rank, world_size) for position in range(args.steps)]
+    train_set, collate, tokenizer = data                                                # data (main prepared it)
+    batches = [_rows(config, train_set, collate, position, rank, world_size) for position in range(config.steps)]
+    torch.manual_seed(config.seed + rank + (1000 if load else 0))   # a resumed rank must get its RNG back
+    model = build_model(config.preset, tokenizer, seed=config.seed + (7 if load else 0)).to(device)   # model
+    ddp = BucketedDDP(model, bucket_mb=config.bucket_mb)                               # your BucketedDDP (4.1)
+    optimizer = ShardedOptimizer(model.parameters(), torch.optim.Adam, lr=config.lr)   # your ZeRO-1 (4.2)
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=None, loader=batches, device=device,
                       loss_of=lambda batch, epoch, index: lm_loss(ddp(batch["input_ids"].to(device)),
                                                                   batch["labels"].to(device)),
                       reduce_grads=ddp.finish_gradient_synchronization, rank=rank, world_size=world_size,
                       all_reduce_sum=all_reduce_sum, barrier=dist.barrier,
-                      checkpoints=ShardedCheckpoint(args.checkpoint, args.save_step, model, optimizer))
-    result = train(parts, LoopSpec(n_epochs=1, save_every=0 if args.load else args.save_step, spike_factor=0.0,
-                                   resume=Path(args.load) if args.load else None))
-    losses = result["losses"]
+                      checkpoints=ShardedCheckpoint(checkpoint, config.save_step, model, optimizer))   # 4.3
+    result = train(parts, LoopSpec(n_epochs=1, save_every=0 if load else config.save_step, spike_factor=0.0,
+                                   resume=Path(load) if load else None))                # the training loop
+    losses = result["losses"]                                                           # outputs
     norm = torch.sqrt(sum((p.detach().double() ** 2).sum() for p in model.parameters())).item()
-    write_json(Path(args.run_dir) / f"rank{rank}.json",
+    write_json(run_dir / f"rank{rank}.json",
                {"rank": rank, "start": result["steps"] - len(losses), "losses": losses, "param_norm": norm,
                 "params_sha256": params_digest(model), "memory": memory_profile(model, optimizer),
-                "backend": backend})
+                "backend": config.backend})
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: Path | None) -> list[dict]:
+def _run(config: RunConfig, data: tuple, run_dir: Path, load: str | None, checkpoint: Path | None) -> list[dict]:
     """Start the ranks (fresh processes) for one phase; return each rank's results."""
     from project.checkpoint import save_errors_in_one_line
     from project.launch import launch
@@ -230,11 +229,10 @@ def _run(args: argparse.Namespace, run_dir: Path, load: str | None, checkpoint: 
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in run_dir.glob("rank*.json"):
         old.unlink()
-    phase = argparse.Namespace(**vars(args), load=load, checkpoint=str(checkpoint) if checkpoint else None,
-                               run_dir=str(run_dir))
     with save_errors_in_one_line():
-        launch(train_rank, args.world_size, phase, run_dir, GPT2_IMPORTS)
-    return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(args.world_size)]
+        launch(train_rank, config.world_size, run_dir,
+               (config, data, run_dir, load, str(checkpoint) if checkpoint else None), GPT2_IMPORTS)
+    return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(config.world_size)]
 
 
 def print_losses(results: list[dict], label: str) -> None:
@@ -299,24 +297,26 @@ def main(argv: list[str] | None = None) -> int:
     backend = resolve_backend(args.backend, args.world_size)
     start_rank_server(args.world_size, GPT2_IMPORTS)
     quiet_libraries()
-    _data(args)                            # builds the corpus and tokenizer caches once, before the ranks
+    data = _data(args)                     # once: every rank receives it
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{args.world_size}"}))
+    config = RunConfig.of(args, world_size=args.world_size, backend=backend, out_dir=folder,
+                          resume=Path(args.resume) if args.resume else None)
     print_header(f"capstone: {args.world_size} ranks, backend {backend}, "
                  f"BucketedDDP(bucket_mb={args.bucket_mb:g}) + ShardedOptimizer(Adam), {args.steps} steps, "
                  + (f"resumed from {args.resume}" if args.resume else f"checkpoint at step {args.save_step}"))
-    if args.resume:
-        resumed = _run(args, folder / "resumed", str(Path(args.resume).resolve()), None)
+    if config.resume:
+        resumed = _run(config, data, folder / "resumed", str(config.resume.resolve()), None)
         print_losses(resumed, f"resumed from {args.resume}")
-        print(resume_verdict(args, folder, resumed))
+        print(resume_verdict(config, folder, resumed))
         return 0
     checkpoint = (folder / f"checkpoint_step{args.save_step}").resolve()
-    straight = _run(args, folder / "straight", None, checkpoint)
+    straight = _run(config, data, folder / "straight", None, checkpoint)
     print_losses(straight, "straight run")
     print_memory(straight)
     print(f"checkpoint manifest ({checkpoint / 'manifest.json'}):")
     print(json.dumps(json.loads((checkpoint / "manifest.json").read_text()), indent=1))
     check_invariants(straight)
-    resumed = _run(args, folder / "resumed", str(checkpoint), None)
+    resumed = _run(config, data, folder / "resumed", str(checkpoint), None)
     print_losses(resumed, f"resumed from step {args.save_step} in new processes")
     verify_resume(straight, resumed, args.save_step)
     print("RESUME VERIFIED: losses and final parameters of the resumed run equal the straight run's bit for bit")
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def resume_verdict(args: argparse.Namespace, folder: Path, resumed: list[dict]) -> str:
+def resume_verdict(args: argparse.Namespace | RunConfig, folder: Path, resumed: list[dict]) -> str:
     """The closing line of ``--resume``: the steps it ran, and whether they match ``folder``'s uninterrupted run
     when ``args.resume`` is that folder's checkpoint (InvariantError when not), else where they were written."""
     start, last = resumed[0]["start"] + 1, resumed[0]["start"] + len(resumed[0]["losses"])

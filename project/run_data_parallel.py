@@ -32,9 +32,10 @@ from grading.startup import GPT2_IMPORTS
 from grading.kit.files import atomic_path
 from project import readiness
 from project.cli import ConfigError, run_cli
+from project.config import RunConfig
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+                             new_parser, out_dir, run_name)
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -57,11 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
-    return build_parser().parse_args(argv)
-
-
 def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
     """Raise ConfigError when the run cannot be split over ``world_size`` ranks."""
     check_world(world_size, n_train)
@@ -77,47 +73,38 @@ def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
             "preset": args.preset, "optimizer": args.optimizer, "seed": args.seed}
 
 
-def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
-    """One rank, top to bottom: join the group, load data and model, train, evaluate, write metrics."""
+def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
+    """One rank, top to bottom: group, data, model, optimizer, the training loop, evaluation, outputs."""
     import torch
     import torch.distributed as dist
 
     from data_parallel.comm import average_gradients
     from data_parallel.dataset import partition_dataset
-    from project.data import make_collate, prepare_data
     from project.devices import thread_facts
     from project.launch import all_reduce_sum, join_group
-    from project.loop import LoopParts, train
+    from project.loop import LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import build_model, count_parameters, enable_activation_checkpointing
 
     quiet_libraries()
-    backend, device = join_group(env, args.backend)
+    _, device = join_group(env, config.backend)   # process group: your setup_process_group (Problem 1.2)
     rank, world_size = env.rank, env.world_size
-    quiet = args.quiet or rank != 0
+    quiet = config.quiet or rank != 0
 
-    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                               args.n_valid, args.seed)
-    check_args(args, world_size, len(train_set))
-    collate = make_collate(tokenizer, args.max_len)
-    model = build_model(args.preset, tokenizer, args.pretrained, args.seed).to(device)
-    if args.grad_ckpt:
+    train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
+    loader = partition_dataset(rank, world_size, train_set, config.batch_size, collate)
+    model = build_model(config.preset, tokenizer, config.pretrained, config.seed).to(device)   # model
+    if config.grad_ckpt:
         enable_activation_checkpointing(model)
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    n_params = count_parameters(model)
+    if config.optimizer == "sgd":                                                       # optimizer
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    loader = partition_dataset(rank, world_size, train_set, args.batch_size, collate)
-    scheduler = make_scheduler(optimizer, args.lr_schedule,
-                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
-    folder = Path(args.out_dir)   # the run folder main chose
-    spec, step_log, before = prepare_run(args, folder, rank, resume_meta(args, world_size),
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    scheduler = make_scheduler(optimizer, config, len(loader))
+
+    spec, step_log, before = prepare_run(config, rank,                                    # the training loop
                                          lambda: validation_loss(model, valid, collate, device, quiet))
-    metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
-               "preset": args.preset, "parameters": count_parameters(model), "global_batch_size": args.batch_size,
-               "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
-               **thread_facts(),
-               "examples_on_rank": len(loader.dataset), "val_loss_before": before}
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
                                                                   batch["labels"]),
@@ -126,13 +113,19 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     dist.barrier()
     result = train(parts, spec)
     step_log.close()
-    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
-                "stopped_early": result["stopped_early"],
-                "val_loss_after": validation_loss(model, valid, collate, device, quiet)}
-    write_json(folder / f"metrics_rank{rank}.json", metrics)
-    if args.save_state and rank == 0:
-        Path(args.save_state).parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(args.save_state) as scratch:
+    after = validation_loss(model, valid, collate, device, quiet)                      # evaluation
+
+    folder = config.out_dir                                                             # outputs
+    write_json(folder / f"metrics_rank{rank}.json", {
+        "rank": rank, "world_size": world_size, "backend": config.backend, "device": str(device),
+        "preset": config.preset, "parameters": n_params, "global_batch_size": config.batch_size,
+        "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
+        **thread_facts(), "examples_on_rank": len(loader.dataset), "val_loss_before": before,
+        "epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+        "stopped_early": result["stopped_early"], "val_loss_after": after})
+    if config.save_state and rank == 0:
+        Path(config.save_state).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(config.save_state) as scratch:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, scratch)
     dist.barrier()   # every rank's metrics file is written
     if rank == 0:
@@ -148,26 +141,28 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     Raises ConfigError for bad arguments and unwritten Problem 1 code before any rank starts.
     """
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)   # a bad option exits with code 2 and one line
     readiness.ensure_ready(COMMAND, readiness.DATA_PARALLEL)
     from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
-    from project.data import prepare_data
+    from project.data import make_collate, prepare_data
     from project.launch import launch_and_summarise, start_rank_server, world_of
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, GPT2_IMPORTS)
-    check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
+    meta = resume_meta(args, world_size)
+    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
-    train_set, _, _ = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
-                                   args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)   # once: every rank receives it
     check_args(args, world_size, len(train_set))
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    args.out_dir = str(folder)   # every rank writes here
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
     print_header(f"data parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, global batch "
                  f"{args.batch_size} ({args.batch_size // world_size} per rank) x {args.grad_accum} accumulated, "
                  f"{args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
-        summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
+        summary = launch_and_summarise(train_rank, config, (train_set, valid, tokenizer,
+                                                            make_collate(tokenizer, args.max_len)), GPT2_IMPORTS)
     if summary is None:
         return None
     print_outcome(summary, folder)

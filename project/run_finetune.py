@@ -42,9 +42,10 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
 from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, float_above, int_at_least, read_constant, run_cli
+from project.config import RunConfig
 from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
-                             make_scheduler, new_parser, out_dir, prepare_run, run_name, steps_per_epoch)
+                             new_parser, out_dir, run_name)
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -90,11 +91,6 @@ def lora_targets(text: str) -> tuple[str, ...]:
     return names
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
-    return build_parser().parse_args(argv)
-
-
 def resume_meta(args: argparse.Namespace, world_size: int) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "world_size": world_size, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
@@ -109,7 +105,7 @@ def check_args(args: argparse.Namespace, world_size: int, n_train: int) -> None:
         raise ConfigError(f"--base_state {args.base_state!r} is not a file")
 
 
-def lora_model(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
+def lora_model(args: argparse.Namespace | RunConfig, tokenizer) -> torch.nn.Module:
     """The base GPT-2 (preset, --pretrained or --base_state) with LoRA adapters; only they are trainable."""
     import torch
 
@@ -168,8 +164,9 @@ def optimizer_state_bytes(engine) -> tuple[int, int]:
     return state_bytes, partition
 
 
-def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
-    """One rank: group, data, LoRA model, DeepSpeed engine, training, metrics; rank 0 checks the adapter."""
+def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
+    """One rank, top to bottom: group, data, LoRA model, optimizer and DeepSpeed engine, the training loop,
+    evaluation, outputs (rank 0 also saves the adapter and checks it reloads)."""
     import torch
     import torch.distributed as dist
 
@@ -177,10 +174,9 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     from finetune.lora import adapter_parameters, load_adapter, save_adapter
     from finetune.peft_io import export_peft_adapter
     from finetune.zero import build_config, init_engine, train_microbatch
-    from project.data import make_collate, prepare_data
     from project.devices import thread_facts
     from project.launch import all_reduce_sum, join_group
-    from project.loop import REDUCED_BY_ENGINE, LoopParts, train
+    from project.loop import REDUCED_BY_ENGINE, LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import count_parameters, enable_activation_checkpointing
     from project.zero_engine import DeepSpeedUpdate, gathered, zero_config
@@ -189,40 +185,29 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*",
                             category=FutureWarning)
-    backend, _ = join_group(env, args.backend)
+    join_group(env, config.backend)   # process group: your setup_process_group (Problem 1.2)
     rank, world_size = env.rank, env.world_size
-    quiet = args.quiet or rank != 0
+    quiet = config.quiet or rank != 0
 
-    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                               args.n_valid, args.seed)
-    collate = make_collate(tokenizer, args.max_len)
-    model = lora_model(args, tokenizer)
-    if args.grad_ckpt:
+    train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
+    loader = partition_dataset(rank, world_size, train_set, world_size * config.micro_batch, collate)
+    model = lora_model(config, tokenizer)                                               # model: your apply_lora
+    if config.grad_ckpt:
         enable_activation_checkpointing(model)
     trainable, n_params = count_parameters(model, trainable_only=True), count_parameters(model)   # before ZeRO-3
     layers = wrapped_layers(model)
     adapters = list(adapter_parameters(model).values())
-    optimizer = torch.optim.AdamW(adapters, lr=args.lr)
-    loader = partition_dataset(rank, world_size, train_set, world_size * args.micro_batch, collate)
-    scheduler = make_scheduler(optimizer, args.lr_schedule,
-                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
-    config = zero_config(build_config(world_size, args.micro_batch, args.grad_accum, args.precision),
-                         args.zero_stage, args.offload)
-    engine = init_engine(model, optimizer, config)
+    optimizer = torch.optim.AdamW(adapters, lr=config.lr)                               # optimizer, engine
+    scheduler = make_scheduler(optimizer, config, len(loader))
+    ds_config = zero_config(build_config(world_size, config.micro_batch, config.grad_accum, config.precision),
+                            config.zero_stage, config.offload)                          # your build_config
+    engine = init_engine(model, optimizer, ds_config)
     device = next(engine.module.parameters()).device
-    folder = Path(args.out_dir)   # the run folder main chose
 
     def val_loss(net: torch.nn.Module) -> float:
         return validation_loss(net, valid, collate, device, quiet)
 
-    metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
-               "preset": args.preset, "precision": args.precision, "parameters": n_params,
-               "trainable_parameters": trainable, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
-               "lora_layers": layers, "zero_stage": args.zero_stage, "offload": args.offload,
-               "grad_accum": args.grad_accum, "grad_ckpt": args.grad_ckpt, "deepspeed_config": config,
-               **thread_facts()}
-    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, rank, resume_meta(args, world_size),
-                                                             lambda: val_loss(engine.module))
+    spec, step_log, before = prepare_run(config, rank, lambda: val_loss(engine.module))   # the loop
     update = DeepSpeedUpdate(engine, lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), device)
     parts = LoopParts(model=engine.module, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
                       update=update, reduce_grads=REDUCED_BY_ENGINE, rank=rank, world_size=world_size,
@@ -230,20 +215,28 @@ def finetune_rank(env: RankEnv, args: argparse.Namespace) -> None:
     dist.barrier()
     result = train(parts, spec)
     step_log.close()
-    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
-                "stopped_early": result["stopped_early"], "val_loss_after": val_loss(engine.module)}
-    state_bytes, partition = optimizer_state_bytes(engine)
-    metrics["zero"] = {"optimizer_state_bytes": state_bytes, "fp32_partition_elements": partition,
-                       "formula_state_bytes": ADAM_STATE_BYTES * trainable / world_size,
-                       "unsharded_state_bytes": ADAM_STATE_BYTES * trainable}
+    after = val_loss(engine.module)                                                     # evaluation
 
+    folder = config.out_dir                                                             # outputs
+    state_bytes, partition = optimizer_state_bytes(engine)
+    metrics = {"rank": rank, "world_size": world_size, "backend": config.backend, "device": str(device),
+               "preset": config.preset, "precision": config.precision, "parameters": n_params,
+               "trainable_parameters": trainable, "lora_rank": config.lora_rank, "lora_alpha": config.lora_alpha,
+               "lora_layers": layers, "zero_stage": config.zero_stage, "offload": config.offload,
+               "grad_accum": config.grad_accum, "grad_ckpt": config.grad_ckpt, "deepspeed_config": ds_config,
+               **thread_facts(), "val_loss_before": before, "epochs": result["epochs"],
+               "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+               "stopped_early": result["stopped_early"], "val_loss_after": after,
+               "zero": {"optimizer_state_bytes": state_bytes, "fp32_partition_elements": partition,
+                        "formula_state_bytes": ADAM_STATE_BYTES * trainable / world_size,
+                        "unsharded_state_bytes": ADAM_STATE_BYTES * trainable}}
     adapter = folder / "adapter.pt"
     with gathered(engine, adapters):   # ZeRO-3 holds a shard of each adapter per rank: gather, on every rank
-        if rank == 0:   # save the adapter, load it into a fresh model, compare validation losses
+        if rank == 0:   # save the adapter (your save_adapter), load it into a fresh model, compare the losses
             save_adapter(engine.module, adapter)
-            export_peft_adapter(engine.module, folder / "peft_adapter", base_model_name_or_path=args.pretrained)
+            export_peft_adapter(engine.module, folder / "peft_adapter", base_model_name_or_path=config.pretrained)
     if rank == 0:
-        fresh = lora_model(args, tokenizer).to(device)
+        fresh = lora_model(config, tokenizer).to(device)
         load_adapter(fresh, adapter)
         metrics["adapter"] = {"path": str(adapter), "bytes": adapter.stat().st_size,
                               "val_loss_reloaded": val_loss(fresh)}
@@ -274,28 +267,30 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     Raises ConfigError for bad arguments and unwritten Problem 1/3 code before any rank starts.
     """
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)   # a bad option exits with code 2 and one line
     readiness.ensure_ready(COMMAND, readiness.FINETUNE)
     from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
-    from project.data import prepare_data
+    from project.data import make_collate, prepare_data
     from project.launch import launch_and_summarise, start_rank_server, world_of
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, RANK_IMPORTS)
-    check_training_args(args, "cuda" if backend == "nccl" else "cpu", resume_meta(args, world_size))
+    meta = resume_meta(args, world_size)
+    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
-    train_set, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                           args.n_valid, args.seed)
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)   # once: every rank receives it
     check_args(args, world_size, len(train_set))
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    args.out_dir = str(folder)   # every rank writes here
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
     print_header(f"LoRA + ZeRO-{args.zero_stage} fine-tuning" + (", optimizer offloaded to CPU" if args.offload == "cpu"
                  else "") + f": {world_size} rank(s), backend {backend}, preset {args.preset}, {args.micro_batch} "
                  f"sequences per rank per micro-batch x {args.grad_accum} accumulated, {args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
-        s = launch_and_summarise(finetune_rank, world_size, args, folder, RANK_IMPORTS)
+        s = launch_and_summarise(finetune_rank, config, (train_set, valid, tokenizer,
+                                                         make_collate(tokenizer, args.max_len)), RANK_IMPORTS)
     if s is None:
         return None
     print(*lora_lines(s), sep="\n")

@@ -31,8 +31,8 @@ if __package__ in (None, ""):  # run as `python project/run_pipeline.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from project import readiness
 from project.cli import ConfigError, int_at_least, read_constant, run_cli
-from project.options import (add_common_args, add_training_args, check_training_args, make_scheduler, new_parser,
-                             out_dir, prepare_run, run_name, steps_per_epoch)
+from project.config import RunConfig
+from project.options import add_common_args, add_training_args, check_training_args, new_parser, out_dir, run_name
 from project.output import print_header, print_outcome, quiet_libraries, write_json
 
 NAME = "pipeline"
@@ -59,11 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (``argv`` or ``sys.argv[1:]``); a bad option exits with code 2 and one line."""
-    return build_parser().parse_args(argv)
-
-
 def resume_meta(args: argparse.Namespace) -> dict:
     """What a checkpoint of this run records and a ``--resume`` must match."""
     return {"entry": NAME, "mode": args.model_parallel_mode, "batch_size": args.batch_size,
@@ -78,11 +73,6 @@ def folder_name(args: argparse.Namespace) -> str:
     return run_name(args, build_parser(), first)
 
 
-def epoch_batch_rows(n_examples: int, batch_size: int) -> list[int]:
-    """Rows of each batch of an epoch (a DataLoader without ``drop_last``)."""
-    return [batch_size] * (n_examples // batch_size) + ([n_examples % batch_size] if n_examples % batch_size else [])
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Train in one process with the chosen mode; return the metrics.
 
@@ -90,21 +80,18 @@ def main(argv: list[str] | None = None) -> dict:
     that breaks its contract (``microbatch.check_schedule``), before training starts.
     """
     readiness.ensure_ready(COMMAND, {**NEEDS["model_parallel"], **NEEDS["pipeline_parallel"]}, stubs_too=False)
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)   # a bad option exits with code 2 and one line
     mode = args.model_parallel_mode
     readiness.ensure_ready(f"{COMMAND} --model_parallel_mode {mode}", NEEDS[mode])
     import torch   # torch, the library and the student code: only after the checks
 
-    from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
     from project.data import make_collate, prepare_data
-    from project.devices import cpu_threads_per_rank, stage_devices, thread_facts
-    from project.loop import SINGLE_REPLICA, LoopParts, train
-    from project.loss import lm_loss, validation_loss
-    from project.model import build_model, count_parameters, enable_activation_checkpointing
+    from project.devices import cpu_threads_per_rank, stage_devices
 
     devices = stage_devices(args.devices, args.n_stages)
-    check_training_args(args, devices[0].type, resume_meta(args))
+    meta = resume_meta(args)
+    resume = check_training_args(args, devices[0].type, meta)
     n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1
     microbatch.check_n_chunk(args.batch_size, n_chunk)
     if mode == "pipeline_parallel":
@@ -117,42 +104,58 @@ def main(argv: list[str] | None = None) -> dict:
                  f"{microbatch.count(args.batch_size, size)} micro-batch(es) of up to {size} rows per batch of "
                  f"{args.batch_size}, {args.n_epochs} epoch(s)")
     quiet_libraries()
-
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)
-    collate = make_collate(tokenizer, args.max_len)
-    model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
-    if args.n_stages > model.config.n_layer:
-        raise ConfigError(f"--n_stages {args.n_stages} is more than the model's {model.config.n_layer} blocks")
-    if args.grad_ckpt:
+    config = RunConfig.of(args, resume=resume, out_dir=out_dir(args, NAME, folder_name(args)), meta=meta)
+    metrics = train_stages(config, (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len)), devices,
+                           n_chunk)
+    print_outcome(metrics, f"{config.out_dir} (metrics_{mode}.json, metrics.jsonl)")
+    return metrics
+
+
+def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) -> dict:
+    """The run, top to bottom: data, model cut into stages on ``devices``, optimizer, the training loop,
+    evaluation, outputs; each batch runs as ``n_chunk`` micro-batches."""
+    import torch
+
+    from pipeline.gpt2 import build_pipeline_gpt2
+    from project import microbatch
+    from project.devices import thread_facts
+    from project.loop import SINGLE_REPLICA, LoopParts, make_scheduler, prepare_run, train
+    from project.loss import lm_loss, validation_loss
+    from project.model import build_model, count_parameters, enable_activation_checkpointing
+
+    mode, size = config.model_parallel_mode, microbatch.split_size(config.batch_size, n_chunk)
+    train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
+                                         generator=torch.Generator().manual_seed(config.seed))
+    model = build_model(config.preset, tokenizer, config.pretrained, config.seed)       # model
+    if config.n_stages > model.config.n_layer:
+        raise ConfigError(f"--n_stages {config.n_stages} is more than the model's {model.config.n_layer} blocks")
+    if config.grad_ckpt:
         enable_activation_checkpointing(model)
-    net = build_pipeline_gpt2(model, devices, mode, split_size=size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
-                                         generator=generator)
-    scheduler = make_scheduler(optimizer, args.lr_schedule,
-                               args.n_epochs * steps_per_epoch(len(loader), args.grad_accum))
+    net = build_pipeline_gpt2(model, devices, mode, split_size=size)   # your Pipe (Problem 2) over the stages
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)                    # optimizer
+    scheduler = make_scheduler(optimizer, config, len(loader))
     timeline = microbatch.stage_timeline(net)
-    folder = out_dir(args, NAME, folder_name(args))
 
     def val_loss() -> float:
-        return validation_loss(model, valid, collate, devices[0], args.quiet, forward=net, batch_size=args.batch_size)
+        return validation_loss(model, valid, collate, devices[0], config.quiet, forward=net,
+                               batch_size=config.batch_size)
 
-    rows = epoch_batch_rows(len(train_set), args.batch_size)
     metrics = {"mode": mode, "devices": [str(d) for d in devices], "n_chunk": n_chunk, "split_size": size,
-               "micro_batches_per_batch": microbatch.count(args.batch_size, size),
+               "micro_batches_per_batch": microbatch.count(config.batch_size, size),
                "micro_batch_rule": "split_size = ceil(batch_size / n_chunk); micro-batches = ceil(rows / split_size)",
-               "preset": args.preset, "parameters": count_parameters(model), "batch_size": args.batch_size,
-               "grad_accum": args.grad_accum, "precision": args.precision, "grad_ckpt": args.grad_ckpt,
+               "preset": config.preset, "parameters": count_parameters(model), "batch_size": config.batch_size,
+               "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
                **thread_facts(), "timeline": []}
-    spec, step_log, metrics["val_loss_before"] = prepare_run(args, folder, 0, resume_meta(args), val_loss)
+    spec, step_log, metrics["val_loss_before"] = prepare_run(config, 0, val_loss)   # loop
 
     def loss_of(batch: dict, epoch: int, index: int) -> torch.Tensor:
         timeline.clear()
         start = time.perf_counter()
         loss = lm_loss(net(batch["input_ids"].to(devices[0])), batch["labels"])
-        if index < args.timeline_steps:
+        if index < config.timeline_steps:
             metrics["timeline"] += [{**t, "epoch": epoch, "step": index, "start": t["start"] - start,
                                      "end": t["end"] - start} for t in timeline]
         return loss
@@ -161,15 +164,14 @@ def main(argv: list[str] | None = None) -> dict:
                       device=devices[0], reduce_grads=SINGLE_REPLICA, step_log=step_log)
     with net:
         result = train(parts, spec)
-        metrics["val_loss_after"] = val_loss()
+        metrics["val_loss_after"] = val_loss()                                          # evaluation
     step_log.close()
-    per_batch = [microbatch.count(r, size) for r in rows]
-    for e in result["epochs"]:
-        e["pipeline_micro_batches"] = sum(per_batch)   # every batch of the epoch ran, each cut as above
+    full, last = divmod(len(train_set), config.batch_size)   # every batch of an epoch ran, each cut as above
+    for e in result["epochs"]:                                                          # outputs
+        e["pipeline_micro_batches"] = full * microbatch.count(config.batch_size, size) + microbatch.count(last, size)
     metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
                 "stopped_early": result["stopped_early"]}
-    write_json(folder / f"metrics_{mode}.json", metrics)
-    print_outcome(metrics, f"{folder} (metrics_{mode}.json, metrics.jsonl)")
+    write_json(config.out_dir / f"metrics_{mode}.json", metrics)
     return metrics
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,8 +42,9 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 from grading.startup import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
+from project.config import RunConfig
 from project.metrics import StepLog, summarize
-from project.options import NOT_IN_RUN_NAME, add_common_args, make_scheduler, new_parser, out_dir, run_name
+from project.options import NOT_IN_RUN_NAME, add_common_args, new_parser, out_dir, run_name
 from project.output import print_epochs, print_header, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -98,12 +100,12 @@ def parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
             "block_matrices": sum(p.numel() * p.element_size() for n, p in named if ".h." in n and p.dim() == 2)}
 
 
-def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
-    """One rank, top to bottom: join the group, build and split the model, train, evaluate, write metrics."""
+def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
+    """One rank, top to bottom: group, data, model split by your ``parallelize_block``, optimizer, the training
+    loop, evaluation, outputs."""
     import torch
     import torch.distributed as dist
 
-    from project.data import make_collate, prepare_data
     from project.devices import THREAD_POLICY
     from project.launch import join_group
     from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
@@ -111,50 +113,46 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
     from project.model import build_model
 
     quiet_libraries()
-    backend, device = join_group(env, args.backend, student_setup=False)
+    _, device = join_group(env, config.backend, student_setup=False)   # process group (no Problem 1 code)
     rank, world_size = env.rank, env.world_size
-    quiet = args.quiet or rank != 0
+    quiet = config.quiet or rank != 0
 
-    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
-                                               args.n_valid, args.seed)
-    collate = make_collate(tokenizer, args.max_len)
-    model = build_model(args.preset, tokenizer, args.pretrained, args.seed)
+    train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
+    # every rank reads the same batches in the same order (same seed): the ranks split the layers, not the data
+    loader = torch.utils.data.DataLoader(train_set, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
+                                         generator=torch.Generator().manual_seed(config.seed))
+    model = build_model(config.preset, tokenizer, config.pretrained, config.seed)       # model
     unsplit = parameter_bytes(model)
     if world_size > 1:
-        from tensor_parallel.gpt2 import parallelize_gpt2
+        from tensor_parallel.gpt2 import parallelize_gpt2   # your parallelize_block on every block (Problem 5)
 
         parallelize_gpt2(model)
     model = model.to(device)
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    if config.optimizer == "sgd":                                                       # optimizer
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    # every rank reads the same batches in the same order (same seed): the ranks split the layers, not the data
-    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, collate_fn=collate,
-                                         generator=torch.Generator().manual_seed(args.seed))
-    folder = Path(args.out_dir)   # the run folder main chose
-
-    def val_loss() -> float:
-        return validation_loss(model, valid, collate, device, quiet)
-
-    metrics = {"rank": rank, "world_size": world_size, "backend": backend, "device": str(device),
-               "preset": args.preset, "optimizer": args.optimizer, "global_batch_size": args.batch_size,
-               "torch_threads": torch.get_num_threads(), "thread_policy": THREAD_POLICY,
-               "parameter_bytes": parameter_bytes(model), "unsplit_parameter_bytes": unsplit,
-               "val_loss_before": val_loss()}
-    step_log = StepLog(folder, enabled=rank == 0)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    before = validation_loss(model, valid, collate, device, quiet)
+    step_log = StepLog(config.out_dir, enabled=rank == 0)                              # the training loop
     # The loop's data-parallel world is 1: every rank sees the same batch and computes the same loss, and
     # the layers' own all-reduces give each rank the gradients of the part it holds (one copy of the model).
-    parts = LoopParts(model=model, optimizer=optimizer, scheduler=make_scheduler(optimizer, "constant", 1),
+    parts = LoopParts(model=model, optimizer=optimizer, scheduler=None,
                       loader=loader, device=device, reduce_grads=SINGLE_REPLICA, rank=rank, barrier=dist.barrier,
                       step_log=step_log,
                       loss_of=lambda batch, epoch, index: lm_loss(model(batch["input_ids"].to(device)),
                                                                   batch["labels"]))
     dist.barrier()
-    result = train(parts, LoopSpec(n_epochs=args.n_epochs, quiet=args.quiet))
+    result = train(parts, LoopSpec(n_epochs=config.n_epochs, quiet=config.quiet))
     step_log.close()
-    metrics |= {"epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": val_loss()}
-    write_json(folder / f"metrics_rank{rank}.json", metrics)
+    after = validation_loss(model, valid, collate, device, quiet)                      # evaluation
+
+    folder = config.out_dir                                                             # outputs
+    write_json(folder / f"metrics_rank{rank}.json", {
+        "rank": rank, "world_size": world_size, "backend": config.backend, "device": str(device),
+        "preset": config.preset, "optimizer": config.optimizer, "global_batch_size": config.batch_size,
+        "torch_threads": torch.get_num_threads(), "thread_policy": THREAD_POLICY,
+        "parameter_bytes": parameter_bytes(model), "unsplit_parameter_bytes": unsplit, "val_loss_before": before,
+        "epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": after})
     dist.barrier()   # every rank's metrics file is written
     if rank == 0:
         per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
@@ -163,7 +161,7 @@ def train_rank(env: RankEnv, args: argparse.Namespace) -> None:
                                                 "unsplit_parameter_bytes"))
         summary["world_size"] = world_size
         summary["parameter_bytes_per_rank"] = [m["parameter_bytes"] for m in per_rank]
-        summary["run_options"] = run_options(args)
+        summary["run_options"] = run_options(config)
         write_json(folder / "summary.json", summary)
     dist.destroy_process_group()
 
@@ -179,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     world_size = started[1] if started else args.world_size
     if world_size > 1:   # one rank is the unsplit baseline: no Problem 5 code
         readiness.ensure_ready(COMMAND, readiness.TENSOR_PARALLEL)
-    from project.data import prepare_data   # torch and the library: only after the checks
+    from project.data import make_collate, prepare_data   # torch and the library: only after the checks
     from project.launch import launch_and_summarise, start_rank_server, world_of
     from project.model import PRESETS, build_model
 
@@ -189,16 +187,18 @@ def main(argv: list[str] | None = None) -> dict | None:
     backend = world_of(args)[2]   # resolves --backend: nccl without a GPU per rank is refused here
     start_rank_server(world_size, GPT2_IMPORTS)
     quiet_libraries()
-    _, _, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train, args.n_valid,
-                                   args.seed)   # fails early on a bad dataset, and fills the caches the ranks read
+    train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
+                                               args.n_valid, args.seed)   # once: every rank receives it
     if world_size > 1 and (args.pretrained or args.preset not in PRESETS):
         check_split(build_model(args.preset, tokenizer, args.pretrained, args.seed).config, world_size)
-    args.baseline_dir = args.baseline_dir or str(Path(args.workdir) / "out" / NAME / _name(args, 1))
-    folder = out_dir(args, NAME, _name(args, world_size))
-    args.out_dir = str(folder)   # every rank writes here
+    names = {n: run_name(args, build_parser(), {"world_size": f"ws{n}"}) for n in (1, world_size)}   # run folders
+    baseline_dir = Path(args.baseline_dir or Path(args.workdir) / "out" / NAME / names[1])
+    folder = out_dir(args, NAME, names[world_size])
+    config = RunConfig.of(args, world_size=world_size, backend=backend, out_dir=folder)
+    data = (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len))
     print_header(f"tensor parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, "
                  f"{args.batch_size} sequences per batch (the same on every rank), {args.n_epochs} epoch(s)")
-    summary = launch_and_summarise(train_rank, world_size, args, folder, GPT2_IMPORTS)
+    summary = launch_and_summarise(train_rank, config, data, GPT2_IMPORTS)
     if summary is None:
         return None
     held, unsplit = summary["parameter_bytes_per_rank"][0], summary["unsplit_parameter_bytes"]
@@ -209,23 +209,19 @@ def main(argv: list[str] | None = None) -> dict | None:
           f"(block matrices {held['block_matrices'] / 2**20:.2f} of {unsplit['block_matrices'] / 2**20:.2f} MiB)")
     print(f"  wrote: {folder}")
     if world_size > 1 and not args.no_baseline:
-        summary["baseline"] = compare_with_baseline(args, summary)
+        summary["baseline"] = compare_with_baseline(config, data, summary, baseline_dir)
         print(baseline_line(summary["baseline"]))
     return summary
 
 
-def _name(args: argparse.Namespace, world_size: int) -> str:
-    """The run folder's name (``project.options.run_name``) of these options on ``world_size`` ranks."""
-    return run_name(args, build_parser(), {"world_size": f"ws{world_size}"})
-
-
-def run_options(args: argparse.Namespace) -> dict:
+def run_options(config: RunConfig) -> dict:
     """The options that decide the numbers of a run (JSON values), to tell whether a baseline is comparable."""
-    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in NOT_COMPARED}, default=str))
+    return json.loads(json.dumps({k: v for k, v in config.options if k not in NOT_COMPARED}, default=str))
 
 
-def compare_with_baseline(args: argparse.Namespace, summary: dict) -> dict:
-    """Read (same options) or run the unsplit 1-rank baseline; the verdict on the validation loss after training.
+def compare_with_baseline(config: RunConfig, data: tuple, summary: dict, folder: Path) -> dict:
+    """Read (same options) or run the unsplit 1-rank baseline in ``folder``; the verdict on the validation loss
+    after training.
 
     Returns ``{"dir", "source": "read"|"ran"|"missing", "val_loss_after",
     "difference", "tolerance", "matches"}`` (``matches`` None when missing:
@@ -233,22 +229,20 @@ def compare_with_baseline(args: argparse.Namespace, summary: dict) -> dict:
     """
     from project.launch import launch_and_summarise, torchrun_env
 
-    folder = Path(args.baseline_dir)   # main resolved the default
     path, base, source = folder / "summary.json", None, "read"
     if path.is_file():
         try:
             base = json.loads(path.read_text())
         except ValueError:
             base = None
-        if not isinstance(base, dict) or base.get("run_options") != run_options(args) \
+        if not isinstance(base, dict) or base.get("run_options") != run_options(config) \
                 or base.get("world_size") != 1:
             base = None
     if base is None and torchrun_env() is None:
         source = "ran"
         print(f"running the unsplit baseline (1 rank, the same options) in {folder} ...", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
-        base = launch_and_summarise(train_rank, 1, argparse.Namespace(**{**vars(args), "world_size": 1,
-                                                                        "out_dir": str(folder)}), folder)
+        base = launch_and_summarise(train_rank, replace(config, world_size=1, out_dir=folder), data)
     out = {"dir": str(folder), "source": source if base else "missing", "tolerance": VAL_LOSS_TOLERANCE,
            "val_loss_after": None, "difference": None, "matches": None}
     if base:
