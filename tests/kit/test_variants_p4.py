@@ -218,6 +218,13 @@ CKPT_VARIANTS = [
     Variant("shard_keys_not_checked", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'if not isinstance(shard, dict) or not {"optimizer", "extra"} <= shard.keys():',
         'if not isinstance(shard, dict):')), fails("4.3.refuse_shard_fields", "4.3.untouched")),
+    Variant("every_rank_writes_manifest", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "    if rank == 0:\n        files =", "    if rank >= 0:\n        files =")), fails("4.3.manifest_atomic")),
+    Variant("only_larger_world_refused", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        "if saved_world != world_size:", "if saved_world > world_size:")), fails("4.3.refuse", "4.3.refuse_hidden")),
+    Variant("only_missing_keys_refused", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        "    if saved != shapes:", "    if any(saved.get(k) != v for k, v in shapes.items()):")),
+        fails("4.3.refuse_model", "4.3.untouched")),
     Variant("model_file_unpickles_anything", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True)',
         'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=False)')),

@@ -30,8 +30,9 @@ from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.common import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
-from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE,
-                                                     MODEL_DAMAGE, MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)
+from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, CORRUPTIONS, MANIFEST,
+                                                     MANIFEST_DAMAGE, MODEL_DAMAGE, MODEL_FILE, OPTIMIZER_DAMAGE,
+                                                     SHARD_DAMAGE)
 from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
                                                     P_ROUNDTRIP, P_STRAIGHT, REMOVES_MANIFEST, SAVE_STEP,
                                                     TOTAL_STEPS)
@@ -248,10 +249,16 @@ def check_barriers(run: SplitRun) -> None:
                f"was in place (calls in order: {kinds})")
 
 
-@CASE.criterion("4.3.manifest_atomic", "manifest.json is os.replace-d into place from a temporary in the folder",
-                points=1)
+@CASE.criterion("4.3.manifest_atomic", "manifest.json is os.replace-d into place by rank 0 alone, from a "
+                "temporary in the folder", points=1)
 def check_manifest_atomic(run: SplitRun) -> None:
-    """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder."""
+    """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder; no other
+    rank moved anything onto it."""
+    for rank in range(1, run.world_size):
+        moved = [e for e in run.part(P_EVENTS, rank)["events"]
+                 if e[0] in ("replace", "rename") and Path(e[2]).name == MANIFEST]
+        expect(not moved, f"save_sharded: rank {rank} moved {moved[0][1] if moved else ''} onto manifest.json too; "
+               "rank 0 alone writes the manifest")
     run.part(P_STRAIGHT, 0)
     got = run.part(P_EVENTS, 0)
     folder = Path(got["directory"])

@@ -23,12 +23,13 @@ MANIFEST = "manifest.json"
 MODEL_FILE = "model.pt"
 # kind -> the file a refusal's message must name (None: any checkpoint file; "shard": this rank's shard)
 CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "model.pt",
-               "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "other_step_manifest": None,
+               "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "smaller_world_size": MANIFEST,
+               "other_step_manifest": None,
                "truncated_manifest": MANIFEST}
 MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "shard_not_listed": MANIFEST,
                    "format_true": MANIFEST, "step_as_text": MANIFEST}     # JSON true == 1 in Python; "10" != 10
 SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard", "shard_without_extra": "shard"}
-MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt"}
+MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt", "model_extra_key": "model.pt"}
 OPTIMIZER_DAMAGE = {"optimizer_other_group_size": "shard"}    # judged by 4.3.refuse_optimizer alone
 # files whose pickle runs code when loaded without weights_only (""): any CheckpointError, the code never run
 CODE_DAMAGE = {"model_runs_code": "", "shard_runs_code": ""}
@@ -85,6 +86,8 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
         (dest / CORRUPTIONS[kind]).unlink()
     elif kind == "other_world_size":
         _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) + 1})
+    elif kind == "smaller_world_size":       # every file still listed: only the recorded world size is wrong
+        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) - 1})
     elif kind == "other_step_manifest":
         shutil.copy(early / MANIFEST, dest / MANIFEST)
     elif kind == "truncated_manifest":
@@ -121,6 +124,8 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
         last = sorted(name for name in state if name.endswith(".weight"))[-1]
         if kind == "model_missing_key":
             del state[last[:-len("weight")] + "bias"]
+        elif kind == "model_extra_key":
+            state["unexpected.weight"] = torch.zeros(1)
         else:
             state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
             state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
