@@ -94,7 +94,8 @@ def partition_dataset(rank: int, world_size: int, dataset: Sequence[Any], batch_
     DataLoader's default).
 
     Raises ValueError when ``rank`` is not in ``[0, world_size)`` or the
-    per-rank batch size would be 0. Returns a ``torch.utils.data.DataLoader``
+    per-rank batch size would be 0 (a per-rank batch of 1, ``batch_size ==
+    world_size``, is fine). Returns a ``torch.utils.data.DataLoader``
     (not a list of its batches).
     """
     # BEGIN_STUDENT 1.1

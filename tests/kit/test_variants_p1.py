@@ -96,6 +96,11 @@ VARIANTS = [
         part = Partition(dataset, partition_indices(len(dataset), world_size, seed)[rank])
         return DataLoader(part, batch_size=max(batch_size // world_size, 1), shuffle=False, collate_fn=collate_fn)
     """, frozenset({"1.1.partition_dataset_errors"})),
+    Variant("rank_at_world_size_only_refused", DATASET, "partition_dataset", edited(DATASET, "partition_dataset", (
+        "if not 0 <= rank < world_size:", "if rank < 0 or rank == world_size:")),
+        frozenset({"1.1.partition_dataset_errors"})),
+    Variant("batch_of_one_refused", DATASET, "partition_dataset", edited(DATASET, "partition_dataset", (
+        "if local_batch < 1:", "if local_batch < 2:")), frozenset({"1.1.partition_dataset_errors"})),
     Variant("collate_fn_ignored", DATASET, "partition_dataset", edited(
         DATASET, "partition_dataset", _SHORT_BATCH_ERROR, ("shuffle=False, collate_fn=collate_fn)", "shuffle=False)")),
         frozenset({"1.1.partition_dataset"})),
@@ -139,6 +144,8 @@ VARIANTS = [
         "dist.init_process_group(backend,", 'dist.init_process_group("gloo",')), frozenset({"1.2.setup"})),
     Variant("nccl_device_not_selected", COMM, "setup_process_group", edited(COMM, "setup_process_group",
         _NO_SET_DEVICE), frozenset({"1.2.setup"}), hint="called torch.cuda.set_device with nothing, expected"),
+    Variant("nccl_compared_by_identity", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        'if backend == "nccl":', 'if backend is "nccl":')), frozenset({"1.2.setup"})),
     Variant("nccl_device_is_rank", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
         "set_device(rank % torch.cuda.device_count())", "set_device(rank)")), frozenset({"1.2.setup"}),
         hint="rank 1 called torch.cuda.set_device with [1], expected 0 once"),

@@ -52,8 +52,10 @@ DATASET = [f"example{k}" for k in range(22)]
 GLOBAL_BATCH = 8
 LOADER_WORLD_SIZES = (2, 3)
 LOADER_SEED = 7                          # partition_dataset(..., seed=LOADER_SEED): the seed must be passed on
-# (rank, world_size, batch_size): a rank out of range, a global batch smaller than the world
-BAD_LOADER_ARGS = [(2, 2, 8), (-1, 2, 8), (0, 4, 3)]
+# (rank, world_size, batch_size): ranks out of range (the world size, beyond it, negative), a global batch smaller
+# than the world; a per-rank batch of 1 is fine
+BAD_LOADER_ARGS = [(2, 2, 8), (3, 2, 8), (-1, 2, 8), (0, 4, 3)]
+ONE_PER_RANK = (0, 2, 2)
 
 PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(partitions=((10, 3, 0), (12, 4, 7), (5, 1, 1), (101, 2, 11), (1000, 7, 1234))),
@@ -147,7 +149,7 @@ def probe_partition(ctx) -> None:
         ctx.record(P_LOADER_3, lambda: [loader_batches(r, 3) for r in range(3)])
         ctx.record(P_LOADER_SEED, lambda: [loader_batches(r, 2, seed=LOADER_SEED) for r in range(2)])
         ctx.record(P_LOADER_ERRORS, lambda: [call_outcome(lambda a=a: partition_dataset(a[0], a[1], DATASET, a[2]))
-                                             for a in BAD_LOADER_ARGS])
+                                             for a in (*BAD_LOADER_ARGS, ONE_PER_RANK)])
 
 
 CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, init_group=False, timeout_s=60,
@@ -318,9 +320,13 @@ def check_partition_dataset(run: SplitRun) -> None:
                    LOADER_SEED)
 
 
-@CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world",
-                points=1)
+@CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world; "
+                "batch == world is fine", points=1)
 def check_partition_dataset_errors(run: SplitRun) -> None:
-    for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, run.part(P_LOADER_ERRORS, 0)):
+    *bad, one = run.part(P_LOADER_ERRORS, 0)
+    for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, bad):
         expect(outcome == "ValueError", f"partition_dataset(rank={rank}, world_size={ws}, batch_size={batch}) "
                f"must raise ValueError, got {outcome}")
+    rank, ws, batch = ONE_PER_RANK
+    expect(one == "no exception", f"partition_dataset(rank={rank}, world_size={ws}, batch_size={batch}) raised "
+           f"{one}; a per-rank batch of 1 is a batch (only a per-rank batch of 0 is refused)")

@@ -48,6 +48,8 @@ P_SETUP_ZERO = "setup_zero_timeout"          # [outcome, timeout given] of a dry
 P_SETUP_ENV = "setup_env"    # dry runs of setup with init_method=None: the environment init_process_group saw
 P_SETUP = "setup"
 P_SETUP_NCCL = "setup_nccl"  # dry runs of setup with backend="nccl": the GPUs selected, before or after joining
+# "nccl" as a command line gives it: a string made at run time, equal to the literal but not the same object
+RUNTIME_NCCL = "".join(("nc", "cl"))
 FAKE_GPU_COUNTS = (1, 3)     # rank % count tells a rank's own GPU from a constant one and from the rank itself
 
 
@@ -124,7 +126,7 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
         calls.update(init_timeout=NOT_CALLED, dry_run=True)
         try:
             with fake_gpus(count, select):
-                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, "nccl",
+                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, RUNTIME_NCCL,
                                                                         init_method=f"file://{ctx.store}.nccl",
                                                                         timeout=timeout))
         finally:
