@@ -40,6 +40,8 @@ _ERROR_PATH = """            for handle, _ in self._launched:      # keep the ra
             raise RuntimeError(message)"""
 
 DDP_VARIANTS = [
+    Variant("bucket_bytes_or_ed", DDP, "__init__", edited(DDP, "__init__", (
+        "if current and size + nbytes > cap:", "if current and size | nbytes > cap:")), fails("4.1.buckets")),
     Variant("no_broadcast", DDP, "__init__", edited(DDP, "__init__", (
         """with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:

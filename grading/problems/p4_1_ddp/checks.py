@@ -41,8 +41,9 @@ class Expected:
 
 
 PROBLEM = SubProblem(ID, TITLE, __package__,
-                     # per parameter, exact fit of fc3 (272 bytes), mid, one bucket
-                     inputs=Inputs(bucket_sizes=(1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0)),
+                     # per parameter, exact fit of fc3 (272 bytes), mid, one bucket, and a cap the fifth
+                     # parameter misses by its size (1360 + 64 bytes > 1400), though 1360 | 64 == 1360 fits
+                     inputs=Inputs(bucket_sizes=(1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0, 1400 / 2 ** 20)),
                      expected_type=Expected)
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
