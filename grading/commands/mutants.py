@@ -24,7 +24,7 @@ from grading import KIT_ROOT
 from grading.commands.batch import default_limit_s, grade_one, grading_servers
 from grading.commands.result_tests import criterion_id, scored_tests
 from grading.kit.files import read_jsonl
-from grading.commands.mutants_report import problem_folder, summary, write_report
+from grading.commands.mutants_report import listed_equivalents, problem_folder, summary, write_report
 from grading.kit.mutations import EQUIVALENTS_FILE, Mutant, mutants_of, sample
 from grading.kit.regions import kit_text, student_files
 
@@ -118,6 +118,7 @@ def run_mutants(out: Path, problems: tuple[str, ...] | None = None, per_problem:
         (out / LEDGER).unlink(missing_ok=True)
     records = earlier_records(out, chosen)
     todo = [m for m in chosen if m.id not in records]
+    listed = {e.mutant for problem in {m.problem for m in chosen} for e in listed_equivalents(problem)}
     lock, start = threading.Lock(), time.monotonic()
 
     def one(mutant: Mutant) -> None:
@@ -129,7 +130,9 @@ def run_mutants(out: Path, problems: tuple[str, ...] | None = None, per_problem:
                 ledger.write(json.dumps(record) + "\n")
             if progress:
                 failed = f" ({', '.join(record['failed'][:3])})" if record["failed"] else ""
-                progress(f"[{len(records)}/{len(chosen)}] {mutant.id}: {record['verdict']}{failed} "
+                shown = "equivalent (listed)" if record["verdict"] == "survived" and mutant.id in listed else \
+                    record["verdict"]
+                progress(f"[{len(records)}/{len(chosen)}] {mutant.id}: {shown}{failed} "
                          f"in {record['seconds']:.1f} s")
 
     if progress and len(todo) < len(chosen):

@@ -42,6 +42,8 @@ _ERROR_PATH = """            for handle, _ in self._launched:      # keep the ra
 DDP_VARIANTS = [
     Variant("bucket_bytes_or_ed", DDP, "__init__", edited(DDP, "__init__", (
         "if current and size + nbytes > cap:", "if current and size | nbytes > cap:")), fails("4.1.buckets")),
+    Variant("bucket_count_compared_by_identity", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
+        "self._arrived[self._next] == len(", "self._arrived[self._next] is len(")), fails("4.1.grads", "4.1.grads_hidden")),
     Variant("no_broadcast", DDP, "__init__", edited(DDP, "__init__", (
         """with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:

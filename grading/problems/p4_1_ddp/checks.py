@@ -47,7 +47,8 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
                      expected_type=Expected)
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
-GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0}
+GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0, "300_in_one": 1000.0}
+GRAD_MODELS = {"300_in_one": ref.ManyParamNet}     # the model of a label (default DDPProbeNet)
 PER_PARAMETER = GRAD_BUCKETS["per_parameter"]
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
 IO = (ref.DDP_IN, ref.DDP_OUT)
@@ -110,7 +111,7 @@ def probe_ddp(ctx) -> None:
     wrappers = {}
     for label, mb in GRAD_BUCKETS.items():
         def grads(label=label, mb=mb):
-            model = ref.DDPProbeNet(seed=0)
+            model = GRAD_MODELS.get(label, ref.DDPProbeNet)(seed=0)
             if label == OVERLAP_BUCKET:
                 for name, param in model.named_parameters():
                     if param.requires_grad:     # registered before the student's hooks, so they fire first
@@ -218,11 +219,12 @@ def check_buckets(run: SplitRun) -> None:
                    f"order, a new bucket when the next one would exceed the cap){bucket_hint(buckets, want, mb)}")
 
 
-@CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket)", points=3)
+@CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket; 300 params in 1)",
+                points=3)
 def check_grads(run: SplitRun) -> None:
     """After ``finish_gradient_synchronization`` every rank holds the serial gradients of the global batch."""
-    expected = ref.serial_gradients(ref.DDPProbeNet(seed=0), 0, *IO)
     for label, mb in GRAD_BUCKETS.items():
+        expected = ref.serial_gradients(GRAD_MODELS.get(label, ref.DDPProbeNet)(seed=0), 0, *IO)
         for rank in range(run.world_size):
             got = run.part(grads_part(label), rank)
             expect(isinstance(got, dict), f"rank {rank}: gradients missing")

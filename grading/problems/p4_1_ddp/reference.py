@@ -13,10 +13,11 @@ from grading.problems.p1_2_comm.reference import grads_of, loss_fn, params_of, s
 
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4
+MANY_PARAMS = 300
 TRAIN_STEPS = 5
 SGD_LR, ADAM_LR = 0.1, 1e-2
 
-__all__ = ["DDPProbeNet", "ShuffledNet", "ZeroNet",
+__all__ = ["DDPProbeNet", "ManyParamNet", "ShuffledNet", "ZeroNet",
            "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
            "serial_training", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH", "TRAIN_STEPS"]
 
@@ -38,6 +39,20 @@ class DDPProbeNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.fc1(x)) * self.frozen
         return self.fc3(torch.tanh(self.fc2(h))) + self.shift
+
+
+class ManyParamNet(nn.Module):
+    """``MANY_PARAMS`` scalar parameters, more than the small ints CPython caches (a bucket's count compared with
+    ``is`` fails here), each with its own gradient."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.scales = nn.ParameterList(nn.Parameter(torch.randn((), generator=generator)) for _ in range(MANY_PARAMS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = torch.linspace(0.5, 1.5, MANY_PARAMS)
+        return x[:, :DDP_OUT] * (torch.stack(list(self.scales)) * weights).sum()
 
 
 class Gate(nn.Module):
