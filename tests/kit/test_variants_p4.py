@@ -44,6 +44,16 @@ DDP_VARIANTS = [
         "if current and size + nbytes > cap:", "if current and size | nbytes > cap:")), fails("4.1.buckets")),
     Variant("bucket_count_compared_by_identity", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
         "self._arrived[self._next] == len(", "self._arrived[self._next] is len(")), fails("4.1.grads", "4.1.grads_hidden")),
+    Variant("frozen_stops_bucketing", DDP, "__init__", edited(DDP, "__init__", (
+        "            if not param.requires_grad:\n                continue",
+        "            if not param.requires_grad:\n                break")), fails("4.1.grads", "4.1.grads_hidden")),
+    Variant("bucket_bytes_start_at_minus_one", DDP, "__init__", edited(DDP, "__init__", (
+        "        size = 0\n", "        size = -1\n")), fails("4.1.buckets")),
+    Variant("next_bucket_bytes_start_at_one", DDP, "__init__", edited(DDP, "__init__", (
+        "current, size = [], 0", "current, size = [], 1")), fails("4.1.buckets")),
+    Variant("buckets_counted_by_identity", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
+        "while self._next < len(self._params)", "while self._next is not len(self._params)")),
+        fails("4.1.grads", "4.1.grads_hidden")),
     Variant("no_broadcast", DDP, "__init__", edited(DDP, "__init__", (
         """with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
@@ -229,6 +239,8 @@ CKPT_VARIANTS = [
     Variant("only_missing_keys_refused", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         "    if saved != shapes:", "    if any(saved.get(k) != v for k, v in shapes.items()):")),
         fails("4.3.refuse_model", "4.3.untouched")),
+    Variant("only_newer_formats_refused", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
+        'manifest.get("format") != FORMAT', 'manifest.get("format") > FORMAT')), fails("4.3.refuse_manifest")),
     Variant("model_file_unpickles_anything", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=True)',
         'state = torch.load(directory / MODEL_FILE, map_location="cpu", weights_only=False)')),

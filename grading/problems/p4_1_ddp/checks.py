@@ -41,14 +41,17 @@ class Expected:
 
 
 PROBLEM = SubProblem(ID, TITLE, __package__,
-                     # per parameter, exact fit of fc3 (272 bytes), mid, one bucket, and a cap the fifth
-                     # parameter misses by its size (1360 + 64 bytes > 1400), though 1360 | 64 == 1360 fits
-                     inputs=Inputs(bucket_sizes=(1e-9, 272 / 2 ** 20, 1100 / 2 ** 20, 1000.0, 1400 / 2 ** 20)),
+                     # per parameter, exact fit of fc3 (272 bytes) and one byte less, mid, one bucket; a cap the
+                     # fifth parameter misses by its size (1360 + 64 > 1400, though 1360 | 64 == 1360 fits); a
+                     # second bucket that fits exactly (fc2.weight + fc1.bias: 1088) and one byte less
+                     inputs=Inputs(bucket_sizes=tuple(b / 2 ** 20 for b in (272, 271, 1100, 1400, 1088, 1087))
+                                   + (1e-9, 1000.0)),
                      expected_type=Expected)
 
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
-GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0, "300_in_one": 1000.0}
-GRAD_MODELS = {"300_in_one": ref.ManyParamNet}     # the model of a label (default DDPProbeNet)
+GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0, "300_in_one": 1000.0,
+                "300_buckets": 1e-9}
+GRAD_MODELS = {"300_in_one": ref.ManyParamNet, "300_buckets": ref.ManyParamNet}   # default DDPProbeNet
 PER_PARAMETER = GRAD_BUCKETS["per_parameter"]
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
 IO = (ref.DDP_IN, ref.DDP_OUT)

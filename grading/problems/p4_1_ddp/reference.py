@@ -42,13 +42,15 @@ class DDPProbeNet(nn.Module):
 
 
 class ManyParamNet(nn.Module):
-    """``MANY_PARAMS`` scalar parameters, more than the small ints CPython caches (a bucket's count compared with
-    ``is`` fails here), each with its own gradient."""
+    """``MANY_PARAMS`` scalar parameters, more than the small ints CPython caches (a count of parameters or buckets
+    compared with ``is`` fails here), each with its own gradient; the middle one is frozen (a bucket loop that
+    stops at a frozen parameter leaves the ones before it out)."""
 
     def __init__(self, seed: int = 0):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
         self.scales = nn.ParameterList(nn.Parameter(torch.randn((), generator=generator)) for _ in range(MANY_PARAMS))
+        self.scales[MANY_PARAMS // 2].requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights = torch.linspace(0.5, 1.5, MANY_PARAMS)

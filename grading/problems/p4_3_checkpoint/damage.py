@@ -26,8 +26,9 @@ CORRUPTIONS = {"flipped_byte_shard": "shard_00001.pt", "flipped_byte_model": "mo
                "missing_shard": "shard_00000.pt", "other_world_size": MANIFEST, "smaller_world_size": MANIFEST,
                "other_step_manifest": None,
                "truncated_manifest": MANIFEST}
-MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "shard_not_listed": MANIFEST,
-                   "format_true": MANIFEST, "step_as_text": MANIFEST}     # JSON true == 1 in Python; "10" != 10
+MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "older_format": MANIFEST,
+                   "shard_not_listed": MANIFEST, "format_true": MANIFEST,
+                   "step_as_text": MANIFEST}     # JSON true == 1 in Python; "10" != 10
 SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard", "shard_without_extra": "shard"}
 MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt", "model_extra_key": "model.pt"}
 OPTIMIZER_DAMAGE = {"optimizer_other_group_size": "shard"}    # judged by 4.3.refuse_optimizer alone
@@ -97,6 +98,8 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
         (dest / MANIFEST).unlink()
     elif kind == "other_format":
         _write_manifest(dest, {**manifest, "format": 2})
+    elif kind == "older_format":
+        _write_manifest(dest, {**manifest, "format": 0})
     elif kind == "format_true":
         _write_manifest(dest, {**manifest, "format": True})
     elif kind == "step_as_text":             # the shards agree with the manifest: only the step's type is wrong
