@@ -73,6 +73,10 @@ VARIANTS = [
         "if not isinstance(state[name], torch.Tensor) or state[name].shape", "if state[name].shape")),
             frozenset({"3.2.load_rejects"}),
             hint="a value that is not a tensor (head.lora_B: 0): expected ValueError, got AttributeError"),
+    Variant("rank_one_refused", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "if rank < 1:", "if rank < 2:")), frozenset({"3.1.outputs_dtype_device"})),
+    Variant("shapes_compared_by_order", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        "state[name].shape != param.shape", "state[name].shape > param.shape")), frozenset({"3.2.load_rejects"})),
     Variant("load_unpickles_anything", LORA, "load_adapter", edited(LORA, "load_adapter", (
         'torch.load(path, map_location="cpu", weights_only=True)',
         'torch.load(path, map_location="cpu", weights_only=False)')),

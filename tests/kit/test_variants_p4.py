@@ -43,7 +43,8 @@ DDP_VARIANTS = [
     Variant("bucket_bytes_or_ed", DDP, "__init__", edited(DDP, "__init__", (
         "if current and size + nbytes > cap:", "if current and size | nbytes > cap:")), fails("4.1.buckets")),
     Variant("bucket_count_compared_by_identity", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
-        "self._arrived[self._next] == len(", "self._arrived[self._next] is len(")), fails("4.1.grads", "4.1.grads_hidden")),
+        "self._arrived[self._next] == len(", "self._arrived[self._next] is len(")),
+        fails("4.1.grads", "4.1.grads_hidden")),
     Variant("frozen_stops_bucketing", DDP, "__init__", edited(DDP, "__init__", (
         "            if not param.requires_grad:\n                continue",
         "            if not param.requires_grad:\n                break")), fails("4.1.grads", "4.1.grads_hidden")),

@@ -98,7 +98,8 @@ def probe_apply(ctx) -> None:
         x = ref.inputs(0).to(device, torch.float64)
         with torch.no_grad():
             before = model(x).cpu()
-        labelled(f"apply_lora(model, {ref.TOP_TARGETS})", apply_lora, model, ref.TOP_TARGETS, rank=2, alpha=4)
+        labelled(f"apply_lora(model, {ref.TOP_TARGETS}, rank=1)", apply_lora, model, ref.TOP_TARGETS, rank=1,
+                 alpha=4)                             # rank 1: the smallest rank there is
         adapters = {name: [str(p.dtype), str(p.device)] for name, p in model.named_parameters()
                     if name.rpartition(".")[2] in ("lora_A", "lora_B")}
         try:

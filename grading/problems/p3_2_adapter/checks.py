@@ -146,6 +146,8 @@ def probe_adapter_io(ctx) -> None:
             "an extra key (lora_A of a layer without LoRA)": {**saved, "blocks.0.fc.lora_A": torch.zeros(2, 8)},
             "a missing key (head.lora_B)": {k: v for k, v in saved.items() if k != "head.lora_B"},
             "a mis-shaped last entry (head.lora_B)": {**saved, "head.lora_B": torch.zeros(ref.OUT_FEATURES, 3)},
+            "a mis-shaped entry that would broadcast (head.lora_B, one row)": {**saved,
+                                                                             "head.lora_B": saved["head.lora_B"][:1]},
             "a value that is not a tensor (head.lora_B: 0)": {**saved, "head.lora_B": 0},
         }
         results = []
