@@ -102,6 +102,8 @@ VARIANTS = [
         frozenset({"2.2.moves_in_worker"}), hint="expected only that stage's own worker 'pipeline-stage-1'"),
     Variant("empty_sequential_one_stage", PARTITION, "split_module", edited(PARTITION, "split_module", _UNTYPED, (
         "if pending:", "if pending or not groups:")), frozenset({"2.1.split_module"})),
+    Variant("remainder_to_other_stages", GPT2, "gpt2_stages", edited(GPT2, "gpt2_stages", (
+        "1 if k < extra else 0", "1 if k != extra else 0")), frozenset({"2.3.stages"})),
     Variant("extra_blocks_on_last_stage", GPT2, "gpt2_stages", edited(GPT2, "gpt2_stages", _UNTYPED_LAYERS, (
         "(1 if k < extra else 0)", "(1 if k >= len(devices) - extra else 0)")),
         frozenset({"2.3.stages", "2.3.stages_hidden"})),

@@ -43,7 +43,7 @@ class Expected:
     blocks_per_stage: dict[int, list[int]]
 
 
-STAGE_COUNTS = (1, 2, 3)
+STAGE_COUNTS = (1, 2, 3, 4)            # 4 stages of the 4-block GPT-2: one block each, no remainder
 PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(layers=ref.GPT2_LAYERS, stage_counts=STAGE_COUNTS, model_seed=ref.GPT2_SEED),
                      expected_type=Expected)
