@@ -5,7 +5,7 @@ transformers and DeepSpeed itself: seconds per rank, paid again by every
 rank of every run. Where no GPU is visible ``project.launch`` forks ranks
 from a fork server instead (``multiprocessing``'s ``forkserver`` start method
 with ``set_forkserver_preload``): one clean process per launching process that
-imported torch and the caller's ``preload`` modules (``grading.startup``) once::
+imported torch and the caller's ``preload`` modules (``common.startup``) once::
 
     launching process ──starts──> fork server (imports torch + preload, one thread)
           │                            │ fork, per rank
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from grading.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import SERVER_IMPORTS, adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 

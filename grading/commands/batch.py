@@ -55,8 +55,8 @@ from grading.engine.rubric import selects
 from grading.engine.runner import out_of_time
 from grading import KIT_ROOT
 from grading.kit.course import chosen_problems
-from grading.kit.files import atomic_write
-from grading.startup import GRADE_IMPORTS
+from common.files import atomic_write
+from common.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from grading.kit import points
-from grading.kit.files import atomic_write, read_json
+from common.files import atomic_write, read_json
 from grading.problems import titles
 from grading.engine.runner import NOT_GRADED, CriterionResult, out_of_time, while_running
 

@@ -45,7 +45,7 @@ from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, criterion_cells, de
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 from grading.kit.secret import SECRET_ENV, course_secret
 
 TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"

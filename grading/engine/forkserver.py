@@ -12,7 +12,7 @@ It imports torch; then, for each connection, it forks a *session* that serves th
 The launcher closes a phase's sessions once its ranks are done; a session then kills what they left and ends.
 A forked child is a fresh process for everything the sandbox gives it: its own session, the stdout and stderr
 the launcher sent (``socket.send_fds``), the key on a new stdin pipe, the environment its launcher has now
-(``grading.startup.adopt_environment``), new random seeds, every kit module imported from the folder the request
+(``common.startup.adopt_environment``), new random seeds, every kit module imported from the folder the request
 names (a server holds library modules only, and nothing of one case reaches another), then ``MODULE.main(ARGV)``
 as ``python -m MODULE ARGV`` would run it. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
 differ in hash order as fresh interpreters do; where one server is kept, the ranks of a case whose collectives
@@ -27,7 +27,7 @@ server's loop.
 fresh ``python -m grading grade`` that has a server fork the grade itself (``grading.__main__.main_warm``) and ends
 as it ends: no grade imports the libraries again, and killing that process ends the grade (its session sweeps it).
 
-*Preloads* (``Case.preload``, ``grading.startup``): a case's sessions are forked once the servers have imported
+*Preloads* (``Case.preload``, ``common.startup``): a case's sessions are forked once the servers have imported
 them (each module once: a server keeps it for every later session). A server that a preload leaves with a
 second thread could fork a held lock: it ends, is replaced, and the run preloads no more; a failed import is
 left to the rank. Where CUDA is visible nothing is preloaded (a library that touches the driver before
@@ -54,8 +54,9 @@ from pathlib import Path
 import psutil
 
 from grading.engine.sandbox import freeze_and_kill
-from grading.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import SERVER_IMPORTS, adopt_environment
 
+KIT_PACKAGES = ("grading", "common")           # imported afresh by every child from the folder it names
 SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
 START_TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -79,7 +80,7 @@ def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[i
     os.chdir(request["cwd"])
     server_kit, hash_seed = os.environ.get(SERVER_KIT_ENV, ""), os.environ.get("PYTHONHASHSEED")
     adopt_environment({**request["env"], **({"PYTHONHASHSEED": hash_seed} if hash_seed else {})})  # our hashes' seed
-    for name in [name for name in sys.modules if name == "grading" or name.startswith("grading.")]:
+    for name in [name for name in sys.modules if name.partition(".")[0] in KIT_PACKAGES]:
         del sys.modules[name]
     sys.path[:] = [request["cwd"], *(entry for entry in sys.path if entry not in ("", server_kit, request["cwd"]))]
     importlib.invalidate_caches()

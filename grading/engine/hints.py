@@ -13,9 +13,7 @@ import re
 import traceback
 from pathlib import Path
 
-# The top-level packages that hold student code (regions), so a traceback frame there is the student's.
-# grading.kit.regions re-exports it for the kit's own use.
-STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune", "tensor_parallel")
+from common.regions import STUDENT_PACKAGES
 
 # (file prefix or "", regex on "Type: message", hint)
 _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [

@@ -16,7 +16,7 @@ import pytest
 from grading.engine.run_servers import POOL_ENV, ForkServers
 from grading.engine.runner import FORKSERVER_ENV
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.regions import student_files
+from common.regions import student_files
 from grading.commands.release import release
 from tests.commands import run_kit_command
 from tests.kit.variants import KIT_ROOT, with_body

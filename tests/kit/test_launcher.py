@@ -264,9 +264,9 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 
 
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
-    """Every module a case of the kit or a runner's ranks preload (``grading.startup``) imports in a fork server
+    """Every module a case of the kit or a runner's ranks preload (``common.startup``) imports in a fork server
     without starting a thread."""
-    from grading import startup
+    from common import startup
 
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"

@@ -24,7 +24,7 @@ import torch
 
 from grading.kit.compare import assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.startup import GRADIENT_IMPORTS
+from common.startup import GRADIENT_IMPORTS
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply

@@ -15,7 +15,7 @@ Templates hold ``{{name}}`` placeholders, filled here from the kit itself:
 the points from ``grading.problems.all_cases``, stated by ``grading.kit.points``
 exactly as ``grading list`` and ``grade`` state them, the markers from the
 sub-problem ids, the performance thresholds from the defaults of
-``scripts/run_benchmarks.py``, the figure names from ``grading.kit.handin``.
+``scripts/run_benchmarks.py``, the figure names from ``common.handin``.
 A placeholder left unfilled is an error.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
-from grading.kit.regions import student_files
+from common.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
+from common.regions import student_files
 from grading.staff.handout import analysis, faq, figures, plan
 from grading.staff.handout.rubric import marker, markers_line, points_table, problem_points, sub_points
 

@@ -18,7 +18,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from grading.kit.regions import kit_text, parse_regions, replace_bodies, stub_body, student_files
+from common.regions import kit_text, parse_regions, replace_bodies, stub_body, student_files
 
 KIT_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = Path(__file__).resolve().parent

@@ -20,13 +20,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.engine.hints import STUDENT_PACKAGES   # the packages whose .py files may hold regions
-
 BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN_STUDENT\b\s*(?P<id>\S*)\s*$")
 END_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*END_STUDENT\b\s*(?P<id>\S*)\s*$")
 MARKER_RE = re.compile(r"#\s*(BEGIN|END)_STUDENT\b")
 DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 
+# The top-level packages that hold student code: only their .py files may hold regions, and a traceback frame
+# in them is the student's.
+STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune", "tensor_parallel")
 PROTECTED_RECORD = "grading/protected.json"
 PRISTINE_DIR = "grading/pristine"         # in a starter: the released text of every student file
 

@@ -13,10 +13,7 @@ Two things are the same on both sides, so they live here:
 
 A module here must be importable without starting a thread under
 ``OMP_NUM_THREADS=1`` (``tests/kit/test_launcher.py`` checks every tuple):
-``datasets`` is not, its pyarrow starts jemalloc's background thread. This
-module imports the standard library only, so the grader's engine and the
-student-facing ``project`` package may both import it
-(``tests/kit/test_layout.py``).
+``datasets`` is not, its pyarrow starts jemalloc's background thread.
 """
 from __future__ import annotations
 
