@@ -5,8 +5,8 @@ libraries once: the grader from its fork servers (``grading.engine.forkserver``)
 the entry points from ``multiprocessing``'s fork server (``project.rank_start``).
 Two things are the same on both sides, so they live here:
 
-* which library modules are worth that import (a second or more each in every
-  rank otherwise): the grader names them per case (``Case.preload``, through
+* which library modules are worth importing there rather than in every rank
+  (docs/design.md, "Measurements"): the grader names them per case (``Case.preload``, through
   ``grading.problems.common``), the entry points pass them to ``project.launch``;
 * how a forked rank takes the environment its launcher has *now*
   (``adopt_environment``), not the one its server started with.
@@ -22,8 +22,8 @@ import tempfile
 from typing import Mapping
 
 SERVER_IMPORTS = ("torch", "torch.distributed")                   # every fork server, before its first fork
-OPTIMIZER_IMPORTS = ("torch._dynamo",)         # a process's first torch.optim optimizer imports it (about 1 s)
-GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)   # a first backward(gradient) imports it (sympy, ~1 s)
+OPTIMIZER_IMPORTS = ("torch._dynamo",)                           # a process's first torch.optim optimizer imports it
+GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)   # a first backward(gradient) imports it (sympy)
 GPT2_IMPORTS = (*OPTIMIZER_IMPORTS, "transformers.models.gpt2.modeling_gpt2")
 GRADE_IMPORTS = GPT2_IMPORTS        # a grade's own judging: its references run torch.optim and build GPT-2
 DEEPSPEED_IMPORTS = (*OPTIMIZER_IMPORTS, "deepspeed",

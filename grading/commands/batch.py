@@ -1,32 +1,10 @@
 """Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
 
-Every entry of SUBMISSIONS_DIR (a folder or a ``.zip``; hidden names are
-skipped) is graded by its own ``python -m grading grade`` process, a new
-interpreter in its own session, with a wall-clock limit, so one submission that
-crashes, hangs or kills its grader costs only its own row, and nothing of one
-grade (imported modules, ranks, temporary files) reaches the next. The grades
-share the batch's fork servers, which hold library modules only and give each
-grade sessions of its own (``grading.engine.forkserver``), so no grade imports
-torch, transformers and DeepSpeed for its ranks again. Each gets
-``<results>/<entry>/results.json`` (Gradescope schema; a fallback one when
-the grader left none), ``report.txt`` (the table) and ``stderr.txt``; its
-temporary files go to a folder of its own, removed when it ends, however it
-ends (``grade_one``). The CSV
-is rewritten after every submission, so an interrupted batch keeps what it
-graded. A row has a ``problem_X.Y`` column per sub-problem of the problems the
-course chose (``course.chosen_problems()``) and nothing for the others;
-``notes`` holds one entry per actual issue of that grade (`` | `` between
-them; the figures lines every grade prints, not scored, are left in its
-report); ``results`` links that submission's results.json (relative to the
-CSV's folder); then every criterion's points (a column per criterion id,
-empty where it was not graded). A grade shares its limit among its cases
-(``grade --total-timeout``) and keeps its results.json current as it runs, so
-one that did not finish or hit a grader error (``UNSCORED``) has in its row and
-its results.json the same score: what it judged (notes: ``partial score``; the
-rest listed as not graded, with why), or a blank score, never 0, when it
-judged nothing. Its notes say why once and name each case that hit its limit.
-The class report (``class_report.py``) is written next to the CSV at the end.
-Every CSV cell is formula-safe (``csv_cells.py``).
+Each entry (a folder or a ``.zip``; hidden names are skipped) gets its own ``python -m grading grade`` process
+with a wall-clock limit (``grade_one``), which has one of the batch's warm fork servers fork the grade itself
+(``grading.__main__.main_warm``; cold under ``GRADING_FORKSERVER=0``): no grade imports the libraries again,
+nothing of one grade reaches the next, and one that crashes, hangs or kills its grader costs only its own row.
+The CSV (columns: docs/grading-a-class.md) is rewritten after each grade; the class report follows at the end.
 """
 from __future__ import annotations
 
@@ -322,7 +300,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     def one(entry: Path) -> None:
         try:
-            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, shared)
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, pool_env)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in HEAD}
             row.update(submission=entry.name, status="grader_error",
@@ -334,8 +312,8 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                 progress(progress_line(row, len(rows), len(entries)))
 
     write_grades(out_csv, rows, results_dir)
-    servers = warm_servers(KIT_ROOT)         # shared by every grade: no grade imports the libraries again
-    shared = servers.shared_env() if servers is not None else {}
+    servers = warm_servers(KIT_ROOT)         # every grade forks from them: none imports the libraries again
+    pool_env = servers.pool_env() if servers is not None else {}
     if servers is not None:
         servers.preload(servers.servers, GRADE_IMPORTS)     # what each grade's own judging imports
     try:

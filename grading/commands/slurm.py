@@ -10,7 +10,7 @@
     results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
 
 The script requests ``--cpus-per-task`` and ``--mem`` (defaults ``options.DEFAULT_CPUS``,
-``options.DEFAULT_MEM``, from a measured full grade), and ``--partition`` and
+``options.DEFAULT_MEM``), and ``--partition`` and
 ``--account`` only when given. The kit, its Python environment, the
 submissions and OUT_DIR must sit on a filesystem every node sees (the
 script says so; a path under a node's own temporary folder, ``NODE_LOCAL``, is warned

@@ -1,4 +1,4 @@
-"""The shape of the code (issues 19, 36, 52): layers that import one way, no import cycle, small modules.
+"""The shape of the code: layers that import one way, no import cycle, small modules.
 
 Read from the source with ``ast`` (nothing is imported), so a cycle that only
 bites at import time in some order is still found. Every import counts: at

@@ -95,7 +95,7 @@ def probe_checkpoint(ctx) -> None:
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
-    root = ctx.shared_dir / "checkpoints"
+    root = ctx.handoff_dir / "checkpoints"
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
@@ -174,7 +174,7 @@ def probe_resumed(ctx) -> None:
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
-    root = ctx.shared_dir / "checkpoints"
+    root = ctx.handoff_dir / "checkpoints"
     torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
     model = _model(seed=7)
     optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic

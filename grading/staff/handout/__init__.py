@@ -117,16 +117,16 @@ def render(kit_root: Path, problems: tuple[str, ...], problem_table: str, analys
     problems = tuple(sorted(problems, key=int))
     rows = sub_points(problems)
     limits = thresholds(kit_root)
-    shared = {"gpipe_figure": figures.gpipe_schedule(4, 3), "bubble_table": figures.bubble_table(),
-              "zero_table": figures.zero_memory_table(), "zero1_figure": figures.zero1_shards(),
-              "tp_figure": figures.tensor_splits(), "dp_threshold": f"{limits['dp_threshold']:g}",
-              "pp_threshold": f"{limits['pp_threshold']:g}"}
+    every_problem = {"gpipe_figure": figures.gpipe_schedule(4, 3), "bubble_table": figures.bubble_table(),
+                     "zero_table": figures.zero_memory_table(), "zero1_figure": figures.zero1_shards(),
+                     "tp_figure": figures.tensor_splits(), "dp_threshold": f"{limits['dp_threshold']:g}",
+                     "pp_threshold": f"{limits['pp_threshold']:g}"}
     sections = []
     for problem in problems:
         template = problem_template(problem)
         if not template.is_file():
             raise ValueError(f"no handout section for Problem {problem} ({template.name} missing)")
-        values = shared | {"points": str(problem_points(rows, problem)), "plan": plan.line(problem),
+        values = every_problem | {"points": str(problem_points(rows, problem)), "plan": plan.line(problem),
                            "points_table": points_table(rows, problem), "markers": markers_line(rows, problem)}
         sections.append(fill(template.read_text(), values, template.name).strip())
     first = problems[0]
