@@ -5,14 +5,14 @@ libraries once: the grader from its fork servers (``grading.engine.forkserver``)
 the entry points from ``multiprocessing``'s fork server (``project.rank_start``).
 Two things are the same on both sides, so they live here:
 
-* which library modules are worth importing there rather than in every rank
-  (docs/design.md, "Measurements"): the grader names them per case (``Case.preload``, through
-  ``grading.problems.common``), the entry points pass them to ``project.launch``;
+* which library modules are worth importing there once rather than in every
+  rank: the grader names them per case (``Case.preload``, through
+  ``grading.problems.probe_helpers``), the entry points pass them to ``project.launch``;
 * how a forked rank takes the environment its launcher has *now*
   (``adopt_environment``), not the one its server started with.
 
 A module here must be importable without starting a thread under
-``OMP_NUM_THREADS=1`` (``tests/kit/test_launcher.py`` checks every tuple):
+``OMP_NUM_THREADS=1`` (the kit's launcher tests check every tuple):
 ``datasets`` is not, its pyarrow starts jemalloc's background thread.
 """
 from __future__ import annotations

@@ -143,6 +143,5 @@ def freeze_what_is_loaded() -> None:
 
     A full collection walks every tracked object and writes to each one's header: in a rank forked from a
     server that imported torch, transformers and DeepSpeed, that is half a million objects whose pages the
-    kernel must copy first (docs/design.md, "Measurements"). What a rank's work leaves behind is still
-    collected."""
+    kernel must copy first. What a rank's work leaves behind is still collected."""
     gc.freeze()

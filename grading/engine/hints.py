@@ -5,7 +5,7 @@
 error (type, message, file) against the mistakes students make most often; the raw message is always shown
 next to its hint. ``format_error`` is the one way a student exception is reported, wherever it was caught:
 ``RankContext.record`` (through ``case_run.describe_error``) and every probe helper that catches one itself
-(``describe_exception``: the helpers of ``grading/problems/common.py``, probes that keep an error as data).
+(``describe_exception``: the helpers of ``grading/problems/probe_helpers.py``, probes that keep an error as data).
 """
 from __future__ import annotations
 

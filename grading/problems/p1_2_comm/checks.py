@@ -27,7 +27,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p1_2_comm import ID, TITLE, setup_checks
 from grading.problems.p1_2_comm import reference as ref
 from grading.problems.p1_2_comm.setup_checks import NOT_CALLED, PG_TIMEOUT_S

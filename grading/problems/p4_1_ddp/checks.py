@@ -22,7 +22,7 @@ from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p4_1_ddp.hints import bucket_hint, early_launch_hint
 
 

@@ -23,7 +23,7 @@ from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import OPTIMIZER_IMPORTS
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_1_ddp.hints import close_to
 from grading.problems.p4_2_zero1 import ID, TITLE

@@ -28,7 +28,7 @@ from grading.engine.expect import expect
 from grading.engine.hints import self_contained
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import OPTIMIZER_IMPORTS
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CORRUPTIONS, MANIFEST_DAMAGE, MODEL_DAMAGE,
                                                      MODEL_FILE, OPTIMIZER_DAMAGE, SHARD_DAMAGE)

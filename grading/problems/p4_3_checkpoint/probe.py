@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from grading.kit.compare import describe_kind
-from grading.problems.common import unchecked_group
+from grading.problems.probe_helpers import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
