@@ -19,7 +19,7 @@ from grading.engine.runner import CriterionResult, TotalTime, not_graded, run_ca
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
-from common.regions import PROTECTED_RECORD
+from grading.kit.splice import PROTECTED_RECORD
 from grading.kit.submission import build_grading_copy, scratch_dir
 from grading.problems import all_cases, folders, titles
 

@@ -82,7 +82,7 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
     return "\n".join(lines)
 
 
-STUB = re.compile(r"NotImplementedError: Problem ([\d.]+): (\w+) is not implemented yet")    # regions.stub_body
+STUB = re.compile(r"NotImplementedError: Problem ([\d.]+): (\w+) is not implemented yet")    # splice.stub_body
 
 
 def _stubs(rows: list[CriterionResult]) -> dict[str, str]:

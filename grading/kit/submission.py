@@ -23,8 +23,8 @@ from pathlib import Path
 from grading.kit.bytecode import write_bytecode
 from grading.kit.course import chosen_problems
 from grading.kit.region_hints import static_hints
-from common.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
-                             replace_bodies, stub_body, student_files)
+from common.regions import PRISTINE_DIR, STUDENT_PACKAGES, RegionError, parse_regions, student_files
+from grading.kit.splice import kit_text, protected_text, replace_bodies, stub_body
 from grading.kit.student_lines import line_map, location_pattern, outside_note
 
 MAX_STUDENT_FILE_BYTES = 1024 * 1024      # one student .py file
