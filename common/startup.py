@@ -1,19 +1,9 @@
-"""What the grader's rank processes and the entry points' rank processes share about starting: one source.
+"""How a warm rank starts, the same for the grader's ranks and the entry points' ranks.
 
-Both start their ranks warm, forked from a process that imported the heavy
-libraries once: the grader from its fork servers (``grading.engine.forkserver``),
-the entry points from ``multiprocessing``'s fork server (``project.rank_start``).
-Two things are the same on both sides, so they live here:
-
-* which library modules are worth importing there once rather than in every
-  rank: the grader names them per case (``Case.preload``, through
-  ``grading.problems.probe_helpers``), the entry points pass them to ``project.launch``;
-* how a forked rank takes the environment its launcher has *now*
-  (``adopt_environment``), not the one its server started with.
-
-A module here must be importable without starting a thread under
-``OMP_NUM_THREADS=1`` (the kit's launcher tests check every tuple):
-``datasets`` is not, its pyarrow starts jemalloc's background thread.
+Both fork their ranks from a process that imported the heavy libraries once (``grading.engine.forkserver``,
+``multiprocessing``'s fork server in ``project.rank_start``). Here: the library modules worth importing there
+(each tuple importable without starting a thread under ``OMP_NUM_THREADS=1``, so not ``datasets``: pyarrow
+starts one), and ``adopt_environment``, by which a forked rank takes its launcher's environment of now.
 """
 from __future__ import annotations
 
