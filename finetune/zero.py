@@ -10,18 +10,11 @@ Provided: ``init_engine(model, optimizer, config)`` wraps
 ``deepspeed.initialize`` for the process group that already exists (gloo on
 CPU, NCCL on GPUs), and ``prepare_deepspeed()`` which it calls first.
 
-Start-up cost on CPU (measured with DeepSpeed 0.19.8, torch 2.13, 2 ranks):
-- DeepSpeed's communication backend JIT-compiles a shared-memory all-reduce
-  op (``deepspeed_shm_comm``) with g++ on the CPU accelerator: ~30 s on an
-  idle 2-core machine (minutes on a busy one) whenever the torch extensions
-  cache is fresh, and it needs a compiler. Only ``inference_all_reduce``
-  uses it; ZeRO training communicates through ``torch.distributed``.
-  ``prepare_deepspeed`` marks the op incompatible, so nothing is compiled.
-- What remains is import time: ``import deepspeed`` (under a second on top
-  of ``import torch``); torch's first optimizer imports ``torch._dynamo``;
-  ZeRO-2's gradient reduction imports DeepSpeed's Muon module, whose
-  ``torch.compile`` decorators load ``torch._inductor`` (a few seconds).
-  ``deepspeed.initialize`` itself then takes well under a second.
+On the CPU accelerator DeepSpeed would JIT-compile a shared-memory
+all-reduce op (``deepspeed_shm_comm``) with a C++ compiler; only
+``inference_all_reduce`` uses it (ZeRO training communicates through
+``torch.distributed``), so ``prepare_deepspeed`` marks it incompatible and
+nothing is compiled.
 """
 
 from __future__ import annotations
@@ -57,8 +50,8 @@ def build_config(
       ``offload_optimizer``/``offload_param`` to a device other than
       ``"none"``); further ZeRO settings in it (e.g. ``"overlap_comm"``) are
       free;
-    - ``"gradient_clipping"``: ``0.0`` (off; DeepSpeed >= 0.19.3 clips at 1.0
-      when the key is absent);
+    - ``"gradient_clipping"``: ``0.0`` (off; DeepSpeed clips at 1.0 when
+      the key is absent);
     - ``"zero_allow_untested_optimizer"``: ``True`` (the optimizer is a
       plain ``torch.optim`` one);
     - ``"fp16": {"enabled": ...}`` and ``"bf16": {"enabled": ...}``: true

@@ -1,10 +1,9 @@
 """The autograder: runs student code in rank processes and judges what they record, in this process.
 
     __main__.py  the CLI: grade, list, release, gradescope, batch, fixtures, similarity, benchmarks
-    startup.py   how rank processes start warm (shared with project/)
-    engine/      launch ranks (one warm fork server), sandbox them, record and sign in the rank, judge in the
+    engine/      launch ranks (warm fork servers), sandbox them, record and sign in the rank, judge in the
                  parent (rubric, runner, expect, compare, hints): every split of a case, public then hidden
-    kit/         regions and splicing, submissions, the course's chosen problems (course.py), points, seams,
+    kit/         splicing, submissions, the course's chosen problems (course.py), points, seams,
                  the course secret, typed fixture data, and SubProblem: what a problem folder declares
     commands/    grade, release, gradescope, batch and Slurm, class report, similarity, benchmarks, over the engine
     problems/    one folder per sub-problem (pX_Y_name: probes, criteria, reference, expected.json, staff.py)

@@ -52,14 +52,14 @@ def main_warm(argv: list[str]) -> int:
     streams; this process waits for it, passes on SIGINT, SIGTERM and SIGHUP, and ends as it ends (when this
     process is killed, the server kills the grade and everything under it). Any other command, no pool, or a
     pool that does not answer: ``main`` here."""
-    from grading.engine.forkserver import ForkServer
+    from grading.engine.forkserver import ServerSession
     from grading.engine.run_servers import POOL_ENV, pool_addresses
     from grading.engine.runner import FORKSERVER_ENV
     pool = pool_addresses(os.environ.get(POOL_ENV, ""))
     if argv[:1] != ["grade"] or not pool or os.environ.get(FORKSERVER_ENV) == "0":
         return main(argv)
     try:
-        session = ForkServer(pool[0])
+        session = ServerSession(pool[0])
     except OSError:
         return main(argv)
     try:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from grading.kit.files import atomic_path, atomic_write
+from common.files import atomic_path, atomic_write
 from project.cli import ConfigError
 from project.manifest import verify, verify_sizes, write_manifest
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from grading.kit.files import atomic_path, atomic_write
+from common.files import atomic_path, atomic_write
 from project.cli import ConfigError   # also importable from here, as before
 from project.corpus import generate_pairs
 

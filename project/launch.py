@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import torch
 
-from grading.kit.regions import STUDENT_PACKAGES
-from grading.rank_reports import is_symptom, rank_at_fault, traceback_line
+from common.regions import STUDENT_PACKAGES
+from common.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import bind_rank, resolve_backend
@@ -116,7 +116,7 @@ class Ranks:
         rank replied with an error or died, or when a rank gave no answer
         within ``timeout_s`` (None: no limit). A failure that only reports
         another rank's (a closed connection, a collective timeout, an abort by
-        the communication library: ``grading.rank_reports.is_symptom``) waits
+        the communication library: ``common.rank_reports.is_symptom``) waits
         up to ``PEER_GRACE_S`` for the other ranks' reports, so that the
         message's first line names the rank at fault (``_failure``).
         """
@@ -214,7 +214,7 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
     Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
     be picklable. Each rank starts as ``rank_start_method`` says, with this
     process's current environment; ``preload`` names library modules worth
-    importing once for all ranks (``grading.startup``). Each rank ends as
+    importing once for all ranks (``common.startup``). Each rank ends as
     ``multiprocessing`` ends its processes, after its reply.
     """
     context = rank_context(preload)

@@ -5,7 +5,7 @@ One optimizer step, top to bottom, written once (``_step``)::
     zero_grad
     forward, backward     per micro-batch of the step (K = grad_accum): update.forward_backward
     reduce                parts.reduce_grads()   (data parallel: average_gradients, once per step)
-    clip                  the gradient norm (measured; no run clips today)
+    clip                  the gradient norm, computed and logged (nothing is clipped)
     guard                 loss all-reduced over the ranks; a spike or a non-finite loss refuses the step
     step                  update.step(), lr x FACTOR at --lr_spike STEP, scheduler step
     log                   one metrics.jsonl line (rank 0)
@@ -247,7 +247,7 @@ def _step(p: LoopParts, spec: LoopSpec, run: RunState, update: Any, guard: Diver
             tokens += int(batch["attention_mask"].sum())
         if callable(p.reduce_grads):                                         # reduce
             p.reduce_grads()
-        grad_norm = update.grad_norm()                                       # clip (measured)
+        grad_norm = update.grad_norm()                                       # clip (the norm only)
         totals = p.all_reduce_sum(torch.tensor([loss_sum, float(tokens)], dtype=torch.float64, device=p.device))
         step_loss, step_tokens = totals[0].item() / p.world_size, int(totals[1].item())
         reason = guard.check(step_loss)                                      # guard

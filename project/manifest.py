@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 
 MANIFEST = "manifest.json"
 FORMAT = 1

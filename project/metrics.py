@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from grading.kit.files import atomic_write, read_jsonl
+from common.files import atomic_write, read_jsonl
 from project.cli import ConfigError
 
 GUARD_EVENT = "divergence"

@@ -60,7 +60,7 @@ def build_model(preset: str, tokenizer, pretrained: str | None = None, seed: int
 
 def enable_activation_checkpointing(model: GPT2LMHeadModel) -> None:
     """Recompute each GPT-2 block's activations in backward instead of keeping them (non-reentrant)."""
-    if hasattr(model, "activation_checkpointing_enable"):   # transformers >= 5.2x
+    if hasattr(model, "activation_checkpointing_enable"):   # where transformers provides it
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

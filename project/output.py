@@ -5,7 +5,7 @@ Progress is decided here and only here: on a terminal (stderr is a tty) a
 anywhere else (a pipe, a log file, a batch job) no progress at all, only the
 log lines (the training loop's one line per epoch), so nothing buries the
 result lines. Bars and log lines disappear with ``--quiet``. JSON files are
-written atomically (``grading.kit.files.atomic_write``: a reader never sees
+written atomically (``common.files.atomic_write``: a reader never sees
 half a file).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 
 def on_terminal() -> bool:
     """True when progress bars can be drawn: stderr (where tqdm draws) is a terminal."""

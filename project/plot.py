@@ -29,7 +29,7 @@ from typing import Callable
 if __package__ in (None, ""):  # run as `python project/plot.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grading.kit.files import read_json
+from common.files import read_json
 from project.cli import ConfigError, run_cli
 from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
 from project.options import new_parser

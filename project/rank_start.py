@@ -5,7 +5,7 @@ transformers and DeepSpeed itself: seconds per rank, paid again by every
 rank of every run. Where no GPU is visible ``project.launch`` forks ranks
 from a fork server instead (``multiprocessing``'s ``forkserver`` start method
 with ``set_forkserver_preload``): one clean process per launching process that
-imported torch and the caller's ``preload`` modules (``grading.startup``) once::
+imported torch and the caller's ``preload`` modules (``common.startup``) once::
 
     launching process ──starts──> fork server (imports torch + preload, one thread)
           │                            │ fork, per rank
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from grading.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import SERVER_IMPORTS, adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
@@ -143,6 +143,5 @@ def freeze_what_is_loaded() -> None:
 
     A full collection walks every tracked object and writes to each one's header: in a rank forked from a
     server that imported torch, transformers and DeepSpeed, that is half a million objects whose pages the
-    kernel must copy first (measured: 0.1-0.3 CPU-s a collection; the suite's project ranks spent about 25
-    CPU-s in them). What a rank's work leaves behind is still collected."""
+    kernel must copy first. What a rank's work leaves behind is still collected."""
     gc.freeze()

@@ -7,7 +7,7 @@ file that does not parse, stops the command with one line and exit code 2::
 
     project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
 
-No student code is imported or run to find this out (``grading.kit.regions``
+No student code is imported or run to find this out (``common.regions``
 parses the markers). The refusal is a ``UniformError``: under torchrun every
 rank reaches it alike and only local rank 0 prints it (``project.cli.refusal_code``).
 
@@ -21,7 +21,7 @@ import ast
 import re
 from pathlib import Path
 
-from grading.kit.regions import STUDENT_PACKAGES, RegionError, parse_regions
+from common.regions import STUDENT_PACKAGES, RegionError, parse_regions
 from project import KIT_ROOT
 from project.cli import UniformError
 

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, float_above, int_at_least, run_cli
 from project.config import RunConfig

@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as `python project/run_data_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.startup import GPT2_IMPORTS
-from grading.kit.files import atomic_path
+from common.startup import GPT2_IMPORTS
+from common.files import atomic_path
 from project import readiness
 from project.cli import ConfigError, run_cli
 from project.config import RunConfig

@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as `python project/run_finetune.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
+from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, float_above, int_at_least, read_constant, run_cli
 from project.config import RunConfig

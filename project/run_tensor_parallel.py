@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
 from project.config import RunConfig

@@ -138,7 +138,7 @@ def fork_servers():
     None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
     servers = warm_servers(KIT_ROOT)
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in (servers.shared_env() if servers is not None else {}).items():
+        for key, value in (servers.pool_env() if servers is not None else {}).items():
             patch.setenv(key, value)
         yield servers
     if servers is not None:

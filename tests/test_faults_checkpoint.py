@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from grading.kit.files import read_json, read_jsonl
+from common.files import read_json, read_jsonl
 from project import checkpoint
 from project.cli import ConfigError
 from project.bench.report import read_runs

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from grading.commands.release import release
-from grading.kit.regions import parse_regions, replace_bodies, student_files
+from common.regions import parse_regions, student_files
+from grading.kit.splice import replace_bodies
 from grading.problems import titles
 from tests.commands import run_kit_command
 

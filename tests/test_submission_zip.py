@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
-from grading.kit.regions import student_files
+from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
+from common.regions import student_files
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 from project.bench.submission import create_zip, figure_files
 from tests.commands import run_kit_command

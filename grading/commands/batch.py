@@ -1,17 +1,11 @@
 """Grade a folder of submissions: ``python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]``.
 
-Every entry (a folder or a ``.zip``; hidden names skipped) is graded by its own
-``python -m grading grade`` process, forked from fork servers the batch shares
-(``grading_servers``), in its own session, temporary folder and wall-clock
-limit (``grade_one``), so one submission that crashes, hangs or kills its
-grader costs only its own row. Each keeps ``<results>/<entry>/`` results.json
-(Gradescope schema), report.txt and stderr.txt. grades.csv is rewritten after
-every grade: ``HEAD``, a ``problem_X.Y`` column per chosen sub-problem,
-``TAIL`` (notes: one entry per issue of that grade; results: a link), then
-every criterion's points. A grade that did not finish keeps what it judged (a
-partial score, never 0; blank when it judged nothing), and its notes say why.
-The class report (``class_report.py``) is written next to the CSV at the end;
-every CSV cell is formula-safe (``csv_cells.py``).
+Each entry (a folder or a ``.zip``; hidden names are skipped) gets its own ``python -m grading grade`` process
+with a wall-clock limit (``grade_one``), which has one of the batch's warm fork servers (``grading_servers``) fork
+the grade itself (``grading.__main__.main_warm``; cold under ``GRADING_FORKSERVER=0``): no grade imports the
+libraries again, nothing of one grade reaches the next, and one that crashes, hangs or kills its grader costs
+only its own row. The CSV (columns: docs/grading-a-class.md) is rewritten after each grade; the class report
+follows at the end.
 """
 from __future__ import annotations
 
@@ -41,8 +35,8 @@ from grading.engine.rubric import selects
 from grading.engine.runner import out_of_time
 from grading import KIT_ROOT
 from grading.kit.course import chosen_problems
-from grading.kit.files import atomic_write
-from grading.startup import GRADE_IMPORTS
+from common.files import atomic_write
+from common.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
 
@@ -99,7 +93,7 @@ def grading_servers() -> Iterator[dict[str, str]]:
         return
     try:
         servers.preload(servers.servers, GRADE_IMPORTS)
-        yield servers.shared_env()
+        yield servers.pool_env()
     finally:
         servers.close()
 
@@ -324,7 +318,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
 
     def one(entry: Path) -> None:
         try:
-            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, shared)
+            row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, pool_env)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in HEAD}
             row.update(submission=entry.name, status="grader_error",
@@ -336,7 +330,7 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
                 progress(progress_line(row, len(rows), len(entries)))
 
     write_grades(out_csv, rows, results_dir)
-    with grading_servers() as shared, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with grading_servers() as pool_env, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, entries))
     linked = write_grades(out_csv, rows, results_dir)
     write_class_report(out_csv, *class_report_inputs(rows, results_dir), students=linked)

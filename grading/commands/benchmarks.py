@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.kit.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
+from common.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
 
 NOT_SCORED = "figures (not scored by the autograder)"
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024

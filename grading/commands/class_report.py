@@ -34,7 +34,7 @@ from pathlib import Path
 from grading.commands import class_report_page, score_distribution
 from grading.commands.csv_cells import write_csv
 from grading.commands.result_tests import criterion_id, is_hidden, not_attempted, scored_tests
-from grading.kit.files import atomic_path, atomic_write
+from common.files import atomic_path, atomic_write
 from grading.problems import titles
 
 TOP_GROUPS = 3

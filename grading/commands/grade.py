@@ -19,7 +19,7 @@ from grading.engine.runner import CriterionResult, TotalTime, not_graded, run_ca
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
-from grading.kit.regions import PROTECTED_RECORD
+from grading.kit.splice import PROTECTED_RECORD
 from grading.kit.submission import build_grading_copy, scratch_dir
 from grading.problems import all_cases, folders, titles
 
@@ -34,7 +34,7 @@ def _self_check_notes(kit_root: Path) -> list[str]:
     changed = [rel for rel, digest in record.get("provided_files", {}).items()
                if not (kit_root / rel).is_file()
                or hashlib.sha256((kit_root / rel).read_bytes()).hexdigest() != digest]
-    grading_changed = [rel for rel in changed if rel.startswith("grading/")]
+    grading_changed = [rel for rel in changed if rel.startswith(("grading/", "common/"))]
     return [f"this kit's grader differs from its release ({rel}): local scores may not match the course's"
             for rel in grading_changed]
 

@@ -15,7 +15,7 @@ from grading import KIT_ROOT
 from grading.commands import report, similarity
 from grading.commands.options import add_course_options, add_slurm_resource_options, slurm_resources
 from grading.kit.course import parse_problems
-from grading.kit.regions import RegionError
+from common.regions import RegionError
 from grading.kit.secret import SECRET_ENV, staff_side
 
 

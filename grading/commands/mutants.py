@@ -23,10 +23,11 @@ from typing import Callable
 from grading import KIT_ROOT
 from grading.commands.batch import default_limit_s, grade_one, grading_servers
 from grading.commands.result_tests import criterion_id, scored_tests
-from grading.kit.files import read_jsonl
+from common.files import read_jsonl
 from grading.commands.mutants_report import listed_equivalents, problem_folder, summary, write_report
 from grading.kit.mutations import EQUIVALENTS_FILE, Mutant, mutants_of, sample
-from grading.kit.regions import kit_text, student_files
+from common.regions import student_files
+from grading.kit.splice import kit_text
 
 LEDGER = "mutants.jsonl"
 GRADES = "grades"          # <out>/grades/<mutant>/: that grade's results.json, report.txt, stderr.txt

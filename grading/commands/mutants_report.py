@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from grading.commands.class_report_page import PAGE_STYLE
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 from grading.kit.mutations import EQUIVALENTS_FILE, Equivalent, Mutant, equivalents, stale
 from grading.problems import folders
 

@@ -7,10 +7,8 @@ import os
 from grading.kit.course import PROBLEMS_ENV, parse_problems
 from grading.kit.secret import SECRET_ENV
 
-# What a Slurm task of ``batch --slurm`` asks for by default. A full grade measured with
-# scripts/measure_footprint.py peaks at about 1,054 MB of proportional set size summed over its processes and
-# costs about 28 CPU-s for Problems 1-3 (1,138 MB and 46 CPU-s for 1-5): 2 CPUs let its two ranks run side by
-# side, and 3G leaves room for a submission that needs more memory than the reference.
+# What a Slurm task of ``batch --slurm`` asks for by default: 2 CPUs let a grade's two ranks run side by side, and
+# 3G leaves room above a full grade's footprint (docs/design.md, "Measurements") for a hungrier submission.
 DEFAULT_CPUS = 2
 DEFAULT_MEM = "3G"
 

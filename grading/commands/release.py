@@ -26,12 +26,12 @@ import shutil
 from pathlib import Path
 
 from grading.kit.course import COURSE_RECORD, parse_problems, record_text
-from grading.kit.handin import ANALYSIS_NAME, FIGURES_DIR
+from common.handin import ANALYSIS_NAME, FIGURES_DIR
 from grading.staff import expected, handout
 from grading.staff.handout import analysis
 from grading.staff.handout.rubric import sub_points
-from grading.kit.regions import (PRISTINE_DIR, PROTECTED_RECORD, STUDENT_PACKAGES, parse_regions, replace_bodies,
-                             stub_body, student_files)
+from common.regions import PRISTINE_DIR, STUDENT_PACKAGES, parse_regions, student_files
+from grading.kit.splice import PROTECTED_RECORD, replace_bodies, stub_body
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.problems import titles
 

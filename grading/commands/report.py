@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from grading.kit import points
-from grading.kit.files import atomic_write, read_json
+from common.files import atomic_write, read_json
 from grading.problems import titles
 from grading.engine.runner import NOT_GRADED, CriterionResult, out_of_time, while_running
 
@@ -82,7 +82,7 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
     return "\n".join(lines)
 
 
-STUB = re.compile(r"NotImplementedError: Problem ([\d.]+): (\w+) is not implemented yet")    # regions.stub_body
+STUB = re.compile(r"NotImplementedError: Problem ([\d.]+): (\w+) is not implemented yet")    # splice.stub_body
 
 
 def _stubs(rows: list[CriterionResult]) -> dict[str, str]:

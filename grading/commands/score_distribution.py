@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grading.commands.result_tests import is_hidden, not_attempted, scored_tests
 from grading.kit.course import chosen_problems
-from grading.kit.files import atomic_path
+from common.files import atomic_path
 
 COLUMNS = ["problem", "sub_problems", "graded", "not_attempted", "attempted", "public_max", "public_mean", "hidden_max",
            "hidden_mean", "max_score", "mean", "median", "full_marks"]

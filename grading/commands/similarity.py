@@ -33,10 +33,11 @@ import textwrap
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 
 from grading.kit.intake import SubmissionError, extract_zip, find_root
-from grading.kit.regions import RegionError, kit_text, parse_regions, replace_bodies, stub_body, student_files
+from common.regions import RegionError, parse_regions, student_files
+from grading.kit.splice import kit_text, replace_bodies, stub_body
 from grading.kit.submission import MAX_STUDENT_FILE_BYTES
 from grading.commands.csv_cells import write_csv
 from grading.commands.similarity_page import TOP_PAIRS, Entry, Piece, Report, render_html

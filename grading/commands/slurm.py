@@ -10,7 +10,7 @@
     results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
 
 The script requests ``--cpus-per-task`` and ``--mem`` (defaults ``options.DEFAULT_CPUS``,
-``options.DEFAULT_MEM``, from a measured full grade), and ``--partition`` and
+``options.DEFAULT_MEM``), and ``--partition`` and
 ``--account`` only when given. The kit, its Python environment, the
 submissions and OUT_DIR must sit on a filesystem every node sees (the
 script says so; a path under a node's own temporary folder, ``NODE_LOCAL``, is warned
@@ -45,7 +45,7 @@ from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, criterion_cells, de
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 from grading.kit.secret import SECRET_ENV, course_secret
 
 TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"

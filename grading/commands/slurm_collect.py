@@ -30,7 +30,7 @@ from grading.commands.batch import UNSCORED, class_report_inputs, write_grades
 from grading.commands.class_report import write_class_report
 from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SUBMIT, TASKS, array_spec
 from grading.kit.course import PROBLEMS_ENV, parse_problems
-from grading.kit.files import atomic_write
+from common.files import atomic_write
 
 RERUN_STATUSES = UNSCORED
 RESUBMIT = "resubmit.sh"

@@ -18,7 +18,7 @@ from grading.engine import peers
 from grading.engine.expect import CheckFailed
 from grading.engine.hints import format_error
 from grading.engine.recording import PARTS_LOG, part_mac
-from grading.rank_reports import is_symptom
+from common.rank_reports import is_symptom
 
 
 @dataclass
@@ -140,7 +140,7 @@ class CaseRun:
 
     def first_symptom(self, rank: int) -> str | None:
         """The first part ``rank`` recorded (in recording order) whose error is a symptom of a peer's fault
-        (``grading.rank_reports.is_symptom``), or None."""
+        (``common.rank_reports.is_symptom``), or None."""
         for name in self._recorded(rank):
             kind, info = self.outcome(name, rank)
             if kind == "error" and is_symptom(f"{info.get('type')}: {info.get('message')}"):

@@ -1,37 +1,10 @@
-"""Warm processes: fork servers that import torch once and fork the ranks of grading runs (and ``batch``'s grades).
+"""Warm processes: a fork server imports torch once and, per launcher connection, forks a *session* that forks ranks.
 
-A fresh ``python -m grading.engine.worker`` spends seconds importing torch before milliseconds of probing. A
-grading run (``grade``) therefore starts two fork servers, for even and odd ranks (one with
-``GRADING_FORKSERVERS=1``, to hold the libraries once where memory is scarce: ``grading.engine.run_servers``), each
-``python -m grading.engine.forkserver`` under ``OMP_NUM_THREADS=1`` (single-threaded) listening on a Unix socket.
-It imports torch; then, for each connection, it forks a *session* that serves that launcher alone::
-
-    launcher ──connect──▶ server r % 2 ──fork──▶ session ──fork per request──▶ rank r of the case
+    launcher ──connect──▶ server ──fork──▶ session ──fork per request──▶ rank (or a whole grade: ``main_warm``)
              ◀──────── pid, later its exit status (one JSON object a line each way) ─┘
 
-The launcher closes a phase's sessions once its ranks are done; a session then kills what they left and ends.
-A forked child is a fresh process for everything the sandbox gives it: its own session, the stdout and stderr
-the launcher sent (``socket.send_fds``), the key on a new stdin pipe, the environment its launcher has now
-(``grading.startup.adopt_environment``), new random seeds, every kit module imported from the folder the request
-names (a server holds library modules only, and nothing of one case reaches another), then ``MODULE.main(ARGV)``
-as ``python -m MODULE ARGV`` would run it. Each server has its own ``PYTHONHASHSEED``, so neighbouring ranks
-differ in hash order as fresh interpreters do; where one server is kept, the ranks of a case whose collectives
-must agree are spread over a second one, started for such cases only (``run_servers.ForkServers``). A session is the
-*subreaper* of its children: what a rank double-forks away is re-parented to it and swept (``psutil``) when the
-session ends. ``PR_SET_PDEATHSIG`` ties a server to the process that started it and (``sandbox``) the ranks to
-their session. A child ends with ``os._exit`` after flushing its streams: the documented end of a child after
-``fork()`` (``multiprocessing`` ends its fork and forkserver children so), since the code below the fork is the
-server's loop.
-
-``batch`` keeps one set of servers for all its grades (``run_servers.POOL_ENV``); each grade is a
-fresh ``python -m grading grade`` that has a server fork the grade itself (``grading.__main__.main_warm``) and ends
-as it ends: no grade imports the libraries again, and killing that process ends the grade (its session sweeps it).
-
-*Preloads* (``Case.preload``, ``grading.startup``): a case's sessions are forked once the servers have imported
-them (each module once: a server keeps it for every later session). A server that a preload leaves with a
-second thread could fork a held lock: it ends, is replaced, and the run preloads no more; a failed import is
-left to the rank. Where CUDA is visible nothing is preloaded (a library that touches the driver before
-``fork`` breaks the ranks' CUDA).
+``serve`` is the server (``python -m grading.engine.forkserver``), ``ServerSession`` the launcher's end of a
+session, ``run_servers.ForkServers`` a run's servers. Why and how: docs/design.md ("Warm ranks").
 """
 from __future__ import annotations
 
@@ -54,8 +27,9 @@ from pathlib import Path
 import psutil
 
 from grading.engine.sandbox import freeze_and_kill
-from grading.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import SERVER_IMPORTS, adopt_environment
 
+KIT_PACKAGES = ("grading", "common")           # imported afresh by every child from the folder it names
 SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
 START_TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -68,8 +42,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[int]) -> int:
-    """In a freshly forked child: become what a cold ``python -m MODULE ARGV`` would be (module docstring), on
-    ``streams`` (stdout, stderr); run ``MODULE.main(ARGV)``: a rank's worker, or a grade (``main_warm``)."""
+    """In a freshly forked child: become what a cold ``python -m MODULE ARGV`` would be (its own session, the
+    ``streams`` the launcher sent as stdout and stderr, the key on ``stdin``, the launcher's environment, new
+    random seeds, ``KIT_PACKAGES`` imported afresh from the request's folder) and run ``MODULE.main(ARGV)``: a
+    rank's worker, or a grade (``main_warm``)."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)    # dies with its session
     os.setsid()
     control.close()
@@ -79,7 +55,7 @@ def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[i
     os.chdir(request["cwd"])
     server_kit, hash_seed = os.environ.get(SERVER_KIT_ENV, ""), os.environ.get("PYTHONHASHSEED")
     adopt_environment({**request["env"], **({"PYTHONHASHSEED": hash_seed} if hash_seed else {})})  # our hashes' seed
-    for name in [name for name in sys.modules if name == "grading" or name.startswith("grading.")]:
+    for name in [name for name in sys.modules if name.partition(".")[0] in KIT_PACKAGES]:
         del sys.modules[name]
     sys.path[:] = [request["cwd"], *(entry for entry in sys.path if entry not in ("", server_kit, request["cwd"]))]
     importlib.invalidate_caches()
@@ -112,7 +88,7 @@ def _start_child(request: dict, control: socket.socket, streams: list[int]) -> i
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):          # a log over its size limit
                     stream.flush()
-            os._exit(code if isinstance(code, int) else 70)    # a forked child's end (module docstring)
+            os._exit(code if isinstance(code, int) else 70)    # a forked child's documented end (as multiprocessing's)
     for stream in (read_end, *streams):
         os.close(stream)
     try:
@@ -196,7 +172,7 @@ def serve(listener_fd: int) -> None:
                     _session(control)
                     code = 0
                 finally:
-                    os._exit(code)                          # a forked child's end (module docstring)
+                    os._exit(code)                          # a forked child's documented end
         control.close()
 
 
@@ -214,7 +190,7 @@ def start_server(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]
     return proc, address
 
 
-class ForkServer:
+class ServerSession:
     """A launcher's session with a server (module docstring): a process the server forked for this connection,
     which forks the ranks asked for and ends, sweeping them, when the connection closes."""
 

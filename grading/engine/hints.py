@@ -5,7 +5,7 @@
 error (type, message, file) against the mistakes students make most often; the raw message is always shown
 next to its hint. ``format_error`` is the one way a student exception is reported, wherever it was caught:
 ``RankContext.record`` (through ``case_run.describe_error``) and every probe helper that catches one itself
-(``describe_exception``: the helpers of ``grading/problems/common.py``, probes that keep an error as data).
+(``describe_exception``: the helpers of ``grading/problems/probe_helpers.py``, probes that keep an error as data).
 """
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import re
 import traceback
 from pathlib import Path
 
-# The top-level packages that hold student code (regions), so a traceback frame there is the student's.
-# grading.kit.regions re-exports it for the kit's own use.
-STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune", "tensor_parallel")
+from common.regions import STUDENT_PACKAGES
 
 # (file prefix or "", regex on "Type: message", hint)
 _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [

@@ -15,7 +15,7 @@ interpreter that a stray non-daemon thread keeps alive) is killed.
 A case may go on in new processes (``then``, from ``Case.then``): the next
 phase's ranks start once every rank of the one before has finished and what
 it left running is killed; they sign into the same results and find the
-case's ``shared`` folder (``RankContext.shared_dir``). One limit bounds the case.
+case's ``handoff`` folder (``RankContext.handoff_dir``). One limit bounds the case.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from grading.engine import sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import available_cpus
-from grading.engine.forkserver import ForkServer
+from grading.engine.forkserver import ServerSession
 from grading.engine.run_servers import POOL_ENV, ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished
 
@@ -104,7 +104,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     the run survives it.
     """
     out_dir = Path(out_dir)
-    (out_dir / "shared").mkdir(parents=True)
+    (out_dir / "handoff").mkdir(parents=True)
     limits = sandbox.default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
     namespaces = sandbox.Namespaces(network=limits.network)
@@ -112,7 +112,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
             "collective_checks": collective_checks,
-            "shared": str(out_dir / "shared")}
+            "handoff": str(out_dir / "handoff")}
     apart = collective_checks and world_size > 1
     phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart)
     start = time.monotonic()
@@ -153,8 +153,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
 class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
-    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, warm: ForkServers | None, apart: bool):
-        self.out_dir, self.key, self.run_id, self.cwd, self.warm = out_dir, key, run_id, cwd, warm
+    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None, apart: bool):
+        self.out_dir, self.key, self.run_id, self.cwd, self.servers = out_dir, key, run_id, cwd, servers
         self.apart = apart                          # ranks forked by servers of different hash seeds
         self.ranks: list[_Rank] = []
         self.codes: list[int | None] = []
@@ -176,11 +176,12 @@ class _Phase:
             argv, started = [str(spec), str(rank)], None
             with open(self.out_dir / f"rank{rank}.stdout", "ab" if append else "wb") as stdout, \
                     open(self.out_dir / f"rank{rank}.stderr", "ab" if append else "wb") as stderr:
-                if self.warm is not None:
+                if self.servers is not None:
                     try:
-                        server = self.warm.server(rank, self.apart)
-                        started = _Rank(rank, server.start(WORKER, argv, self.cwd, self.environment(),
-                                                           (stdout.fileno(), stderr.fileno()), self.key), server=server)
+                        session = self.servers.session(rank, self.apart)
+                        pid = session.start(WORKER, argv, self.cwd, self.environment(),
+                                            (stdout.fileno(), stderr.fileno()), self.key)
+                        started = _Rank(rank, pid, session=session)
                     except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
                         self.cold_reasons.append(f"rank {rank}: {exc}")
                 self.ranks.append(started or _Rank.cold(argv, self.key, (stdout, stderr), self.cwd, self.environment()))
@@ -194,8 +195,8 @@ class _Phase:
                 if (self.out_dir / f"rank{r.rank}" / DONE_MARKER).exists() and \
                         now - finished_at.setdefault(r.rank, now) > LINGER_S:
                     r.signal_group(signal.SIGKILL)
-            try:                          # until a server reports an exit (cold ranks: polled)
-                select.select(list({id(r.server): r.server for r in running if r.server}.values()), [], [], POLL_S)
+            try:                          # until a session reports an exit (cold ranks: polled)
+                select.select(list({id(r.session): r.session for r in running if r.session}.values()), [], [], POLL_S)
             except (OSError, ValueError):                 # a server's socket closed meanwhile
                 time.sleep(POLL_S)
         self.codes = [r.poll() for r in self.ranks]     # at the limit: one that our stack dump signal ends still ran
@@ -212,12 +213,12 @@ class _Phase:
             r.signal_group(signal.SIGKILL)
         for r in self.ranks:
             r.wait(10)
-        servers = {id(r.server): r.server for r in self.ranks if r.server}.values()
-        lost = "" if all(server.alive() for server in servers) else (
+        sessions = {id(r.session): r.session for r in self.ranks if r.session}.values()
+        lost = "" if all(session.alive() for session in sessions) else (
             "a rank killed the process that started it (its fork server), which ends every rank of the run at an "
             "unpredictable point: no result of this run is counted")
-        for server in servers:                      # its session ends, killing what the ranks left behind
-            server.close()
+        for session in sessions:                    # it ends, killing what the ranks left behind
+            session.close()
         if self.ranks:
             sandbox.kill_marked(self.run_id)
         self.ranks = []
@@ -227,8 +228,8 @@ class _Phase:
 class _Rank:
     """One rank process, cold (a child of ours) or forked by a fork server (a child of the server)."""
 
-    def __init__(self, rank: int, pid: int, proc: subprocess.Popen | None = None, server: ForkServer | None = None):
-        self.rank, self.pid, self.proc, self.server = rank, pid, proc, server
+    def __init__(self, rank: int, pid: int, proc: subprocess.Popen | None = None, session: ServerSession | None = None):
+        self.rank, self.pid, self.proc, self.session = rank, pid, proc, session
 
     @classmethod
     def cold(cls, argv: list[str], key: bytes, streams: tuple, cwd: Path, env: dict[str, str]) -> _Rank:
@@ -245,9 +246,9 @@ class _Rank:
         """The exit code (negative: killed by that signal), or None while it runs."""
         if self.proc is not None:
             return self.proc.poll()
-        code = self.server.poll().get(self.pid)
-        if code is None and not self.server.alive():
-            return -signal.SIGKILL                   # its server died, and it with it (PR_SET_PDEATHSIG)
+        code = self.session.poll().get(self.pid)
+        if code is None and not self.session.alive():
+            return -signal.SIGKILL                   # its session died, and it with it (PR_SET_PDEATHSIG)
         return code
 
     def signal_group(self, sig: int) -> None:

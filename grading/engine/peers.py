@@ -16,8 +16,9 @@ import re
 import signal
 from typing import Protocol, Sequence
 
-from grading.engine.hints import STUDENT_PACKAGES, format_error, likely_cause
-from grading.rank_reports import dump_place, is_symptom
+from common.rank_reports import dump_place, is_symptom
+from common.regions import STUDENT_PACKAGES
+from grading.engine.hints import format_error, likely_cause
 
 
 class Outcome(Protocol):

@@ -67,15 +67,15 @@ def is_finished(rank_dir: Path, key: bytes, rank: int) -> bool:
 
 
 class RankContext:
-    """What a probe gets: its rank, the case arguments, and ``record`` to save results. ``shared_dir`` is one folder
+    """What a probe gets: its rank, the case arguments, and ``record`` to save results. ``handoff_dir`` is one folder
     for every rank and phase of the case (``Case.then``), where a phase leaves files for the next (a checkpoint)."""
 
     def __init__(self, rank: int, world_size: int, args: dict, out_dir: Path, backend: str, device: str,
-                 store: str, shared_dir: Path, key: bytes = b""):
+                 store: str, handoff_dir: Path, key: bytes = b""):
         self.rank, self.world_size, self.args, self.backend, self.device = rank, world_size, args, backend, device
         self.store = store                  # file-store path for probes that set up their own group
         self.out_dir = out_dir              # this rank's result folder
-        self.shared_dir = shared_dir        # the case's folder for files handed from phase to phase
+        self.handoff_dir = handoff_dir      # the case's folder for files handed from phase to phase
         self.saving_s = 0.0                 # time spent writing result files (for grade --profile)
         self._key = key
         self._naming: tuple[Callable[[str], str], frozenset[str]] | None = None    # see recording_as

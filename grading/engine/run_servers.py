@@ -5,7 +5,7 @@ of a case is forked by server r % 2 where two are kept; where one is kept, a
 second one is started for a case that needs its ranks' string hash orders
 apart, and stopped before a case without that need has the first server
 import more libraries (``ForkServers.settle``). ``batch`` shares its servers with its grades
-through ``POOL_ENV`` (``ForkServers.shared_env``).
+through ``POOL_ENV`` (``ForkServers.pool_env``).
 """
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ import signal
 import subprocess
 from pathlib import Path
 
-from grading.engine.forkserver import SERVER_KIT_ENV, ForkServer, start_server
+from grading.engine.forkserver import SERVER_KIT_ENV, ServerSession, start_server
 from grading.engine.sandbox import signal_group
 
 SERVERS_ENV = "GRADING_FORKSERVERS"
-POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.shared_env``), to connect to
+POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.pool_env``), to connect to
 
 
 def pool_addresses(pool: str) -> list[str]:
-    """The servers' addresses that a ``POOL_ENV`` value (``shared_env``) names."""
+    """The servers' addresses that a ``POOL_ENV`` value (``pool_env``) names."""
     return [address.replace("@", "\0", 1) for address in pool.split(",") if address]
 
 
@@ -57,7 +57,7 @@ class ForkServers:
         self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
         self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
-        self._sessions: dict[int, ForkServer] = {}
+        self._sessions: dict[int, ServerSession] = {}
         self._preloaded: set[str] = set()          # what the first server was asked to import so far
         self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
@@ -81,7 +81,7 @@ class ForkServers:
             self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
         return self._started[index][1]
 
-    def server(self, rank: int, apart: bool = False) -> ForkServer:
+    def session(self, rank: int, apart: bool = False) -> ServerSession:
         """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
         index = rank % self.holders(apart)
         if index not in self._sessions or not self._sessions[index].alive():
@@ -95,10 +95,10 @@ class ForkServers:
         if old := self._sessions.pop(index, None):
             old.close()
         try:
-            self._sessions[index] = ForkServer(self.address(index), preload)
+            self._sessions[index] = ServerSession(self.address(index), preload)
         except OSError:
             self._leave(index)
-            self._sessions[index] = ForkServer(self.address(index), preload)
+            self._sessions[index] = ServerSession(self.address(index), preload)
 
     def _leave(self, index: int) -> None:
         """Use server ``index`` no more: the pool is left, and this run's own server stopped (``address`` starts a
@@ -127,7 +127,7 @@ class ForkServers:
         self._stop(extra)
 
     def preload(self, world_size: int, modules: tuple[str, ...], apart: bool = False) -> None:
-        """Start the sessions of ranks 0 .. ``world_size``-1 (``apart``: as ``server`` spreads them) from servers
+        """Start the sessions of ranks 0 .. ``world_size``-1 (``apart``: as ``session`` spreads them) from servers
         that have imported ``modules`` (side by side), and wait for them. Nothing where CUDA is visible. A server
         that a preload left unable to fork has ended and is left; the run preloads nothing more (``refused``)."""
         if self.preloads_allowed is None:
@@ -150,9 +150,9 @@ class ForkServers:
     def warm_up(self, ranks: int = 2) -> None:
         """Start the sessions of ranks 0 .. ``ranks``-1 now (the servers' imports overlap the caller's own work)."""
         for rank in range(min(ranks, self.servers)):
-            self.server(rank)
+            self.session(rank)
 
-    def shared_env(self) -> dict[str, str]:
+    def pool_env(self) -> dict[str, str]:
         """``POOL_ENV`` naming these servers (started now), for other processes' grading runs to share them."""
         addresses = [self.address(index) for index in range(self.servers)]
         return {POOL_ENV: ",".join(address.replace("\0", "@", 1) for address in addresses)}

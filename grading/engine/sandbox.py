@@ -179,8 +179,8 @@ class Namespaces:
             self.reason = "a private network needs root on Linux"
             return
         try:
-            # -I -S: the holder needs the standard library only (no site-packages, no PYTHON* settings); one
-            # starts for every case, in half the time and CPU of a full interpreter (measured: 34 vs 73 ms)
+            # -I -S: the holder needs the standard library only (no site-packages, no PYTHON* settings), and one
+            # starts for every case: the lighter start (docs/design.md, "Measurements")
             self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _HOLDER, str(CLONE_NEWNET)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                           start_new_session=True)

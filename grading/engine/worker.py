@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
         probe = getattr(importlib.import_module(module_name), function_name)
         marks["probe_imported"] = time.time()
         ctx = RankContext(rank, spec["world_size"], spec["args"], rank_dir, spec["backend"], device,
-                          spec["store"], Path(spec["shared"]), key)
+                          spec["store"], Path(spec["handoff"]), key)
         del key
         probe(ctx)
     except BaseException as exc:  # noqa: BLE001

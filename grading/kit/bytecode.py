@@ -1,11 +1,10 @@
 """Bytecode for a grading copy: its ranks load the copy's modules compiled, instead of each compiling them again.
 
 A grading copy is new for every grade and has no ``__pycache__``; every rank
-imports the worker, its case's checks and the student packages from it (a
-full grade: about 85 modules in 40 ranks), and each rank compiled each of
-them from source (measured: a fifth of a warm rank's CPU time). Python
-writes no bytecode under ``PYTHONDONTWRITEBYTECODE``, and where it may, ranks
-that start together each compile before any has written it.
+imports the worker, its case's checks and the student packages from it, and
+would compile each of them from source: Python writes no bytecode under
+``PYTHONDONTWRITEBYTECODE``, and where it may, ranks that start together each
+compile before any has written it.
 
 ``write_bytecode`` gives the copy's ``.py`` files under the packages named
 a *checked-hash* ``.pyc`` (PEP 552): an import uses it only if the hash of

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 from grading.kit.course import chosen_problems
-from grading.kit.regions import student_files
+from common.regions import student_files
 
 MAX_ZIP_BYTES = 50 * 1024 * 1024          # uncompressed total
 MAX_ZIP_MEMBERS = 5000

@@ -17,7 +17,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.kit.regions import kit_text, parse_regions, student_files
+from common.regions import parse_regions, student_files
+from grading.kit.splice import kit_text
 
 MISSING = ("`python -m grading mutants` needs Cosmic Ray, a staff-only requirement: "
            "python3 -m pip install -r requirements-staff.txt")

@@ -25,7 +25,7 @@ criterion handles splits:
   ``PROBLEM.each_split(ctx, record)``: the framework calls ``record(inputs)``
   once per split the spawn runs, and the parts it records (the case's
   ``split_parts``) get their split's name; what does not depend on the inputs
-  goes inside ``PROBLEM.shared(ctx, record)``, which a hidden-only spawn
+  goes inside ``PROBLEM.without_inputs(ctx, record)``, which a hidden-only spawn
   (``HIDDEN_SPAWN``) skips. ``PROBLEM.shipped_expected(ctx)`` gives a stand-in
   the expected values it replays (the splits ``expected_in_ranks`` names);
 - parent side, a criterion judges a ``SplitRun`` (``grading.engine.rubric``):
@@ -169,7 +169,7 @@ class SubProblem:
                                   None if allowed is None else frozenset(allowed)):
                 record(inputs)
 
-    def shared(self, ctx, record: Callable[[], None]) -> None:
+    def without_inputs(self, ctx, record: Callable[[], None]) -> None:
         """In a rank: call ``record()`` (the parts that do not depend on the inputs) unless this spawn runs the
         hidden split alone (``HIDDEN_SPAWN``), where no criterion reads them."""
         if PUBLIC in ctx.args.get("splits", [PUBLIC]):

@@ -23,8 +23,8 @@ from pathlib import Path
 from grading.kit.bytecode import write_bytecode
 from grading.kit.course import chosen_problems
 from grading.kit.region_hints import static_hints
-from grading.kit.regions import (PRISTINE_DIR, STUDENT_PACKAGES, RegionError, kit_text, parse_regions, protected_text,
-                             replace_bodies, stub_body, student_files)
+from common.regions import PRISTINE_DIR, STUDENT_PACKAGES, RegionError, parse_regions, student_files
+from grading.kit.splice import kit_text, protected_text, replace_bodies, stub_body
 from grading.kit.student_lines import line_map, location_pattern, outside_note
 
 MAX_STUDENT_FILE_BYTES = 1024 * 1024      # one student .py file
@@ -38,7 +38,7 @@ SUSPICIOUS = re.compile(
     r"\bctypes\b|\bos\.(?:fork|setsid|kill|_exit)\b|\bsubprocess\b|/proc/|\b__builtins__\b|\bbuiltins\b|"
     r"\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|\bsys\.argv\b|\b(?:site|user)customize\b|"
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
-RANK_PACKAGES = ("grading", *STUDENT_PACKAGES)   # what a grading copy's ranks import from it
+RANK_PACKAGES = ("grading", "common", *STUDENT_PACKAGES)   # what a grading copy's ranks import from it
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 
 

@@ -19,6 +19,6 @@ Modules (each small, one concept):
 """
 from __future__ import annotations
 
-from grading.kit.handin import REQUIRED_FIGURES, REQUIRED_FILES, SUMMARY_NAME
+from common.handin import REQUIRED_FIGURES, REQUIRED_FILES, SUMMARY_NAME
 
 __all__ = ["REQUIRED_FIGURES", "REQUIRED_FILES", "SUMMARY_NAME"]

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project.bench import stats
 from project.bench.context import Context, local_step
 from project.bench.workload import load_workload

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project.launch import RankEnv, RankError, spawn_ranks
 
 VARIANTS = ("plain", "grad_ckpt")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project.bench.tasks import serve
 from project.launch import RankError, Ranks, file_rendezvous, spawn_ranks
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from grading.kit.files import read_jsonl
+from common.files import read_jsonl
 from project.bench import stats
 
 

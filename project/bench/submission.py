@@ -4,7 +4,7 @@
     (what scripts/create_submission_zip.sh runs)
 
 The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
-grader's own list, ``grading.kit.regions.student_files``) and the
+grader's own list, ``common.regions.student_files``) and the
 ``submit_figures/*.png`` + ``performance_summary.json`` + ``analysis.md``
 (the written analysis) that are there.
 Nothing else, so no ``workdir/``, checkpoints, caches or virtual
@@ -23,8 +23,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grading.kit.files import atomic_path
-from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
+from common.files import atomic_path
+from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -101,10 +101,10 @@ def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: No
     """Write ``output`` from the kit at ``root``; return the member names.
 
     Warnings about the figures and the analysis go to ``warn`` (the files are packaged
-    anyway). Raises ``grading.kit.regions.RegionError`` (malformed student
+    anyway). Raises ``common.regions.RegionError`` (malformed student
     markers) before writing anything.
     """
-    from grading.kit.regions import student_files
+    from common.regions import student_files
 
     root = Path(root)
     members = [(root / rel, rel) for rel in student_files(root)]
@@ -122,7 +122,7 @@ def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: No
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: package, print the members and the figure warnings; exit 2 (one line) only for malformed student markers."""
-    from grading.kit.regions import RegionError
+    from common.regions import RegionError
 
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(prog="create_submission_zip.sh", description=__doc__.split("\n\n")[0])

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from grading.startup import GPT2_IMPORTS
+from common.startup import GPT2_IMPORTS
 from project import readiness
 from project.bench import stats
 from project.bench.publish import new_run_folder, publish

@@ -88,9 +88,10 @@ def reports_preloaded(ctx):
 
 
 def reports_kit(ctx):
+    import common.startup
     import grading
-    ctx.record("kit", lambda: {"grading": grading.__file__, "pythonpath": os.environ.get("PYTHONPATH"),
-                               "path0": sys.path[0], "probes": __file__})
+    ctx.record("kit", lambda: {"grading": grading.__file__, "common": common.startup.__file__,
+                               "pythonpath": os.environ.get("PYTHONPATH"), "path0": sys.path[0], "probes": __file__})
 
 
 def imports_matplotlib(ctx):
@@ -106,11 +107,11 @@ def leaves_a_thread(ctx):
 
 def hands_a_file_over(ctx):
     """Phase 1 of a two-phase case: leaves its pid in the shared folder and records it."""
-    (ctx.shared_dir / f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
+    (ctx.handoff_dir / f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
     ctx.record("first", os.getpid)
 
 
 def takes_the_file(ctx):
     """Phase 2: records its own pid and what phase 1 left for this rank."""
-    left = ctx.shared_dir / f"rank{ctx.rank}.pid"
+    left = ctx.handoff_dir / f"rank{ctx.rank}.pid"
     ctx.record("second", lambda: {"pid": os.getpid(), "left": int(left.read_text())})

@@ -31,9 +31,8 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.engine.hints import STUDENT_PACKAGES
 from grading.kit.course import DEFAULT_PROBLEMS, EXAMPLE_PROBLEMS_FROM, is_example, parse_problems, record_text
-from grading.kit.regions import parse_regions
+from common.regions import STUDENT_PACKAGES, parse_regions
 from grading.problems import titles
 from grading.staff.handout.rubric import marker
 from tests.kit.shapes import MIN_NODES, node_count, shape
@@ -72,7 +71,7 @@ ENUMERATING = [
 # What the partial-submission test derives, checked in the toy copy without its benchmark run.
 PARTIAL = """
 from tests.test_partial_submission import DONE_PROBLEM, ROOT, done_subs
-from grading.kit.regions import parse_regions, student_files
+from common.regions import parse_regions, student_files
 marked = {r.id for rel in student_files(ROOT) for r in parse_regions((ROOT / rel).read_text(), rel)}
 mine = sorted((s for s in marked if s.split(".")[0] == DONE_PROBLEM), key=lambda s: int(s.split(".")[1]))
 assert "@ID@" in done_subs() and done_subs() == tuple(mine), (done_subs(), mine)

@@ -21,7 +21,7 @@ from grading.commands.release import release
 from grading.engine.rubric import HIDDEN, PUBLIC
 from grading.engine.runner import run_cases
 from grading.kit.problem import SubProblem
-from grading.kit.regions import parse_regions, student_files
+from common.regions import parse_regions, student_files
 from grading.kit.secret import SECRET_ENV
 from grading.kit.submission import build_grading_copy, grader_access
 from grading.staff import expected as expected_files

@@ -10,7 +10,8 @@ from grading.__main__ import main as grading_main
 from grading.commands import batch
 from grading.commands.benchmarks import NOT_SCORED
 from grading.kit.course import chosen_problems
-from grading.kit.regions import parse_regions, replace_bodies, stub_body
+from common.regions import parse_regions
+from grading.kit.splice import replace_bodies, stub_body
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit

@@ -18,7 +18,8 @@ import pytest
 from grading import KIT_ROOT
 from grading.engine.runner import run_cases
 from grading.kit.course import PROBLEMS_ENV
-from grading.kit.regions import parse_regions, replace_bodies, student_files
+from common.regions import parse_regions, student_files
+from grading.kit.splice import replace_bodies
 from grading.kit.submission import build_grading_copy
 from grading.problems import all_cases, folders
 from tests.kit.variants import make_variant_kit

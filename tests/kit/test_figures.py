@@ -143,7 +143,7 @@ def test_zip_script_warns_about_a_quick_summary_and_says_figures_are_not_scored(
 def test_benchmark_check_runs_the_benchmark_on_the_spliced_submission_and_reads_only_its_own_summary(tmp_path):
     """The 2-GPU path, forced on this CPU machine with a tiny workload: the grader's run judges (here: does
     not apply, 0 GPUs), whatever the submission's own summary claims."""
-    from grading.kit.regions import student_files
+    from common.regions import student_files
 
     for rel in student_files(ROOT):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

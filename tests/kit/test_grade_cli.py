@@ -16,7 +16,7 @@ import pytest
 from grading.engine.run_servers import POOL_ENV, ForkServers
 from grading.engine.runner import FORKSERVER_ENV
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.regions import student_files
+from common.regions import student_files
 from grading.commands.release import release
 from tests.commands import run_kit_command
 from tests.kit.variants import KIT_ROOT, with_body
@@ -145,7 +145,7 @@ def pool_env(fork_servers):
     with contextlib.ExitStack() as stack:
         servers = fork_servers or stack.enter_context(ForkServers(KIT_ROOT))
         env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
-        yield {**env, **servers.shared_env()}
+        yield {**env, **servers.pool_env()}
 
 
 def test_a_grade_named_a_pool_is_forked_by_its_server(tmp_path, pool_env):

@@ -9,7 +9,7 @@ import pytest
 
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.regions import parse_regions, student_files
+from common.regions import parse_regions, student_files
 from grading.problems import all_cases
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 from tests.commands import run_kit_command

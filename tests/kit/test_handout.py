@@ -28,8 +28,8 @@ from grading.__main__ import main
 from grading.engine import hints
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
-from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
-from grading.kit.regions import parse_regions, student_files
+from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
+from common.regions import parse_regions, student_files
 from grading.problems import all_cases, folders
 from grading.staff import handout
 from grading.staff.handout import analysis, faq, figures, plan

@@ -8,7 +8,7 @@ import pytest
 from grading.engine.hints import describe_exception, format_error, likely_cause, self_contained, student_frame
 from grading.kit.region_hints import static_hints
 from grading.engine.case_run import describe_error
-from grading.problems.common import call_outcome, labelled
+from grading.problems.probe_helpers import call_outcome, labelled
 
 pytestmark = pytest.mark.kit
 

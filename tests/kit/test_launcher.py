@@ -72,7 +72,7 @@ def test_one_fork_server_keeps_hash_orders_apart_only_where_ranks_must_agree(tmp
 
 
 def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
-    """``batch`` shares its fork servers with its grades (``shared_env``): another run's ranks fork from them, in
+    """``batch`` shares its fork servers with its grades (``pool_env``): another run's ranks fork from them, in
     sessions of its own (a module the first run had them preload is already imported in the second's ranks); a pool
     whose server has ended is left for servers of the run's own, still warm."""
     def preloaded(servers, name, preload=()):
@@ -83,12 +83,12 @@ def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
         return torch.load(tmp_path / name / "rank0" / "preloaded.pt", weights_only=True)["colorsys"]
 
     def session(servers):
-        session = servers.server(0)
+        session = servers.session(0)
         session.ready()
         return psutil.Process(session.pid)
 
     with ForkServers(KIT_ROOT) as owner:
-        pool = owner.shared_env()[POOL_ENV]
+        pool = owner.pool_env()[POOL_ENV]
         assert preloaded(owner, "owner", preload=("colorsys",))
         with ForkServers(KIT_ROOT, pool=pool) as guest:
             assert preloaded(guest, "guest")
@@ -150,7 +150,7 @@ def test_a_finished_rank_that_a_stray_thread_keeps_alive_ends_the_run_at_once(tm
 
 
 def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_path, run):
-    """``then``: each rank of the second phase is a new process, finds what its predecessor left in the shared
+    """``then``: each rank of the second phase is a new process, finds what its predecessor left in the handoff
     folder, and records into the same signed results; a first phase that does not finish ends the case there."""
     result = run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
                  then=(f"{PROBES}:takes_the_file",))
@@ -200,7 +200,7 @@ def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, r
     a pool of servers that the launcher was named (``batch``'s, shared by its grades, not by their ranks)."""
     servers.warm_up(2)
     monkeypatch.setenv("LAUNCHER_TEST_VARIABLE", "set after the servers started")
-    monkeypatch.setenv(POOL_ENV, servers.shared_env()[POOL_ENV])
+    monkeypatch.setenv(POOL_ENV, servers.pool_env()[POOL_ENV])
     (tmp_path / "own tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "own tmp"))
     result = run(tmp_path, "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
@@ -264,9 +264,9 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 
 
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
-    """Every module a case of the kit or a runner's ranks preload (``grading.startup``) imports in a fork server
+    """Every module a case of the kit or a runner's ranks preload (``common.startup``) imports in a fork server
     without starting a thread."""
-    from grading import startup
+    from common import startup
 
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"
@@ -281,17 +281,17 @@ def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
 
 
 def test_a_fork_server_forks_ranks_that_import_only_their_own_kit_copy(tmp_path, servers):
-    """Servers hold library modules only: a rank forked for another kit copy imports ``grading``, the probe and
-    its subprocesses' modules from that copy, never from the server's."""
+    """Servers hold library modules only: a rank forked for another kit copy imports ``grading``, ``common`` (which
+    the server imported itself), the probe and its subprocesses' modules from that copy, never from the server's."""
     copy = tmp_path / "copy"
-    for folder in ("grading", "tests"):
+    for folder in ("common", "grading", "tests"):
         shutil.copytree(KIT_ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     result = launch(f"{PROBES}:reports_kit", 1, cwd=copy, out_dir=tmp_path / "run", timeout_s=60, init_group=False,
                     servers=servers)
     assert result.ok, result.failure()
     seen = torch.load(tmp_path / "run" / "rank0" / "kit.pt", weights_only=True)
     root = str(copy.resolve())
-    assert seen["grading"].startswith(root) and seen["probes"].startswith(root), seen
+    assert all(seen[name].startswith(root) for name in ("grading", "common", "probes")), seen
     assert seen["pythonpath"] == root and seen["path0"] == root, seen
 
 

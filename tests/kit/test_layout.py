@@ -1,37 +1,49 @@
-"""The shape of the code (issues 19, 36): layers that import one way, no import cycle, small modules.
+"""The shape of the code: layers that import one way, no import cycle, small modules.
 
 Read from the source with ``ast`` (nothing is imported), so a cycle that only
 bites at import time in some order is still found. Every import counts: at
-module level, inside a function, and under ``TYPE_CHECKING`` (a type-only
-import still ties the two modules together for a reader). The one edge left
-out is a module importing a package it lives in (``grading.engine.x`` ->
-``grading.engine``): that package is being imported already.
+module level, inside a function, under ``TYPE_CHECKING`` (a type-only import
+still ties the two modules together for a reader), and ``importlib.import_module``
+/ ``__import__`` of a constant name. The dependency rule follows imports through
+every in-repo module, so ``project -> common -> grading`` is caught like a direct
+import. The one edge left out of the graph is a module importing a package it
+lives in (``grading.engine.x`` -> ``grading.engine``): that package is being
+imported already.
 """
 from __future__ import annotations
 
 import ast
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from common.regions import STUDENT_PACKAGES
 from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 
-PACKAGES = ("grading", "project")
+PACKAGES = ("common", "grading", "project")
+IN_REPO = (*PACKAGES, *STUDENT_PACKAGES)       # every in-repo package an import chain may pass through
+# ARCHITECTURE.md: dependencies run one way. A module of a key reaches no module of its value's packages, directly
+# or through any chain of in-repo imports; ``common`` lies below both sides. (grading may import project only
+# where the README documents it: nowhere today, so no exception is listed.)
+NEVER_REACHES = {"project": ("grading",), "grading": ("project",), "common": ("grading", "project"),
+                 **{package: ("common", "grading", "project") for package in STUDENT_PACKAGES}}
 MAX_LINES = 350
 # modules whose one concept needs more room (at most ONE_CONCEPT_MAX_LINES), and why
 ONE_CONCEPT = {"grading.problems.p2_2_pipe.checks": "one case: Pipe's probe and the criteria that read its parts"}
 ONE_CONCEPT_MAX_LINES = 450
-# grading's layers: a module of a layer may import its own layer and those to its right.
-LAYERS = ("grading.commands", "grading.problems", "grading.kit", "grading.engine")
+# grading's layers, then common below them: a module of a layer may import its own layer and those to its right.
+LAYERS = ("grading.commands", "grading.problems", "grading.kit", "grading.engine", "common")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in sorted((KIT_ROOT / package).rglob("*.py")):
-            rel = path.relative_to(KIT_ROOT)
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root)
             if "pristine" in rel.parts or "__pycache__" in rel.parts:
                 continue
             name = ".".join(rel.with_suffix("").parts)
@@ -39,9 +51,19 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _by_name(node: ast.AST) -> str | None:
+    """The constant module name of ``importlib.import_module("x")`` / ``import_module("x")`` / ``__import__("x")``."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    name = node.args[0].value
+    return name if called in ("import_module", "__import__") and isinstance(name, str) else None
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The kit modules that module ``name`` imports (anywhere in its code), resolved to known names; not the
-    packages ``name`` itself lives in."""
+    """The kit modules that module ``name`` imports (anywhere in its code), resolved to known names (a name that
+    is not a module counts as the nearest module above it); not the packages ``name`` itself lives in."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
@@ -55,12 +77,42 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             targets.add(base)
             targets.update(f"{base}.{alias.name}" for alias in node.names)
-    return {t for t in targets if t in known and t != name and not name.startswith(t + ".")}
+        elif by_name := _by_name(node):
+            targets.add(by_name)
+    resolved = set()
+    for target in targets:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target:
+            resolved.add(target)
+    return {t for t in resolved if t != name and not name.startswith(t + ".")}
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+def _graph(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    modules = _modules(root, packages)
     return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def dependency_violations(root: Path = KIT_ROOT) -> list[str]:
+    """Every import chain (``a -> b -> c``) by which a module reaches a package ``NEVER_REACHES`` forbids it, one
+    shortest chain per (module, forbidden package); importing a module imports the packages above it too."""
+    graph = _graph(root, IN_REPO)
+    found = []
+    for start in sorted(graph):
+        forbidden = NEVER_REACHES.get(start.partition(".")[0], ())
+        paths, queue, reported = {start: [start]}, [start], set()
+        while queue:
+            node = queue.pop(0)
+            top = node.partition(".")[0]
+            if top in forbidden and top not in reported:
+                reported.add(top)
+                found.append(" -> ".join(paths[node]))
+            parents = [node.rsplit(".", k)[0] for k in range(1, node.count(".") + 1)]
+            for nxt in sorted(graph.get(node, set()) | {p for p in parents if p in graph}):
+                if nxt not in paths:
+                    paths[nxt] = paths[node] + [nxt]
+                    queue.append(nxt)
+    return found
 
 
 def _layer(name: str) -> int | None:
@@ -86,24 +138,51 @@ def test_no_import_cycle_in_grading_or_project():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_project_never_imports_the_grader_engine():
-    """The student-facing entry points share modules with the grader (``grading.startup``, ``grading.rank_reports``)
-    that import nothing of the kit; none of them imports the engine."""
-    graph = _graph()
-    offenders = {name: sorted(t for t in targets if t.startswith("grading.engine"))
-                 for name, targets in graph.items() if name.startswith("project")}
-    assert not {k: v for k, v in offenders.items() if v}
-    assert graph["grading.startup"] == set() and graph["grading.rank_reports"] == set()
+def test_dependencies_run_one_way():
+    """project never reaches grading, grading never reaches project, common and the student packages reach
+    neither, by any import anywhere in the code, directly or through other in-repo modules."""
+    wrong = dependency_violations()
+    assert not wrong, "imports against the dependency rule (ARCHITECTURE.md):\n" + "\n".join(wrong)
 
 
-def test_grading_never_imports_project():
-    offenders = {name: sorted(t for t in targets if t.startswith("project"))
-                 for name, targets in _graph().items() if name.startswith("grading")}
-    assert not {k: v for k, v in offenders.items() if v}
+def test_common_imports_the_standard_library_only():
+    outside = []
+    for name, path in _modules(packages=("common",)).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            outside += [f"{name} imports {target}" for target in targets
+                        if target.partition(".")[0] not in (*sys.stdlib_module_names, "common")]
+    assert not outside, outside
+
+
+PLANTED = {   # a violation hidden the ways the checker must see through -> the chain it must report
+    "function level": ({"project/run.py": "def main():\n    import grading.kit.seams\n"},
+                       "project.run -> grading.kit.seams"),
+    "TYPE_CHECKING, through common": (
+        {"project/run.py": "from common import files\n",
+         "common/files.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grading.kit import seams\n"},
+        "project.run -> common.files -> grading.kit"),
+    "by name, relative": ({"project/run.py": "from .helpers import x\n",
+                           "project/helpers.py": "import importlib\nx = importlib.import_module('grading.kit')\n"},
+                          "project.run -> project.helpers -> grading.kit"),
+    "grading reaches project": ({"grading/kit/seams.py": "def f():\n    __import__('project.run')\n"},
+                                "grading.kit.seams -> project.run"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_the_dependency_check_finds_a_planted_violation(tmp_path, case):
+    files, chain = PLANTED[case]
+    base = {f"{package}/__init__.py": "" for package in ("common", "grading", "grading/kit", "project")}
+    for rel, text in {**base, "grading/kit/seams.py": "", "project/run.py": "", **files}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+    assert chain in dependency_violations(tmp_path)
 
 
 def test_grading_layers_import_downwards_only():
-    """commands -> problems -> kit -> engine: the engine knows nothing of the kit, the kit nothing of commands."""
+    """commands -> problems -> kit -> engine -> common: each knows nothing of the layers above it."""
     wrong = []
     for name, targets in _graph().items():
         mine = _layer(name)

@@ -19,7 +19,8 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.commands.release import release
 from grading.kit.course import PROBLEMS_ENV
-from grading.kit.regions import parse_regions, replace_bodies
+from common.regions import parse_regions
+from grading.kit.splice import replace_bodies
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.regions import RegionError, parse_regions, protected_text, student_files
+from common.regions import RegionError, parse_regions, student_files
+from grading.kit.splice import protected_text
 from grading.commands.release import release
 from grading.kit.submission import build_grading_copy
 from tests.kit.variants import KIT_ROOT

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grading.commands import similarity
-from grading.kit.regions import stub_body
+from grading.kit.splice import stub_body
 from tests.kit.similarity_samples.make import (KIT_ROOT, kit_regions, planted_copy, reference_bodies, sample_bodies,
                                                write_submission)
 from tests.commands import run_kit_command

@@ -26,7 +26,8 @@ from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM, add_slurm_resour
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.commands.slurm_collect import collect
 from grading.kit.secret import SECRET_ENV
-from grading.kit.regions import parse_regions, replace_bodies, stub_body
+from common.regions import parse_regions
+from grading.kit.splice import replace_bodies, stub_body
 from tests.kit.test_variants_p1 import VARIANTS
 from tests.kit.variants import KIT_ROOT
 

@@ -193,7 +193,7 @@ def test_under_torchrun_the_line_is_printed_once_and_torchrun_reports_as_the_han
 
 
 # Reference-like text: a kit path, or "the README's <Section>"
-PATH = re.compile(r"(?<![\w/.-])((?:tests|scripts|project|grading|docs|data_parallel|pipeline|finetune|"
+PATH = re.compile(r"(?<![\w/.-])((?:tests|scripts|project|grading|common|docs|data_parallel|pipeline|finetune|"
                   r"tensor_parallel|submit_figures)/[\w/.-]*\w\.(?:py|sh|md|json|txt|ini|toml))\b")
 SECTION = re.compile(r"README'?s ([A-Z][\w-]*)")
 TEXT = {".py", ".md", ".txt", ".sh", ".ini", ".toml", ".cfg"}

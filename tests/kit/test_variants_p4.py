@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from grading.engine.runner import run_cases
-from grading.kit.regions import parse_regions, stub_body
+from common.regions import parse_regions
+from grading.kit.splice import stub_body
 from grading.problems import sub_problem
 from grading.problems.p4_1_ddp import checks as p4_1_ddp
 from grading.problems.p4_2_zero1 import checks as p4_2_zero1

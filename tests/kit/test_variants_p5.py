@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from grading.problems import all_cases
-from grading.kit.regions import parse_regions, replace_bodies, stub_body
+from common.regions import parse_regions
+from grading.kit.splice import replace_bodies, stub_body
 from grading.engine.runner import run_cases
 from tests.kit.variants import Variant, assert_verdicts, edited, make_variant_kit
 

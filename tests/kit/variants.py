@@ -19,7 +19,8 @@ import pytest
 from grading import KIT_ROOT
 from grading.kit.course import PROBLEMS_ENV
 from grading.problems import all_cases
-from grading.kit.regions import parse_regions, replace_bodies
+from common.regions import parse_regions
+from grading.kit.splice import replace_bodies
 from grading.engine.runner import CriterionResult, run_cases
 from grading.kit.submission import build_grading_copy
 

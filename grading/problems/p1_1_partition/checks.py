@@ -22,7 +22,7 @@ from grading.engine.expect import expect
 from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
-from grading.problems.common import call_outcome
+from grading.problems.probe_helpers import call_outcome
 from grading.problems.p1_1_partition import ID, TITLE
 
 Call = tuple[int, int, int]                # (size, world_size, seed): one partition_indices call

@@ -27,7 +27,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p1_2_comm import ID, TITLE, setup_checks
 from grading.problems.p1_2_comm import reference as ref
 from grading.problems.p1_2_comm.setup_checks import NOT_CALLED, PG_TIMEOUT_S
@@ -89,7 +89,7 @@ def probe_comm(ctx) -> None:
 
     A spawn of the hidden inputs alone (their own world size) joins the grader's
     group and records only the averaged gradients (and their all_reduce calls):
-    setup and train_step are ``PROBLEM.shared``, which that spawn skips.
+    setup and train_step are ``PROBLEM.without_inputs``, which that spawn skips.
     """
     import torch.distributed as dist
 
@@ -107,7 +107,7 @@ def probe_comm(ctx) -> None:
     from data_parallel import comm
 
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
-    PROBLEM.shared(ctx, lambda: setup_checks.record_setup(ctx, comm, calls, real_all_reduce, timeout))
+    PROBLEM.without_inputs(ctx, lambda: setup_checks.record_setup(ctx, comm, calls, real_all_reduce, timeout))
     if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
         dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout)
@@ -141,7 +141,7 @@ def probe_comm(ctx) -> None:
             serial.batch, serial.shard = (inputs, targets), shard
             losses.append(comm.train_step(model, optimizer, *shard, loss_fn))
         return {"losses": losses, "params": ref.params_of(model), "loss_fn_calls": len(loss_calls)}
-    PROBLEM.shared(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
+    PROBLEM.without_inputs(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
 
 
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,

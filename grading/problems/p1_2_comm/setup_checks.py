@@ -25,7 +25,7 @@ import torch
 from grading.kit.compare import describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
-from grading.problems.common import call_outcome
+from grading.problems.probe_helpers import call_outcome
 
 PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
 # setup_process_group must pass its arguments on: a backend string other than the default "gloo", a timeout

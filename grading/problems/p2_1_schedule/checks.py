@@ -17,7 +17,7 @@ from grading.kit.compare import describe, describe_kind
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome, describe_exception
+from grading.problems.probe_helpers import call_outcome, describe_exception
 from grading.problems.p2_1_schedule import ID, TITLE
 
 Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call

@@ -28,7 +28,7 @@ from grading.engine.launch import LoadClock
 from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Recorded, Swap
-from grading.problems.common import OPTIMIZER_IMPORTS, describe_exception, stage_devices
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, describe_exception, stage_devices
 from grading.problems.p2_2_pipe import ID, TITLE
 from grading.problems.p2_2_pipe import reference as ref
 

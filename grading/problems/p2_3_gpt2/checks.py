@@ -22,7 +22,7 @@ from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap
-from grading.problems.common import GPT2_IMPORTS, stage_devices
+from grading.problems.probe_helpers import GPT2_IMPORTS, stage_devices
 from grading.problems.p2_3_gpt2 import ID, TITLE
 from grading.problems.p2_3_gpt2 import reference as ref
 

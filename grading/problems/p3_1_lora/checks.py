@@ -17,7 +17,7 @@ from grading.kit.compare import assert_tensor_close, describe
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import call_outcome, describe_exception, expect_refusals, labelled
+from grading.problems.probe_helpers import call_outcome, describe_exception, expect_refusals, labelled
 from grading.problems.p3_1_lora import ID, TITLE
 from grading.problems.p3_1_lora import reference as ref
 

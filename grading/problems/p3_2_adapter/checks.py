@@ -20,7 +20,7 @@ from grading.kit.compare import assert_state_close, assert_tensor_close, describ
 from grading.engine.expect import expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import CodeOnLoad, call_outcome, expect_refusals, labelled
+from grading.problems.probe_helpers import CodeOnLoad, call_outcome, expect_refusals, labelled
 from grading.problems.p3_1_lora import reference as ref
 from grading.problems.p3_2_adapter import ID, TITLE
 

@@ -24,7 +24,7 @@ from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import PUBLIC, SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import DEEPSPEED_IMPORTS, call_outcome, describe_exception, labelled
+from grading.problems.probe_helpers import DEEPSPEED_IMPORTS, call_outcome, describe_exception, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
 from grading.problems.p3_3_zero import ID, TITLE
 from grading.problems.p3_3_zero import reference as ref

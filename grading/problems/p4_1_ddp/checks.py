@@ -22,7 +22,7 @@ from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
-from grading.problems.common import OPTIMIZER_IMPORTS, factor_hint
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p4_1_ddp.hints import bucket_hint, early_launch_hint
 
 
@@ -87,7 +87,7 @@ def probe_ddp(ctx) -> None:
     """Record broadcast, buckets, gradients (with the hook/launch event order), reset and training on this rank.
 
     Broadcast, reset, launch order, the unused parameter and training are read
-    by public criteria only: they are recorded inside ``PROBLEM.shared``, which
+    by public criteria only: they are recorded inside ``PROBLEM.without_inputs``, which
     the hidden spawn (on another world size) skips.
     """
     import torch.distributed as dist
@@ -106,7 +106,7 @@ def probe_ddp(ctx) -> None:
         model = ref.DDPProbeNet(seed=BROADCAST_SEED + ctx.rank)
         BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
         return ref.state_of(model)
-    PROBLEM.shared(ctx, lambda: ctx.record(P_BROADCAST, broadcast))
+    PROBLEM.without_inputs(ctx, lambda: ctx.record(P_BROADCAST, broadcast))
 
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_BUCKETS, lambda: [
         BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes]))
@@ -190,7 +190,7 @@ def probe_ddp(ctx) -> None:
         if unused_state:
             ctx.record(P_AFTER_ERROR, after_error)
         ctx.record(P_TRAIN, lambda: {name: train(name) for name in ("sgd", "adam")})
-    PROBLEM.shared(ctx, record_public_parts)
+    PROBLEM.without_inputs(ctx, record_public_parts)
 
 
 CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS,

@@ -11,7 +11,7 @@ bytes for Adam in fp32.
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
 3 ranks (212 parameters, padded), where the hidden spawn skips the parts only
-public criteria read (``PROBLEM.shared``).
+public criteria read (``PROBLEM.without_inputs``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import OPTIMIZER_IMPORTS
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_1_ddp.hints import close_to
 from grading.problems.p4_2_zero1 import ID, TITLE
@@ -81,7 +81,7 @@ def probe_zero(ctx) -> None:
     Adam with a None gradient (ShuffledNet without its gate), bf16, Adam (odd P).
 
     All but the first two are read by public criteria only: they are recorded
-    inside ``PROBLEM.shared``, which the hidden spawn (on 3 ranks) skips.
+    inside ``PROBLEM.without_inputs``, which the hidden spawn (on 3 ranks) skips.
     """
     def steps():
         return {name: ref.params_of(_train(ctx, EVEN_SIZES, name)[0]) for name in ("sgd", "adam")}
@@ -120,7 +120,7 @@ def probe_zero(ctx) -> None:
         ctx.record(P_BF16, bf16)
         # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
         ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
-    PROBLEM.shared(ctx, record_public_parts)
+    PROBLEM.without_inputs(ctx, record_public_parts)
 
 
 CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)

@@ -16,7 +16,7 @@ starts once the first phase's have finished, and which finds the checkpoint in
 the case's shared folder (``probe.py``).
 
 No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
-3 ranks, where the second phase records nothing (``PROBLEM.shared``: only
+3 ranks, where the second phase records nothing (``PROBLEM.without_inputs``: only
 public criteria read the exact resume and the crash).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from grading.engine.expect import expect
 from grading.engine.hints import self_contained
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
-from grading.problems.common import OPTIMIZER_IMPORTS
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, CORRUPTIONS, MANIFEST,
                                                      MANIFEST_DAMAGE, MODEL_DAMAGE, MODEL_FILE, OPTIMIZER_DAMAGE,
@@ -43,7 +43,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__)
 
 def probe_resumed(ctx) -> None:
     """The second phase, in new processes: the exact resume and a crashing save (not in a hidden-only spawn)."""
-    PROBLEM.shared(ctx, lambda: probe.probe_resumed(ctx))
+    PROBLEM.without_inputs(ctx, lambda: probe.probe_resumed(ctx))
 
 
 CASE = PROBLEM.case("p4_checkpoint", probe.probe_checkpoint, world_size=2, timeout_s=120,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from grading.problems.common import CodeOnLoad
+from grading.problems.probe_helpers import CodeOnLoad
 
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.pt"

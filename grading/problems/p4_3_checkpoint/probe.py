@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from grading.kit.compare import describe_kind
-from grading.problems.common import unchecked_group
+from grading.problems.probe_helpers import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, RAN_CODE, SaveLog, damage, digest
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
@@ -101,7 +101,7 @@ def probe_checkpoint(ctx) -> None:
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
-    root = ctx.shared_dir / "checkpoints"
+    root = ctx.handoff_dir / "checkpoints"
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
@@ -188,7 +188,7 @@ def probe_resumed(ctx) -> None:
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
 
-    root = ctx.shared_dir / "checkpoints"
+    root = ctx.handoff_dir / "checkpoints"
     torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
     model = _model(seed=7)
     optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic

@@ -1,20 +1,9 @@
 """Problem 5.1 checks: the parallel-region autograd functions and the column/row parallel layers.
 
-The probe runs on every rank and only *records*; the criteria compare with a
-full ``nn.Linear`` computed in the grader (``grading.problems.p5_1_layers.reference``).
-Isolation: the layer checks run with grader stand-ins for the two autograd
-functions (they all-gather instead of all-reducing), so a bug in a function
-costs the function's criteria, not the layers'. The communication count runs
-the student's own functions and layers together (it is a statement about
-both). What each rank records is in ``probes.py``.
-
-Every part depends on the group the probe splits over (``Inputs.group_ranks``:
-the whole default group in the public case), so each is a split part, and a
-criterion judges the group and parts of its split. On the staff side the
-hidden inputs split 3 ways inside a subgroup of 4 ranks (``staff.py``), so a
-rank's place in the group differs from its global rank and code that ignores
-``group`` fails, and the chunked column layer has another number of blocks
-than the public 3.
+The criteria compare what each rank records (``probes.py``) with a full ``nn.Linear`` in the grader
+(``reference.py``). The layer checks run with grader stand-ins for the two autograd functions, so a bug in a
+function costs only its own criteria; the communication count runs the student's functions and layers together.
+Every part is recorded over the split's group (``Inputs.group_ranks``; hidden: 3 of a subgroup of 4 ranks).
 """
 from __future__ import annotations
 
@@ -24,7 +13,7 @@ import torch
 
 from grading.kit.compare import assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
-from grading.startup import GRADIENT_IMPORTS
+from common.startup import GRADIENT_IMPORTS
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply

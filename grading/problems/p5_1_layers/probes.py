@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from grading.kit.compare import describe_kind
-from grading.problems.common import call_outcome
+from grading.problems.probe_helpers import call_outcome
 from grading.problems.p5_1_layers import reference as ref
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",

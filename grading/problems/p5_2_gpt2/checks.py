@@ -28,7 +28,7 @@ from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.kit.seams import Swap, apply
-from grading.problems.common import GPT2_IMPORTS, call_outcome
+from grading.problems.probe_helpers import GPT2_IMPORTS, call_outcome
 from grading.problems.p5_1_layers.checks import group_members, join_group
 from grading.problems.p5_1_layers.probes import P_GROUP
 from grading.problems.p5_2_gpt2 import ID, TITLE

@@ -15,7 +15,7 @@ Templates hold ``{{name}}`` placeholders, filled here from the kit itself:
 the points from ``grading.problems.all_cases``, stated by ``grading.kit.points``
 exactly as ``grading list`` and ``grade`` state them, the markers from the
 sub-problem ids, the performance thresholds from the defaults of
-``scripts/run_benchmarks.py``, the figure names from ``grading.kit.handin``.
+``scripts/run_benchmarks.py``, the figure names from ``common.handin``.
 A placeholder left unfilled is an error.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
-from grading.kit.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
-from grading.kit.regions import student_files
+from common.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
+from common.regions import student_files
 from grading.staff.handout import analysis, faq, figures, plan
 from grading.staff.handout.rubric import marker, markers_line, points_table, problem_points, sub_points
 
@@ -117,16 +117,16 @@ def render(kit_root: Path, problems: tuple[str, ...], problem_table: str, analys
     problems = tuple(sorted(problems, key=int))
     rows = sub_points(problems)
     limits = thresholds(kit_root)
-    shared = {"gpipe_figure": figures.gpipe_schedule(4, 3), "bubble_table": figures.bubble_table(),
-              "zero_table": figures.zero_memory_table(), "zero1_figure": figures.zero1_shards(),
-              "tp_figure": figures.tensor_splits(), "dp_threshold": f"{limits['dp_threshold']:g}",
-              "pp_threshold": f"{limits['pp_threshold']:g}"}
+    every_problem = {"gpipe_figure": figures.gpipe_schedule(4, 3), "bubble_table": figures.bubble_table(),
+                     "zero_table": figures.zero_memory_table(), "zero1_figure": figures.zero1_shards(),
+                     "tp_figure": figures.tensor_splits(), "dp_threshold": f"{limits['dp_threshold']:g}",
+                     "pp_threshold": f"{limits['pp_threshold']:g}"}
     sections = []
     for problem in problems:
         template = problem_template(problem)
         if not template.is_file():
             raise ValueError(f"no handout section for Problem {problem} ({template.name} missing)")
-        values = shared | {"points": str(problem_points(rows, problem)), "plan": plan.line(problem),
+        values = every_problem | {"points": str(problem_points(rows, problem)), "plan": plan.line(problem),
                            "points_table": points_table(rows, problem), "markers": markers_line(rows, problem)}
         sections.append(fill(template.read_text(), values, template.name).strip())
     first = problems[0]

@@ -12,7 +12,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from grading.kit.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
+from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
 
 QUESTIONS_FILE = Path(__file__).resolve().parent / "analysis.md"
 _WIDTH = 110

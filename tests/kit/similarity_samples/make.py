@@ -18,7 +18,8 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from grading.kit.regions import kit_text, parse_regions, replace_bodies, stub_body, student_files
+from common.regions import parse_regions, student_files
+from grading.kit.splice import kit_text, replace_bodies, stub_body
 
 KIT_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = Path(__file__).resolve().parent

@@ -7,8 +7,7 @@ from a rank's own fault, ``rank_at_fault`` picks the rank whose failure
 explains the others', and ``traceback_line`` / ``dump_place`` say where in the
 student's code a rank was. The grader's engine builds its messages on these
 (``grading.engine.peers``), the entry points their ``RankError``
-(``project.launch``). This module imports the standard library only, so both
-may import it (``tests/kit/test_layout.py``).
+(``project.launch``).
 """
 from __future__ import annotations
 

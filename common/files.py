@@ -4,7 +4,7 @@ A reader never sees a half-written file: the content goes to a temporary
 name in the same folder (same file system), is flushed to disk, then
 ``os.replace``-d onto the final name in one step. A crash or a full disk
 leaves the previous file (or none) and at most a ``.*.tmp`` leftover, never
-a torn one. Plain standard library, so ``project`` may import it too.
+a torn one.
 
 Appended logs (``metrics.jsonl``, the benchmark's ``runs.jsonl``) cannot be
 written that way; their readers use ``read_jsonl``, which skips a torn last

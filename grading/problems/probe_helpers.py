@@ -15,7 +15,7 @@ from grading.engine.expect import expect
 from grading.engine.hints import describe_exception
 # What a case's ranks import from the libraries, for ``Case.preload`` (the run's fork servers import it once,
 # not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
-from grading.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
+from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 __all__ = ["CodeOnLoad", "DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
            "describe_exception", "expect_refusals", "labelled", "stage_devices", "unchecked_group"]

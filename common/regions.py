@@ -1,4 +1,4 @@
-"""Student regions: parsing, splicing and the pristine student files.
+"""Student regions: reading them, the packages that may hold them, and the pristine student files.
 
 A region is a block of lines inside a function body::
 
@@ -10,7 +10,7 @@ Everything outside regions is *protected*: the grader always uses the kit's
 own text there and only takes region bodies from a submission. In a student
 starter the kit's own text is the *pristine* copy that ``grading release``
 keeps in ``grading/pristine/`` (the student edits the files themselves), so a
-local grade splices exactly like the course's grader.
+local grade splices exactly like the course's grader (``grading.kit.splice``).
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.engine.hints import STUDENT_PACKAGES   # the packages whose .py files may hold regions
-
 BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN_STUDENT\b\s*(?P<id>\S*)\s*$")
 END_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*END_STUDENT\b\s*(?P<id>\S*)\s*$")
 MARKER_RE = re.compile(r"#\s*(BEGIN|END)_STUDENT\b")
 DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 
-PROTECTED_RECORD = "grading/protected.json"
+# The top-level packages that hold student code: only their .py files may hold regions, and a traceback frame
+# in them is the student's.
+STUDENT_PACKAGES = ("data_parallel", "pipeline", "finetune", "tensor_parallel")
 PRISTINE_DIR = "grading/pristine"         # in a starter: the released text of every student file
 
 
@@ -137,32 +137,6 @@ def _enclosing_function_by_indent(lines: list[str], begin_line: int, indent: str
     return ""
 
 
-def stub_body(region: Region) -> str:
-    """The starter's body for ``region``: a NotImplementedError naming the problem and function."""
-    return (f'{region.indent}raise NotImplementedError("Problem {region.id}: {region.function} is not '
-            f'implemented yet (fill in the region marked BEGIN_STUDENT {region.id})")\n')
-
-
-def replace_bodies(text: str, path: str, bodies: dict[int, str]) -> str:
-    """Return ``text`` with the body of the k-th region (0-based) replaced by ``bodies[k]``."""
-    regions = parse_regions(text, path)
-    lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    cursor = 0
-    for k, region in enumerate(regions):
-        out.extend(lines[cursor:region.begin_line])          # up to and including BEGIN
-        out.append(bodies[k] if k in bodies else region.body)
-        out.append(lines[region.end_line - 1])               # END marker
-        cursor = region.end_line
-    out.extend(lines[cursor:])
-    return "".join(out)
-
-
-def protected_text(text: str, path: str) -> str:
-    """``text`` with every region body removed (marker lines kept): what students may not change."""
-    return replace_bodies(text, path, {k: "" for k in range(len(parse_regions(text, path)))})
-
-
 def student_files(root: Path, problems: tuple[str, ...] | None = None) -> list[str]:
     """Relative paths of the kit's files that contain student regions, sorted.
 
@@ -183,10 +157,3 @@ def student_files(root: Path, problems: tuple[str, ...] | None = None) -> list[s
             if ids and (problems is None or any(i in problems for i in ids)):
                 found.append(rel)
     return sorted(found)
-
-
-def kit_text(root: Path, rel: str) -> str:
-    """The kit's own text of student file ``rel``: the pristine copy in a starter, the file itself in the kit."""
-    pristine = Path(root) / PRISTINE_DIR / rel
-    return pristine.read_text() if pristine.is_file() else (Path(root) / rel).read_text()
-

@@ -1,9 +1,7 @@
 """What a submission hands in besides the student regions: the benchmark figures, their summary, the analysis.
 
 The one place both sides read these names: ``project/bench`` writes and zips
-them, ``grading.commands.benchmarks`` reads them from a submission. Plain
-constants, no imports, so ``project`` may import it and ``grading`` never has
-to import ``project``.
+them, ``grading.commands.benchmarks`` reads them from a submission.
 """
 from __future__ import annotations
 
