@@ -43,7 +43,7 @@ def parallelize_block(block: nn.Module, group=None) -> nn.Module:
       file (``ColumnParallelLinear``, ``RowParallelLinear``) at call time;
     - the attention then works on its local heads: set ``attn.split_size``
       (the width it splits the fused projection into q, k, v with) to E/N, and
-      ``attn.num_heads`` to H/N and ``attn.embed_dim`` to E/N; ``head_dim``
+      ``attn.num_heads`` to H/N and ``attn.embed_dim`` to E/N (ints); ``head_dim``
       does not change;
     - layer norms and everything else stay as they are (replicated).
     Afterwards the block, called as ``GPT2Model`` calls it (the full

@@ -174,6 +174,9 @@ VARIANTS = [
     Variant("column_error_omits_chunks", LAYERS, "from_linear#0", edited(LAYERS, "from_linear#0", (
         _COLUMN_ERROR, """raise ValueError(f"ColumnParallelLinear: {out_features} output features do not split over "
                              f"{world_size} ranks")""")), frozenset({"5.1.uneven_split"})),
+    Variant("head_count_divided_as_float", GPT2, "parallelize_block", edited(GPT2, "parallelize_block", (
+        "attn.num_heads = heads // world_size", "attn.num_heads = heads / world_size")),
+        frozenset({"5.2.attention_sizes"})),
     Variant("qkv_split_ignoring_heads", GPT2, "parallelize_block", edited(
         GPT2, "parallelize_block", _CONV1D_SIZE_CHECKS, _ONE_LINE_SIZES, ("group, chunks=3)", "group)")),
         frozenset({"5.2.forward", "5.2.grads", "5.2.sgd_steps", "5.2.forward_hidden", "5.2.grads_hidden"}),
@@ -274,6 +277,7 @@ GROUPS = [
     ("copy_backward_ignores_group", "column_forward_ignores_group"),     # refused at once, not left to hang
     ("qkv_split_ignoring_heads",), ("mlp_left_whole",), ("group_not_passed_on",), ("sizes_not_checked",),
     ("inner_checked_after_attention_split",), ("returns_nothing",), ("only_split_size_set",),
+    ("head_count_divided_as_float",),
     ("row_from_linear_returns_shards",), ("copy_backward_returns_grad_only",),
     ("reduce_forward_returns_all_reduce_result",), ("column_forward_returns_nothing",),
     ("column_from_linear_returns_shards",),
