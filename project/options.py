@@ -87,7 +87,7 @@ def add_launch_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the options of long runs (issue 15): accumulation, precision, checkpoints, metrics, guard.
+    """Add the options of long runs: accumulation, precision, checkpoints, metrics, guard.
 
     ``--grad_accum`` batches per optimizer step; ``--precision`` fp32/bf16/fp16
     (fp16: CUDA only); ``--grad_ckpt`` activation checkpointing of the GPT-2
