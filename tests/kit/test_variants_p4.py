@@ -363,9 +363,19 @@ VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]
 
 
 def _groups() -> list[tuple[Variant, ...]]:
-    """Variants of different files graded together (each case imports one file only)."""
-    columns = [DDP_VARIANTS, ZERO_VARIANTS, CKPT_VARIANTS]
-    return [tuple(column[k] for column in columns if k < len(column)) for k in range(max(map(len, columns)))]
+    """Variants graded together: in each group every variant edits its own functions (of any file) and loses
+    criteria no other variant of the group loses; each joins the first group it fits, in list order."""
+    groups: list[list[Variant]] = []
+    for variant in VARIANTS:
+        functions = {(path, function) for path, function, _ in variant.edits}
+        for group in groups:
+            taken = {(path, function) for v in group for path, function, _ in v.edits}
+            if not functions & taken and not variant.fails & set().union(*(v.fails for v in group)):
+                group.append(variant)
+                break
+        else:
+            groups.append([variant])
+    return [tuple(group) for group in groups]
 
 
 GROUPS = _groups()

@@ -254,12 +254,13 @@ def check_barriers(run: SplitRun) -> None:
 def check_manifest_atomic(run: SplitRun) -> None:
     """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder; no other
     rank moved anything onto it."""
+    run.part(P_STRAIGHT, 0)
     for rank in range(1, run.world_size):
+        run.part(P_STRAIGHT, rank)
         moved = [e for e in run.part(P_EVENTS, rank)["events"]
                  if e[0] in ("replace", "rename") and Path(e[2]).name == MANIFEST]
         expect(not moved, f"save_sharded: rank {rank} moved {moved[0][1] if moved else ''} onto manifest.json too; "
                "rank 0 alone writes the manifest")
-    run.part(P_STRAIGHT, 0)
     got = run.part(P_EVENTS, 0)
     folder = Path(got["directory"])
     moves = [e for e in got["events"] if e[0] in ("replace", "rename") and Path(e[2]) == folder / "manifest.json"]
