@@ -13,11 +13,10 @@ from grading.problems.p1_2_comm.reference import grads_of, loss_fn, params_of, s
 
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4
-MANY_PARAMS = 260
 TRAIN_STEPS = 5
 SGD_LR, ADAM_LR = 0.1, 1e-2
 
-__all__ = ["DDPProbeNet", "ManyParamNet", "ShuffledNet", "ZeroNet",
+__all__ = ["DDPProbeNet", "MiddleFrozenNet", "ShuffledNet", "ZeroNet",
            "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
            "serial_training", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH", "TRAIN_STEPS"]
 
@@ -41,20 +40,18 @@ class DDPProbeNet(nn.Module):
         return self.fc3(torch.tanh(self.fc2(h))) + self.shift
 
 
-class ManyParamNet(nn.Module):
-    """``MANY_PARAMS`` scalar parameters, more than the small ints CPython caches (a count of parameters or buckets
-    compared with ``is`` fails here), each with its own gradient; the middle one is frozen (a bucket loop that
-    stops at a frozen parameter leaves the ones before it out)."""
+class MiddleFrozenNet(nn.Module):
+    """Five scalar parameters, each with its own gradient, the middle one frozen: a bucket loop that stops at a
+    frozen parameter leaves the ones before it out."""
 
     def __init__(self, seed: int = 0):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
-        self.scales = nn.ParameterList(nn.Parameter(torch.randn((), generator=generator)) for _ in range(MANY_PARAMS))
-        self.scales[MANY_PARAMS // 2].requires_grad_(False)
+        self.scales = nn.ParameterList(nn.Parameter(torch.randn((), generator=generator)) for _ in range(5))
+        self.scales[2].requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights = torch.linspace(0.5, 1.5, MANY_PARAMS)
-        return x[:, :DDP_OUT] * (torch.stack(list(self.scales)) * weights).sum()
+        return x[:, :DDP_OUT] * (torch.stack(list(self.scales)) * torch.linspace(0.5, 1.5, 5)).sum()
 
 
 class Gate(nn.Module):
