@@ -93,7 +93,9 @@ def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
         with ForkServers(KIT_ROOT, pool=pool) as guest:
             assert preloaded(guest, "guest")
             assert session(guest).pid != session(owner).pid and session(guest).ppid() == session(owner).ppid()
-        session(owner).parent().kill()
+        server = session(owner).parent()
+        server.kill()
+        server.wait(timeout=30)                # gone before the next run looks for it
         with ForkServers(KIT_ROOT, pool=pool) as late:
             assert not preloaded(late, "late") and late.pool == []
 

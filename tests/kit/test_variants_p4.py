@@ -356,9 +356,17 @@ CKPT_VARIANTS = [
 VARIANTS = [*DDP_VARIANTS, *ZERO_VARIANTS, *CKPT_VARIANTS]
 
 
+# A save variant that changes the checkpoints the loads are judged on is never graded beside a load variant.
+SAVE_MASKS = {"4.3.file_format", "4.3.resume", "4.3.manifest", "4.3.roundtrip", "4.3.refuse"}
+
+
 def _groups() -> list[tuple[Variant, ...]]:
-    """Variants of different files graded together (each case imports one file only)."""
-    columns = [DDP_VARIANTS, ZERO_VARIANTS, CKPT_VARIANTS]
+    """Variants graded together: the k-th of each column (DDP, ZeRO-1, checkpoint loads then the saves that
+    change what loads are judged on, the other saves), so a group edits each function once and its variants
+    lose disjoint criteria (each case imports one file only)."""
+    loads = [v for v in CKPT_VARIANTS if {f for _, f, _ in v.edits} == {"load_sharded"}]
+    masking = [v for v in CKPT_VARIANTS if v not in loads and v.fails & SAVE_MASKS]
+    columns = [DDP_VARIANTS, ZERO_VARIANTS, loads + masking, [v for v in CKPT_VARIANTS if v not in loads + masking]]
     return [tuple(column[k] for column in columns if k < len(column)) for k in range(max(map(len, columns)))]
 
 
