@@ -2,15 +2,14 @@
 
 Entry points are thin: parse (``cli``, ``options``), check readiness
 (``readiness``), freeze the run's ``config``, then call the library: ``data`` and ``model`` (what to
-train), ``devices`` (where: backend, rank and stage devices, threads),
-``launch`` (starting ranks and joining their group: the runners and the
-benchmarks alike), ``loop`` (the one training loop, with its strategies in
-``updates`` and ``zero_engine`` and its state in ``run_state``; ``precision``,
-``checkpoint`` with its verified ``manifest``, ``guard``, ``metrics``), ``loss`` (training and validation
-loss) and ``output`` (progress, log lines, JSON files, the closing report).
+train), ``devices`` (where: backend, rank and stage devices, threads, joining the process group),
+``launch`` (starting ranks: the runners and the benchmarks alike), ``loop`` (the one training loop and its
+divergence guard, with its strategies in ``updates`` and ``zero_engine`` and its state in ``run_state``;
+``precision``, ``checkpoint`` with its verified ``manifest``), ``loss`` (training and validation loss) and
+``output`` (progress, log lines, JSON files, ``metrics.jsonl``, the closing report).
 
 That order is also what keeps a refusal fast. ``cli``, ``options``,
-``readiness`` and ``bench.options`` (and ``metrics``, ``output``,
+``readiness`` and ``bench.options`` (and ``output``,
 ``manifest``) import no torch, transformers or DeepSpeed at module level,
 and neither does an entry point: it imports the library inside the
 functions that run after its checks, and its parser reads the choices

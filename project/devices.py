@@ -1,7 +1,7 @@
-"""Where the entry points and the benchmark run: backend, rank and stage devices, CPU threads, peak memory.
+"""Where a rank runs and how it joins its group: backend, rank and stage devices, CPU threads, peak memory.
 
 The one place these choices are made, for ``project/run_*.py`` and ``project/bench`` alike
-(``project.launch.join_group`` applies them to a rank process):
+(``join_group`` applies them to a rank process):
 - backend ``auto``: NCCL when there is a GPU per local rank, else gloo on the CPU;
 - a rank's device: ``cuda:<local rank>`` with NCCL, else the CPU (benchmark workers that share one
   GPU over gloo ask for ``cuda:0``);
@@ -12,13 +12,17 @@ The one place these choices are made, for ``project/run_*.py`` and ``project/ben
 """
 from __future__ import annotations
 
+import datetime
 import os
 import resource
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import torch
 
 from project.cli import ConfigError
 
+GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 THREAD_POLICY = "cpu: cpu_count // max(devices, 2) torch threads per rank or stage (at least 1); gpu: torch default"
 
 
@@ -113,3 +117,51 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024   # Linux reports KiB
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where one rank process stands: rank, world size, local rank and size, rendezvous, pipe to the parent.
+
+    ``init_method`` is None for a process that joins no group; ``conn`` is
+    None in a process that was not spawned (torchrun, or a 1-rank run).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    init_method: str | None
+    conn: Connection | None = None
+
+
+def join_group(env: RankEnv, backend: str, student_setup: bool = True, threads: int | None = None,
+               share_gpu: bool = False) -> tuple[str, torch.device]:
+    """Bind this rank to its device and join the process group; return ``(backend, device)``.
+
+    ``backend`` ``auto`` resolves as ``resolve_backend`` says;
+    the device, threads and DeepSpeed's accelerator follow
+    ``bind_rank`` (``threads``, ``share_gpu`` as there). With
+    ``student_setup`` the group is joined through the student's
+    ``setup_process_group`` (Problem 1.2), else with ``torch.distributed``
+    directly (code that does not depend on Problem 1).
+    """
+    import torch.distributed as dist
+
+    backend = resolve_backend(backend, env.local_world_size)
+    device = bind_rank(backend, env.local_rank, env.local_world_size, threads, share_gpu)
+    if student_setup:
+        from data_parallel.comm import setup_process_group
+        setup_process_group(env.rank, env.world_size, backend, init_method=env.init_method, timeout=GROUP_TIMEOUT)
+    else:
+        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
+                                timeout=GROUP_TIMEOUT)
+    return backend, device
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed in place over the ranks of the default group (a collective); returns ``t``."""
+    import torch.distributed as dist
+
+    dist.all_reduce(t)
+    return t

@@ -11,8 +11,8 @@ A rank that serves commands (the benchmark's workers) uses ``env.conn`` for
 its replies in the same format; ``wait`` returns every rank's final value.
 ``launch`` is the entry points' front end: under torchrun this process is
 one rank (``env://``), one rank runs in this process, more are spawned and
-meet over a file store (no port needed). ``join_group`` binds a rank to the
-device ``project.devices`` chooses and initialises the process group.
+meet over a file store (no port needed). A rank joins its group with
+``project.devices.join_group``.
 
 How a rank process starts (``project.rank_start``): where no GPU is visible
 it is forked from a fork server that imported torch and the caller's
@@ -22,29 +22,22 @@ it is a new process with the parent's current environment.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
 import signal
 import time
 import traceback
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
-
-import torch
 
 from common.regions import STUDENT_PACKAGES
 from common.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
-from project.devices import bind_rank, resolve_backend
+from project.devices import RankEnv, resolve_backend
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
-
-GROUP_TIMEOUT = datetime.timedelta(minutes=10)
-
 
 # How long a rank's failure that only reports another rank's waits for the other ranks' reports (``Ranks.replies``).
 PEER_GRACE_S = 5.0
@@ -63,22 +56,6 @@ def _one_line(report: str) -> str:
     if "Traceback (most recent call last)" not in report:
         return report
     return f"failed: {traceback_line(report, STUDENT_PACKAGES)}"
-
-
-@dataclass(frozen=True)
-class RankEnv:
-    """Where one rank process stands: rank, world size, local rank and size, rendezvous, pipe to the parent.
-
-    ``init_method`` is None for a process that joins no group; ``conn`` is
-    None in a process that was not spawned (torchrun, or a 1-rank run).
-    """
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    init_method: str | None
-    conn: Connection | None = None
 
 
 def _reply(conn: Connection, message: tuple) -> None:
@@ -300,35 +277,3 @@ def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], conf
     if env is not None and env.rank != 0:
         return None
     return json.loads((folder / "summary.json").read_text())
-
-
-def join_group(env: RankEnv, backend: str, student_setup: bool = True, threads: int | None = None,
-               share_gpu: bool = False) -> tuple[str, torch.device]:
-    """Bind this rank to its device and join the process group; return ``(backend, device)``.
-
-    ``backend`` ``auto`` resolves as ``project.devices.resolve_backend`` says;
-    the device, threads and DeepSpeed's accelerator follow
-    ``project.devices.bind_rank`` (``threads``, ``share_gpu`` as there). With
-    ``student_setup`` the group is joined through the student's
-    ``setup_process_group`` (Problem 1.2), else with ``torch.distributed``
-    directly (code that does not depend on Problem 1).
-    """
-    import torch.distributed as dist
-
-    backend = resolve_backend(backend, env.local_world_size)
-    device = bind_rank(backend, env.local_rank, env.local_world_size, threads, share_gpu)
-    if student_setup:
-        from data_parallel.comm import setup_process_group
-        setup_process_group(env.rank, env.world_size, backend, init_method=env.init_method, timeout=GROUP_TIMEOUT)
-    else:
-        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
-                                timeout=GROUP_TIMEOUT)
-    return backend, device
-
-
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    """``t`` summed in place over the ranks of the default group (a collective); returns ``t``."""
-    import torch.distributed as dist
-
-    dist.all_reduce(t)
-    return t

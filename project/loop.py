@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,9 +39,7 @@ import torch
 from project.checkpoint import StepFolders, read_meta
 from project.config import RunConfig
 from project.devices import peak_memory_bytes
-from project.guard import DivergenceGuard, rollback_target
-from project.metrics import GUARD_EVENT, StepLog
-from project.output import log, progress
+from project.output import GUARD_EVENT, StepLog, log, progress
 from project.run_state import RunState
 from project.updates import TorchUpdate
 
@@ -58,6 +58,8 @@ SINGLE_REPLICA = GradReduction("SINGLE_REPLICA", "one copy of the model sees all
                                                  "(pipeline; tensor-parallel ranks share one copy)")
 REDUCED_BY_ENGINE = GradReduction("REDUCED_BY_ENGINE", "the engine averages the gradients itself (DeepSpeed)")
 _UNSET: Any = GradReduction("UNSET", "nobody said")
+WINDOW = 20        # accepted losses the divergence guard's median is taken over
+MIN_HISTORY = 5    # accepted steps before spikes are judged (the first losses fall fast)
 
 
 @dataclass
@@ -120,6 +122,42 @@ class LoopParts:
                              f"{self.world_size} replicas would train apart; give the function that averages them")
         if self.update is None and self.loss_of is None:
             raise TypeError("LoopParts needs loss_of(batch, epoch, index) (or an update strategy)")
+
+
+class DivergenceGuard:
+    """Judges each optimizer step's loss: refused when not finite, or above ``factor`` x the median of the last
+    ``window`` accepted losses (after ``MIN_HISTORY`` of them); ``factor <= 0`` turns the spike test off."""
+
+    def __init__(self, factor: float = 2.0, window: int = WINDOW):
+        self.factor = factor
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def check(self, loss: float) -> str | None:
+        """Return why the step must not be applied, or None (and remember ``loss``) when it is fine."""
+        if not math.isfinite(loss):
+            return f"loss is {loss}"
+        if self.factor > 0 and len(self.recent) >= MIN_HISTORY:
+            median = statistics.median(self.recent)
+            if loss > self.factor * median:
+                return f"loss {loss:.4g} > {self.factor:g} x recent median {median:.4g}"
+        self.recent.append(loss)
+        return None
+
+    def reset(self, losses: list[float]) -> None:
+        """Forget the history and start again from ``losses`` (those of the checkpoint rolled back to)."""
+        self.recent.clear()
+        self.recent.extend(losses[-(self.recent.maxlen or 0):])
+
+
+def rollback_target(saved_steps: list[int], bad_step: int) -> int | None:
+    """The newest checkpoint step older than the update that produced ``bad_step``'s loss (``< bad_step - 1``).
+
+    The loss of step t is computed with the weights after update t - 1, so
+    the checkpoint of step t - 1 already holds the suspect update. None when
+    no checkpoint is old enough.
+    """
+    older = [s for s in saved_steps if s < bad_step - 1]
+    return max(older) if older else None
 
 
 def prepare_run(config: RunConfig, rank: int, val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:

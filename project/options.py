@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from project.cli import ConfigError, Parser, float_above, int_at_least, lr_spike, read_constant
-from project.metrics import check_tensorboard
+from project.output import check_tensorboard
 
 SCHEDULES = ("constant", "cosine")
 # Options that never change a run's numbers: left out of its folder's name (``run_name``).

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as `python project/plot.py`
 
 from common.files import read_json
 from project.cli import ConfigError, run_cli
-from project.metrics import GUARD_EVENT, METRICS_FILE, read_steps
+from project.output import GUARD_EVENT, METRICS_FILE, read_steps
 from project.options import new_parser
 
 

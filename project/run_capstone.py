@@ -42,7 +42,7 @@ from project.output import print_header, quiet_libraries, write_json
 if TYPE_CHECKING:
     import torch
 
-    from project.launch import RankEnv
+    from project.devices import RankEnv
 
 NAME = "capstone"
 COMMAND = "project/run_capstone.py"
@@ -189,7 +189,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple, run_dir: Path, load
 
     from data_parallel.ddp import BucketedDDP
     from data_parallel.zero1 import ShardedOptimizer
-    from project.launch import all_reduce_sum, join_group
+    from project.devices import all_reduce_sum, join_group
     from project.loop import LoopParts, LoopSpec, train
     from project.loss import lm_loss
     from project.model import build_model

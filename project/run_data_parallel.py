@@ -33,13 +33,12 @@ from common.files import atomic_path
 from project import readiness
 from project.cli import ConfigError, run_cli
 from project.config import RunConfig
-from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              new_parser, out_dir, run_name)
-from project.output import print_header, print_outcome, quiet_libraries, write_json
+from project.output import print_header, print_outcome, quiet_libraries, summarize, write_json
 
 if TYPE_CHECKING:
-    from project.launch import RankEnv
+    from project.devices import RankEnv
 
 NAME = "data_parallel"
 COMMAND = "project/run_data_parallel.py"
@@ -80,8 +79,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
 
     from data_parallel.comm import average_gradients
     from data_parallel.dataset import partition_dataset
-    from project.devices import thread_facts
-    from project.launch import all_reduce_sum, join_group
+    from project.devices import all_reduce_sum, join_group, thread_facts
     from project.loop import LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import build_model, count_parameters, enable_activation_checkpointing

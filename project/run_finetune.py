@@ -43,15 +43,14 @@ from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, float_above, int_at_least, read_constant, run_cli
 from project.config import RunConfig
-from project.metrics import summarize
 from project.options import (add_common_args, add_launch_args, add_training_args, check_training_args, check_world,
                              new_parser, out_dir, run_name)
-from project.output import print_header, print_outcome, quiet_libraries, write_json
+from project.output import print_header, print_outcome, quiet_libraries, summarize, write_json
 
 if TYPE_CHECKING:
     import torch
 
-    from project.launch import RankEnv
+    from project.devices import RankEnv
 
 NAME = "finetune"
 COMMAND = "project/run_finetune.py"
@@ -174,8 +173,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     from finetune.lora import adapter_parameters, load_adapter, save_adapter
     from finetune.peft_io import export_peft_adapter
     from finetune.zero import build_config, init_engine, train_microbatch
-    from project.devices import thread_facts
-    from project.launch import all_reduce_sum, join_group
+    from project.devices import all_reduce_sum, join_group, thread_facts
     from project.loop import REDUCED_BY_ENGINE, LoopParts, make_scheduler, prepare_run, train
     from project.loss import lm_loss, validation_loss
     from project.model import count_parameters, enable_activation_checkpointing
@@ -250,7 +248,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
 
 
 def summarize_finetune(per_rank: list[dict]) -> dict:
-    """``project.metrics.summarize`` plus the adapter check and the ZeRO bytes of every rank."""
+    """``project.output.summarize`` plus the adapter check and the ZeRO bytes of every rank."""
     first = per_rank[0]
     return summarize(per_rank, keep=("parameters", "trainable_parameters", "lora_rank", "lora_alpha", "lora_layers",
                                      "zero_stage", "offload", "grad_accum",

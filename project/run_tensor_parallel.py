@@ -43,14 +43,13 @@ from common.startup import GPT2_IMPORTS
 from project import readiness
 from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
 from project.config import RunConfig
-from project.metrics import StepLog, summarize
 from project.options import NOT_IN_RUN_NAME, add_common_args, new_parser, out_dir, run_name
-from project.output import print_epochs, print_header, quiet_libraries, write_json
+from project.output import StepLog, print_epochs, print_header, quiet_libraries, summarize, write_json
 
 if TYPE_CHECKING:
     import torch
 
-    from project.launch import RankEnv
+    from project.devices import RankEnv
 
 NAME = "tensor_parallel"
 COMMAND = "project/run_tensor_parallel.py"
@@ -106,8 +105,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     import torch
     import torch.distributed as dist
 
-    from project.devices import THREAD_POLICY
-    from project.launch import join_group
+    from project.devices import THREAD_POLICY, join_group
     from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
     from project.loss import lm_loss, validation_loss
     from project.model import build_model

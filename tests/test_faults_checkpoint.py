@@ -18,7 +18,7 @@ from common.files import read_json, read_jsonl
 from project import checkpoint
 from project.cli import ConfigError
 from project.bench.report import read_runs
-from project.metrics import StepLog, read_steps
+from project.output import StepLog, read_steps
 
 pytestmark = pytest.mark.project
 

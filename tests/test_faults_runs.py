@@ -23,7 +23,7 @@ import pytest
 
 from project import run_data_parallel, run_finetune, run_pipeline
 from project.cli import run_cli
-from project.metrics import read_steps
+from project.output import read_steps
 
 pytestmark = pytest.mark.project
 

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from project.launch import RankEnv, RankError, file_rendezvous, join_group, spawn_ranks
+from project.devices import RankEnv, join_group
+from project.launch import RankError, file_rendezvous, spawn_ranks
 
 pytestmark = pytest.mark.project
 

@@ -15,7 +15,7 @@ import torch
 
 from project import run_data_parallel, run_pipeline
 from project.loop import REDUCED_BY_ENGINE, SINGLE_REPLICA, LoopParts
-from project.metrics import GUARD_EVENT, read_steps
+from project.output import GUARD_EVENT, read_steps
 
 pytestmark = pytest.mark.project
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
-from project.metrics import GUARD_EVENT, StepLog, read_steps
+from project.output import GUARD_EVENT, StepLog, read_steps
 from project.updates import TorchUpdate
 
 pytestmark = pytest.mark.project

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from project import run_finetune
-from project.metrics import STEP_KEYS, read_steps
+from project.output import STEP_KEYS, read_steps
 
 pytestmark = pytest.mark.project
 

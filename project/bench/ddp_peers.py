@@ -31,7 +31,8 @@ from common.startup import GPT2_IMPORTS
 from project.bench import stats
 from project.bench.context import Context, local_step
 from project.bench.workload import load_workload
-from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
+from project.devices import RankEnv, join_group
+from project.launch import file_rendezvous, spawn_ranks
 from project.loss import lm_loss
 from project.output import quiet_libraries, write_json
 

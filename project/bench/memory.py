@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from common.startup import GPT2_IMPORTS
-from project.launch import RankEnv, RankError, spawn_ranks
+from project.devices import RankEnv
+from project.launch import RankError, spawn_ranks
 
 VARIANTS = ("plain", "grad_ckpt")
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from project.bench import peers
 from project.bench.context import Context, Stepper, local_step
 from project.bench.workload import load_workload
-from project.launch import RankEnv, join_group
+from project.devices import RankEnv, join_group
 
 
 # -- ours: steppers on the student API --------------------------------------------------------------------
@@ -181,7 +181,7 @@ def serve(env: RankEnv, role: str, folder: str, threads: int, student_setup: boo
     (``student_setup`` False: with ``torch.distributed`` directly, when Problem 1 is not written.)
 
     Started by ``project.launch.spawn_ranks`` (``project.bench.pool``); the
-    device is the runners' choice (``project.launch.join_group``), except that
+    device is the runners' choice (``project.devices.join_group``), except that
     ranks without a GPU each share ``cuda:0`` when there is one. ``threads``:
     torch threads (0 keeps torch's default). First reply: ``("ok", {role,
     rank, backend, device, threads})``. Then each message is ``(command,

@@ -42,7 +42,8 @@ from project import readiness
 from project.bench import stats
 from project.bench.publish import new_run_folder, publish
 from project.bench.report import ms, times
-from project.launch import RankEnv, file_rendezvous, join_group, spawn_ranks
+from project.devices import RankEnv, join_group
+from project.launch import file_rendezvous, spawn_ranks
 from project.output import quiet_libraries, write_json
 
 COMMAND = "python -m project.bench.tensor_parallel"
