@@ -2,10 +2,10 @@
 
 Entry points are thin: parse (``cli``, ``options``), check readiness
 (``readiness``), freeze the run's ``config``, then call the library: ``data`` and ``model`` (what to
-train), ``devices`` (where: backend, rank and stage devices, threads, joining the process group),
+train, and its loss), ``devices`` (where: backend, rank and stage devices, threads, joining the process group),
 ``launch`` (starting ranks: the runners and the benchmarks alike), ``loop`` (the one training loop and its
-divergence guard, with its strategies in ``updates`` and ``zero_engine`` and its state in ``run_state``;
-``precision``, ``checkpoint`` with its verified ``manifest``), ``loss`` (training and validation loss) and
+divergence guard, with its strategies in ``updates`` and ``zero_engine``, ``precision``, and the run's state and
+``checkpoint`` with its verified ``manifest``; ``resume`` picks one) and
 ``output`` (progress, log lines, JSON files, ``metrics.jsonl``, the closing report).
 
 That order is also what keeps a refusal fast. ``cli``, ``options``,

@@ -1,24 +1,18 @@
-"""Training checkpoints of the entry points: one verified folder per optimizer step, written atomically.
+"""A training run's state and its checkpoints: one verified folder per optimizer step, written atomically.
 
-Layout under the checkpoint root (``--save_dir``, default ``<out_dir>/checkpoints``)::
+``RunState`` is where a run stands (epoch, batch, step, the epoch's totals, the guard's losses); a checkpoint
+holds all of it plus every rank's RNG states, now and at the start of the epoch, so a resumed run replays the
+epoch's data order and takes bitwise the same steps. ``StepFolders`` writes it, under the checkpoint root::
 
     step_00000012/          state.pt (rank 0: model, optimizer, scheduler, position, metrics so far)
                             rng_rank<r>.pt (every rank's RNG states), or a DeepSpeed checkpoint
                             meta.json (what the run was), manifest.json (LAST: size and sha256 of every file)
     latest                  "step_00000012" (replaced atomically after the folder is complete and verified)
 
-Every rank writes into ``step_<n>.tmp/`` (cleared first); after a barrier
-rank 0 hashes every file into ``manifest.json`` (the 4.3 format: ``{"format":
-1, "step", "files": {name: {"sha256", "bytes"}}}``, written atomically),
-renames the folder to ``step_<n>/`` and then rewrites ``latest``: a run killed
-at any moment, or a disk that fills up, leaves the previous checkpoint and
-``latest`` as they were (``SaveError``: one line). Only then are steps beyond
-the newest ``keep`` removed. ``resolve`` (``--resume DIR``) verifies a
-folder against its manifest before anything is loaded: given a root it
-falls back from a damaged, missing or dangling ``latest`` to the newest
-intact step and says which step it skipped and why; given one damaged
-step it refuses (ConfigError). ``StepFolders`` is this layout as the store
-of ``project.loop``.
+Every rank writes into ``step_<n>.tmp/``; rank 0 then writes the manifest, renames the folder and rewrites
+``latest``, so a run killed at any moment, or a full disk, leaves the previous checkpoint and ``latest`` as they
+were (``SaveError``: one line). Only then are steps beyond the newest ``keep`` removed.
+``project.resume`` picks and verifies the folder a ``--resume`` names.
 """
 from __future__ import annotations
 
@@ -27,7 +21,6 @@ import json
 import random
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -36,11 +29,11 @@ import torch
 
 from common.files import atomic_path, atomic_write
 from project.cli import ConfigError
-from project.manifest import verify, verify_sizes, write_manifest
+from project.manifest import verify_sizes, write_manifest
 
 LATEST = "latest"
 SECONDARY_FAILURE_WAIT_S = 30.0   # see failure_is_one_line
-_STEP_RE = re.compile(r"^step_(\d+)$")
+STEP_NAME = re.compile(r"^step_(\d+)$")
 
 
 class SaveError(ConfigError):
@@ -104,63 +97,21 @@ def checkpoints(root: Path) -> list[tuple[int, Path]]:
     found = []
     if Path(root).is_dir():
         for path in Path(root).iterdir():
-            match = _STEP_RE.match(path.name)
+            match = STEP_NAME.match(path.name)
             if match and path.is_dir():
                 found.append((int(match.group(1)), path))
     return sorted(found)
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def resolve(path: str | Path, say: Callable[[str], None] = _say) -> Path:
-    """The verified checkpoint folder ``--resume`` names: one ``step_<n>`` folder, or a root's best step.
-
-    A ``step_<n>`` folder must pass ``verify``, else ConfigError (one line: the
-    file, expected vs found). For a root, its ``latest`` and then every older
-    step are tried, newest first (all steps when ``latest`` is missing,
-    unreadable or dangling); each one skipped is reported with
-    ``say(line)`` (default: stderr), e.g. ``--resume ckpt: skipped
-    step_00000006 (state.pt has 1,000 bytes, the manifest says 53,420);
-    resuming from step_00000004``. ConfigError when no step is intact.
-    """
-    path = Path(path)
-    if _STEP_RE.match(path.name) and path.is_dir():
-        problem = verify(path)
-        if problem:
-            raise ConfigError(f"--resume {path}: checkpoint {path.name} is damaged: {problem}; resume from the "
-                              f"checkpoints folder {path.parent} to fall back to the newest intact step")
-        return path
-    steps = checkpoints(path)
-    if not steps and not (path / LATEST).exists():
-        raise ConfigError(f"--resume {str(path)!r}: no checkpoint there (expected a folder with a 'latest' file "
-                          f"or a step_<n> folder, as written by --save_every)")
-    skipped = []
-    latest = _latest_step(path)
-    if isinstance(latest, str):
-        skipped.append(latest)
-    else:
-        steps = [(s, f) for s, f in steps if s <= latest]
-    for step, folder in reversed(steps):
-        problem = verify(folder)
-        if problem is None:
-            for line in skipped:
-                say(f"--resume {path}: skipped {line}; resuming from {folder.name}")
-            return folder
-        skipped.append(f"{folder.name} ({problem})")
-    raise ConfigError(f"--resume {path}: no intact checkpoint: {'; '.join(skipped) or 'no step folders'}")
-
-
-def _latest_step(root: Path) -> int | str:
-    """The step ``root/latest`` names, or why it names none (a line for ``resolve``)."""
+def latest_step(root: Path) -> int | str:
+    """The step ``root/latest`` names, or why it names none (one line, as ``project.resume.resolve`` reports it)."""
     try:
         name = (root / LATEST).read_text().strip()
     except FileNotFoundError:
         return f"'{LATEST}' (it is missing)"
     except OSError as exc:
         return f"'{LATEST}' (unreadable: {exc.strerror})"
-    match = _STEP_RE.match(name)
+    match = STEP_NAME.match(name)
     if not match or not (root / name).is_dir():
         return f"'{LATEST}' (it names {name[:40]!r}, which is not there)"
     return int(match.group(1))
@@ -236,33 +187,10 @@ def failure_is_one_line(root: Path, step: int) -> Iterator[None]:
         shutil.rmtree(staging, ignore_errors=True)   # give the space back
         reason = (cause.strerror if isinstance(cause, OSError) and cause.strerror else
                   (str(cause).strip().splitlines() or [type(cause).__name__])[0])
-        latest = _latest_step(Path(root))
+        latest = latest_step(Path(root))
         kept = (f"step_{latest:08d} and '{LATEST}' are intact: resume with --resume {root}"
                 if isinstance(latest, int) else "no earlier checkpoint to keep")
         raise SaveError(f"cannot write checkpoint {step_dir(root, step).name}: {reason} ({kept})") from None
-
-
-def save_error_of(exc: BaseException) -> SaveError | None:
-    """The ``SaveError`` a failed rank reported (``project.launch.RankError``'s traceback), else None."""
-    if isinstance(exc, SaveError):
-        return exc
-    marker = f"{__name__}.SaveError: "
-    lines = [line for line in str(exc).splitlines() if line.startswith(marker)]
-    return SaveError(lines[-1][len(marker):]) if lines else None
-
-
-@contextlib.contextmanager
-def save_errors_in_one_line() -> Iterator[None]:
-    """Around a launch of ranks: a rank's failed checkpoint write becomes one ``SaveError``, not a traceback."""
-    try:
-        yield
-    except SaveError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - only a reported SaveError is translated; the rest re-raised
-        error = save_error_of(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 def read_meta(folder: Path) -> dict:
@@ -314,3 +242,106 @@ class StepFolders:
     def folder(self, step: int) -> Path:
         """The folder of step ``step``'s checkpoint."""
         return step_dir(self.root, step)
+
+
+def _loader_rng(loader) -> torch.Tensor | None:
+    generator = getattr(loader, "generator", None)
+    return generator.get_state() if generator is not None else None
+
+
+def _set_loader_rng(loader, state: torch.Tensor | None) -> None:
+    if state is not None:
+        loader.generator.set_state(state)
+
+
+def fresh_totals() -> dict:
+    """The running totals of an epoch: real tokens, sum of step losses, steps, seconds, micro-batches."""
+    return {"tokens": 0, "loss_sum": 0.0, "steps": 0, "time": 0.0, "micro_batches": 0}
+
+
+class RunState:
+    """The mutable state of one training run and its checkpoint I/O (``store``: None when nothing is saved).
+
+    ``loader`` is what the epochs iterate (a DataLoader, or any sized
+    iterable); ``scheduler`` may be None; ``meta`` goes into every
+    checkpoint's ``meta.json`` (what a resume must match).
+    """
+
+    def __init__(self, loader: Any, scheduler: Any, meta: dict, store: Any = None):
+        self.loader, self.scheduler, self.meta, self.store = loader, scheduler, meta, store
+        self.epoch = self.batch = self.step = 0
+        self.epochs: list[dict] = []
+        self.totals = fresh_totals()
+        self.history: list[float] = []          # the guard's memory: losses of the applied steps (checkpointed)
+        self.losses: list[float] = []           # losses of the steps this process ran (not checkpointed)
+        self.epoch_rng: dict = {}
+        self.rollbacks = 0
+        self.stopped = self.spiked = False
+        self._resume_rng: dict | None = None
+
+    def record_step(self, step: int, loss: float, local_loss: float, tokens: int, seconds: float,
+                    micro_batches: int) -> None:
+        """Count an applied optimizer step: ``loss`` (mean over ranks) for the guard, the rest in the totals."""
+        self.step = step
+        self.history.append(loss)
+        self.losses.append(loss)
+        t = self.totals
+        t["tokens"] += tokens
+        t["loss_sum"] += local_loss
+        t["steps"] += 1
+        t["time"] += seconds
+        t["micro_batches"] += micro_batches
+
+    def close_epoch(self) -> dict:
+        """Append the epoch's record (from the totals) to ``epochs``, move to the next epoch; return the record."""
+        t = self.totals
+        record = {"epoch": self.epoch, "train_time_s": t["time"], "tokens": t["tokens"],
+                  "tokens_per_s": t["tokens"] / max(t["time"], 1e-12),
+                  "train_loss": t["loss_sum"] / max(t["steps"], 1), "steps": t["steps"],
+                  "micro_batches": t["micro_batches"], "optimizer_steps": self.step}
+        self.epochs.append(record)
+        self.epoch, self.batch, self.totals = self.epoch + 1, 0, fresh_totals()
+        return record
+
+    def result(self) -> dict:
+        """What ``project.loop.train`` returns (see there)."""
+        return {"epochs": self.epochs, "steps": self.step, "rollbacks": self.rollbacks,
+                "stopped_early": self.stopped, "losses": self.losses}
+
+    def save(self) -> None:
+        """Write this step's checkpoint to the store (a collective: every rank calls it)."""
+        state = {"position": {"epoch": self.epoch, "batch": self.batch, "step": self.step}, "history": self.history,
+                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None}
+        rank_state = {"current": rng_state(), "current_loader": _loader_rng(self.loader),
+                      "epoch_start": self.epoch_rng, "epochs": self.epochs, "totals": self.totals}
+        self.store.save(self.step, state, rank_state, {**self.meta, "step": self.step, "epoch": self.epoch,
+                                                       "batch": self.batch})
+
+    def restore(self, folder: Path) -> None:
+        """Load a checkpoint folder: the store loads the model's part, this the position, totals and RNG."""
+        state, rank_state = self.store.load(folder)
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        position = state["position"]
+        self.epoch, self.batch, self.step = position["epoch"], position["batch"], position["step"]
+        self.epochs, self.totals = list(rank_state["epochs"]), dict(rank_state["totals"])
+        self.history = list(state["history"])
+        self.epoch_rng = rank_state["epoch_start"]
+        self._resume_rng = rank_state
+
+    def batches(self):
+        """An iterator over the current epoch's batches from ``self.batch`` on, RNG as in the original run."""
+        resumed = self._resume_rng
+        if resumed is not None:
+            set_rng_state(self.epoch_rng["global"])
+            _set_loader_rng(self.loader, self.epoch_rng["loader"])
+        else:
+            self.epoch_rng = {"global": rng_state(), "loader": _loader_rng(self.loader)}
+        iterator = iter(self.loader)
+        for _ in range(self.batch):
+            next(iterator)
+        if resumed is not None:
+            set_rng_state(resumed["current"])
+            _set_loader_rng(self.loader, resumed["current_loader"])
+            self._resume_rng = None
+        return iterator

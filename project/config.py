@@ -15,7 +15,8 @@ class RunConfig:
 
     The fields win over the option of the same name: ``world_size`` and ``backend`` as resolved (torchrun's
     size; ``auto`` made ``gloo`` or ``nccl``), ``out_dir`` the run folder every rank writes, ``resume`` the
-    verified checkpoint (None: a fresh start), ``meta`` what its checkpoints record and a resume must match.
+    verified checkpoint (None: a fresh start) and ``checkpoint_meta`` its ``meta.json``, ``meta`` what this run's
+    checkpoints record and a resume must match.
     An unknown name raises AttributeError.
     """
 
@@ -24,6 +25,7 @@ class RunConfig:
     backend: str = "gloo"
     out_dir: Path | None = None
     resume: Path | None = None
+    checkpoint_meta: dict | None = None
     meta: dict | None = None
 
     @classmethod

@@ -37,6 +37,7 @@ from common.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import RankEnv, resolve_backend
+from project.output import write_json
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
 # How long a rank's failure that only reports another rank's waits for the other ranks' reports (``Ranks.replies``).
@@ -265,9 +266,10 @@ def launch(target: Callable[..., None], world_size: int, folder: Path, args: tup
 
 
 def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], config: RunConfig, data: Any,
-                         preload: tuple[str, ...] = ()) -> dict | None:
+                         summarise: Callable[[list[dict]], dict], preload: tuple[str, ...] = ()) -> dict | None:
     """Clear old metrics in ``config.out_dir``, ``launch`` ``target(env, config, data)`` on ``config.world_size``
-    ranks, and return rank 0's ``summary.json`` (None in torchrun processes other than rank 0).
+    ranks (each writes ``metrics_rank<r>.json`` there), then write and return ``summary.json``: ``summarise`` of
+    every rank's metrics, rank 0's first (None in torchrun processes other than rank 0).
     """
     env, folder = torchrun_env(), config.out_dir
     if env is None or env.rank == 0:
@@ -276,4 +278,7 @@ def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], conf
     launch(target, config.world_size, folder, (config, data), preload)
     if env is not None and env.rank != 0:
         return None
-    return json.loads((folder / "summary.json").read_text())
+    summary = summarise([json.loads((folder / f"metrics_rank{r}.json").read_text())
+                         for r in range(config.world_size)])
+    write_json(folder / "summary.json", summary)
+    return summary

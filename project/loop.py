@@ -36,11 +36,10 @@ from typing import Any, Callable
 
 import torch
 
-from project.checkpoint import StepFolders, read_meta
+from project.checkpoint import RunState, StepFolders
 from project.config import RunConfig
 from project.devices import peak_memory_bytes
 from project.output import GUARD_EVENT, StepLog, log, progress
-from project.run_state import RunState
 from project.updates import TorchUpdate
 
 
@@ -163,9 +162,9 @@ def rollback_target(saved_steps: list[int], bad_step: int) -> int | None:
 def prepare_run(config: RunConfig, rank: int, val_loss: Callable[[], float]) -> tuple[LoopSpec, StepLog, float]:
     """``(LoopSpec, StepLog, validation loss before training)`` of a run with the options of ``add_common_args``
     and ``add_training_args``: ``metrics.jsonl`` in ``config.out_dir``, the checkpoints in ``--save_dir`` (default
-    ``<out_dir>/checkpoints``). On ``config.resume`` the loss before training comes from the checkpoint
-    (``val_loss`` is not called) and the step log keeps its lines up to its step."""
-    saved = read_meta(config.resume) if config.resume else None
+    ``<out_dir>/checkpoints``). On ``config.resume`` the loss before training comes from the checkpoint's
+    ``config.checkpoint_meta`` (``val_loss`` is not called) and the step log keeps its lines up to its step."""
+    saved = config.checkpoint_meta
     before = saved["carry"]["val_loss_before"] if saved else val_loss()
     step_log = StepLog(config.out_dir, enabled=rank == 0, resume_step=saved["step"] if saved else None,
                        tensorboard=config.tensorboard)

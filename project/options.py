@@ -75,7 +75,6 @@ def add_common_args(parser: argparse.ArgumentParser, batch_size: int | None = 32
     return parser
 
 
-
 def add_launch_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--world_size`` and ``--backend`` (multi-rank entry points); returns ``parser``."""
     parser.add_argument("--world_size", type=int_at_least(1), default=2,
@@ -83,7 +82,6 @@ def add_launch_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: nccl with a GPU per rank, else gloo (CPU)")
     return parser
-
 
 
 def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -124,9 +122,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     return parser
 
 
-
-def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> Path | None:
-    """The verified ``step_<n>`` folder ``--resume`` names (``project.checkpoint.resolve``; None: no resume).
+def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) -> tuple[Path | None, dict | None]:
+    """``(folder, its meta.json)`` of the verified ``step_<n>`` folder ``--resume`` names
+    (``project.resume.resolve``; ``(None, None)``: no resume).
 
     Raises ConfigError for options that cannot work here, before any data is
     read or any rank starts: ``--workdir``/``--out_dir``/``--save_dir``
@@ -136,6 +134,7 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
     batch size, accumulation, ...) differs. ``args`` is left as parsed.
     """
     from project import checkpoint
+    from project.resume import resolve
     from project.precision import check_precision
 
     for name in ("workdir", "out_dir", "save_dir"):
@@ -152,16 +151,15 @@ def check_training_args(args: argparse.Namespace, device_type: str, meta: dict) 
     check_precision(args.precision, device_type)
     check_tensorboard(args.tensorboard)
     if args.resume is None:
-        return None
-    resume = checkpoint.resolve(args.resume)   # verified once here; the ranks load this step
+        return None, None
+    resume = resolve(args.resume)   # verified once here; the ranks load this step
     saved = checkpoint.read_meta(resume)
     changed = {k: (saved.get(k), v) for k, v in meta.items() if saved.get(k) != v}
     if changed:
         said = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
         raise ConfigError(f"--resume {resume}: the checkpoint was written by a different run ({said}); "
                           f"resume with the same options")
-    return resume
-
+    return resume, saved
 
 
 def run_name(args: argparse.Namespace, parser: argparse.ArgumentParser, first: dict[str, str]) -> str:
@@ -197,7 +195,6 @@ def out_dir(args: argparse.Namespace, entry: str, name: str) -> Path:
     path = Path(args.out_dir) if args.out_dir else Path(args.workdir) / "out" / entry / name
     path.mkdir(parents=True, exist_ok=True)
     return path
-
 
 
 def check_world(world_size: int, n_train: int) -> None:

@@ -191,8 +191,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple, run_dir: Path, load
     from data_parallel.zero1 import ShardedOptimizer
     from project.devices import all_reduce_sum, join_group
     from project.loop import LoopParts, LoopSpec, train
-    from project.loss import lm_loss
-    from project.model import build_model
+    from project.model import build_model, lm_loss
 
     quiet_libraries()
     _, device = join_group(env, config.backend, student_setup=False)   # process group
@@ -223,7 +222,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple, run_dir: Path, load
 
 def _run(config: RunConfig, data: tuple, run_dir: Path, load: str | None, checkpoint: Path | None) -> list[dict]:
     """Start the ranks (fresh processes) for one phase; return each rank's results."""
-    from project.checkpoint import save_errors_in_one_line
+    from project.resume import save_errors_in_one_line
     from project.launch import launch
 
     run_dir.mkdir(parents=True, exist_ok=True)

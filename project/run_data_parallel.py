@@ -11,15 +11,14 @@ with your ``average_gradients`` once per optimizer step (after
 picks NCCL (one GPU per rank) when there are enough GPUs, else gloo on the
 CPU. Per rank it writes ``metrics_rank<r>.json`` (per epoch: training time,
 real tokens per second, mean training loss; validation loss before and
-after training), rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one
-line per optimizer step), to ``<workdir>/out/data_parallel/<run>/``: one
+after training), rank 0 ``metrics.jsonl`` (one line per optimizer step) and
+the launching process ``summary.json`` (``summarize_data_parallel``), to ``<workdir>/out/data_parallel/<run>/``: one
 folder per configuration, ``ws<N>`` and the options that differ from their
 defaults (``ws2``, ``ws1``, ``ws2-epochs1``; ``project.options.run_name``).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,8 +80,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     from data_parallel.dataset import partition_dataset
     from project.devices import all_reduce_sum, join_group, thread_facts
     from project.loop import LoopParts, make_scheduler, prepare_run, train
-    from project.loss import lm_loss, validation_loss
-    from project.model import build_model, count_parameters, enable_activation_checkpointing
+    from project.model import build_model, count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
 
     quiet_libraries()
     _, device = join_group(env, config.backend)   # process group: your setup_process_group (Problem 1.2)
@@ -126,12 +124,13 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
         with atomic_path(config.save_state) as scratch:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, scratch)
     dist.barrier()   # every rank's metrics file is written
-    if rank == 0:
-        per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
-        write_json(folder / "summary.json", summarize(per_rank, keep=(
-            "grad_accum", "precision", "grad_ckpt", "torch_threads", "thread_policy", "optimizer_steps",
-            "rollbacks", "stopped_early")))
     dist.destroy_process_group()
+
+
+def summarize_data_parallel(per_rank: list[dict]) -> dict:
+    """``project.output.summarize`` of the ranks' metrics, with the training options they share."""
+    return summarize(per_rank, keep=("grad_accum", "precision", "grad_ckpt", "torch_threads", "thread_policy",
+                                     "optimizer_steps", "rollbacks", "stopped_early"))
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -141,26 +140,28 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     args = build_parser().parse_args(argv)   # a bad option exits with code 2 and one line
     readiness.ensure_ready(COMMAND, readiness.DATA_PARALLEL)
-    from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
+    from project.resume import save_errors_in_one_line   # torch and the library: only after the checks
     from project.data import make_collate, prepare_data
     from project.launch import launch_and_summarise, start_rank_server, world_of
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, GPT2_IMPORTS)
     meta = resume_meta(args, world_size)
-    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
+    resume, checkpoint_meta = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)   # once: every rank receives it
     check_args(args, world_size, len(train_set))
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, checkpoint_meta=checkpoint_meta,
+                          out_dir=folder, meta=meta)
     print_header(f"data parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, global batch "
                  f"{args.batch_size} ({args.batch_size // world_size} per rank) x {args.grad_accum} accumulated, "
                  f"{args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
         summary = launch_and_summarise(train_rank, config, (train_set, valid, tokenizer,
-                                                            make_collate(tokenizer, args.max_len)), GPT2_IMPORTS)
+                                                            make_collate(tokenizer, args.max_len)),
+                                       summarize_data_parallel, GPT2_IMPORTS)
     if summary is None:
         return None
     print_outcome(summary, folder)

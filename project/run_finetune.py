@@ -28,7 +28,6 @@ their defaults: ``project.options.run_name``). Start from a full-model checkpoin
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import warnings
@@ -175,8 +174,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     from finetune.zero import build_config, init_engine, train_microbatch
     from project.devices import all_reduce_sum, join_group, thread_facts
     from project.loop import REDUCED_BY_ENGINE, LoopParts, make_scheduler, prepare_run, train
-    from project.loss import lm_loss, validation_loss
-    from project.model import count_parameters, enable_activation_checkpointing
+    from project.model import count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
     from project.zero_engine import DeepSpeedUpdate, gathered, zero_config
 
     quiet_libraries()
@@ -239,11 +237,7 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
         metrics["adapter"] = {"path": str(adapter), "bytes": adapter.stat().st_size,
                               "val_loss_reloaded": val_loss(fresh)}
     write_json(folder / f"metrics_rank{rank}.json", metrics)
-    dist.barrier()
-    if rank == 0:
-        per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
-        write_json(folder / "summary.json", summarize_finetune(per_rank))
-    dist.barrier()
+    dist.barrier()   # every rank's metrics file is written
     dist.destroy_process_group()
 
 
@@ -267,14 +261,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     args = build_parser().parse_args(argv)   # a bad option exits with code 2 and one line
     readiness.ensure_ready(COMMAND, readiness.FINETUNE)
-    from project.checkpoint import save_errors_in_one_line   # torch and the library: only after the checks
+    from project.resume import save_errors_in_one_line   # torch and the library: only after the checks
     from project.data import make_collate, prepare_data
     from project.launch import launch_and_summarise, start_rank_server, world_of
 
     world_size, local_ranks, backend = world_of(args)
     start_rank_server(world_size, RANK_IMPORTS)
     meta = resume_meta(args, world_size)
-    resume = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
+    resume, checkpoint_meta = check_training_args(args, "cuda" if backend == "nccl" else "cpu", meta)
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)   # once: every rank receives it
@@ -282,13 +276,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.base_state:
         lora_model(args, tokenizer)   # a checkpoint that does not fit fails here, not inside every rank
     folder = out_dir(args, NAME, run_name(args, build_parser(), {"world_size": f"ws{world_size}"}))
-    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, out_dir=folder, meta=meta)
+    config = RunConfig.of(args, world_size=world_size, backend=backend, resume=resume, checkpoint_meta=checkpoint_meta,
+                          out_dir=folder, meta=meta)
     print_header(f"LoRA + ZeRO-{args.zero_stage} fine-tuning" + (", optimizer offloaded to CPU" if args.offload == "cpu"
                  else "") + f": {world_size} rank(s), backend {backend}, preset {args.preset}, {args.micro_batch} "
                  f"sequences per rank per micro-batch x {args.grad_accum} accumulated, {args.n_epochs} epoch(s)")
     with save_errors_in_one_line():   # a rank's failed checkpoint write: one line, not its traceback
         s = launch_and_summarise(finetune_rank, config, (train_set, valid, tokenizer,
-                                                         make_collate(tokenizer, args.max_len)), RANK_IMPORTS)
+                                                         make_collate(tokenizer, args.max_len)),
+                                 summarize_finetune, RANK_IMPORTS)
     if s is None:
         return None
     print(*lora_lines(s), sep="\n")

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     devices = stage_devices(args.devices, args.n_stages)
     meta = resume_meta(args)
-    resume = check_training_args(args, devices[0].type, meta)
+    resume, checkpoint_meta = check_training_args(args, devices[0].type, meta)
     n_chunk = args.n_chunk if mode == "pipeline_parallel" else 1
     microbatch.check_n_chunk(args.batch_size, n_chunk)
     if mode == "pipeline_parallel":
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_libraries()
     train_set, valid, tokenizer = prepare_data(args.dataset, args.tokenizer, Path(args.workdir), args.n_train,
                                                args.n_valid, args.seed)
-    config = RunConfig.of(args, resume=resume, out_dir=out_dir(args, NAME, folder_name(args)), meta=meta)
+    config = RunConfig.of(args, resume=resume, checkpoint_meta=checkpoint_meta,
+                          out_dir=out_dir(args, NAME, folder_name(args)), meta=meta)
     metrics = train_stages(config, (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len)), devices,
                            n_chunk)
     print_outcome(metrics, f"{config.out_dir} (metrics_{mode}.json, metrics.jsonl)")
@@ -122,8 +123,7 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
     from project import microbatch
     from project.devices import thread_facts
     from project.loop import SINGLE_REPLICA, LoopParts, make_scheduler, prepare_run, train
-    from project.loss import lm_loss, validation_loss
-    from project.model import build_model, count_parameters, enable_activation_checkpointing
+    from project.model import build_model, count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
 
     mode, size = config.model_parallel_mode, microbatch.split_size(config.batch_size, n_chunk)
     train_set, valid, tokenizer, collate = data                                         # data (main prepared it)

@@ -13,8 +13,8 @@ model is not split (the serial baseline). Backend ``auto`` picks NCCL (one
 GPU per rank) when there are enough GPUs, else gloo on the CPU. Per rank it
 writes ``metrics_rank<r>.json`` (per epoch: time, real tokens per second,
 train loss; validation loss before and after; the parameter bytes the rank
-holds), and rank 0 writes ``summary.json`` and ``metrics.jsonl`` (one line
-per optimizer step), to ``<workdir>/out/tensor_parallel/<run>/`` (``ws<N>``
+holds), rank 0 ``metrics.jsonl`` (one line per optimizer step) and the
+launching process ``summary.json``, to ``<workdir>/out/tensor_parallel/<run>/`` (``ws<N>``
 and the options that differ from their defaults: ``project.options.run_name``).
 The number of heads, the hidden size and the MLP's inner size must be
 divisible by the world size (else exit 2 with a message).
@@ -107,8 +107,7 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
 
     from project.devices import THREAD_POLICY, join_group
     from project.loop import SINGLE_REPLICA, LoopParts, LoopSpec, train
-    from project.loss import lm_loss, validation_loss
-    from project.model import build_model
+    from project.model import build_model, lm_loss, validation_loss
 
     quiet_libraries()
     _, device = join_group(env, config.backend, student_setup=False)   # process group (no Problem 1 code)
@@ -152,16 +151,16 @@ def train_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
         "parameter_bytes": parameter_bytes(model), "unsplit_parameter_bytes": unsplit, "val_loss_before": before,
         "epochs": result["epochs"], "optimizer_steps": result["steps"], "val_loss_after": after})
     dist.barrier()   # every rank's metrics file is written
-    if rank == 0:
-        per_rank = [json.loads((folder / f"metrics_rank{r}.json").read_text()) for r in range(world_size)]
-        # the ranks train on the same tokens together: count them once (rank 0), not once per rank
-        summary = summarize(per_rank[:1], keep=("optimizer", "torch_threads", "thread_policy", "optimizer_steps",
-                                                "unsplit_parameter_bytes"))
-        summary["world_size"] = world_size
-        summary["parameter_bytes_per_rank"] = [m["parameter_bytes"] for m in per_rank]
-        summary["run_options"] = run_options(config)
-        write_json(folder / "summary.json", summary)
     dist.destroy_process_group()
+
+
+def summarize_tensor_parallel(per_rank: list[dict], config: RunConfig) -> dict:
+    """``project.output.summarize`` of rank 0 (the ranks train on the same tokens together: counted once), with
+    every rank's parameter bytes and the run's options (``run_options``)."""
+    summary = summarize(per_rank[:1], keep=("optimizer", "torch_threads", "thread_policy", "optimizer_steps",
+                                            "unsplit_parameter_bytes"))
+    return summary | {"world_size": len(per_rank), "parameter_bytes_per_rank": [m["parameter_bytes"] for m in per_rank],
+                      "run_options": run_options(config)}
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -196,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     data = (train_set, valid, tokenizer, make_collate(tokenizer, args.max_len))
     print_header(f"tensor parallel: {world_size} rank(s), backend {backend}, preset {args.preset}, "
                  f"{args.batch_size} sequences per batch (the same on every rank), {args.n_epochs} epoch(s)")
-    summary = launch_and_summarise(train_rank, config, data, GPT2_IMPORTS)
+    summary = launch_and_summarise(train_rank, config, data, lambda ranks: summarize_tensor_parallel(ranks, config),
+                                   GPT2_IMPORTS)
     if summary is None:
         return None
     held, unsplit = summary["parameter_bytes_per_rank"][0], summary["unsplit_parameter_bytes"]
@@ -240,7 +240,8 @@ def compare_with_baseline(config: RunConfig, data: tuple, summary: dict, folder:
         source = "ran"
         print(f"running the unsplit baseline (1 rank, the same options) in {folder} ...", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
-        base = launch_and_summarise(train_rank, replace(config, world_size=1, out_dir=folder), data)
+        alone = replace(config, world_size=1, out_dir=folder)
+        base = launch_and_summarise(train_rank, alone, data, lambda ranks: summarize_tensor_parallel(ranks, alone))
     out = {"dir": str(folder), "source": source if base else "missing", "tolerance": VAL_LOSS_TOLERANCE,
            "val_loss_after": None, "difference": None, "matches": None}
     if base:

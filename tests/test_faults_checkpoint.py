@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from common.files import read_json, read_jsonl
-from project import checkpoint
+from project import checkpoint, resume
 from project.cli import ConfigError
 from project.bench.report import read_runs
 from project.output import StepLog, read_steps
@@ -38,14 +38,14 @@ def root(tmp_path):
 
 def _resolve(path) -> tuple[str, list[str]]:
     said: list[str] = []
-    return checkpoint.resolve(path, say=said.append).name, said
+    return resume.resolve(path, say=said.append).name, said
 
 
 def test_fault_intact_checkpoints_resolve_to_latest_silently(root):
     assert (root / "latest").read_text().strip() == "step_00000006"
     assert json.loads((root / "step_00000006" / "manifest.json").read_text())["step"] == 6
     assert _resolve(root) == ("step_00000006", [])
-    assert checkpoint.resolve(root / "step_00000004").name == "step_00000004"
+    assert resume.resolve(root / "step_00000004").name == "step_00000004"
 
 
 def test_fault_truncated_file_falls_back_with_one_line_and_refuses_the_explicit_step(root):
@@ -57,7 +57,7 @@ def test_fault_truncated_file_falls_back_with_one_line_and_refuses_the_explicit_
     assert said == [f"--resume {root}: skipped step_00000006 (state.pt has 1,000 bytes, the manifest says "
                     f"{size:,}); resuming from step_00000004"]
     with pytest.raises(ConfigError, match=r"step_00000006 is damaged: state.pt has 1,000 bytes, the manifest says"):
-        checkpoint.resolve(root / "step_00000006")
+        resume.resolve(root / "step_00000006")
 
 
 def test_fault_one_flipped_byte_is_found_by_its_sha256(root):
@@ -94,7 +94,7 @@ def test_fault_nothing_intact_is_refused_in_one_line(root):
     for step in (2, 4, 6):
         (root / f"step_{step:08d}" / "state.pt").write_bytes(b"")
     with pytest.raises(ConfigError, match="no intact checkpoint: step_00000006 .*step_00000004 .*step_00000002"):
-        checkpoint.resolve(root)
+        resume.resolve(root)
 
 
 def test_fault_keep_last_prunes_after_a_save_and_never_the_new_one(tmp_path):

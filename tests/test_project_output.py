@@ -53,7 +53,7 @@ def test_no_other_module_of_the_project_draws_progress_itself():
     users = [str(p.relative_to(ROOT)) for folder in ("project", "scripts") for p in (ROOT / folder).rglob("*.py")
              if "tqdm" in p.read_text() and p.name != "output.py"]
     assert users == []
-    for module in ("loop.py", "loss.py"):   # the training loop's bar and the validation bar
+    for module in ("loop.py", "model.py"):   # the training loop's bar and the validation bar
         assert "progress" in (ROOT / "project" / module).read_text()
 
 

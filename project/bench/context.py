@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from project.bench.workload import fresh_model
-from project.loss import lm_loss
+from project.model import lm_loss
 
 
 @dataclass

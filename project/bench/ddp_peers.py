@@ -33,7 +33,7 @@ from project.bench.context import Context, local_step
 from project.bench.workload import load_workload
 from project.devices import RankEnv, join_group
 from project.launch import file_rendezvous, spawn_ranks
-from project.loss import lm_loss
+from project.model import lm_loss
 from project.output import quiet_libraries, write_json
 
 VARIANTS = ("bucketed_ddp", "ddp", "average_gradients")

@@ -34,8 +34,7 @@ def _one_step(env: RankEnv, preset: str, batch_size: int, max_len: int, checkpoi
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from project.devices import stage_devices
-    from project.loss import lm_loss
-    from project.model import PRESETS, enable_activation_checkpointing
+    from project.model import PRESETS, enable_activation_checkpointing, lm_loss
 
     transformers.logging.set_verbosity_error()
     if threads > 0:

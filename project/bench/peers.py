@@ -63,7 +63,7 @@ def _gpipe_schedule(ctx: Context, model: torch.nn.Module, n_chunk: int):
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     from pipeline.gpt2 import gpt2_stages
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
     stage = PipelineStage(gpt2_stages(model, [ctx.device] * 2)[ctx.rank], ctx.rank, 2, ctx.device)
@@ -152,7 +152,7 @@ def _peft_name(name: str) -> str:
 
 def lora_check(ctx: Context, index: int = 0) -> dict:
     """Ours vs PEFT on global batch ``index``: max abs difference of logits and of every adapter gradient."""
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     ours, theirs = lora_pair(ctx)
     x, y = ctx.batch(index, rows=False)
@@ -183,7 +183,7 @@ def grads(ctx: Context, variant: str, n_chunk: int = 2, index: int = 0) -> str:
 
     from data_parallel.comm import average_gradients
     from pipeline.gpt2 import build_pipeline_gpt2
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     model = ctx.model()
     if variant == "serial":

@@ -32,7 +32,7 @@ from project.devices import RankEnv, join_group
 def dp_ours(ctx: Context) -> Stepper:
     """Data parallel with the student's ``train_step`` (which calls ``average_gradients``), AdamW."""
     from data_parallel.comm import train_step
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     model = ctx.model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -60,7 +60,7 @@ def no_comm_sequential(ctx: Context) -> Stepper:
 def comm_ours(ctx: Context) -> Stepper:
     """Only the student's ``average_gradients`` on a model holding real gradients (reset before each run)."""
     from data_parallel.comm import average_gradients
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     model = ctx.model()
     lm_loss(model(ctx.batch(0)[0]), ctx.batch(0)[1]).backward()
@@ -82,7 +82,7 @@ def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
     from project.devices import stage_devices
-    from project.loss import lm_loss
+    from project.model import lm_loss
 
     model = ctx.model()
     batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
