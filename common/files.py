@@ -1,14 +1,9 @@
 """Atomic file writes: the one helper every writer of the kit uses (grader, entry points, benchmarks).
 
-A reader never sees a half-written file: the content goes to a temporary
-name in the same folder (same file system), is flushed to disk, then
-``os.replace``-d onto the final name in one step. A crash or a full disk
-leaves the previous file (or none) and at most a ``.*.tmp`` leftover, never
-a torn one.
-
-Appended logs (``metrics.jsonl``, the benchmark's ``runs.jsonl``) cannot be
-written that way; their readers use ``read_jsonl``, which skips a torn last
-line with a warning and reads the rest (``read_json`` for whole files).
+A reader never sees a half-written file: the content goes to a temporary name in the same folder, is flushed to
+disk, then ``os.replace``-d onto the final name in one step, so a crash or a full disk leaves the previous file
+(or none) and at most a ``.*.tmp`` leftover. Appended logs (``metrics.jsonl``, the benchmark's ``runs.jsonl``)
+are read with ``read_jsonl``.
 """
 from __future__ import annotations
 

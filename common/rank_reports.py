@@ -1,13 +1,9 @@
 """What a failed rank reported, read the same way by the grader and by the entry points: one source.
 
-A rank whose peer failed reports only the communication library's side of
-it (gloo's "Connection closed by peer", a receive timeout, torch's "Detected
-mismatch between collectives", an abort). ``is_symptom`` tells such a report
-from a rank's own fault, ``rank_at_fault`` picks the rank whose failure
-explains the others', and ``traceback_line`` / ``dump_place`` say where in the
-student's code a rank was. The grader's engine builds its messages on these
-(``grading.engine.peers``), the entry points their ``RankError``
-(``project.launch``).
+``is_symptom`` tells a report of another rank's failure from a rank's own fault, ``rank_at_fault`` picks the rank
+whose failure explains the others', and ``traceback_line`` / ``dump_place`` say where in the student's code a
+rank was. The grader's engine builds its messages on these (``grading.engine.peers``), the entry points their
+``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 

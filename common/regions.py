@@ -1,15 +1,8 @@
 """Student regions: reading them, the packages that may hold them, and the pristine student files.
 
-A region is a block of lines inside a function body::
-
-        # BEGIN_STUDENT 1.2
-        ...reference solution...
-        # END_STUDENT 1.2
-
-Everything outside regions is *protected*: the grader always uses the kit's
-own text there and only takes region bodies from a submission. In a student
-starter the kit's own text is the *pristine* copy that ``grading release``
-keeps in ``grading/pristine/`` (the student edits the files themselves), so a
+A region is the block of lines between ``# BEGIN_STUDENT <id>`` and ``# END_STUDENT <id>`` inside a function
+body. Everything outside regions is *protected*: the grader uses the kit's own text there and takes only region
+bodies from a submission. In a student starter the kit's own text is the pristine copy in ``PRISTINE_DIR``, so a
 local grade splices exactly like the course's grader (``grading.kit.splice``).
 """
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Command line: ``python -m grading grade|list|release|gradescope|batch|fixtures|similarity|benchmarks``.
+"""Command line: ``python -m grading COMMAND``; each command lives in ``grading/commands/`` with its own options.
 
     python -m grading grade [SUBMISSION] [--problem ID] [--json FILE] [--timeout S]
-    python -m grading list
-    python -m grading release OUT_DIR [--problems 1,2,3]                 (staff)
+    python -m grading release OUT_DIR [--problems 1,2,3]                          (staff)
     python -m grading gradescope OUT_DIR [--problems 1,2,3] [--course-secret S]   (staff)
-    python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]  (staff)
-    python -m grading fixtures [--check]                                 (staff)
-
-Each command lives in ``grading/commands/`` and registers its own options.
+    python -m grading batch SUBMISSIONS_DIR --out grades.csv [--jobs N]           (staff)
+    python -m grading fixtures [--check]                                          (staff)
 """
 from __future__ import annotations
 

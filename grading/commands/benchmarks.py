@@ -1,18 +1,8 @@
 """Figures at grading: what a submission's ``submit_figures/`` claims, and the staff's own benchmark run.
 
-- ``figures_notes(submission_root)``: lines for the grade report describing
-  the plots and ``performance_summary.json`` (present, full or ``--quick``
-  run, hardware, the speedups it claims), marked "not scored by the
-  autograder". The summary is untrusted text: only its plain numbers and
-  short cleaned strings are quoted.
-- ``python -m grading benchmarks SUBMISSION [--json FILE]``: on a machine
-  with 2 GPUs, splice the submission into a copy of the kit, run
-  ``scripts/run_benchmarks.py --mode grader`` there, and score the course
-  thresholds (DP speedup, pipeline faster than model parallel) as their own
-  criteria from that run's summary, never from the student's. With fewer
-  than 2 GPUs nothing runs and the report says the thresholds do not apply.
-- ``python -m grading.commands.benchmarks FIGURES_DIR``: the warnings
-  ``scripts/create_submission_zip.sh`` prints after packaging.
+``figures_notes`` describes the handed-in figures for the grade report, never scored; ``python -m grading
+benchmarks SUBMISSION`` scores the course thresholds from a run of its own on 2 GPUs (``run_benchmark_check``);
+``python -m grading.commands.benchmarks FIGURES_DIR`` prints the warnings of ``scripts/create_submission_zip.sh``.
 """
 from __future__ import annotations
 
@@ -106,8 +96,9 @@ def figures_notes(submission_root: Path) -> list[str]:
 
     Says whether the plots and the summary are there, whether the summary
     comes from a full run or ``--quick``, on which hardware, the speedups it
-    claims and the threshold verdicts it claims. Never raises for what the
-    folder holds.
+    claims and the threshold verdicts it claims. The summary is untrusted text:
+    only its plain numbers and short cleaned strings are quoted. Never raises
+    for what the folder holds.
     """
     folder = Path(submission_root) / FIGURES_DIR
     if not folder.is_dir() or folder.is_symlink():

@@ -1,28 +1,9 @@
 """What the class got wrong, and what to do about it: the class report next to grades.csv.
 
-``write_class_report(out_csv, results, ...)`` reads every graded submission's
-``results.json`` (Gradescope schema, as ``batch`` keeps them) and writes,
-next to ``grades.csv``::
-
-    grades_class_report.csv         per criterion: points, visibility, graded, not_attempted, attempted,
-                                    passed, pass_rate (among attempts), and the TOP_GROUPS largest failure
-                                    groups (failure_k, likely_cause_k, sharing_k)
-    grades_class_report_scores.csv  per chosen problem: public and hidden subtotals (``score_distribution``)
-    grades_class_report.png         pass rate per criterion (among attempts), coloured by problem
-    grades_class_report_scores.png  a score histogram per chosen problem, with its public and hidden subtotals
-    grades_class_report.html        all of it on one page, and a row per student linking to its results
-                                    (``class_report_page``; the similarity report links to it)
-
-Only graded submissions count (``batch.GRADED``: not a rejected one, nor one
-whose grader did not finish; the page names those). A sub-problem is **not
-attempted** by a submission when every criterion of it stopped at a starter
-stub (``result_tests.not_attempted``); its criteria count neither as passed
-nor as failed, so a class of unopened starters never becomes "the most
-common failure". A criterion passed when its status is ``passed`` (full
-points here). Failure messages are grouped with their numbers masked
-(``max abs diff 3.1e-02`` and ``4.0e-01`` are one mistake); a group's
-likely cause is the one the submissions' own results give (the ``likely
-cause:`` lines ``engine/hints.py`` writes), the most frequent in the group.
+``write_class_report`` reads every graded submission's ``results.json`` and writes, per criterion, the pass rate
+among the submissions that attempted it and the largest failure groups with their likely causes
+(``criterion_stats``), per chosen problem the score distribution (``score_distribution``), and one page of it all
+(``class_report_page``).
 """
 from __future__ import annotations
 
@@ -70,7 +51,8 @@ class CriterionStats:
 
     def failure_groups(self, top: int = TOP_GROUPS) -> list[tuple[str, str, int]]:
         """The ``top`` largest failure groups, largest first (ties: first seen): (an example message, the
-        group's most frequent likely cause or "", the group's size)."""
+        group's most frequent likely cause or "", the group's size). Messages are grouped with their numbers
+        masked (``max abs diff 3.1e-02`` and ``4.0e-01`` are one mistake)."""
         groups: dict[str, list[tuple[str, str]]] = {}
         for message, cause in self.failures:
             groups.setdefault(_NUMBERS.sub("#", message), []).append((message, cause))
@@ -102,7 +84,12 @@ def _split_message(output: str) -> tuple[str, str]:
 
 def criterion_stats(results: dict[str, dict]) -> list[CriterionStats]:
     """Per criterion (in the order the results list them, grouped by problem): how many graded, not attempted,
-    passed, and why the others failed. ``results`` maps a submission name to its results.json data."""
+    passed, and why the others failed. ``results`` maps a submission name to its results.json data.
+
+    A criterion passed when its status is ``passed``. In a sub-problem the submission did not attempt (every
+    criterion stopped at a starter stub, ``result_tests.not_attempted``) it counts neither as passed nor as
+    failed, so a class of unopened starters never becomes the most common failure.
+    """
     stats: dict[str, CriterionStats] = {}
     for name in sorted(results):
         skipped = not_attempted(results[name])

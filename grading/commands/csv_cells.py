@@ -1,13 +1,8 @@
 """CSV files the kit writes (grades.csv, the class report, pairs.csv): safe cells, written atomically.
 
-A spreadsheet runs a cell that starts with ``=``, ``+``, ``-`` or ``@`` (or a
-tab or carriage return) as a formula, and submission names and failure
-messages are student-controlled text. ``safe_cell`` neutralises such a cell
-with a leading apostrophe (OWASP's advice; spreadsheets show the text as
-typed)::
-
-    =HYPERLINK("http://x")   ->   '=HYPERLINK("http://x")
-    -3.5                     ->   -3.5            (a plain number stays a number)
+Submission names and failure messages are student-controlled text, and a spreadsheet runs a cell that starts
+with ``=``, ``+``, ``-`` or ``@`` (or a tab or carriage return) as a formula: ``safe_cell`` neutralises such a
+cell with a leading apostrophe (OWASP's advice), ``=HYPERLINK("http://x")`` -> ``'=HYPERLINK("http://x")``.
 """
 from __future__ import annotations
 

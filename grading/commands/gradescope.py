@@ -1,26 +1,8 @@
 """The Gradescope autograder bundle: ``python -m grading gradescope OUT_DIR``.
 
-``OUT_DIR/autograder.zip`` is what one uploads; ``OUT_DIR/source/`` is the
-same tree unpacked (Gradescope unpacks the zip into ``/autograder/source``)::
-
-    source/setup.sh          installs requirements.txt (pinned; CPU build of torch)
-    source/run_autograder    grades /autograder/submission into /autograder/results/results.json
-    source/requirements.txt
-    source/grading/ ...      the grader, its staff parts included (grading/staff, grading/problems/*/staff.py)
-    source/data_parallel/ ... the student files with every region emptied (no reference solution)
-
-The bundle holds no reference solution: the grader splices the submission's
-region bodies into the kit's files, and judges against its own references
-(``grading/references``), so the region bodies are never needed.
-
-``run_autograder`` writes a placeholder results.json first, has the grade
-share its total time among the cases and keep results.json current while it
-runs (so a stop at the limit keeps every verdict reached), and checks it at
-the end (``python -m grading.commands.report placeholder|finalize``:
-shipped in the bundle, unlike this staff-only module), so Gradescope always
-gets a report, even when the grader is killed. Every path can be moved with
-environment variables (a test unpacks the zip into a folder laid out like
-``/autograder`` and runs it there).
+``OUT_DIR/autograder.zip`` is what one uploads; ``OUT_DIR/source/`` is the same tree unpacked (``build_bundle``).
+The bundle holds no reference solution, and its ``run_autograder`` always leaves Gradescope a ``results.json``,
+even when the grader is killed.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """How strong the checks are (staff): ``python -m grading mutants --out report/``.
 
-Every in-region mutant of the reference (``grading.kit.mutations``), or a
-seeded sample of them, is graded on its own sub-problem, public and hidden
-criteria, like one submission of a batch (``batch.grade_one``: its own grader
-process, folder and time limit, forked from servers the run shares). A mutant
-that loses a point is killed; one that keeps full marks survived, unless
-staff list it as equivalent. ``<out>/mutants.jsonl`` gets each grade as it
-ends, so a stopped run goes on where it stopped; the report is
-``mutants.json`` and ``mutants.html`` (``mutants_report``).
+Every in-region mutant of the reference (``grading.kit.mutations``), or a seeded sample of them, is graded on its
+own sub-problem like one submission of a batch (``grade_mutant``): a mutant that loses a point is killed, one that
+keeps full marks survived unless staff list it as equivalent. ``run_mutants`` writes the report
+(``mutants_report``) and a ledger from which a stopped run goes on.
 """
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """Where a grading run's time goes, case by case: ``python -m grading grade --profile``.
 
-Read after the run from what the launcher, the workers and the runner left in
-each case's run folder (``launch.json``, ``rank<R>/timing.json``,
-``judged.json``). Per case, the rank that finished last is the one shown
-(it bounds the case), in seconds:
-
-    preload     the fork servers importing the case's ``preload`` before its first spawn (once a run)
-    start       spawn -> the worker's ``main`` runs (interpreter start, ``grading`` import)
-    imports     sandbox limits + ``import torch``
-    rendezvous  the process group (0 when the probe sets up its own)
-    probe_imp   importing the probe's module (the grader's checks, and what they import)
-    probe       the probe: student code and the grader's recording, result files excluded
-    saving      writing and signing result files
-    judging     the criteria, in the parent
-    wall        the launch, preloads and first spawn to last exit (the parent's clock)
-
-Below the table: the library packages a case's ranks imported themselves,
-which its ``preload`` could have had the fork servers import once.
+Read after the run from what the launcher, the workers and the runner left in each case's run folder.
 """
 from __future__ import annotations
 
@@ -34,7 +18,21 @@ def _read(path: Path) -> dict:
 
 
 def case_profile(run_dir: Path) -> dict[str, float] | None:
-    """The breakdown of one case's run folder (see the module docstring); None when it left no timing."""
+    """The breakdown of one case's run folder, in seconds; None when it left no timing.
+
+    Read from its ``launch.json``, ``rank<R>/timing.json`` and ``judged.json``. The rank that finished last is
+    the one shown (it bounds the case); ``cold_imports`` lists the library packages its ranks imported themselves::
+
+        preload     the fork servers importing the case's ``preload`` before its first spawn (once a run)
+        start       spawn -> the worker's ``main`` runs (interpreter start, ``grading`` import)
+        imports     sandbox limits + ``import torch``
+        rendezvous  the process group (0 when the probe sets up its own)
+        probe_imp   importing the probe's module (the grader's checks, and what they import)
+        probe       the probe: student code and the grader's recording, result files excluded
+        saving      writing and signing result files
+        judging     the criteria, in the parent
+        wall        the launch, preloads and first spawn to last exit (the parent's clock)
+    """
     launch = _read(run_dir / "launch.json")
     ranks = sorted(run_dir.glob("rank*/timing.json"))
     if not launch or not ranks:
@@ -63,7 +61,8 @@ def case_profile(run_dir: Path) -> dict[str, float] | None:
 
 
 def table(runs_dir: Path) -> str:
-    """The per-case breakdown of every case folder under ``runs_dir``, with a total row."""
+    """The per-case breakdown of every case folder under ``runs_dir``, with a total row; below it, the library
+    packages each case's ranks imported themselves, which its ``preload`` could have the fork servers import once."""
     header = f"{'case':<28}" + "".join(f"{c:>11}" for c in COLUMNS)
     lines = [header, "-" * len(header)]
     total = dict.fromkeys(COLUMNS, 0.0)

@@ -1,22 +1,7 @@
 """``python -m grading release OUT [--problems 1,2,3]``: the student starter, made from the kit.
 
-What the starter holds, and why it gives nothing away:
-- student files with every region body replaced by ``raise NotImplementedError("Problem <id>: ...")``,
-  and a pristine copy of them in ``grading/pristine/`` (what a local grade splices into);
-- the public checks (``grading/checks``) and the references they compare with, which are serial
-  computations that are not a student function (a plain model's gradients, an unsplit GPT-2);
-- expected values of the public inputs as data (``grading/problems/*/expected.json``, written fresh here
-  from the staff answers), and isolation stand-ins that are lookups in that data, library classes
-  or different computations;
-- a README written for students: the handout for the chosen problems (``grading/staff/handout``), after an
-  optional preface of the course's own (``release --preface FILE``);
-- ``submit_figures/analysis.md``: the written analysis's questions for the chosen problems, to answer and hand in;
-- ``grading/course.json``: the chosen problems, the hidden points of each sub-problem (so the starter's
-  ``list`` and ``grade`` can state them) and the points of the written analysis (``--analysis_points``).
-Left out: the staff answers and hidden checks (``grading/staff`` and every ``grading/problems/*/staff.py``),
-the kit's own tests and buggy
-variants (``tests/kit`` and the tests of the project code), CI, local state, and the files of the
-optional problems the course did not choose.
+The starter gives nothing away: every region body becomes a stub, and the staff answers and hidden checks, the
+kit's own tests and the files of optional problems the course did not choose stay out (``released``).
 """
 from __future__ import annotations
 
@@ -149,8 +134,14 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
     ``preface``: a UTF-8 file whose text goes first in the starter's README
     (course name, deadline, policies). ``analysis_points``: what the course
     gives the written analysis (0: ungraded unless the staff say so),
-    stated in the README and the template and recorded in
-    ``grading/course.json``. Validates everything first (markers,
+    stated in the README and the template. Besides the kit files ``released``
+    keeps (each student file with every region body a stub, and a pristine
+    copy of the student packages in ``grading/pristine/``, what a local grade
+    splices into), the starter gets the handout as its README
+    (``student_readme``), each chosen folder's ``expected.json`` written fresh
+    from the staff answers, ``submit_figures/analysis.md`` (the written
+    analysis's questions) and ``grading/course.json`` (the problems, the hidden
+    points of each sub-problem, the analysis points). Validates everything first (markers,
     problems, preface, target) and writes nothing when it raises: RegionError
     for malformed markers, FileExistsError for a non-empty ``out_dir``,
     ValueError for a target inside the kit, an unknown problem or an

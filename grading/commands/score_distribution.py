@@ -1,16 +1,7 @@
 """Per-problem score distributions of a class, with public and hidden subtotals (part of the class report).
 
-``problem_scores(results)`` sums, for each problem the course chose
-(``course.chosen_problems()``: columns only for those) and each graded
-submission whose results hold it, the points of its public criteria and
-of its hidden ones (``result_tests.is_hidden``). ``summary_rows`` gives one
-row per problem (how many did not attempt it at all, and the means, median
-and full marks of those who did); ``draw`` a histogram per problem, of the
-submissions that attempted it::
-
-    Problem 1 (36 attempted of 40)  total  ##########
-                               public ----
-                               hidden ....       0 ... max points
+``problem_scores`` sums each graded submission's public and hidden points per chosen problem, ``summary_rows``
+states them one row per problem, and ``draw`` plots a histogram per problem of the submissions that attempted it.
 """
 from __future__ import annotations
 

@@ -1,25 +1,8 @@
 """Similarity report across a class's submissions: ``python -m grading similarity SUBMISSIONS_DIR --out report/``.
 
-For every problem id, each submission's region bodies of that id (all its
-regions, in the kit's order) become one token stream, normalised so that
-renaming, literals, comments and formatting do not matter::
-
-    total = sum(x)   # add up      ->   V = sum ( V ) ;
-    s     = sum(y)                 ->   V = sum ( V ) ;
-
-Names the kit defines at module level (imports, functions, classes,
-constants), builtins, keywords and attribute names are kept; every other name
-(locals, parameters) becomes ``V``; numbers become ``N`` and strings ``S``.
-Token k-grams are hashed and winnowed (Schleimer, Wilkerson and Aiken 2003);
-every k-gram that also occurs in the starter (stub bodies and the provided
-text of the student files) is dropped. The similarity of two submissions on a
-problem is the Jaccard index of their fingerprint sets, in [0, 1].
-
-Outputs: ``pairs.csv`` (``problem,a,b,similarity``, every pair of submissions
-that both implement the problem, ranked per problem) and ``index.html`` (the
-top pairs side by side, shared code highlighted; all submission text is
-escaped). Entries that cannot be read are listed in the page and on stderr,
-never fatal.
+Per problem id, each submission's region bodies become one fingerprint set (``grading.commands.fingerprints``,
+the starter's own text left out); two submissions' similarity on a problem is the Jaccard index of their sets.
+``write_report`` writes ``pairs.csv`` and ``index.html``; entries that cannot be read are listed, never fatal.
 """
 from __future__ import annotations
 

@@ -1,28 +1,8 @@
 """Grade a class as a Slurm array job: ``python -m grading batch SUBMISSIONS --slurm OUT_DIR [...]``.
 
-``write_array`` writes into OUT_DIR::
-
-    tasks.json     the task list: task k grades submission k (names, paths, grade options, limits,
-                   whether a course secret was used and a salted hash of it)
-    grade.sbatch   the array script (one task per submission, `%K` throttle, time limit, per-task logs)
-    submit.sh      the submit step: refuses a shell whose course secret is not the array's, else runs sbatch
-    logs/          task-<k>.out / task-<k>.err (Slurm writes them)
-    results/<name>/  per task: results.json, report.txt, stderr.txt, [benchmarks.json], row.json
-
-The script requests ``--cpus-per-task`` and ``--mem`` (defaults ``options.DEFAULT_CPUS``,
-``options.DEFAULT_MEM``), and ``--partition`` and
-``--account`` only when given. The kit, its Python environment, the
-submissions and OUT_DIR must sit on a filesystem every node sees (the
-script says so; a path under a node's own temporary folder, ``NODE_LOCAL``, is warned
-about on stderr and in the script). The script's body needs nothing Slurm-only: it runs ``python -m grading
-batch --run-task OUT_DIR $SLURM_ARRAY_TASK_ID``, so ``SLURM_ARRAY_TASK_ID=3
-bash OUT_DIR/grade.sbatch`` grades task 3 on any machine. ``run_task`` grades
-into a fresh attempt folder and swaps it in whole at the end, so a re-queued
-task overwrites its result, never duplicates it, and a task killed midway
-leaves no result (``slurm_collect`` lists it as missing). A task whose grade
-did not finish or hit a grader error (``batch.UNSCORED``; a task under
-another course secret too) keeps a row with what it judged (blank when nothing) and exits non-zero
-(``EXIT_GRADER_ERROR``), the reason on stderr.
+``write_array`` writes the task list, the array script and its submit step into OUT_DIR, ``submit`` checks the
+course secret before ``sbatch``, and ``run_task`` grades one task, on any machine. The kit, its Python
+environment, the submissions and OUT_DIR must sit on a filesystem every node sees.
 """
 from __future__ import annotations
 
@@ -139,7 +119,9 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     a task are cut to fit it. Each task asks for ``cpus_per_task`` CPUs and ``mem``
     memory (Slurm's ``--mem``: a number with an optional K/M/G/T suffix);
     ``partition`` and ``account`` go into the script only when given. It records whether a course secret was
-    used (``secret_mismatch``) and writes ``submit.sh``, which checks it before ``sbatch``. A path the nodes
+    used (``secret_mismatch``) and writes ``submit.sh``, which checks it before ``sbatch``. The script's body
+    needs nothing Slurm-only: it runs ``python -m grading batch --run-task OUT_DIR $SLURM_ARRAY_TASK_ID``
+    (``run_task``), so any machine can run a task. A path the nodes
     must share under ``NODE_LOCAL`` is warned about on stderr and in the script. Raises ValueError for a bad
     option, an empty folder, or an OUT_DIR path with whitespace or ``%`` (Slurm's directives take no quoting).
     """

@@ -1,22 +1,7 @@
 """Merge a Slurm array's results: ``python -m grading batch --collect OUT_DIR --out grades.csv``.
 
-Reads the task list and every ``results/<name>/row.json`` that ``slurm.run_task``
-kept for this array (a row from an earlier array in the same OUT_DIR does not
-count), writes ``grades.csv`` exactly as ``batch`` would for the finished
-tasks (same columns and cells; the problem columns of the problems the array
-was made for) and the class report next to it, and sorts the
-rest::
-
-    done      a result is kept and the grader finished (passed, failed, incomplete, rejected)
-    failed    a result is kept but the grader did not finish (timeout, grader_error: ``batch.UNSCORED``):
-              its score is what it judged (blank when nothing, never 0 for what it did
-              not judge), and its notes say why; worth a re-run
-    missing   no result: not run yet, still running, or killed midway
-
-For failed and missing tasks it writes ``OUT_DIR/resubmit.sh``, the one
-``bash OUT_DIR/submit.sh --array=<ids>`` (the submit step: the course secret
-checked, then sbatch) that re-runs just those (``--array`` on the command line
-overrides the script's), and removes it when none are left.
+``collect`` writes ``grades.csv`` and the class report for the finished tasks, exactly as ``batch`` would, and
+sorts out the tasks that need another run.
 """
 from __future__ import annotations
 
@@ -77,8 +62,13 @@ def _attempt_note(out_dir: Path, task_id: int) -> str:
 def collect(out_dir: Path, out_csv: Path) -> Collected:
     """Merge the finished tasks of the array in ``out_dir`` into ``out_csv`` and its class report.
 
-    Raises ValueError when ``out_dir`` holds no task list. Writes (or removes)
-    ``out_dir/resubmit.sh``.
+    Only the ``results/<name>/row.json`` that ``slurm.run_task`` kept for this array count (a row of an earlier
+    array in the same folder does not); ``out_csv`` gets the columns and cells ``batch`` would write, with the
+    problem columns the array was made for. A task is *failed* when its grader did not finish
+    (``batch.UNSCORED``: its score is what it judged, blank when nothing, and its notes say why) and *missing*
+    when it kept no result (not run yet, still running, or killed midway). For failed and missing tasks it
+    writes ``out_dir/resubmit.sh``, the ``submit.sh --array=<ids>`` that re-runs just those, and removes it when
+    none are left. Raises ValueError when ``out_dir`` holds no task list.
     """
     out_dir = Path(out_dir).resolve()
     try:

@@ -1,13 +1,8 @@
 """What a student may read of a hidden criterion's failure: the kind of input and the likely cause, no values.
 
-A hidden criterion runs a public judge on the course's secret inputs, and its
-message names them (``clock_cycles(14, 8) yielded 20 cycle(s)``). Gradescope
-shows a hidden test's output to the student once grades are published, so
-``results.json`` carries ``student_view`` of the message instead: what kind of
-input failed (the sub-problem's ``HIDDEN_KIND``), the message's first line and
-its ``likely cause:`` / ``pattern:`` lines with every number masked, and where
-the exact values are (the staff's report: the grade table that ``grade``,
-``batch``'s ``report.txt`` and ``run_autograder``'s hidden stdout print).
+A hidden criterion's message names the course's secret inputs, and Gradescope shows a hidden test's output to
+the student once grades are published, so ``results.json`` carries ``student_view`` of it instead; the exact
+values stay in the staff's report.
 """
 from __future__ import annotations
 

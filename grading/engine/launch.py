@@ -1,21 +1,9 @@
 """Start the rank processes of one check, bounded in time, and say how each ended (``case_run.LaunchResult``).
 
-Each rank is a fresh process in its own session, forked by a fork server
-(``grading.engine.forkserver``) or a cold ``python -m grading.engine.worker``:
-the same ``worker.main``, its stdout and stderr in files, meeting the others
-over a file store in the run folder (no port), in the sandbox
-(``grading.engine.sandbox``), signing its results with the run's key (stdin).
-
-At the case's limit (on an idle machine's clock, ``LoadClock``) every live rank
-is asked for a Python stack dump (faulthandler on SIGUSR1), then killed with
-its process group. A rank has finished when its signed ``done`` marker is
-written, the worker's last act; one still there ``LINGER_S`` later (a cold
-interpreter that a stray non-daemon thread keeps alive) is killed.
-
-A case may go on in new processes (``then``, from ``Case.then``): the next
-phase's ranks start once every rank of the one before has finished and what
-it left running is killed; they sign into the same results and find the
-case's ``handoff`` folder (``RankContext.handoff_dir``). One limit bounds the case.
+Each rank is a fresh process in its own session, forked by a fork server (``grading.engine.forkserver``) or a
+cold ``python -m grading.engine.worker`` (the same ``worker.main``), its stdout and stderr in files, meeting the
+others over a file store in the run folder (no port), in the sandbox (``grading.engine.sandbox``), signing its
+results with the run's key.
 """
 from __future__ import annotations
 
@@ -42,7 +30,7 @@ WORKER = "grading.engine.worker"      # the module every rank runs, cold (``pyth
 STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
 POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
-LINGER_S = 2.0                # how long a finished rank may take to exit by itself (module docstring)
+LINGER_S = 2.0                # how long a finished rank may take to exit by itself (_Phase.run)
 
 
 class LoadClock:
@@ -95,7 +83,10 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
     kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
     forked warm (``preload``: what the servers import first); without, each is a cold worker. ``then``: further
-    targets, each run by new rank processes once every rank of the one before has finished. With
+    targets, each run by new rank processes once every rank of the one before has finished and what it left
+    running is killed; they sign into the same results and find the case's ``handoff`` folder
+    (``RankContext.handoff_dir``). ``timeout_s`` bounds every phase together, on an idle machine's clock
+    (``LoadClock``). With
     ``collective_checks`` every process group of a rank checks each collective call against the other ranks'
     (torch's ``DebugLevel.DETAIL``): calls that differ fail at once on every rank, naming each rank's call
     (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
@@ -169,7 +160,12 @@ class _Phase:
         return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", sandbox.RUN_MARKER: self.run_id}
 
     def run(self, spec: Path, world_size: int, clock: LoadClock, timeout_s: float, append: bool) -> None:
-        """Start the phase's ranks and wait until none runs, or the case's limit on ``clock``; set ``codes``."""
+        """Start the phase's ranks and wait until none runs, or the case's limit on ``clock``; set ``codes``.
+
+        A rank has finished when its ``done`` marker is written, the worker's last act; one still there
+        ``LINGER_S`` later (a cold interpreter that a stray non-daemon thread keeps alive) is killed. At the limit
+        every live rank is asked for a Python stack dump (faulthandler on SIGUSR1); ``clean_up`` kills them.
+        """
         self.ranks, self.spawned = [], []
         for rank in range(world_size):
             self.spawned.append(time.time())

@@ -1,14 +1,8 @@
 """When ranks disagree: the rank at fault first, the other ranks' errors as its symptoms.
 
-A rank whose peer failed sees only the communication library's side of it (gloo's "Connection closed by peer",
-a receive timeout, torch's "Detected mismatch between collectives", a SIGABRT). ``explain`` turns such a
-symptom, read on one rank for one recorded part, into a message whose first line names the rank at fault and
-what it did, in the student's own file and line:
-
-    rank 1: KeyError: 'w' (at data_parallel/comm.py:66 (in average_gradients))
-    symptom: rank 0 was waiting in all_reduce at data_parallel/comm.py:69 (in average_gradients) when rank 1 failed
-
-The library's own text stays on a later line (``grade -v`` shows it; the default table does not).
+A rank whose peer failed sees only the communication library's side of it; ``explain`` turns such a symptom,
+read on one rank for one recorded part, into a message whose first line names the rank at fault and what it did,
+in the student's own file and line.
 """
 from __future__ import annotations
 

@@ -1,25 +1,9 @@
 """Cases and criteria: the one way a check is written.
 
-A *Case* is one spawn of N rank processes running a probe (child side); a
-*Criterion* judges the probe's raw results in the parent process and is worth
-points. Several criteria share one case, so one spawn serves many of them,
-while each criterion reads only the parts it needs, so one bug costs one
-criterion. A sub-problem's ``checks.py`` declares them next to the code::
-
-    CASE = PROBLEM.case("p1_partition", probe_partition, world_size=2, split_parts=(P_PARTITIONS,))
-
-    @CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
-    def check_coverage(run: SplitRun) -> None: ...
-
-Hidden inputs are the framework's job, not the criterion's. A criterion is
-written once and judges a ``SplitRun``: the case's results as seen from one
-data *split* (PUBLIC, or HIDDEN for the staff-only twin ``<id>_hidden`` that a
-sub-problem's ``staff.py`` asks for), with that split's ``inputs`` and
-``expected`` values. The parts a probe records once per split (inside
-``SubProblem.each_split``) are the case's ``split_parts``; ``run.part(name)``
-reads the judged split's one (``grads`` publicly, ``grads_hidden`` hidden),
-every other part as recorded. What a criterion checks on one split only is
-declared (``public_only=``, ``hidden_only=``), never branched on in its body.
+A ``Case`` is one spawn of N rank processes running a probe (child side); a ``Criterion`` judges the probe's raw
+results in the parent process, as seen from one data split (``SplitRun``), and is worth points. Several criteria
+share one case and each reads only the parts it needs, so one spawn serves many of them and one bug costs one
+criterion. Hidden inputs are the framework's job: a criterion is written once, never branching on its split.
 """
 from __future__ import annotations
 

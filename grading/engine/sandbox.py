@@ -1,18 +1,8 @@
 """Resource limits and isolation for the rank processes that run student code.
 
-* **child side** (``apply_limits``, called by the worker before any student module is imported): the rank
-  dies with its parent (``PR_SET_PDEATHSIG``), gets ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU
-  seconds, open files and the size of any file it writes (its logs included; ``SIGXFSZ`` is ignored, so an
-  over-long write raises ``OSError``), and, when the launcher made one, joins the case's private network
-  namespace (loopback only), then drops every capability so it cannot leave it again.
-* **parent side** (``Namespaces``, ``kill_marked``): one network namespace per case, held by a small process and
-  shared by its ranks (gloo talks over the shared loopback); and a scan of every process (``psutil``) for the
-  run's marker variable, which finds what student code left running even after ``setsid`` or a double fork.
-
-A PID namespace would catch more, but a process cannot join one itself (only its children do) and ranks inside
-one see pids that do not match ``/proc`` (psutil in DeepSpeed), so none is used. What this is **not**: a
-security boundary. Student code runs as the grader's user, in the process that records its results, and can
-read every file the grader can (hidden checks included). ``docs/sandbox.md`` lists what it does and does not do.
+Child side, ``apply_limits`` (the worker calls it before any student module is imported); parent side,
+``Namespaces`` (a loopback-only network namespace per case) and ``kill_marked`` (every process that carries the
+run's marker). What this is **not**: a security boundary. ``docs/sandbox.md`` lists what it does and does not do.
 """
 from __future__ import annotations
 
@@ -106,6 +96,11 @@ def apply_limits(spec: dict) -> dict:
     """Apply the limits and namespaces of a worker ``spec`` to this process; return what was done.
 
     Call before importing student code, while the process has one thread.
+    The process dies with its parent (``PR_SET_PDEATHSIG``) and gets
+    ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU seconds, open files
+    and the size of any file it writes (``SIGXFSZ`` is ignored, so an
+    over-long write raises ``OSError``); it joins the case's network
+    namespace, then drops every capability so it cannot leave it again.
     ``spec["limits"]`` is a ``Limits`` as a dict; ``spec["namespaces"]``
     maps "net" to a ``/proc/<pid>/ns/net`` path (absent: none). Never raises:
     a step that fails is listed under "skipped" with its reason.

@@ -1,13 +1,8 @@
 """The child side of ``grading.engine.launch``: one rank of one check.
 
-``python -m grading.engine.worker SPEC.json RANK`` (or ``main`` in a rank a fork
-server forked) reads the run's key from stdin, applies the sandbox limits,
-sets up stack dumps and the process group, then calls the probe with a
-``RankContext`` (``grading.engine.recording``: what it records, signed). The
-parent never trusts a verdict from here: it loads the raw values and judges.
-``main`` returns the exit code: a cold worker ends the normal way
-(``sys.exit``), a forked one as its fork server ends a child. The ``done``
-marker is its last act; the launcher bounds what comes after it.
+``python -m grading.engine.worker SPEC.json RANK`` (or ``main`` in a rank a fork server forked) runs the probe
+with a ``RankContext`` (``grading.engine.recording``: what it records, signed). The parent never trusts a
+verdict from here: it loads the raw values and judges.
 """
 from __future__ import annotations
 
@@ -76,7 +71,12 @@ def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int
 
 
 def main(argv: list[str]) -> int:
-    """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code."""
+    """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
+
+    Reads the run's key from stdin, applies the sandbox limits, sets up stack dumps and the process group, then
+    calls the probe. A cold worker ends the normal way (``sys.exit``), a forked one as its fork server ends a
+    child. The ``done`` marker is its last act; the launcher bounds what comes after it.
+    """
     marks = {"main": time.time()}
     spec_path, rank = Path(argv[0]), int(argv[1])
     spec = json.loads(spec_path.read_text())

@@ -1,20 +1,9 @@
 """Which problems this course hands out and grades.
 
-The default assignment is Problems 1-3; a course adds the optional Problems 4
-and 5 with ``grading release OUT --problems 1,2,3,4`` (and the same on
-``gradescope``), which records the choice in ``grading/course.json`` of the
-starter or bundle. ``GRADING_PROBLEMS=1,2,3,4`` overrides it for one run.
-
-The same record holds what a starter cannot count itself: the hidden points
-of every sub-problem (its hidden criteria are staff only) and the points the
-course gives the written analysis (``release --analysis_points``).
-
-Problem numbers from ``EXAMPLE_PROBLEMS_FROM`` (90) up are reserved for the
-examples of ``docs/adding-a-subproblem.md`` (its toys are 90.1 and 91.1), so
-an example never collides with a real problem: no course can choose one
-(``--problems`` and the course record refuse it). Only ``GRADING_PROBLEMS``,
-a one-off staff override, may name one, to grade an example in a scratch
-copy of the kit.
+The default assignment is Problems 1-3; ``release`` and ``gradescope`` record a course's choice
+(``--problems 1,2,3,4``) in the ``grading/course.json`` of the starter or bundle, with what a starter cannot
+count itself: the hidden points of every sub-problem and the points of the written analysis. Problem numbers
+from ``EXAMPLE_PROBLEMS_FROM`` up are reserved for the examples of ``docs/adding-a-subproblem.md``.
 """
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """The in-region mutants of the reference: Cosmic Ray's operators applied to the region bodies only (staff).
 
-A mutant is the kit's student file with one operator applied at one place
-strictly inside one student region (every Cosmic Ray core operator that takes
-no arguments: comparisons, arithmetic, unary and boolean operators,
-constants, break/continue, loops run zero times, exceptions). Its ``id``
-names the sub-problem, the function, the operator and its occurrence among
-that operator's places in that function's regions, so an id survives edits
-elsewhere in the file; ``original`` is the line it changes, which tells
-whether a recorded id still means the same change.
+A mutant is the kit's student file with one operator applied at one place strictly inside one student region
+(``mutants_of``); ``equivalents`` reads the mutants staff judged equivalent to the reference.
 """
 from __future__ import annotations
 
@@ -26,7 +20,11 @@ MISSING = ("`python -m grading mutants` needs Cosmic Ray, a staff-only requireme
 
 @dataclass(frozen=True)
 class Mutant:
-    """One mutant: Cosmic Ray's ``operator`` applied at its ``occurrence`` in the kit's student file ``path``."""
+    """One mutant: Cosmic Ray's ``operator`` applied at its ``occurrence`` in the kit's student file ``path``.
+
+    ``id`` counts the operator's places in that function's regions only, so an id survives edits elsewhere in
+    the file; ``original`` tells whether a recorded id still means the same change.
+    """
 
     id: str            # "<sub-problem>/<function>/<operator>/<k>"
     problem: str       # the region's sub-problem, e.g. "1.2"

@@ -1,18 +1,7 @@
 """How points are stated, one way everywhere: public points (earned of the maximum), then the hidden points.
 
-``grading list``, the ``grade`` table (each sub-problem's header and its
-TOTAL line), the pytest summary and the student handout all print a ``Tally``
-with ``str()``::
-
-    24 public points + 3 hidden points the course adds when it grades (27 in all)     not graded yet
-    8/24 public points + 3 hidden points the course adds when it grades (8/27 in all) graded without hidden checks
-    8/24 public points + 2/3 hidden points (10/27 in all)                             graded with them (the course)
-    8/8 public points, no hidden points                                               nothing hidden to add
-
-A starter has no hidden criteria (they are staff only), so it takes their
-points from the course record (``grading.kit.course.recorded_hidden_points``,
-written by ``release``); where a sub-problem's hidden criteria are present
-(the kit, the Gradescope bundle) they are counted, and graded, directly.
+``grading list``, the ``grade`` table (each sub-problem's header and its TOTAL line), the pytest summary and the
+student handout all print a ``Tally`` with ``str()``.
 """
 from __future__ import annotations
 
@@ -47,7 +36,12 @@ class Tally:
 
     ``earned`` is None before grading (``list``, the handout); ``hidden_earned``
     is None where the hidden checks did not run (a starter), so ``str()``
-    says the course adds them.
+    says the course adds them::
+
+        24 public points + 3 hidden points the course adds when it grades (27 in all)     not graded yet
+        8/24 public points + 3 hidden points the course adds when it grades (8/27 in all) graded without hidden checks
+        8/24 public points + 2/3 hidden points (10/27 in all)                             graded with them (the course)
+        8/8 public points, no hidden points                                               nothing hidden to add
     """
 
     public: float

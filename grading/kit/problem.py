@@ -1,39 +1,10 @@
-"""A sub-problem of the assignment, as its folder ``grading/problems/pX_Y_name/`` declares it.
+"""A sub-problem of the assignment, as its folder ``grading/problems/pX_Y_name/`` declares it (``SubProblem``).
 
     __init__.py     ID ("2.2") and TITLE: all the kit needs to list the sub-problem
     checks.py       PROBLEM = SubProblem(...), the probe(s) and the criteria (one style for all)
     reference.py    the serial computation the criteria compare with (never a student function's answer)
     expected.json   the expected values of the public inputs, as data (written by ``grading fixtures``)
     staff.py        staff only, never released: the answers, the hidden inputs, which criteria run hidden
-
-The inputs a probe runs on are one frozen dataclass (``Inputs``), the values
-the criteria expect another (``Expected``). The public ones are
-``PROBLEM.inputs`` and ``expected.json``; on the staff side, ``staff.py``
-adds hidden ones of the same types::
-
-    def expected(inputs: Inputs) -> Expected: ...          # the answer key (computes what students must return)
-    def hidden_inputs(rng: random.Random) -> Inputs: ...   # drawn from the course secret
-    HIDDEN_POINTS = {checks.check_exact: 1}                # these criteria also run on the hidden inputs
-    HIDDEN_SPAWN = Spawn(world_size=3)                     # optional: the hidden inputs need their own spawn
-    HIDDEN_KIND = "three ranks, more buckets"              # what a student reads of a failed hidden criterion
-
-That is the one mechanism for hidden criteria: the same judge, run on the
-HIDDEN split, as ``<id>_hidden`` worth the given points. Neither a probe nor a
-criterion handles splits:
-
-- rank side, a probe records what depends on the inputs inside
-  ``PROBLEM.each_split(ctx, record)``: the framework calls ``record(inputs)``
-  once per split the spawn runs, and the parts it records (the case's
-  ``split_parts``) get their split's name; what does not depend on the inputs
-  goes inside ``PROBLEM.without_inputs(ctx, record)``, which a hidden-only spawn
-  (``HIDDEN_SPAWN``) skips. ``PROBLEM.shipped_expected(ctx)`` gives a stand-in
-  the expected values it replays (the splits ``expected_in_ranks`` names);
-- parent side, a criterion judges a ``SplitRun`` (``grading.engine.rubric``):
-  ``run.part(name)``, ``run.inputs`` and ``run.expected`` are its split's.
-
-Follow a criterion from its region to its expected value: the probe in
-``checks.py`` calls the region's function on ``inputs``; the criterion compares
-``run.part(...)`` with ``run.expected`` (``expected.json`` publicly, ``staff.expected(hidden inputs)`` hidden).
 """
 from __future__ import annotations
 
@@ -73,7 +44,26 @@ class Spawn:
 
 @dataclass
 class SubProblem:
-    """One sub-problem's grading: its id, its input and expected-value types, its cases."""
+    """One sub-problem's grading: its id, its input and expected-value types, its cases.
+
+    The inputs a probe runs on are one frozen dataclass (``Inputs``), the values the criteria expect another
+    (``Expected``). The public ones are ``PROBLEM.inputs`` and ``expected.json``; on the staff side, ``staff.py``
+    adds hidden ones of the same types::
+
+        def expected(inputs: Inputs) -> Expected: ...          # the answer key (computes what students must return)
+        def hidden_inputs(rng: random.Random) -> Inputs: ...   # drawn from the course secret
+        HIDDEN_POINTS = {checks.check_exact: 1}                # these criteria also run on the hidden inputs
+        HIDDEN_SPAWN = Spawn(world_size=3)                     # optional: the hidden inputs need their own spawn
+        HIDDEN_KIND = "three ranks, more buckets"              # what a student reads of a failed hidden criterion
+
+    That is the one mechanism for hidden criteria: the same judge, run on the HIDDEN split, as ``<id>_hidden``
+    worth the given points. Neither a probe nor a criterion handles splits: a probe records inside
+    ``each_split`` and ``without_inputs``, and a criterion judges a ``SplitRun`` (``grading.engine.rubric``)
+    whose ``run.part(name)``, ``run.inputs`` and ``run.expected`` are its split's. So a criterion is followed
+    from its region to its expected value in two steps: the probe in ``checks.py`` calls the region's function
+    on ``inputs``; the criterion compares ``run.part(...)`` with ``run.expected`` (``expected.json`` publicly,
+    ``staff.expected(hidden inputs)`` hidden).
+    """
 
     id: str                                       # "2.2"
     title: str

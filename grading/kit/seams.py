@@ -1,13 +1,9 @@
 """The one seam between checks and student code: isolation swaps.
 
-To make one bug cost one criterion, a probe sometimes replaces a student
-function that another student function calls (the schedule under ``Pipe``,
-``Partition`` under ``partition_dataset``) with a grader stand-in. Every
-such swap is declared in a ``SWAPS`` table of its check module and applied
-here, in the rank process, by setting the name on the student module: the
-student code looks it up through its module's globals at call time, so the
-stand-in is what it calls. Stand-ins are never readable solutions: a table
-of recorded answers, a library class, or a different computation.
+To make one bug cost one criterion, a probe sometimes replaces a student function that another student function
+calls (the schedule under ``Pipe``, ``Partition`` under ``partition_dataset``) with a grader stand-in: a ``Swap``
+in the ``SWAPS`` table of its check module, installed in the rank by ``apply``. Stand-ins are never readable
+solutions: a table of recorded answers (``Recorded``), a library class, or a different computation.
 """
 from __future__ import annotations
 
@@ -30,6 +26,9 @@ class Swap:
 
 def apply(swaps: list[Swap] | tuple[Swap, ...]) -> dict[str, Any]:
     """Install every stand-in of ``swaps``; return ``{"module.name": stand_in}``.
+
+    Each is set as the name on its student module: student code looks the name up through its module's globals
+    at call time, so the stand-in is what it calls.
 
     Raises AttributeError when a student module lacks the name (a kit bug).
     """

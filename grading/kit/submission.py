@@ -1,13 +1,8 @@
-"""The disposable grading copy.
+"""The disposable grading copy: the kit, with a submission's region bodies spliced into its student files.
 
-The grader never runs a submission's files as they are: it copies the kit,
-then splices the submission's *region bodies* into the kit's own student
-files. Text outside the regions always comes from the kit; any difference
-there is reported as tampering (naming what it defines that the kit lacks)
-and ignored. The grading copy's lines are not the submitted file's:
-``SpliceReport.student_lines`` rewrites a message's ``file:line`` to the line
-the student sees (the map is ``grading.kit.student_lines``'s).
-``grading.kit.intake`` finds the submission's files on disk.
+The grader never runs a submission's files as they are (``build_grading_copy``): text outside the regions always
+comes from the kit, and a difference there is noted and ignored (``SpliceReport``). ``grading.kit.intake`` finds
+the submission's files on disk.
 """
 from __future__ import annotations
 

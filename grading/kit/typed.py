@@ -1,14 +1,7 @@
 """Typed values <-> JSON data: how inputs and expected values travel (to a rank, into ``expected.json``).
 
-A sub-problem declares its inputs and expected values as frozen dataclasses
-whose fields are ints, floats, strings, bools, lists, tuples, dicts (also
-with tuple keys, e.g. ``(microbatches, stages)``) and nested dataclasses.
-``to_data`` turns one into JSON-able data; ``from_data`` rebuilds it from its
-type hints. A dict whose keys are not strings is stored as a list of
-``[key, value]`` pairs, so no key is ever joined into a string in one place
-and parsed back in another::
-
-    Expected(waves={(4, 3): [...]})  <->  {"waves": [[[4, 3], [...]]]}
+``to_data`` turns a sub-problem's frozen dataclass of inputs or expected values into JSON-able data;
+``from_data`` rebuilds it from its type hints.
 """
 from __future__ import annotations
 
@@ -19,7 +12,14 @@ from typing import Any
 
 
 def to_data(value: Any) -> Any:
-    """JSON-able data for ``value`` (a dataclass, container or scalar); see the module docstring."""
+    """JSON-able data for ``value``: a dataclass, container or scalar.
+
+    Fields may be ints, floats, strings, bools, lists, tuples, dicts (also with tuple keys, e.g. ``(microbatches,
+    stages)``) and nested dataclasses. A dict whose keys are not strings is stored as a list of ``[key, value]``
+    pairs, so no key is ever joined into a string in one place and parsed back in another::
+
+        Expected(waves={(4, 3): [...]})  <->  {"waves": [[[4, 3], [...]]]}
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

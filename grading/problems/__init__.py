@@ -1,16 +1,8 @@
 """The sub-problems, one folder each, found by import (no list to keep in step).
 
-    p1_1_partition  p1_2_comm                       Problem 1 (data parallel)
-    p2_1_schedule   p2_2_pipe   p2_3_gpt2           Problem 2 (pipeline)
-    p3_1_lora       p3_2_adapter  p3_3_zero         Problem 3 (LoRA + DeepSpeed ZeRO)
-    p4_1_ddp        p4_2_zero1  p4_3_checkpoint     Problem 4 (optional)
-    p5_1_layers     p5_2_gpt2                       Problem 5 (optional)
-
-A folder is a package whose ``__init__.py`` sets ``ID`` and ``TITLE``; its
-``checks.py`` defines ``PROBLEM`` (a ``grading.kit.problem.SubProblem``).
-What a folder holds is described in ``grading/kit/problem.py``; how to add
-one, in ``docs/adding-a-subproblem.md``. A starter holds only the
-folders of the problems its course chose, so discovery finds just those.
+A folder is a package whose ``__init__.py`` sets ``ID`` and ``TITLE``; its ``checks.py`` defines ``PROBLEM`` (a
+``grading.kit.problem.SubProblem``, whose module says what a folder holds). A starter holds only the folders of
+the problems its course chose, so discovery finds just those.
 """
 from __future__ import annotations
 

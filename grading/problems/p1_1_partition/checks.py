@@ -1,13 +1,8 @@
 """Problem 1.1 checks: ``partition_indices``, ``Partition``, ``partition_dataset``.
 
-The probe runs on two ranks whose *global* random states differ and records
-what the student functions return; the criteria judge it in the grader
-against expected partitions stored as data (``Expected.partitions``, in this
-folder's ``expected.json``, made from the staff answers; on the staff side
-also the hidden inputs' partitions from ``staff.py``). ``partition_dataset``
-runs on recorded partitions (``Expected.loader``) and torch's own ``Subset``
-instead of the student's ``partition_indices`` and ``Partition`` (see
-``swaps``), so it is judged on its own.
+The probe records what the student functions return; the criteria judge it in the grader against expected
+partitions stored as data (``Expected``). ``partition_dataset`` runs on recorded partitions and torch's own
+``Subset`` instead of the student's ``partition_indices`` and ``Partition`` (``swaps``), so it is judged on its own.
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """Problem 1.2 checks: ``setup_process_group``, ``average_gradients``, ``train_step``.
 
-The probe joins a 2-rank gloo group through the student's
-``setup_process_group`` (the grader's own group stands in when that fails),
-after dry runs of it (its ``init_process_group`` stops with ``DryRunStop``)
-that read what it passes on: the timeout (None, and a zero timedelta) and, with
-``init_method=None``, ``env://`` and the MASTER_* environment; those parts and
-the judges of the ``1.2.setup*`` criteria are in ``setup_checks.py``. It then
-records the averaged gradients of a small model on each rank's shard, then
-runs ``train_step`` with the averaging replaced by a serial recomputation
-(``SWAPS``), so ``train_step`` is judged apart from ``average_gradients``.
-The criteria compare with serial global-batch gradients and SGD computed in
-the grader (``reference.py``); nothing is stored as expected data. On the
-staff side ``staff.py`` adds hidden inputs (3 or 4 ranks, other seeds) that
-run in their own spawn, where the probe records only the averaged gradients.
+The probe joins a 2-rank gloo group through the student's ``setup_process_group`` (its parts and judges are in
+``setup_checks.py``), records the averaged gradients of a small model on each rank's shard, then runs
+``train_step`` with the averaging replaced by a serial recomputation (``SWAPS``), so ``train_step`` is judged
+apart from ``average_gradients``. The criteria compare with serial global-batch gradients and SGD computed in
+the grader (``reference.py``); nothing is stored as expected data.
 """
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Problem 1.2 ``setup_process_group``: what the probe records of it, and the judges of ``1.2.setup*``.
 
-Rank side, ``checks.probe_comm`` installs ``recording_init`` as
-``dist.init_process_group``, so every call notes the timeout, the init_method
-and the MASTER_* environment it was given; ``record_setup`` then runs dry runs
-of the student's ``setup_process_group`` (that ``init_process_group`` stops
-with ``DryRunStop``): with ``timeout=None`` and ``timedelta(0)``, and with ``init_method=None``
-while the MASTER_* variables are set by the caller or unset; with
-``backend="nccl"`` while ``torch.cuda`` reports 1 and 3 GPUs (``fake_gpus``:
-the GPU it selects is noted, none is touched); last it joins the group for
-real through a ``file://`` URL while MASTER_PORT is unusable.
-Parent side, ``check_setup`` and ``check_setup_timeout_default`` judge those
-parts; ``checks.py`` registers them as the case's first criteria.
+Rank side, ``checks.probe_comm`` installs ``recording_init`` as ``dist.init_process_group``, so every call notes
+what it was given, and ``record_setup`` runs dry runs of the student's ``setup_process_group``, then joins the
+group for real. Parent side, ``check_setup`` and ``check_setup_timeout_default`` judge those parts;
+``checks.py`` registers them as the case's first criteria.
 """
 from __future__ import annotations
 
@@ -88,8 +81,11 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     ``P_SETUP_DEFAULT`` ([outcome, timeout seen] with ``timeout=None``),
     ``P_SETUP_ZERO`` (the same with ``timeout=ZERO_TIMEOUT``),
     ``P_SETUP_ENV`` (``init_method=None`` with the caller's MASTER_* set, and
-    unset) and ``P_SETUP`` (rank, world size, backend, an all_reduce of
-    rank + 1 and the timeout seen, once joined).
+    unset), ``P_SETUP_NCCL`` (``backend="nccl"`` while ``torch.cuda`` reports
+    each of ``FAKE_GPU_COUNTS`` GPUs: the GPU it selects is noted, none is
+    touched) and ``P_SETUP`` (rank, world size, backend, an all_reduce of
+    rank + 1 and the timeout seen, once joined through a ``file://`` URL while
+    MASTER_PORT is unusable).
     """
     import torch.distributed as dist
 

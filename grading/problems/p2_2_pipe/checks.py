@@ -1,18 +1,8 @@
 """Problem 2.2 checks: ``Pipe.forward`` on the provided ``StageWorkers`` threads.
 
-The probe runs the student's ``Pipe`` over the grader's layers with the
-schedule replaced by a lookup in recorded waves (``swaps``; the waves are
-``Expected.waves``, data in this folder's ``expected.json``, and on the staff
-side the hidden inputs' waves from ``staff.py``), so a broken 2.1 schedule
-costs nothing here. The criteria compare outputs and gradients with the
-plain sequential model (``reference.py``) and the workers' recorded events
-with ``Expected.events``.
-
-Devices: with two or more GPUs the stages run on ``cuda:0``, ``cuda:1``, ...;
-otherwise every stage is on ``cpu`` (each still has its own worker thread).
-Moves between devices are seen on the CPU too, through a second stage on
-``meta``: it notes the device of the input it receives, and the probe notes
-which thread moved a tensor there.
+The probe runs the student's ``Pipe`` over the grader's layers with the schedule replaced by a lookup in recorded
+waves (``swaps``), so a broken 2.1 schedule costs nothing here. The criteria compare outputs and gradients with
+the plain sequential model (``reference.py``) and the workers' recorded events with ``Expected.events``.
 """
 from __future__ import annotations
 
@@ -134,7 +124,12 @@ def _pipe_run(Pipe, stages: int, rows: int, split: int, seed: int = 0) -> dict:
 
 # ================================================================ probe
 def probe_pipe(ctx) -> None:
-    """Pipe forward/backward with recorded waves as the schedule; the runtime's events; errors; devices."""
+    """Pipe forward/backward with recorded waves as the schedule; the runtime's events; errors; devices.
+
+    Without two GPUs every stage is on ``cpu`` (``stage_devices``), each still on its own worker thread. Moves
+    between devices are seen there too, through a second stage on ``meta``: it notes the device of the input it
+    receives, and the probe notes which thread moved a tensor there.
+    """
     from torch import nn
 
     from grading.kit import seams

@@ -1,13 +1,9 @@
 """Problem 2.3 checks: a ``transformers`` GPT-2 as pipeline stages.
 
-The probe builds the student's stages and pipelines over the grader's tiny
-GPT-2, with ``pipeline.pipe.Pipe`` replaced by a sequential run of the
-stages (``SWAPS``: no micro-batches, no threads), so 2.3 is judged apart
-from the student's 2.2. Logits, loss and gradients are compared with the
-unsplit model (``reference.py``); the blocks per stage with the expected
-split stored as data (``Expected.blocks_per_stage``, in this folder's
-``expected.json``) and, on the staff side, with a GPT-2 of a hidden number of
-layers (``staff.py``), whose pipeline_parallel logits are judged too.
+The probe builds the student's stages and pipelines over the grader's tiny GPT-2, with ``pipeline.pipe.Pipe``
+replaced by a sequential run of the stages (``SWAPS``: no micro-batches, no threads), so 2.3 is judged apart
+from the student's 2.2. Logits, loss and gradients are compared with the unsplit model (``reference.py``), the
+blocks per stage with the expected split stored as data (``Expected.blocks_per_stage``).
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Problem 3.1 checks: ``apply_lora`` with the provided ``LoRALinear``.
 
-The probe applies LoRA to fresh copies of the grader's small residual MLP
-(``LoRANet`` in this folder's ``reference.py``, shared by all of Problem 3)
-and records which modules were replaced, the outputs before and after, the
-trainable set and what invalid inputs do. The replacement runs once per
-split (``PROBLEM.each_split``): on ``Inputs`` (targets, rank, alpha), and on
-the staff side also on hidden ones (``staff.py``), where the trainable set is
-judged too. Nothing is stored as expected data: every criterion compares
-with the inputs themselves and with ``LoRANet``.
+The probe applies LoRA to fresh copies of the grader's small residual MLP (``LoRANet`` in this folder's
+``reference.py``) and records which modules were replaced, the outputs before and after, the trainable set and
+what invalid inputs do. Nothing is stored as expected data: every criterion compares with the inputs themselves
+and with ``LoRANet``.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Problem 3 references: the LoRA probe model, adapter values and inputs (shared by 3.1, 3.2 and 3.3).
 
-Never imports student code (``finetune/``) and computes nothing a student
-function returns. The probes (children) build ``LoRANet`` and wrap its
-layers with a LoRA layer class they pass in (``lora_model``: the kit's
-provided ``LoRALinear`` in 3.2, the grader's own in 3.3), loading the adapter
-values from ``adapter_state``; the criteria (parent) recompute the expected
-values here with ``reference_forward``, which does the same arithmetic
-without any kit code. 3.2 and 3.3 import this module explicitly; what only
-3.3 uses (its training data and serial SGD) is in ``p3_3_zero/reference.py``.
+Never imports student code (``finetune/``) and computes nothing a student function returns: the probes build
+``LoRANet`` with a LoRA layer class they pass in (``lora_model``), and the criteria recompute the expected values
+with ``reference_forward``, the same arithmetic without any kit code. What only 3.3 uses (its training data and
+serial SGD) is in ``p3_3_zero/reference.py``.
 """
 from __future__ import annotations
 

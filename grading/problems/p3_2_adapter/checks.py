@@ -1,13 +1,9 @@
 """Problem 3.2 checks: ``save_adapter`` and ``load_adapter``.
 
-The probe wraps the grader's model with the provided ``LoRALinear`` itself
-(``lora_model`` of ``p3_1_lora/reference.py``, the model all of Problem 3
-shares; so 3.2 does not depend on the student's ``apply_lora``), sets known
-adapter values, and records what the student's functions write and load.
-The criteria compare with those values (``adapter_state``, same module). The
-save runs once per split (``PROBLEM.each_split``): on ``Inputs`` (targets,
-rank, adapter seed), and on the staff side also on hidden ones
-(``staff.py``). Nothing is stored as expected data.
+The probe wraps the grader's model with the provided ``LoRALinear`` itself (``lora_model`` of
+``p3_1_lora/reference.py``; so 3.2 does not depend on the student's ``apply_lora``), sets known adapter values,
+and records what the student's functions write and load. The criteria compare with those values
+(``adapter_state``, same module); nothing is stored as expected data.
 """
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """Problem 3.3 checks: ``build_config`` (DeepSpeed ZeRO-2) and ``train_microbatch``.
 
-One 2-rank case with the real DeepSpeed engine (gloo on CPU). Rank 0 records
-``build_config`` results once per split (``Inputs.configs``; hidden sizes on
-the staff side), compared with ``Expected.entries`` (data in this folder's
-``expected.json``; the hidden ones from ``staff.py``). Both ranks then train
-with ``train_microbatch`` in an engine built from a config that is data too
-(``Expected.engine_config``), so a config bug costs only the config
-criteria, and build one engine from the student's config; the training
-engine's ``backward`` and ``step`` are counted per ``train_microbatch`` call
-(wrapped on the instance, the real methods still run). The model is
-``LoRANet`` (``p3_1_lora/reference.py``, shared by Problem 3) wrapped with
-the grader's own LoRA layer (``reference.py`` here), so 3.3 does not depend
-on ``finetune/lora.py``.
+One 2-rank case with the real DeepSpeed engine (gloo on CPU). Rank 0 records ``build_config`` results, compared
+with ``Expected.entries``; both ranks then train with ``train_microbatch`` in an engine built from a config that
+is data too (``Expected.engine_config``), so a config bug costs only the config criteria. The model is ``LoRANet``
+with the grader's own LoRA layer (``reference.py`` here), so 3.3 does not depend on ``finetune/lora.py``.
 """
 from __future__ import annotations
 
@@ -90,7 +82,9 @@ def probe_zero(ctx) -> None:
     """build_config values and errors (rank 0), then two live ZeRO-2 engines on both ranks.
 
     The engine built from the grader's config trains first, so that a student
-    config that breaks or stalls DeepSpeed costs only the config criterion.
+    config that breaks or stalls DeepSpeed costs only the config criterion; its
+    ``backward`` and ``step`` are counted per ``train_microbatch`` call
+    (``_count_calls``). The second engine is built from the student's config.
     """
     if ctx.backend == "gloo":
         os.environ["DS_ACCELERATOR"] = "cpu"      # before DeepSpeed is imported: ranks may share one GPU

@@ -1,16 +1,8 @@
 """Problem 4.1 checks: BucketedDDP (broadcast, buckets, averaged gradients, overlap, reset, training).
 
-The probe records what ``BucketedDDP`` does on each rank: the weights after
-construction, its ``buckets`` for each cap of ``Inputs.bucket_sizes``, the
-gradients after ``finish_gradient_synchronization``, the order in which
-gradient hooks fired and all-reduces were launched (events, never times), the
-launches on ``ShuffledNet`` (layers computed in another order than registered),
-a backward that leaves a trainable parameter without gradient, and the
-parameters after five SGD and five Adam steps. The criteria compare with
-serial computations on the whole global batch (``reference.py``) and with the
-expected bucket assignment stored as data (``Expected.buckets``, this
-folder's ``expected.json``; on the staff side the hidden caps' buckets come
-from ``staff.py``).
+The probe records what ``BucketedDDP`` does on each rank; the criteria compare with serial computations on the
+whole global batch (``reference.py``) and with the expected bucket assignment stored as data
+(``Expected.buckets``).
 """
 from __future__ import annotations
 
@@ -83,7 +75,7 @@ def _backward(ctx, wrapper, step: int) -> None:
 
 
 def probe_ddp(ctx) -> None:
-    """Record broadcast, buckets, gradients (with the hook/launch event order), reset and training on this rank.
+    """Record broadcast, buckets, gradients (with the hook/launch event order, never times), reset and training.
 
     Broadcast, reset, launch order, the unused parameter and training are read
     by public criteria only: they are recorded inside ``PROBLEM.without_inputs``, which

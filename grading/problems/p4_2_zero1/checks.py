@@ -1,17 +1,9 @@
 """Problem 4.2 checks: ShardedOptimizer (ZeRO-1) against serial torch.optim on the global batch.
 
-The probe trains small MLPs with ``ShardedOptimizer`` on each rank's slice of
-every global batch and records the parameters, the master shard (and its
-``grad`` after ``step()``) and the inner optimizer's state tensors; one model
-leaves a trainable parameter without gradient (``None`` counts as zeros). The criteria compare the parameters with
-serial ``torch.optim.Adam``/``SGD`` on the whole global batch, and measure
-the optimizer state a rank holds from the tensors it recorded (master shard
-+ every state tensor of the inner optimizer): ZeRO-1's ``12 * ceil(P / N)``
-bytes for Adam in fp32.
-
-No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
-3 ranks (212 parameters, padded), where the hidden spawn skips the parts only
-public criteria read (``PROBLEM.without_inputs``).
+The probe trains small MLPs with ``ShardedOptimizer`` on each rank's slice of every global batch and records the
+parameters, the master shard and the inner optimizer's state tensors. The criteria compare the parameters with
+serial ``torch.optim.Adam``/``SGD`` on the whole global batch, and measure the optimizer state a rank holds from
+the tensors it recorded (``held_state``). No inputs vary here: the hidden criteria run the same probe on 3 ranks.
 """
 from __future__ import annotations
 
@@ -78,7 +70,7 @@ def held_state(optimizer) -> dict:
 
 def probe_zero(ctx) -> None:
     """Record ZeRO-1 training results on this rank: SGD and Adam (even P), memory, master.grad after step,
-    Adam with a None gradient (ShuffledNet without its gate), bf16, Adam (odd P).
+    Adam with a None gradient (ShuffledNet without its gate; None counts as zeros), bf16, Adam (odd P).
 
     All but the first two are read by public criteria only: they are recorded
     inside ``PROBLEM.without_inputs``, which the hidden spawn (on 3 ranks) skips.

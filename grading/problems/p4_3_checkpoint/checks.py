@@ -1,23 +1,9 @@
 """Problem 4.3 checks: sharded checkpoints (round trip, manifest, refusals) and exact resume in new processes.
 
-Isolation: the checkpoints here hold the state of ``OwnerAdam``, a grader
-optimizer that is *not* ZeRO-1 (whole parameters owned round-robin, plain
-``torch.optim.Adam`` per owner, parameters broadcast from their owner), so a
-bug in ``ShardedOptimizer`` costs no 4.3 point. Each rank feeds its own
-random noise into the inputs, so every rank's shard (optimizer state, RNG
-state in ``extra``) differs and must come back to the rank that saved it.
-
-The probe (``probe.py``) also damages copies of a good checkpoint
-(``damage.py``: some break the manifest's promise, some only its content),
-logs the collectives, writes and renames of one save, and simulates a crash
-in the middle of a save. The resumed half of the exact-resume check runs in
-*new processes*: the case's second phase (``then``), whose ranks the engine
-starts once the first phase's have finished, and which finds the checkpoint in
-the case's shared folder (``probe.py``).
-
-No inputs vary here: the hidden criteria (``staff.py``) run the same probe on
-3 ranks, where the second phase records nothing (``PROBLEM.without_inputs``: only
-public criteria read the exact resume and the crash).
+The checkpoints hold the state of ``OwnerAdam``, a grader optimizer that is *not* ZeRO-1, so a bug in
+``ShardedOptimizer`` costs no 4.3 point; each rank feeds its own noise into the inputs, so every rank's shard
+(optimizer state, RNG state in ``extra``) differs and must come back to the rank that saved it. The probes are in
+``probe.py``; the hidden criteria run them on 3 ranks.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Problem 4.3 probes (rank side): train, save, inspect, load damaged copies; resume in new processes, crash.
 
-The case runs in two phases (``Case.then``): the engine starts the second
-phase's ranks, new processes that never ran the submission's save (nothing it
-keeps in memory reaches them), once every rank of the first has finished.
-The checkpoint goes from one to the other through the case's shared folder::
+The case runs in two phases (``Case.then``); the checkpoint goes from one to the other through the case's shared
+folder (``ctx.handoff_dir``)::
 
     phase 1, rank r:  train 10 steps, save ─> shared/checkpoints/step_10, ..., inspect, load, refuse damage
-                      (step_5 is saved into a folder that already holds a stale shard of a larger world size)
     phase 2, rank r:  fresh model ─> load step_10 ─> train the last 10 steps; then a save that crashes
 """
 from __future__ import annotations
@@ -181,7 +178,8 @@ def probe_checkpoint(ctx) -> None:
 
 
 def probe_resumed(ctx) -> None:
-    """Phase 2, in new processes: resume from phase 1's checkpoint on a fresh, differently initialised model
+    """Phase 2, in new processes (nothing the submission's save kept in memory reaches them), started once every
+    rank of phase 1 has finished: resume from phase 1's checkpoint on a fresh, differently initialised model
     (``load_sharded``, then the remaining steps); then a save that crashes, into a folder holding a complete
     checkpoint (last: a save that does not fail everywhere can hang the ranks)."""
     log = SaveLog()

@@ -1,20 +1,10 @@
 """Problem 5.2 checks: ``parallelize_block`` on every block of a tiny GPT-2.
 
-Isolation from 5.1: the probe swaps the student's ``ColumnParallelLinear``
-and ``RowParallelLinear`` (as ``tensor_parallel.gpt2`` looks them up) for
-grader stand-ins that keep the FULL weight on every rank and take their
-slice of the full output (``reference.py``). What 5.2 decides --
-which layer is split how, q/k/v by heads, the attention's local sizes -- is
-then judged against the unsplit model computed in the grader: logits, loss,
-the ranks' gradients (see ``assert_split_close``), three SGD steps, and the
-bytes of block matrices each rank would hold with real parallel layers
-(1/N of a split layer's weight).
-
-Every part depends on the inputs (``Inputs``: the group the blocks split
-over, the attention implementation), so each is a split part, and a criterion
-judges the group and parts of its split. On the staff side the hidden inputs
-split 3 ways inside a subgroup of 4 ranks with PyTorch's fused (sdpa)
-attention (``staff.py``); the SGD steps are read by a public criterion only.
+The probe swaps the student's ``ColumnParallelLinear`` and ``RowParallelLinear`` (as ``tensor_parallel.gpt2``
+looks them up) for grader stand-ins that keep the FULL weight on every rank (``reference.py``), so what 5.2
+decides (which layer is split how, q/k/v by heads, the attention's local sizes) is judged apart from 5.1, against
+the unsplit model computed in the grader. Every part depends on the inputs (``Inputs``: the group the blocks
+split over, the attention implementation), so each is a split part.
 """
 from __future__ import annotations
 

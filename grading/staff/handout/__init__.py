@@ -1,22 +1,9 @@
 """The student handout: the starter's README, assembled at release time for the course's chosen problems.
 
-Staff only (``grading/staff`` is never released). The parts:
-
-    grading/staff/README.student.md   the common part: what to fill in, running the code, grading, submitting
-    handout/problem<N>.md             one section per problem: background, figure, sub-problems and points,
-                                      markers, entry points (what they print, how long), expectations
-    handout/faq.md                    hand-written FAQ entries (faq.py adds the generated ones)
-    handout/primer.md                 the torch.distributed primer (shows scripts/two_ranks.py)
-    handout/analysis.md, analysis.py  the written analysis: questions, handout section, starter template
-    handout/plan.py                   suggested order and time per problem
-    handout/figures.py                the plain-text figures      handout/rubric.py   points from the rubric
-
-Templates hold ``{{name}}`` placeholders, filled here from the kit itself:
-the points from ``grading.problems.all_cases``, stated by ``grading.kit.points``
-exactly as ``grading list`` and ``grade`` state them, the markers from the
-sub-problem ids, the performance thresholds from the defaults of
+Its templates (``grading/staff/README.student.md``; here ``problem<N>.md``, ``faq.md``, ``primer.md``,
+``analysis.md``) hold ``{{name}}`` placeholders, filled from the kit itself: the points from the rubric as
+``grading.kit.points`` states them, the markers from the sub-problem ids, the performance thresholds from
 ``scripts/run_benchmarks.py``, the figure names from ``common.handin``.
-A placeholder left unfilled is an error.
 """
 from __future__ import annotations
 
