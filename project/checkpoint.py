@@ -1,18 +1,7 @@
 """A training run's state and its checkpoints: one verified folder per optimizer step, written atomically.
 
-``RunState`` is where a run stands (epoch, batch, step, the epoch's totals, the guard's losses); a checkpoint
-holds all of it plus every rank's RNG states, now and at the start of the epoch, so a resumed run replays the
-epoch's data order and takes bitwise the same steps. ``StepFolders`` writes it, under the checkpoint root::
-
-    step_00000012/          state.pt (rank 0: model, optimizer, scheduler, position, metrics so far)
-                            rng_rank<r>.pt (every rank's RNG states), or a DeepSpeed checkpoint
-                            meta.json (what the run was), manifest.json (LAST: size and sha256 of every file)
-    latest                  "step_00000012" (replaced atomically after the folder is complete and verified)
-
-Every rank writes into ``step_<n>.tmp/``; rank 0 then writes the manifest, renames the folder and rewrites
-``latest``, so a run killed at any moment, or a full disk, leaves the previous checkpoint and ``latest`` as they
-were (``SaveError``: one line). Only then are steps beyond the newest ``keep`` removed.
-``project.resume`` picks and verifies the folder a ``--resume`` names.
+``RunState`` is where a run stands and what a resume restores; ``StepFolders`` writes and reads the checkpoint folders
+(their layout is there); ``project.resume`` picks and verifies the folder a ``--resume`` names.
 """
 from __future__ import annotations
 
@@ -210,7 +199,16 @@ def load(folder: Path, rank: int) -> tuple[dict, dict]:
 
 
 class StepFolders:
-    """The checkpoints of a training run in this module's layout under ``root`` (``project.loop``'s default store).
+    """The checkpoints of a training run under ``root`` (``project.loop``'s default store), in this layout::
+
+        step_00000012/   state.pt (rank 0: model, optimizer, scheduler, position, metrics so far)
+                         rng_rank<r>.pt (every rank's RNG states), and the update's own files (a DeepSpeed checkpoint)
+                         meta.json (what the run was), manifest.json (LAST: size and sha256 of every file)
+        latest           "step_00000012" (replaced atomically after the folder is complete and verified)
+
+    Every rank writes into ``step_<n>.tmp/``; rank 0 then writes the manifest, renames the folder and rewrites
+    ``latest``, so a run killed at any moment, or a full disk, leaves the previous checkpoint and ``latest`` as they
+    were (``SaveError``: one line). Only then are steps beyond the newest ``keep`` removed.
 
     ``update`` (the loop's update strategy) adds what it holds: its
     ``state_dict()`` goes into rank 0's ``state.pt`` next to the run's state,
@@ -261,6 +259,10 @@ def fresh_totals() -> dict:
 
 class RunState:
     """The mutable state of one training run and its checkpoint I/O (``store``: None when nothing is saved).
+
+    A checkpoint holds all of it (epoch, batch, step, the epoch's totals, the guard's losses) plus every rank's RNG
+    states, now and at the start of the epoch, so a resumed run replays the epoch's data order and takes bitwise the
+    same steps.
 
     ``loader`` is what the epochs iterate (a DataLoader, or any sized
     iterable); ``scheduler`` may be None; ``meta`` goes into every

@@ -1,24 +1,9 @@
 """Command lines of the entry points: a parser whose errors are one line, value checkers, and the error exit.
 
-Every bad value is refused while the arguments are parsed, before any data
-is read or any rank starts, with one line that names the option and what it
-accepts, and exit code 2::
-
-    error: argument --lr: expected a finite number > 0, got 'nan'
-
-Choices that can only be judged later (a dataset that does not exist, a
-world size larger than the data) raise ``ConfigError``; ``run_cli`` turns it
-into the same one line and exit code 2.
-
-Under torchrun every rank runs the entry point, so every rank meets the same
-bad command line and the same unwritten problem (``UniformError``). Local
-rank 0 prints the line and exits with code 2; the node's other ranks exit at
-once, quietly, with code 0. Were they to exit with 2 too, torchrun could
-stop local rank 0 (SIGTERM) before it has printed; this way the line is
-printed once per node and torchrun names one failure, local rank 0's.
-
-Nothing here imports torch: a parser lists the choices of the modules that
-do (presets, precisions, ZeRO stages) with ``read_constant``.
+Every bad value is refused while the arguments are parsed, before any data is read or any rank starts, with one
+line that names the option and what it accepts and exit code 2: ``error: argument --lr: expected a finite number
+> 0, got 'nan'``. A choice that can only be judged later raises ``ConfigError``, which ``run_cli`` turns into the
+same. Nothing here imports torch: a parser reads the choices of the modules that do with ``read_constant``.
 """
 from __future__ import annotations
 
@@ -32,7 +17,8 @@ from typing import Callable, NoReturn
 
 
 class ConfigError(ValueError):
-    """A bad command-line choice; entry points print it and exit with code 2 (no traceback)."""
+    """A bad command-line choice that parsing alone cannot judge (e.g. a dataset that does not exist, a world size
+    larger than the data); entry points print it and exit with code 2 (no traceback)."""
 
 
 class RankError(RuntimeError):
@@ -57,8 +43,13 @@ def torchrun_rank() -> tuple[int, int] | None:
 
 
 def refusal_code(line: str) -> int:
-    """Print ``line`` to stderr and return 2, for a refusal every rank reaches alike; under torchrun only local
-    rank 0 does that, and the other ranks of its node return 0 without printing (see the module docstring)."""
+    """Print ``line`` to stderr and return 2, for a refusal every rank reaches alike (the same bad command line, the
+    same unwritten problem: ``UniformError``).
+
+    Under torchrun only local rank 0 does that; the other ranks of its node return 0 at once, without printing.
+    Were they to exit with 2 too, torchrun could stop local rank 0 (SIGTERM) before it has printed; this way the
+    line is printed once per node and torchrun names one failure, local rank 0's.
+    """
     started = torchrun_rank()
     if started is not None and int(os.environ.get("LOCAL_RANK", started[0])) != 0:
         return 0

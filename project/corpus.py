@@ -1,22 +1,8 @@
 """A generated German->English parallel corpus: the kit's embedded default data.
 
-No download, fully deterministic (``random.Random(seed)``), and rich enough
-that a small GPT-2 has real rules to learn, so its loss falls visibly:
-
-- gender/case/number agreement of articles and adjectives
-  (``der kleine Hund`` / ``den kleinen Hund`` / ``dem kleinen Hund``),
-  ``a`` vs ``an``, dative plural ``-n`` (``mit den Kindern``);
-- verb conjugation with stem changes (``ich sehe``, ``er sieht``) and its
-  English counterpart (``I see``, ``he sees``);
-- German word order: verb second after a fronted adverb (``Heute sieht der
-  Hund ...`` -> ``Today the dog sees ...``), verb last in ``dass`` clauses,
-  participles and infinitives at the end (``hat ... gesehen`` -> ``has
-  seen``; ``will ... sehen`` -> ``wants to see``), questions by inversion
-  (``Sieht der Hund ...?`` -> ``Does the dog see ...?``), negation
-  (``nicht`` -> ``does not``; ``kein`` -> ``no``), ``gestern`` + perfect ->
-  English simple past.
-
-Each example has the IWSLT layout ``{"translation": {"de": ..., "en": ...}}``.
+No download, fully deterministic (``random.Random(seed)``), and rich enough that a small GPT-2 has real rules to
+learn, so its loss falls visibly (the constructions: ``_sentence``). Each example has the IWSLT layout
+``{"translation": {"de": ..., "en": ...}}``.
 """
 from __future__ import annotations
 
@@ -195,7 +181,16 @@ def _pp(rng: random.Random) -> _Phrase:
 
 
 def _sentence(rng: random.Random) -> tuple[str, str]:
-    """One (German, English) pair from a randomly chosen construction."""
+    """One (German, English) pair from a randomly chosen construction.
+
+    The constructions: gender/case/number agreement of articles and adjectives (``der kleine Hund`` / ``den kleinen
+    Hund`` / ``dem kleinen Hund``), ``a`` vs ``an``, dative plural ``-n`` (``mit den Kindern``); verb conjugation with
+    stem changes (``ich sehe``, ``er sieht``) and its English counterpart (``I see``, ``he sees``); German word order:
+    verb second after a fronted adverb (``Heute sieht der Hund ...`` -> ``Today the dog sees ...``), verb last in
+    ``dass`` clauses, participles and infinitives at the end (``hat ... gesehen`` -> ``has seen``; ``will ... sehen``
+    -> ``wants to see``), questions by inversion (``Sieht der Hund ...?`` -> ``Does the dog see ...?``), negation
+    (``nicht`` -> ``does not``; ``kein`` -> ``no``), ``gestern`` + perfect -> English simple past.
+    """
     kind = rng.choices(["svo", "adverb", "perfect", "yesterday", "negation", "kein", "dass", "give",
                         "question", "modal"], weights=[4, 2, 2, 1, 1, 1, 2, 2, 1, 2])[0]
     subj = _subject(rng)

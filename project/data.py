@@ -1,19 +1,10 @@
 """Data for the entry points: translation pairs, a tokenizer, and a collate function.
 
-Pipeline (the same for every source of data)::
-
-    load_dataset("json", data_files=...)  or  load_dataset("<hub name>")
-        -> rows {"translation": {"de": ..., "en": ...}}
-        -> tokenizer (trained byte-level BPE, or a pretrained one such as "gpt2")
-        -> examples {"src": [ids], "tgt": [ids]}
-        -> collate: input_ids  = src <sep> tgt <eos> <pad> ...
-                    labels     = -100 ... -100  tgt <eos> -100 ...   (loss on the target only)
-
-The default ``--dataset embedded`` is the generated corpus of
-``project/corpus.py``, written as JSON lines under ``workdir/data/``. A local
-folder of ``train*.jsonl`` / ``validation*.jsonl`` files in the same layout,
-or a hub name such as ``bbaaaa/iwslt14-de-en-preprocess`` (needs network),
-go through the same code.
+Every source of data goes the same way: rows ``{"translation": {"de": ..., "en": ...}}`` read with
+``datasets.load_dataset`` (the generated corpus of ``project/corpus.py`` written as JSON lines under
+``workdir/data/``, a local folder of ``train*.jsonl`` / ``validation*.jsonl`` files, or a hub name), a tokenizer
+(a trained byte-level BPE, or a pretrained one such as ``gpt2``), ``{"src", "tgt"}`` examples, and ``collate`` rows
+``src <sep> tgt <eos> <pad> ...`` with the loss on the target only.
 """
 from __future__ import annotations
 
@@ -26,7 +17,7 @@ from typing import Callable
 import torch
 
 from common.files import atomic_path, atomic_write
-from project.cli import ConfigError   # also importable from here, as before
+from project.cli import ConfigError
 from project.corpus import generate_pairs
 
 EMBEDDED = "embedded"

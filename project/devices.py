@@ -1,14 +1,8 @@
 """Where a rank runs and how it joins its group: backend, rank and stage devices, CPU threads, peak memory.
 
-The one place these choices are made, for ``project/run_*.py`` and ``project/bench`` alike
-(``join_group`` applies them to a rank process):
-- backend ``auto``: NCCL when there is a GPU per local rank, else gloo on the CPU;
-- a rank's device: ``cuda:<local rank>`` with NCCL, else the CPU (benchmark workers that share one
-  GPU over gloo ask for ``cuda:0``);
-- pipeline stages ``auto``: one GPU per stage when there are enough, else all on ``cuda:0``, else the CPU;
-- the CPU thread policy (``THREAD_POLICY``): every CPU rank or pipeline stage is one simulated
-  device with ``cpu_count // max(devices, 2)`` torch threads (at least 1), so a 1-rank baseline
-  gets the same compute per device as each rank of a 2-rank run, in the runners and the benchmark alike.
+The one place these choices are made, for ``project/run_*.py`` and ``project/bench`` alike (``join_group`` applies
+them to a rank process): backend ``auto`` is NCCL with a GPU per local rank, else gloo on the CPU, where every rank
+or pipeline stage is one simulated device with the threads of ``THREAD_POLICY``.
 """
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
 """Starting rank processes and joining their group: the one launcher of the runners and the benchmarks.
 
-Every rank process of the kit is started by ``spawn_ranks`` (one pipe per
-rank back to the parent)::
-
-    parent                                    rank r (a fresh process)
-    spawn_ranks(target, N, init, args)  ->    value = target(RankEnv(r, N, ...), *args)
-    ranks.wait() / ranks.replies(...)   <-    ("ok", value) or ("error", traceback) on its pipe
-
-A rank that serves commands (the benchmark's workers) uses ``env.conn`` for
-its replies in the same format; ``wait`` returns every rank's final value.
-``launch`` is the entry points' front end: under torchrun this process is
-one rank (``env://``), one rank runs in this process, more are spawned and
-meet over a file store (no port needed). A rank joins its group with
-``project.devices.join_group``.
-
-How a rank process starts (``project.rank_start``): where no GPU is visible
-it is forked from a fork server that imported torch and the caller's
-``preload`` modules once; elsewhere it is a fresh interpreter. Either way
-it is a new process with the parent's current environment.
+Every rank process of the kit is started by ``spawn_ranks``, with a pipe back to the parent for its reply;
+``launch`` is the entry points' front end (a torchrun rank, one rank in this process, or spawned ranks that meet
+over a file store). A rank joins its group with ``project.devices.join_group``; how it starts is
+``project.rank_start``'s.
 """
 from __future__ import annotations
 
@@ -193,7 +179,9 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
     be picklable. Each rank starts as ``rank_start_method`` says, with this
     process's current environment; ``preload`` names library modules worth
     importing once for all ranks (``common.startup``). Each rank ends as
-    ``multiprocessing`` ends its processes, after its reply.
+    ``multiprocessing`` ends its processes, after its reply: ``("ok", value)``
+    or ``("error", traceback)``. A rank that serves commands (the benchmark's
+    workers) replies over ``env.conn`` in the same format.
     """
     context = rank_context(preload)
     procs, conns = [], []

@@ -1,27 +1,9 @@
 """The one training loop: data parallel, pipeline, tensor parallel, ZeRO (DeepSpeed) and the capstone.
 
-One optimizer step, top to bottom, written once (``_step``)::
-
-    zero_grad
-    forward, backward     per micro-batch of the step (K = grad_accum): update.forward_backward
-    reduce                parts.reduce_grads()   (data parallel: average_gradients, once per step)
-    clip                  the gradient norm, computed and logged (nothing is clipped)
-    guard                 loss all-reduced over the ranks; a spike or a non-finite loss refuses the step
-    step                  update.step(), lr x FACTOR at --lr_spike STEP, scheduler step
-    log                   one metrics.jsonl line (rank 0)
-    checkpoint            every save_every steps, and where --max_steps stops the run
-
-An entry point's rank function calls ``prepare_run`` (the ``LoopSpec`` and step
-log of its ``RunConfig``), ``make_scheduler`` and ``train``. What differs
-between runs is passed in: the ``update`` strategy
-(``project.updates.TorchUpdate`` by default, ``project.zero_engine.DeepSpeedUpdate``
-for DeepSpeed, which runs forward, backward *and* the step inside
-``forward_backward``), ``reduce_grads`` (a function, or a marker saying why
-there is nothing to call) and the checkpoint store (``StepFolders`` by
-default). A refused step is rolled back to the newest checkpoint older than
-the update that produced it, else skipped; an engine that applied the update
-already keeps it (``action`` "rollback", "skip" or "keep" of the
-``divergence`` event in ``metrics.jsonl``).
+An entry point's rank function calls ``prepare_run`` (the ``LoopSpec`` and step log of its ``RunConfig``),
+``make_scheduler`` and ``train``. One optimizer step is written once (``_step``); what differs between runs is
+passed in (``LoopParts``): the update strategy (``project.updates``), ``reduce_grads`` and the checkpoint store.
+The ``DivergenceGuard`` refuses a step whose loss spikes or is not finite: it is rolled back, skipped or kept.
 """
 from __future__ import annotations
 
@@ -270,7 +252,17 @@ def _lr_times(optimizer: Any, factor: float):
 
 def _step(p: LoopParts, spec: LoopSpec, run: RunState, update: Any, guard: DivergenceGuard, group: list,
           t0: float) -> bool:
-    """One optimizer step over ``group`` (``(epoch, index, batch)`` micro-batches); True when rolled back."""
+    """One optimizer step over ``group`` (``(epoch, index, batch)`` micro-batches); True when rolled back::
+
+        zero_grad
+        forward, backward     per micro-batch of the step (K = grad_accum): update.forward_backward
+        reduce                parts.reduce_grads()   (data parallel: average_gradients, once per step)
+        clip                  the gradient norm, computed and logged (nothing is clipped)
+        guard                 loss all-reduced over the ranks; a spike or a non-finite loss refuses the step
+        step                  update.step(), lr x FACTOR at --lr_spike STEP, scheduler step
+        log                   one metrics.jsonl line (rank 0)
+        checkpoint            every save_every steps, and where --max_steps stops the run
+    """
     step = run.step + 1
     spike = spec.lr_spike is not None and not run.spiked and step == spec.lr_spike[0]
     with _lr_times(p.optimizer, spec.lr_spike[1] if spike else 1.0):

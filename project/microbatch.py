@@ -1,20 +1,8 @@
 """How a pipeline run cuts its batches, said exactly, and where its stage timeline lives.
 
-``Pipe`` takes a micro-batch *size* (``torch.split(x, split_size)``); the
-entry points and the benchmark take a micro-batch *count* ``n_chunk`` and
-derive ``split_size = ceil(batch / n_chunk)``. That gives exactly
-``n_chunk`` micro-batches only when ``ceil(batch / split_size) == n_chunk``
-(a batch of 9 with ``n_chunk`` 4 gives ``split_size`` 3, so 3 micro-batches:
-``torch.chunk`` behaves the same way); such counts are refused up front, so
-the count a run reports is the count that ran. The last, smaller batch of an
-epoch may still run fewer (recorded per epoch).
-
-``check_schedule`` runs the student's ``clock_cycles`` (Problem 2.1) for
-every micro-batch count a run can use before ``Pipe`` walks it, and refuses
-a schedule that breaks its contract in one line naming the call and what is
-wrong (a cycle that is a generator would otherwise leave ``Pipe``'s second
-walk empty and surface as a dtype error in the loss). It checks properties
-the contract states, never a computed schedule.
+``Pipe`` takes a micro-batch *size*; the entry points and the benchmark take a micro-batch *count* ``n_chunk``, and
+refuse up front a count that a batch does not really give (``check_n_chunk``), so the count a run reports is the
+count that ran. ``check_schedule`` checks the student's ``clock_cycles`` (Problem 2.1) before ``Pipe`` walks it.
 """
 from __future__ import annotations
 
@@ -42,7 +30,12 @@ def count(rows: int, size: int) -> int:
 
 
 def check_n_chunk(batch_size: int, n_chunk: int) -> None:
-    """Raise ConfigError unless ``n_chunk`` micro-batches is what a batch of ``batch_size`` rows really gives."""
+    """Raise ConfigError unless ``n_chunk`` micro-batches is what a batch of ``batch_size`` rows really gives.
+
+    ``split_size = ceil(batch / n_chunk)`` gives exactly ``n_chunk`` micro-batches only when
+    ``ceil(batch / split_size) == n_chunk``: a batch of 9 with ``n_chunk`` 4 gives ``split_size`` 3, so 3
+    micro-batches (``torch.chunk`` behaves the same way). The last, smaller batch of an epoch may still run fewer.
+    """
     if n_chunk > batch_size:
         raise ConfigError(f"--n_chunk {n_chunk} is more than --batch_size {batch_size}: a micro-batch needs a row")
     actual = count(batch_size, split_size(batch_size, n_chunk))
@@ -115,6 +108,10 @@ def check_schedule(clock_cycles: Callable, n_chunk: int, stages: int) -> None:
 
         pipeline/schedule.py: clock_cycles(4, 2) yielded a generator as cycle 0, not a list (Pipe walks a cycle
         twice); Problem 2.1's contract: an iterable of cycles (a generator or a list), each a list of ...
+
+    It checks the properties the contract states, never a computed schedule. Unchecked, a broken schedule would
+    fail later and elsewhere (a cycle that is a generator leaves ``Pipe``'s second walk empty: a dtype error in
+    the loss).
     """
     for m in range(n_chunk, 0, -1):
         problem = schedule_problem(clock_cycles, m, stages)

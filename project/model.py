@@ -1,14 +1,7 @@
 """The model of the entry points, a Hugging Face ``GPT2LMHeadModel``, and the loss it trains on and reports.
 
-Presets are plain ``GPT2Config`` keyword sets. ``tiny`` trains in minutes on
-two CPU cores (dropout 0, so data-parallel and serial runs can be compared
-exactly); ``gpt2`` is the 124M GPT-2 shape (12 layers, 768 wide). The
-vocabulary size always comes from the tokenizer. ``--pretrained NAME`` loads
-weights with ``from_pretrained`` instead (needs network or the hub cache).
-
-Both losses score only the target tokens (labels other than -100), position ``t`` predicting token ``t + 1``, in
-fp32 whatever the autocast precision: ``lm_loss`` is the mean over sequences of each sequence's mean token loss
-(what training minimises), ``evaluate`` the mean over all target tokens of a data set (the validation loss).
+Presets are plain ``GPT2Config`` keyword sets (``PRESETS``). Both losses score only the target tokens, in fp32
+whatever the autocast precision: ``lm_loss`` is what training minimises, ``evaluate`` the validation loss.
 """
 from __future__ import annotations
 
@@ -38,7 +31,9 @@ def build_model(preset: str, tokenizer, pretrained: str | None = None, seed: int
     """Return a ``GPT2LMHeadModel`` on the CPU, in fp32, in train mode.
 
     From ``PRESETS[preset]`` with ``vocab_size=len(tokenizer)`` and weights
-    drawn after ``torch.manual_seed(seed)`` (same seed -> same weights), or,
+    drawn after ``torch.manual_seed(seed)`` (same seed -> same weights; the
+    small presets have dropout 0, so data-parallel and serial runs can be
+    compared exactly), or,
     when ``pretrained`` is given, ``GPT2LMHeadModel.from_pretrained(pretrained)``
     with its token embedding resized to ``len(tokenizer)`` when that differs.
     Raises ConfigError for an unknown preset or a pretrained model that

@@ -1,15 +1,9 @@
 """The options the entry points share, their checks, and the run they describe.
 
-- ``add_common_args``: data, model, training length, ``--quiet``;
-- ``add_launch_args``: ``--world_size`` and ``--backend`` (multi-rank entry points);
-- ``add_training_args``: the options of long runs (accumulation, precision, checkpoints, guard, ...);
-- ``check_training_args``/``check_world``: what parsing alone cannot judge, refused with ConfigError
-  before any data is read or any rank starts;
-- ``new_parser``: an entry point's parser (``HelpFormatter``: every option's default shown in ``--help``);
-- ``run_name``/``out_dir``: the folder a run writes, one per configuration.
-
-Light at import, like ``project.cli`` (``project/__init__.py``): torch and the
-library are imported by the functions that run after the checks.
+The shared options (``add_common_args``, ``add_launch_args``, ``add_training_args``), the checks parsing alone
+cannot judge (``check_training_args``, ``check_world``), an entry point's parser (``new_parser``) and the folder a
+run writes (``run_name``, ``out_dir``). Light at import, like ``project.cli``: torch and the library are imported
+by the functions that run after the checks.
 """
 from __future__ import annotations
 

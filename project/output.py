@@ -1,13 +1,7 @@
 """What a run shows and writes: progress, log lines, JSON files, ``metrics.jsonl``, the closing report.
 
-On a terminal (stderr is a tty) progress is a ``tqdm`` bar and log lines go
-through ``tqdm.write``; anywhere else only the log lines; ``--quiet`` drops
-both. Files are written atomically (``common.files.atomic_write``).
-``metrics.jsonl`` holds one JSON object per line, written by rank 0: a step
-line with the keys of ``STEP_KEYS``, or an event line with ``event``; the
-divergence guard's (``GUARD_EVENT``) says what became of the refused step
-(``GUARD_ACTIONS``: ``rollback`` to ``restored_step``; ``skip``, no checkpoint
-old enough; ``keep``, an engine had applied the update already).
+On a terminal progress is a ``tqdm`` bar and log lines go through ``tqdm.write``; anywhere else only the log lines;
+``--quiet`` drops both. Files are written atomically (``common.files.atomic_write``).
 """
 from __future__ import annotations
 
@@ -112,6 +106,11 @@ def check_tensorboard(folder: str | None) -> None:
 
 class StepLog:
     """Appends step and event lines to ``<folder>/metrics.jsonl`` (and TensorBoard scalars when asked).
+
+    One JSON object per line: a step line with the keys of ``STEP_KEYS``, or an event line with ``event``. The
+    divergence guard's (``GUARD_EVENT``) says what became of the refused step (``action``, one of ``GUARD_ACTIONS``:
+    ``rollback`` to ``restored_step``; ``skip``, no checkpoint old enough; ``keep``, an engine had applied the update
+    already).
 
     ``resume_step``: keep the existing lines up to that step (a resumed run
     continues the file; lines a crashed run wrote after its checkpoint are

@@ -2,20 +2,15 @@
 
     python project/plot.py                 # reads <workdir>/out, writes <workdir>/out/plots/*.png
 
-- ``throughput.png``: real tokens per second (median over epochs) of every
-  run folder with metrics under ``out/data_parallel/`` (``DP ws2``, ...) and
-  ``out/pipeline/`` (``model_parallel``, ``pipeline-chunk4``, ...);
-- ``pipeline_timeline.png``: one recorded training step per pipeline run, a bar per
-  stage task (forward passes only: backward runs in autograd's own threads);
-- ``training_curves.png``: loss and gradient norm per optimizer step of every
-  run with a ``metrics.jsonl``, finished or not, the steps the divergence guard refused marked (its
-  ``divergence`` events).
+- ``throughput.png``: real tokens per second (median over epochs; over steps for a run stopped by ``--max_steps`` or
+  killed) of every run folder with metrics under ``out/data_parallel/`` and ``out/pipeline/``;
+- ``pipeline_timeline.png``: one recorded training step per pipeline run, a bar per stage task (forward passes
+  only: backward runs in autograd's own threads);
+- ``training_curves.png``: loss and gradient norm per optimizer step of every run with a ``metrics.jsonl``,
+  finished or not, the steps the divergence guard refused marked.
 
-A run stopped by ``--max_steps`` or killed has no finished epoch: its bar is
-the median over its steps in ``metrics.jsonl``. A torn last line (a run
-killed mid-write) or an unreadable file is skipped with a ``warning:`` line.
-For the graded figures and ``performance_summary.json`` use
-``scripts/run_benchmarks.py``; this script only draws your own runs.
+For the graded figures and ``performance_summary.json`` use ``scripts/run_benchmarks.py``; this script only draws
+your own runs.
 """
 from __future__ import annotations
 

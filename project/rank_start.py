@@ -1,29 +1,8 @@
 """How a rank process starts: forked from a fork server on a CPU-only machine, a fresh interpreter elsewhere.
 
-A rank started with ``spawn`` is a new interpreter that imports torch,
-transformers and DeepSpeed itself: seconds per rank, paid again by every
-rank of every run. Where no GPU is visible ``project.launch`` forks ranks
-from a fork server instead (``multiprocessing``'s ``forkserver`` start method
-with ``set_forkserver_preload``): one clean process per launching process that
-imported torch and the caller's ``preload`` modules (``common.startup``) once::
-
-    launching process ──starts──> fork server (imports torch + preload, one thread)
-          │                            │ fork, per rank
-          └── target, args, environment, thread count ──> rank r
-
-A forked rank is still a new process: it shares no state with its parent or
-the other ranks. It adopts the parent's environment as it is when the rank
-starts (``RankStart``), not as it was when the server started, and torch's
-intra-op thread count a fresh interpreter would have had. The server runs
-with ``OMP_NUM_THREADS=1`` so that importing torch starts no OpenMP thread,
-and stays single-threaded (the preload modules are checked for that), so
-nothing in it can hold a lock at the moment it forks. It is stopped (SIGTERM,
-found among this process's children with ``psutil``) when the launching process
-exits, so that it does not hold that process's output open while it shuts down.
-
-Where a GPU is visible every rank is a fresh interpreter, so nothing has
-touched CUDA before the rank binds its device. ``KIT_RANK_START`` (``auto``,
-``spawn`` or ``forkserver``) overrides the choice.
+Where no GPU is visible ``project.launch`` forks ranks from ``multiprocessing``'s fork server, which imported torch
+and the caller's ``preload`` modules (``common.startup``) once; a forked rank is still a new process, sharing no
+state with its parent or the other ranks. ``KIT_RANK_START`` overrides the choice (``rank_start_method``).
 """
 from __future__ import annotations
 

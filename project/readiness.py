@@ -1,19 +1,9 @@
 """Is the student code an entry point needs written yet? Checked from the source, before anything runs.
 
-Each entry point names the problems (and, where it uses only some of a
-problem's functions, which ones) it calls into. A region whose body is
-still the starter's ``raise NotImplementedError("Problem <id>: ...")``, or a
-file that does not parse, stops the command with one line and exit code 2::
-
-    project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
-
-No student code is imported or run to find this out (``common.regions``
-parses the markers). The refusal is a ``UniformError``: under torchrun every
-rank reaches it alike and only local rank 0 prints it (``project.cli.refusal_code``).
-
-The tables below are the one record of what each command needs: the entry
-points (``COMMANDS``), the benchmark's parts (``BENCH_PARTS``) and what each
-of ``scripts/run_benchmarks.py``'s flags adds (``BENCH_FLAGS``).
+A needed region still equal to the starter's stub, or a file that does not parse, stops the command with one line
+and exit code 2 (``ensure_ready``); no student code is imported or run to find this out. The tables below are the
+one record of what each command needs: the entry points (``COMMANDS``), the benchmark's parts (``BENCH_PARTS``) and
+what each of ``scripts/run_benchmarks.py``'s flags adds (``BENCH_FLAGS``).
 """
 from __future__ import annotations
 
@@ -112,7 +102,9 @@ def problems_not_ready(needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = Tr
 
 
 def ensure_ready(command: str, needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = True) -> None:
-    """Raise UniformError (one line) when a problem ``command`` needs is unwritten or does not parse.
+    """Raise UniformError (one line) when a problem ``command`` needs is unwritten or does not parse::
+
+        project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
 
     ``stubs_too=False`` checks only that the files parse (before importing them).
     """

@@ -3,19 +3,13 @@
     python project/run_capstone.py                       # 4 ranks (gloo on CPU, NCCL on 4 GPUs), 20 steps
     python project/run_capstone.py --resume DIR          # continue from a checkpoint folder to --steps
 
-Each rank trains the tiny GPT-2 on its rows of every global batch with your
-``BucketedDDP`` (4.1) and ``ShardedOptimizer(Adam)`` (4.2), and writes a
-sharded checkpoint at ``--save_step`` with ``save_sharded`` (4.3). Then new
-processes load that checkpoint with ``load_sharded`` and train to the end
-again; ``RESUME VERIFIED`` is printed when their losses and final parameters
-equal the straight run's bit for bit. Training runs through the one loop
-(``project/loop.py``): ``finish_gradient_synchronization`` is its gradient
-reduction and ``ShardedCheckpoint`` its checkpoint store. Exit codes: 0 every invariant holds,
-1 one failed (the message says which: loss not decreasing, parameters that
-differ across ranks, optimizer memory off 12P/N, resume mismatch), 2 bad
-arguments or a Problem 4 region not written yet (one line, before any rank starts).
-It writes ``straight/``, ``resumed/`` and the checkpoint to ``<workdir>/out/capstone/<run>/``
-(``project.options.run_name``); ``--resume`` ends with ``resume_verdict``'s line.
+Each rank trains the tiny GPT-2 on its rows of every global batch with your ``BucketedDDP`` (4.1) and
+``ShardedOptimizer(Adam)`` (4.2), and writes a sharded checkpoint at ``--save_step`` with ``save_sharded`` (4.3).
+Then new processes load that checkpoint with ``load_sharded`` and train to the end again; ``RESUME VERIFIED`` is
+printed when their losses and final parameters equal the straight run's bit for bit. Exit codes: 0 every invariant
+holds, 1 one failed (the message says which: loss not decreasing, parameters that differ across ranks, optimizer
+memory off 12P/N, resume mismatch), 2 bad arguments or a Problem 4 region not written yet (one line, before any rank
+starts). It writes ``straight/``, ``resumed/`` and the checkpoint to ``<workdir>/out/capstone/<run>/``.
 """
 from __future__ import annotations
 

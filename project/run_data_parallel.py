@@ -3,18 +3,13 @@
     python project/run_data_parallel.py --world_size 2            # starts 2 ranks itself
     torchrun --nproc_per_node 2 project/run_data_parallel.py     # or let torchrun start them
 
-Each rank joins the group with your ``setup_process_group``, trains the same
-model on its ``partition_dataset`` slice of every global batch
-(``--batch_size`` is global, per forward/backward) and averages gradients
-with your ``average_gradients`` once per optimizer step (after
-``--grad_accum`` batches; the loop is ``project/loop.py``). Backend ``auto``
-picks NCCL (one GPU per rank) when there are enough GPUs, else gloo on the
-CPU. Per rank it writes ``metrics_rank<r>.json`` (per epoch: training time,
-real tokens per second, mean training loss; validation loss before and
-after training), rank 0 ``metrics.jsonl`` (one line per optimizer step) and
-the launching process ``summary.json`` (``summarize_data_parallel``), to ``<workdir>/out/data_parallel/<run>/``: one
-folder per configuration, ``ws<N>`` and the options that differ from their
-defaults (``ws2``, ``ws1``, ``ws2-epochs1``; ``project.options.run_name``).
+Each rank joins the group with your ``setup_process_group``, trains the same model on its ``partition_dataset``
+slice of every global batch (``--batch_size`` is global, per forward/backward) and averages gradients with your
+``average_gradients`` once per optimizer step (after ``--grad_accum`` batches). Per rank it writes
+``metrics_rank<r>.json`` (per epoch: training time, real tokens per second, mean training loss; validation loss
+before and after training), rank 0 ``metrics.jsonl`` (one line per optimizer step) and the launching process
+``summary.json``, to ``<workdir>/out/data_parallel/<run>/``: one folder per configuration, ``ws<N>`` and the
+options that differ from their defaults (``ws2``, ``ws1``, ``ws2-epochs1``).
 """
 from __future__ import annotations
 

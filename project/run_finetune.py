@@ -4,26 +4,14 @@
     python project/run_finetune.py --pretrained gpt2    # real GPT-2 weights (needs the hub)
     python project/run_finetune.py --zero_stage 3 --offload cpu   # ZeRO-3, optimizer state offloaded to CPU
 
-GPT-2's ``Conv1D`` projections become ``nn.Linear`` (``conv1d_to_linear``),
-your ``apply_lora`` puts rank-``--lora_rank`` adapters (scale ``--lora_alpha`` / r)
-on the projections named by ``--lora_targets`` (default: the attention's
-``c_attn``, ``c_proj`` and the MLP's ``c_fc``, ``c_proj`` in every block),
-and only the adapters train,
-through a DeepSpeed engine made from your ``build_config`` and stepped by
-your ``train_microbatch``; each rank reads its ``partition_dataset`` part.
-Afterwards rank 0 saves the adapter (``save_adapter``, plus a PEFT-format
-copy), loads it into a fresh model (``load_adapter``) and checks that the
-validation loss is the same. Reported: r, alpha, the wrapped layers and
-the trainable parameters (r x (in + out) per wrapped layer), and each
-rank's optimizer-state bytes against the ZeRO formula (Adam keeps two fp32
-states per trainable parameter, split over the ranks: 8 * P / N bytes).
-``--zero_stage``/``--offload`` adapt a copy of your ``build_config``'s
-result (``project/zero_engine.py``); training runs through the one loop
-(``project/loop.py``). Writes ``metrics_rank<r>.json``,
-``summary.json`` and ``metrics.jsonl`` (one line per optimizer step) to
-``<workdir>/out/finetune/<run>/`` (``ws<N>`` and the options that differ from
-their defaults: ``project.options.run_name``). Start from a full-model checkpoint with
-``--base_state`` (e.g. one written by ``run_data_parallel.py --save_state``).
+GPT-2's ``Conv1D`` projections become ``nn.Linear`` (``conv1d_to_linear``), your ``apply_lora`` puts rank-r adapters
+on the projections named by ``--lora_targets``, and only the adapters train, through a DeepSpeed engine made from
+your ``build_config`` and stepped by your ``train_microbatch``; each rank reads its ``partition_dataset`` part.
+Afterwards rank 0 saves the adapter (``save_adapter``, plus a PEFT-format copy), loads it into a fresh model
+(``load_adapter``) and checks that the validation loss is the same. Reported: the wrapped layers, the trainable
+parameters and each rank's optimizer-state bytes against the ZeRO formula 8 * P / N. Writes ``metrics_rank<r>.json``,
+``summary.json`` and ``metrics.jsonl`` to ``<workdir>/out/finetune/<run>/``. Start from a full-model checkpoint
+with ``--base_state`` (e.g. one written by ``run_data_parallel.py --save_state``).
 """
 from __future__ import annotations
 

@@ -3,20 +3,14 @@
     python project/run_pipeline.py --model_parallel_mode model_parallel
     python project/run_pipeline.py --model_parallel_mode pipeline_parallel --n_chunk 4
 
-``gpt2_stages`` cuts the model into stages; ``model_parallel`` runs the whole
-batch through stage 0, then stage 1; ``pipeline_parallel`` runs your ``Pipe``
-over ``--n_chunk`` micro-batches of ``ceil(batch_size / n_chunk)`` rows (a
-count that does not come out exact is refused), so the stages overlap.
-Devices ``auto``: ``cuda:0,cuda:1`` with two GPUs, both stages on ``cuda:0``
-with one, else both on the CPU, each stage in its own worker thread. The
-training loop (accumulation, precision, checkpoints, guard) is
-``project/loop.py``. Writes ``metrics_<mode>.json`` (per epoch: training
-time, real tokens per second, training loss, micro-batches run; validation
-loss before and after; a per-task timeline of the first batches of every
-epoch) and ``metrics.jsonl`` (one line per optimizer step) to
-``<workdir>/out/pipeline/<run>/``: one folder per configuration,
-``model_parallel`` or ``pipeline-chunk<n_chunk>`` and the options that differ
-from their defaults (``project.options.run_name``).
+``gpt2_stages`` cuts the model into stages; ``model_parallel`` runs the whole batch through stage 0, then stage 1;
+``pipeline_parallel`` runs your ``Pipe`` over ``--n_chunk`` micro-batches of ``ceil(batch_size / n_chunk)`` rows (a
+count that does not come out exact is refused), so the stages overlap. Devices ``auto``: ``cuda:0,cuda:1`` with two
+GPUs, both stages on ``cuda:0`` with one, else both on the CPU, each stage in its own worker thread. Writes
+``metrics_<mode>.json`` (per epoch: training time, real tokens per second, training loss, micro-batches run;
+validation loss before and after; a per-task timeline of the first batches of every epoch) and ``metrics.jsonl``
+(one line per optimizer step) to ``<workdir>/out/pipeline/<run>/``: one folder per configuration,
+``model_parallel`` or ``pipeline-chunk<n_chunk>`` and the options that differ from their defaults.
 """
 from __future__ import annotations
 

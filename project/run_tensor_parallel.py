@@ -4,27 +4,14 @@
     python project/run_tensor_parallel.py --world_size 1            # the baseline: the unsplit model
     torchrun --nproc_per_node 2 project/run_tensor_parallel.py     # or let torchrun start them
 
-Every rank builds the same model, splits each block with your
-``parallelize_block`` (Megatron-style: attention by heads, MLP by columns
-then rows) and trains on the SAME batches: the ranks share the work of each
-layer, not the data. No gradient averaging is needed: the all-reduces inside
-the layers give every rank the gradients of what it holds. With one rank the
-model is not split (the serial baseline). Backend ``auto`` picks NCCL (one
-GPU per rank) when there are enough GPUs, else gloo on the CPU. Per rank it
-writes ``metrics_rank<r>.json`` (per epoch: time, real tokens per second,
-train loss; validation loss before and after; the parameter bytes the rank
-holds), rank 0 ``metrics.jsonl`` (one line per optimizer step) and the
-launching process ``summary.json``, to ``<workdir>/out/tensor_parallel/<run>/`` (``ws<N>``
-and the options that differ from their defaults: ``project.options.run_name``).
-The number of heads, the hidden size and the MLP's inner size must be
-divisible by the world size (else exit 2 with a message).
-
-With more than one rank it then compares with the unsplit baseline: it reads
-``<baseline_dir>/summary.json`` (default: the ``ws1`` folder of the same
-options) when that run had the same options, else it
-runs the 1-rank baseline there first (under torchrun it only reads), and
-prints whether the validation loss matches within ``VAL_LOSS_TOLERANCE``;
-exit code 1 when it does not (``--no_baseline`` skips the comparison).
+Every rank builds the same model, splits each block with your ``parallelize_block`` (Megatron-style: attention by
+heads, MLP by columns then rows) and trains on the SAME batches: the ranks share the work of each layer, not the
+data, and the all-reduces inside the layers give every rank the gradients of what it holds. Per rank it writes
+``metrics_rank<r>.json`` (per epoch: time, real tokens per second, train loss; validation loss before and after;
+the parameter bytes the rank holds), rank 0 ``metrics.jsonl`` and the launching process ``summary.json``, to
+``<workdir>/out/tensor_parallel/<run>/``. With more than one rank it then compares the validation loss with the
+unsplit 1-rank baseline's (``--baseline_dir``, read when that run had the same options, else run there first) and
+exits with code 1 when it does not match (``--no_baseline`` skips the comparison).
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """How one optimizer step's gradients are made and applied: the strategy the training loop is given.
 
-``project.loop`` writes the step sequence once and asks its update strategy
-for the parts that differ between plain torch and an engine such as
-DeepSpeed (``project.zero_engine.DeepSpeedUpdate``)::
-
-    weights(rows)                     each micro-batch's share of the step's loss
-    zero_grad()                       before the step
-    forward_backward(batch, w, ...)   one micro-batch: forward, backward (an engine may also step here)
-    grad_norm()                       after the gradients are reduced
-    step()                            apply the update (unless the engine already did)
-    state_dict() / load_state_dict()  what a checkpoint holds of it (rank 0's part)
-    save_files(folder) / load_files   its own checkpoint files, written by every rank
-
-plus two facts: ``spans_epochs`` (an accumulation group may run on across
-an epoch's end) and ``applied_in_backward`` (the update is in the weights
-before the divergence guard sees the step's loss, so it cannot be refused).
+``project.loop`` writes the step once and asks its strategy (``TorchUpdate``; an engine's, e.g.
+``project.zero_engine.DeepSpeedUpdate``) for ``weights(rows)``, ``zero_grad()``, ``forward_backward`` (an engine may
+also step here), ``grad_norm()``, ``step()``, ``state_dict``/``load_state_dict`` (rank 0's checkpoint part),
+``save_files``/``load_files`` (every rank's own files), and two facts: ``spans_epochs`` (an accumulation group may run
+on across an epoch's end) and ``applied_in_backward`` (the update is applied before the guard sees the loss).
 """
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
 """DeepSpeed side of ``run_finetune.py``: the ZeRO stage/offload on top of ``build_config``, and its update.
 
-``build_config`` (Problem 3.3) returns a ZeRO-2 config with no offload; the
-entry point adapts a *copy* of it (``zero_config``)::
-
-    --zero_stage 3          zero_optimization.stage = 3 (parameters, gradients, optimizer state sharded)
-    --offload cpu           zero_optimization.offload_optimizer = {"device": "cpu"}
-                            zero_force_ds_cpu_optimizer = false (keep the plain torch AdamW)
-
-Training runs through the one loop (``project.loop``) with
-``DeepSpeedUpdate`` as its update strategy: your ``train_microbatch`` runs
-forward, ``engine.backward`` and ``engine.step`` per micro-batch, and the
-engine averages the gradients (``REDUCED_BY_ENGINE``), accumulates
-``grad_accum`` micro-batches (counted across epoch ends) and applies the
-update at the last one. The divergence guard sees the step's loss only
-after that, so a refused step is undone by rolling back to a checkpoint, or
-kept when there is none. Checkpoints add ``engine.save_checkpoint`` (every
-rank) to the run's own state (``project.checkpoint``).
+``zero_config`` adapts a copy of the student's ``build_config`` (Problem 3.3: ZeRO-2, no offload) to
+``--zero_stage`` and ``--offload``; ``DeepSpeedUpdate`` runs the engine through the one loop (``project.loop``).
 """
 from __future__ import annotations
 
@@ -36,7 +22,10 @@ DS_TAG = "deepspeed"
 def zero_config(config: dict[str, Any], stage: int, offload: str) -> dict[str, Any]:
     """A copy of ``config`` (from ``build_config``) with ZeRO ``stage`` and optimizer ``offload``.
 
-    Raises ConfigError for a stage other than 2 or 3 or an unknown offload.
+    ``stage`` goes to ``zero_optimization.stage``; ``offload`` ``cpu`` sets
+    ``zero_optimization.offload_optimizer = {"device": "cpu"}`` and
+    ``zero_force_ds_cpu_optimizer = False``. Raises ConfigError for a stage
+    other than 2 or 3 or an unknown offload.
     """
     if stage not in ZERO_STAGES:
         raise ConfigError(f"--zero_stage {stage}: choose 2 or 3")
@@ -65,7 +54,11 @@ class DeepSpeedUpdate:
     ``step_fn(engine, input_ids, labels)`` (``train_microbatch``) runs one
     micro-batch: forward, ``engine.backward``, ``engine.step``. The engine
     scales each micro-batch by ``1 / grad_accum`` itself, so the step's loss
-    is the plain mean of its micro-batches' losses.
+    is the plain mean of its micro-batches' losses. The engine also averages
+    the gradients over the ranks (the loop's ``REDUCED_BY_ENGINE``) and
+    applies the update at the last micro-batch of each ``grad_accum`` group,
+    so a step the divergence guard refuses is rolled back to a checkpoint, or
+    kept when there is none.
     """
 
     spans_epochs = True          # DeepSpeed counts micro-batches over the whole run

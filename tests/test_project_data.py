@@ -6,8 +6,9 @@ import random
 
 import pytest
 
+from project.cli import ConfigError
 from project.corpus import generate_pairs
-from project.data import (IGNORE_INDEX, ConfigError, load_tokenizer, load_translation_splits, make_collate,
+from project.data import (IGNORE_INDEX, load_tokenizer, load_translation_splits, make_collate,
                           prepare_data, tokenize_pairs)
 
 pytestmark = pytest.mark.project

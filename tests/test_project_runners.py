@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from project.cli import ConfigError
 from project.corpus import generate_pairs
-from project.data import ConfigError
 
 pytestmark = pytest.mark.project
 

@@ -2,20 +2,9 @@
 
     python scripts/run_benchmarks.py --peers     # adds the "ddp_zero" group to performance_summary.json
 
-Two rank processes of their own (started by ``project.launch.spawn_ranks``;
-gloo on CPU, NCCL with 2 GPUs, threads by ``THREAD_POLICY``) load the
-benchmark's workload (same GPT-2 weights, same global batches) and, per
-repeat, run every variant for ``steps`` timed steps in ``rotation`` order::
-
-    bucketed_ddp       the student's BucketedDDP + finish_gradient_synchronization, AdamW
-    ddp                torch.nn.parallel.DistributedDataParallel, AdamW
-    average_gradients  backward, then Problem 1's average_gradients (one all-reduce per parameter), AdamW
-
-A step lasts as long as its slowest rank; each variant's ``step_time_ms`` and
-each ratio (their quotient) are ``stats``' one statistic. Then each rank measures the optimizer state it
-holds after one step: the student's ShardedOptimizer(Adam) (fp32 master
-shard + moments) and DeepSpeed ZeRO stage 1 and 2 (fp32 partitions + moments),
-next to the formula 12P/N.
+Two rank processes of their own (``run``) train the benchmark's workload with every variant (``VARIANTS``) in an
+order rotated per repeat, timed as ``stats`` says; then each rank measures the optimizer state it holds after one
+step (``_zero_memory``), next to the formula 12P/N.
 """
 from __future__ import annotations
 
@@ -46,7 +35,12 @@ BUCKET_MB = 25.0
 
 
 def _stepper(ctx: Context, variant: str) -> Callable[[int], None]:
-    """One training step of ``variant`` on this rank's rows of global batch ``i``."""
+    """One training step of ``variant`` on this rank's rows of global batch ``i``, with AdamW::
+
+        bucketed_ddp       the student's BucketedDDP + finish_gradient_synchronization
+        ddp                torch.nn.parallel.DistributedDataParallel
+        average_gradients  backward, then Problem 1's average_gradients (one all-reduce per parameter)
+    """
     model = ctx.model()
     if variant == "bucketed_ddp":
         from data_parallel.ddp import BucketedDDP
@@ -78,7 +72,8 @@ def _held_bytes(tensors) -> int:
 
 
 def _zero_memory(ctx: Context) -> dict:
-    """Optimizer-state bytes this rank holds after one step: ShardedOptimizer(Adam), DeepSpeed ZeRO-1 and -2."""
+    """Optimizer-state bytes this rank holds after one step: the student's ShardedOptimizer(Adam) (fp32 master shard
+    + moments) and DeepSpeed ZeRO-1 and -2 (fp32 partitions + moments), next to the formula 12P/N."""
     from data_parallel.zero1 import ShardedOptimizer
     from finetune.zero import init_engine
 

@@ -1,15 +1,7 @@
 """The PNG plots of ``submit_figures/``, drawn from the summary alone (so they can be redrawn from it).
 
-- ``data_parallel.png``: time per step and real tokens/s, world size 1 vs 2 (and the peers);
-- ``pipeline.png``: the same for model_parallel vs pipeline_parallel at each n_chunk (and GPipe);
-- ``pipeline_timeline.png``: Gantt of stage x micro-batch of one step, measured bubble beside (K-1)/(M+K-1);
-- ``peers.png`` (with ``--peers``): each reference's time relative to ours, and the machine's capacity.
-
-Every number drawn is the summary's own, formatted as the console prints it
-(``report.ms``, ``report.times``, ``report.fraction``): a bar is a variant's
-``step_time_ms`` (median over repeats of run time / steps), the dots the
-single repeats, a ratio the quotient of two ``step_time_ms``, a bubble the
-variant's ``measured_bubble`` (the run drawn).
+Every number drawn is the summary's own, formatted as the console prints it (``report.ms``, ``report.times``,
+``report.fraction``): a bar is a variant's ``step_time_ms``, the dots its single repeats. One ``draw_*`` per figure.
 """
 from __future__ import annotations
 

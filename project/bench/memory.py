@@ -1,15 +1,6 @@
 """Peak memory of one training step with and without activation checkpointing (``--grad_ckpt``).
 
-Each variant runs in a fresh process (``project.launch.spawn_ranks``, one
-rank that joins no group, on the device ``project.devices`` picks for one
-rank), so the peak belongs to that step alone::
-
-    GPU:  torch.cuda.max_memory_allocated() after one step, minus the allocation before it
-    CPU:  peak RSS (ru_maxrss) after one step, minus the RSS before it
-
-plus, on both, the bytes autograd saved for backward during the forward
-(``saved_tensors_hooks``), which is what checkpointing trades for recompute.
-Same model weights and batch in both variants; the ratio is reported.
+Each variant runs in a fresh process, so the peak belongs to that step alone (``measure``).
 """
 from __future__ import annotations
 
@@ -74,6 +65,14 @@ def _one_step(env: RankEnv, preset: str, batch_size: int, max_len: int, checkpoi
 def measure(preset: str, batch_size: int, max_len: int, threads: int, timeout_s: float = 300.0) -> dict:
     """``{"plain": {...}, "grad_ckpt": {...}, "ratio_peak": plain/ckpt, "ratio_saved": ...}`` of one step each.
 
+    Each variant runs in a fresh process (``project.launch.spawn_ranks``: one rank that joins no group, on the
+    device ``project.devices`` picks for one rank), with the same model weights and batch::
+
+        GPU:  torch.cuda.max_memory_allocated() after one step, minus the allocation before it
+        CPU:  peak RSS (ru_maxrss) after one step, minus the RSS before it
+
+    plus, on both, the bytes autograd saved for backward during the forward (``saved_tensors_hooks``), which is
+    what checkpointing trades for recompute.
     Raises RuntimeError when a variant fails or does not answer in ``timeout_s``.
     """
     out: dict = {"preset": preset, "batch_size": batch_size, "max_len": max_len}

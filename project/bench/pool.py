@@ -1,16 +1,8 @@
 """The worker processes of a benchmark and how the parent talks to them.
 
-Three processes stay up for the whole run, so no measurement pays for a
-process start, an import or a rendezvous::
-
-    solo      rank 0 of its own 1-rank group   (world size 1, pipeline stages, LoRA/PEFT)
-    pair[0]   rank 0 of a 2-rank group         (world size 2, DDP, flat all-reduce, GPipe stage 0)
-    pair[1]   rank 1 of a 2-rank group         (...                                  GPipe stage 1)
-
-Only the processes named by a command work; the others wait on their pipe
-(no CPU). They are started by the runners' launcher
-(``project.launch.spawn_ranks``) and run ``project.bench.tasks.serve``;
-groups meet over file stores in the run folder (no port).
+Three workers (``Pool``) stay up for the whole run, so no measurement pays for a process start, an import or a
+rendezvous; only those a command names work, the others wait on their pipe. They are started by
+``project.launch.spawn_ranks``, run ``project.bench.tasks.serve`` and meet over file stores in the run folder.
 """
 from __future__ import annotations
 
@@ -24,7 +16,11 @@ BenchError = RankError   # a worker raised, died or timed out; the message holds
 
 
 class Pool:
-    """Start the ``solo`` and ``pair`` workers; ``call`` sends one command to the ranks of a role.
+    """Start the ``solo`` and ``pair`` workers; ``call`` sends one command to the ranks of a role::
+
+        solo      rank 0 of its own 1-rank group   (world size 1, pipeline stages, LoRA/PEFT)
+        pair[0]   rank 0 of a 2-rank group         (world size 2, DDP, flat all-reduce, GPipe stage 0)
+        pair[1]   rank 1 of a 2-rank group         (...                                  GPipe stage 1)
 
     ``threads``: torch intra-op threads per worker (0 keeps torch's default).
     ``timeout_s`` bounds every reply (and the start). ``student_setup``: the

@@ -1,20 +1,8 @@
 """Arithmetic of the benchmark: no torch, no I/O, so the tests can recompute every number.
 
-A *run* is ``steps`` training steps of one variant on the fixed workload. Each
-rank records a ``(start, end)`` stamp per step; a step of a multi-rank
-variant lasts as long as its slowest rank, so::
-
-    run_time = sum over steps s of  max over ranks r of (end[r][s] - start[r][s])
-
-Repeats alternate the order of the variants (same machine load for each).
-One statistic serves the console, the summary and the figures alike::
-
-    step time  = median over repeats of (run time / steps)          (``step_time_ms``)
-    ratio a/b  = step time(a) / step time(b)                        (``time_ratio``)
-
-so a ratio is exactly the quotient of the two step times printed next to
-it. The per-repeat ratios (each repeat's run times, same moment) are kept
-beside it as ``paired``: they show the spread.
+A *run* is ``steps`` training steps of one variant on the fixed workload (``run_time``). One statistic serves the
+console, the summary and the figures alike: a step time is the median over repeats of run time / steps
+(``step_time_ms``), a ratio the quotient of two step times (``time_ratio``).
 """
 from __future__ import annotations
 

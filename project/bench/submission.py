@@ -3,17 +3,7 @@
     python -m project.bench.submission [--figures_dir submit_figures] [--output submission.zip]
     (what scripts/create_submission_zip.sh runs)
 
-The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
-grader's own list, ``common.regions.student_files``) and the
-``submit_figures/*.png`` + ``performance_summary.json`` + ``analysis.md``
-(the written analysis) that are there.
-Nothing else, so no ``workdir/``, checkpoints, caches or virtual
-environments can slip in. The student files are always packaged: a partial
-solution is a normal submission. A missing figure is a warning naming the
-problems it needs (``FIGURE_PARTS`` -> ``project.readiness.BENCH_PARTS``);
-a file that is not what it claims to be (a PNG that is not a PNG, a summary
-that is not JSON) is left out with a warning. A missing or empty analysis is
-a warning, and so is one with questions still unanswered (packaged anyway).
+A missing or broken figure and an unanswered analysis are warnings, never a refusal (``create_zip``).
 """
 from __future__ import annotations
 
@@ -100,6 +90,13 @@ def analysis_file(figures_dir: Path) -> tuple[list[Path], list[str]]:
 def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: None) -> list[str]:
     """Write ``output`` from the kit at ``root``; return the member names.
 
+    The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
+    grader's own list, ``common.regions.student_files``), and under
+    ``submit_figures/`` the PNGs, ``performance_summary.json`` and
+    ``analysis.md`` of ``figures_dir`` that pass ``figure_files`` and
+    ``analysis_file``. Nothing else, so no ``workdir/``, checkpoints, caches or
+    virtual environments can slip in. The student files are always packaged:
+    a partial solution is a normal submission.
     Warnings about the figures and the analysis go to ``warn`` (the files are packaged
     anyway). Raises ``common.regions.RegionError`` (malformed student
     markers) before writing anything.

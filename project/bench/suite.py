@@ -1,20 +1,7 @@
 """The measurement plan: build the workload, start the workers, run each group, write the summary.
 
-For every group of variants (data parallel, pipeline, fine-tuning)::
-
-    warm-up:   each variant once, ``warmup`` steps, not timed
-    repeat r:  every variant once, in ``rotation(variants, r)`` order, ``steps`` timed steps each
-    report:    per variant step_time_ms (median over repeats of run time / steps); a ratio a/b is
-               step_time_ms(a) / step_time_ms(b), with each repeat's own ratio beside it (``stats``)
-
-Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
-before anything is derived from it; ``performance_summary.json`` holds the
-derived numbers and the path of that log. The summary and the figures are
-written to that folder, then copied to the figures folder (``publish``:
-what they replace stays in its own run's folder).
-
-A group whose problems are not written yet is skipped and named (``skipped_parts``; the summary's
-``skipped``), so a partial solution still gets the figures its finished problems allow.
+Each group of variants (data parallel, pipeline, fine-tuning) is warmed up, then timed in repeats that rotate the
+variants' order (``_Runner``); every run is logged raw before anything is derived from it (``run``).
 """
 from __future__ import annotations
 
@@ -91,7 +78,11 @@ FT_RATIOS = [("ours_over_peft", "lora_ours", "lora_peft", "our LoRA step time / 
 
 
 class _Runner:
-    """Runs groups of variants on a pool and appends every run to the raw log."""
+    """Runs groups of variants on a pool and appends every run to the raw log (one JSON line each)::
+
+        warm-up:   each variant once, ``warmup`` steps, not timed
+        repeat r:  every variant once, in ``rotation(variants, r)`` order, ``steps`` timed steps each
+    """
 
     def __init__(self, pool: Pool, opts: Options, tokens_per_run: int, log_path: Path, echo: Callable):
         self.pool, self.opts, self.tokens, self.log_path, self.echo = pool, opts, tokens_per_run, log_path, echo
@@ -180,6 +171,14 @@ def _hardware(pool: Pool) -> dict:
 
 def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     """Run the whole benchmark; write the raw log, the summary and the figures; return ``(summary, exit code)``.
+
+    Every run is logged as one JSON line in ``<workdir>/perf/<stamp>/runs.jsonl``
+    before anything is derived from it; ``performance_summary.json`` holds the
+    derived numbers and the path of that log. The summary and the figures are
+    written to that folder, then copied to the figures folder (``publish``).
+    A group whose problems are not written yet is skipped and named (the
+    summary's ``skipped``), so a partial solution still gets the figures its
+    finished problems allow.
 
     Exit code: 0 fine (or thresholds not applicable), 1 a threshold missed
     in grader mode on 2 GPUs, 2 a group could not run (its error is in the

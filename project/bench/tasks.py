@@ -1,15 +1,8 @@
 """What a worker process runs: steppers over the student API ("ours"), the timed loop, the command loop.
 
-A *stepper* is built once per variant and cached, so its set-up (model copy,
-optimizer, worker threads, DDP buckets) is outside the timing and the
-warm-up run warms it. ``timed`` then stamps every step::
-
-    [barrier]  sync  t0 = perf_counter()  step(i)  sync  t1 = perf_counter()
-
-(barrier on multi-rank workers, so the ranks start each step together;
-``sync`` waits for a GPU). Peers (DDP, torch pipelining, PEFT) live in
-``project.bench.peers`` and plug into the same loop; ``Context``, ``Stepper``
-and ``local_step`` in ``project.bench.context``.
+A *stepper* is built once per variant and cached, so its set-up (model copy, optimizer, worker threads, DDP buckets)
+is outside the timing and the warm-up run warms it; ``run`` times it, ``serve`` is a worker's command loop. The
+peers' steppers (``project.bench.peers``) plug into the same loop; the pieces are in ``project.bench.context``.
 """
 from __future__ import annotations
 
@@ -136,7 +129,11 @@ def _stepper_factories() -> dict[str, Callable[..., Stepper]]:
 def run(ctx: Context, key: str, kind: str, indices: list[int], options: dict | None = None) -> dict:
     """Run stepper ``kind`` (built once under ``key``) over batch ``indices``; return its stamps.
 
-    Returns ``{"stamps": [[start, end], ...], "timeline": [...] or None}``.
+    Returns ``{"stamps": [[start, end], ...], "timeline": [...] or None}``. Every step is stamped::
+
+        [barrier]  sync  t0 = perf_counter()  step(i)  sync  t1 = perf_counter()
+
+    (the barrier on multi-rank workers, so the ranks start each step together; ``sync`` waits for a GPU).
     """
     if key not in ctx.steppers:
         ctx.steppers[key] = _stepper_factories()[kind](ctx, **(options or {}))

@@ -3,27 +3,8 @@
     python scripts/run_benchmarks.py --tensor_parallel [--quick]     # after the main benchmark
     python -m project.bench.tensor_parallel [--quick]                # this comparison alone
 
-Two ranks (one process each, started by ``project.launch.spawn_ranks``:
-gloo on CPU, each rank one simulated device with ``THREAD_POLICY`` threads;
-NCCL with two GPUs). Every variant trains the
-same weights on the same global batches with AdamW::
-
-    serial           rank 0 alone, the whole batch                                   (the baseline)
-    data_parallel    both ranks, half the batch each, your average_gradients         (Problem 1.2)
-    pipeline         rank 0, two stages of your Pipe on the two stage devices        (Problem 2)
-    tensor_parallel  both ranks, the whole batch, every block split by your
-                     parallelize_block                                               (Problem 5)
-
-A warm-up run, then ``repeats`` repeats; in each, every variant runs
-``steps`` timed steps, in an order rotated per repeat (``stats.rotation``).
-A step lasts as long as its slowest rank. Ratios ``time(variant) /
-time(serial)`` are quotients of step times (``stats.time_ratio``), each repeat's own beside them.
-Memory: bytes of the parameters each rank (or pipeline stage) holds,
-measured on the built modules; AdamW's state is twice that again. A variant
-whose problem is not written yet is skipped with the reason; without Problem 5
-written the comparison refuses in one line (``main``).
-Writes ``tensor_parallel.png`` and ``tensor_parallel_summary.json`` to its own folder, then copies them to the
-figures folder (``publish``).
+On two ranks, every variant (``VARIANTS``) trains the same weights on the same global batches with AdamW; ``run``
+measures them and writes the summary and the figure.
 """
 from __future__ import annotations
 
@@ -207,7 +188,12 @@ def _rank_main(env: RankEnv, folder: str, opts: dict, variants: list[str]) -> di
 
 
 def summarize(raw: dict, workload: dict, skipped: dict[str, str], opts: TPOptions) -> dict:
-    """Medians, paired ratios against ``serial`` and per-rank parameter bytes, from the ranks' raw numbers."""
+    """Medians, paired ratios against ``serial`` and per-rank parameter bytes, from the ranks' raw numbers.
+
+    Ratios ``time(variant) / time(serial)`` are quotients of step times (``stats.time_ratio``). Memory is the bytes
+    of the parameters each rank (or pipeline stage) holds, measured on the built modules; AdamW's state is twice
+    that again.
+    """
     times, memory = raw["times"], raw["memory"]
     variants = {}
     for name, runs in times.items():
@@ -283,10 +269,18 @@ def draw(summary: dict, path: Path) -> None:
 
 
 def run(opts: TPOptions, echo=print) -> dict:
-    """Measure every runnable variant on 2 ranks; write the summary JSON and the figure; return the summary.
+    """Measure every runnable variant on 2 ranks; write the summary JSON and the figure; return the summary::
 
-    Raises ValueError for bad options; a variant whose problem is not
-    written is skipped (listed under ``skipped``).
+        serial           rank 0 alone, the whole batch                                         (the baseline)
+        data_parallel    both ranks, half the batch each, the student's average_gradients      (Problem 1.2)
+        pipeline         rank 0, two stages of the student's Pipe on the two stage devices     (Problem 2)
+        tensor_parallel  both ranks, the whole batch, every block split by parallelize_block   (Problem 5)
+
+    A warm-up run, then ``repeats`` repeats; in each, every variant runs ``steps`` timed steps, in an order rotated
+    per repeat (``stats.rotation``); a step lasts as long as its slowest rank. Writes ``tensor_parallel.png`` and
+    ``tensor_parallel_summary.json`` to its own run folder, then copies them to the figures folder (``publish``).
+    Raises ValueError for bad options; a variant whose problem is not written is skipped (listed under
+    ``skipped``).
     """
     opts = opts.resolved()
     skipped = {name: "; ".join(why) for name, (_, needs) in VARIANTS.items()

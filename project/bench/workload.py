@@ -1,16 +1,8 @@
 """The one fixed workload every benchmark run trains on.
 
-The parent builds it once and saves it; every worker process loads the same
-file, so all variants start from the same GPT-2 weights and see the same
-global batches::
-
-    global batch s = collate(rank-0 part + rank-1 part)      (partition_dataset, world size 2)
-    world size 1 trains on all B rows; rank r of world size 2 on rows [r*B/2, (r+1)*B/2)
-
-Both ranks' rows come from the one padded tensor, so world size 1 and 2 do
-exactly the same arithmetic on exactly the same real tokens. Every batch is
-padded to the same width (one shape for every step); tokens are counted from
-``attention_mask``, so padding never counts.
+The parent builds it once and saves it (``build_workload``); every worker process loads the same file, so all
+variants start from the same GPT-2 weights and see the same global batches, and world size 1 and 2 do exactly the
+same arithmetic on exactly the same real tokens.
 """
 from __future__ import annotations
 
@@ -40,9 +32,11 @@ def build_workload(spec: WorkloadSpec, path: Path) -> dict:
 
     Raises ValueError for an odd ``batch_size`` (it is split over two ranks)
     or when the data has fewer than ``steps * batch_size`` training pairs.
-    The data split uses the student's ``partition_dataset``; with
-    ``spec.student_split`` False (Problem 1 unwritten: only the pipeline is
-    measured, on whole batches) batch s is simply rows ``[s*B, (s+1)*B)``.
+    Global batch s is rank 0's part + rank 1's part of the student's
+    ``partition_dataset`` (world size 2) in one padded tensor: world size 1
+    trains on all B rows, rank r of world size 2 on rows ``[r*B/2, (r+1)*B/2)``.
+    With ``spec.student_split`` False (Problem 1 unwritten: only the pipeline
+    is measured, on whole batches) batch s is simply rows ``[s*B, (s+1)*B)``.
     """
     from project.data import make_collate, prepare_data
     from project.model import build_model, count_parameters
