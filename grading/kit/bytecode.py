@@ -20,7 +20,7 @@ def write_bytecode(root: Path, packages: tuple[str, ...]) -> int:
 
     An import uses such a ``.pyc`` only if the hash of the ``.py`` file next to it, read at import time, is the
     one it was compiled from, so a file changed afterwards (a test editing a region, say) is compiled from its
-    new text. A file that does not compile gets none (its import reports the error, as before); nothing is written
+    new text. A file that does not compile gets none (its import reports the error, as without one); nothing is written
     where Python keeps bytecode outside the source tree (``sys.pycache_prefix``). Never raises for a file.
     """
     if sys.pycache_prefix is not None:
