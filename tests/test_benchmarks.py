@@ -70,6 +70,18 @@ def test_thresholds_judge_on_two_gpus_and_do_not_apply_elsewhere():
     assert report.exit_code({"mode": "grader", "thresholds": elsewhere, "errors": {"pipeline": "x"}}) == 2
 
 
+def test_a_clock_cycles_that_breaks_its_contract_is_one_line_before_the_pipeline_is_built(monkeypatch):
+    """A schedule whose cycle is a generator would leave Pipe's second walk empty (an error far from its cause);
+    the benchmark's pipeline workload refuses it first, naming the contract (ctx is never touched)."""
+    from pipeline import schedule
+    from project.bench import tasks
+    from project.cli import UniformError
+
+    monkeypatch.setattr(schedule, "clock_cycles", lambda m, n: ((task for task in [(0, 0)]) for _ in range(m + n - 1)))
+    with pytest.raises(UniformError, match=r"^pipeline/schedule.py: clock_cycles\(4, 2\) .*Problem 2.1's contract"):
+        tasks.pipeline_ours(None, "pipeline_parallel", 4)
+
+
 def test_bad_options_are_refused_before_anything_starts(tmp_path):
     done = subprocess.run([sys.executable, "scripts/run_benchmarks.py", "--quick", "--batch_size", "15",
                            "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -68,6 +68,9 @@ def comm_ours(ctx: Context) -> Stepper:
 def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     """``build_pipeline_gpt2`` (the student's stages and ``Pipe``) in ``mode``; AdamW; records a timeline.
 
+    In ``pipeline_parallel`` mode the student's ``clock_cycles`` is checked first (``microbatch.check_schedule``):
+    a schedule that breaks its contract raises UniformError, one line, before anything is built.
+
     The timeline of the last step holds the forward task of every (stage,
     micro-batch) with start/end relative to the step's start, plus one
     ``backward`` entry (loss, backward and optimizer step, run by this thread).
@@ -77,6 +80,9 @@ def pipeline_ours(ctx: Context, mode: str, n_chunk: int) -> Stepper:
     from project.devices import stage_devices
     from project.model import lm_loss
 
+    if mode == "pipeline_parallel":
+        from pipeline import schedule
+        microbatch.check_schedule(schedule.clock_cycles, n_chunk, 2)   # what Pipe will walk: one line if broken
     model = ctx.model()
     batch_size = ctx.workload["batches"][0]["input_ids"].shape[0]
     net = build_pipeline_gpt2(model, stage_devices("auto", 2), mode,
