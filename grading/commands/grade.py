@@ -14,6 +14,7 @@ from pathlib import Path
 from grading import KIT_ROOT
 from grading.commands import benchmarks, profile, report
 from grading.commands.options import add_course_options
+from grading.engine import isolation
 from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, TotalTime, not_graded, run_cases, warm_servers
 from grading.kit import points
@@ -144,15 +145,23 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
                                 barred=splice.barred, hints=splice.hints, servers=servers, total=total, judged=judged)
             results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
             notes += _not_graded_notes(results)
+            protection, flags = isolation.run_report(scratch / "runs", cases)
+            notes += flags
+            if "NOT applied" in protection or "no isolation" in protection:
+                notes.append(f"warning: {protection}")
         finally:
             if servers is not None:
                 servers.close()
+        if protection:
+            print(f"protection: {protection}")
         print(report.table(results, notes, verbose=args.verbose, public=args.public_table))
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")
             print(profile.table(scratch / "runs"))
         if args.json:
-            report.write_json(Path(args.json), results, notes, {report.HIT_LIMIT: hit_limit} if hit_limit else None)
+            extra = {**({report.HIT_LIMIT: hit_limit} if hit_limit else {}),
+                     **({report.PROTECTION: protection} if protection else {})}
+            report.write_json(Path(args.json), results, notes, extra or None)
         return report.exit_code(results)
     finally:
         if not args.keep:

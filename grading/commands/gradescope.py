@@ -38,6 +38,8 @@ TORCH_INDEX="${GRADING_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 "$VENV/bin/python" -m pip install --no-cache-dir --index-url "$TORCH_INDEX" "$(grep -E '^torch==' requirements.txt)"
 "$VENV/bin/python" -m pip install --no-cache-dir -r requirements.txt
 "$VENV/bin/python" -c "import torch, transformers, deepspeed; print('torch', torch.__version__)"
+# The ranks that run student code switch to this unprivileged user (docs/sandbox.md); the grader stays root.
+id -u student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin student
 """
 
 RUN_AUTOGRADER = """\

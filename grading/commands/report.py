@@ -111,6 +111,7 @@ def _public(results: list[CriterionResult]) -> points.Tally:
 
 UNFINISHED = "unfinished"        # extra_data key of a results.json written while its grade still ran
 HIT_LIMIT = "hit_limit"          # extra_data key: the cases that reached their limit (staff notes; may be hidden)
+PROTECTION = "protection"        # extra_data key: what student code could not read or write (``isolation.summary``)
 
 
 def gradescope_json(results: list[CriterionResult], notes: list[str] = (), extra: dict | None = None) -> dict:

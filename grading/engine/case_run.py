@@ -17,7 +17,8 @@ from typing import Any
 from grading.engine import peers
 from grading.engine.expect import CheckFailed
 from grading.engine.hints import format_error
-from grading.engine.recording import PARTS_LOG, part_mac
+from grading.engine.isolation import read_rank_bytes
+from grading.engine.recording import PARTS_LOG, part_mac, rank_key
 from common.rank_reports import is_symptom
 
 
@@ -96,15 +97,17 @@ class CaseRun:
         """name -> (kind, sha256) of the files the probe itself wrote on ``rank`` (lines with a valid HMAC)."""
         if rank not in self._logs:
             found: dict[str, tuple[str, str]] = {}
+            key = rank_key(self.launch.key, rank)
             try:
-                lines = (self.launch.out_dir / f"rank{rank}" / PARTS_LOG).read_text(errors="replace").splitlines()
+                lines = read_rank_bytes(self.launch.out_dir / f"rank{rank}" / PARTS_LOG).decode(
+                    errors="replace").splitlines()
             except OSError:
                 lines = []
             for line in lines:
                 try:
                     entry = json.loads(line)
                     name, kind, digest, mac = entry["name"], entry["kind"], entry["sha256"], entry["mac"]
-                    genuine = hmac.compare_digest(str(mac), part_mac(self.launch.key, rank, name, kind, digest))
+                    genuine = hmac.compare_digest(str(mac), part_mac(key, rank, name, kind, digest))
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue
                 if genuine and kind in ("pt", "error.json"):
@@ -120,7 +123,7 @@ class CaseRun:
             return "", None
         kind, digest = entry
         try:
-            data = (self.launch.out_dir / f"rank{rank}" / f"{name}.{kind}").read_bytes()
+            data = read_rank_bytes(self.launch.out_dir / f"rank{rank}" / f"{name}.{kind}")
         except OSError:
             return kind, None
         return kind, data if hashlib.sha256(data).hexdigest() == digest else None

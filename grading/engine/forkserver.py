@@ -18,6 +18,7 @@ import secrets
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -98,6 +99,17 @@ def _start_child(request: dict, control: socket.socket, streams: list[int]) -> i
     return pid
 
 
+def _same_pid_namespace(control: socket.socket) -> bool:
+    """Whether the process at the other end of ``control`` shares this server's PID namespace (a launcher, a
+    grade), not a rank in its own (``grading.engine.isolation``): a rank that reached the server could otherwise
+    have a process started outside its view."""
+    try:
+        pid = struct.unpack("3i", control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        return pid > 0 and os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
+
+
 def _preload(modules: list[str]) -> str:
     """Import each of ``modules`` not imported yet (a failure is left to the rank that needs it); return why this
     process must not fork now ("" when it may)."""
@@ -158,6 +170,9 @@ def serve(listener_fd: int) -> None:
         if not select.select([listener], [], [], 0.5)[0]:
             continue
         control = listener.accept()[0]
+        if not _same_pid_namespace(control):        # a rank in its own namespaces: it may not leave them this way
+            control.close()
+            continue
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             control.settimeout(30.0)      # the request: one line (a launcher sends nothing more before the answer)
             modules = json.loads(control.makefile("rb").readline())["preload"]

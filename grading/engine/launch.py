@@ -19,12 +19,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from grading.engine import sandbox
+from grading.engine import isolation, sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import available_cpus
 from grading.engine.forkserver import ServerSession
-from grading.engine.run_servers import POOL_ENV, ForkServers
-from grading.engine.recording import DONE_MARKER, is_finished
+from grading.engine.run_servers import ForkServers
+from grading.engine.recording import DONE_MARKER, is_finished, rank_key
 
 WORKER = "grading.engine.worker"      # the module every rank runs, cold (``python -m``) or forked
 STDERR_TAIL_CHARS = 2000
@@ -76,7 +76,8 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
-           preload: tuple[str, ...] = (), then: tuple[str, ...] = (), collective_checks: bool = True) -> LaunchResult:
+           preload: tuple[str, ...] = (), then: tuple[str, ...] = (), collective_checks: bool = True,
+           kit_root: Path | None = None) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``then``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
@@ -92,17 +93,20 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
     string hash order as ``torchrun``'s do (``ForkServers``' ``apart``). ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
-    the run survives it.
+    the run survives it. Each rank sees the machine as ``grading.engine.isolation.plan`` allows: ``kit_root``
+    (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each signs with a key of its
+    own (``recording.rank_key``).
     """
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
     limits = sandbox.default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
     namespaces = sandbox.Namespaces(network=limits.network)
+    view = isolation.plan(kit_root or isolation.GRADER_ROOT, Path(cwd), out_dir, world_size)
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
-            "collective_checks": collective_checks,
+            "collective_checks": collective_checks, "isolation": view,
             "handoff": str(out_dir / "handoff")}
     apart = collective_checks and world_size > 1
     phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart)
@@ -117,7 +121,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         for number, phase_target in enumerate((target, *then)):
             suffix = str(number or "")
             (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target,
-                                                                    "store": str(out_dir / f"store{suffix}")}))
+                                                                    "store": str(out_dir / "shared" / f"store{suffix}")}))
             for rank in range(world_size):            # a rank of this phase has finished once it says so again
                 (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
             phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)
@@ -136,8 +140,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         rank_dir = out_dir / f"rank{rank}"
         result.ranks.append(RankOutcome(
             rank=rank, returncode=code, finished=is_finished(rank_dir, key, rank),
-            error=_read(rank_dir / "error.txt", tail=8000), stack=_read(out_dir / f"rank{rank}.stack", tail=20000),
-            stderr_tail=_read(out_dir / f"rank{rank}.stderr", tail=STDERR_TAIL_CHARS)))
+            error=isolation.read_rank_file(rank_dir / "error.txt", 8000),
+            stack=isolation.read_rank_file(out_dir / f"rank{rank}.stack", 20000),
+            stderr_tail=isolation.read_rank_file(out_dir / f"rank{rank}.stderr", STDERR_TAIL_CHARS)))
     return result
 
 
@@ -154,10 +159,12 @@ class _Phase:
         self.timed_out = False
 
     def environment(self) -> dict[str, str]:
-        """A rank's environment, cold or forked: this process's as it is now less ``POOL_ENV`` (its grade's pool),
-        the kit copy on ``PYTHONPATH``, one OpenMP thread unless set, the fault handler on, the run marker."""
-        child = {"OMP_NUM_THREADS": "1", **{name: value for name, value in os.environ.items() if name != POOL_ENV}}
-        return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", sandbox.RUN_MARKER: self.run_id}
+        """A rank's environment, cold or forked: what ``isolation.rank_environment`` keeps of this process's as it
+        is now, the kit copy on ``PYTHONPATH``, one OpenMP thread unless set, no bytecode written, the fault
+        handler on, the run marker."""
+        child = {"OMP_NUM_THREADS": "1", **isolation.rank_environment(dict(os.environ))}
+        return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                sandbox.RUN_MARKER: self.run_id}
 
     def run(self, spec: Path, world_size: int, clock: LoadClock, timeout_s: float, append: bool) -> None:
         """Start the phase's ranks and wait until none runs, or the case's limit on ``clock``; set ``codes``.
@@ -176,11 +183,12 @@ class _Phase:
                     try:
                         session = self.servers.session(rank, self.apart)
                         pid = session.start(WORKER, argv, self.cwd, self.environment(),
-                                            (stdout.fileno(), stderr.fileno()), self.key)
+                                            (stdout.fileno(), stderr.fileno()), rank_key(self.key, rank))
                         started = _Rank(rank, pid, session=session)
                     except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
                         self.cold_reasons.append(f"rank {rank}: {exc}")
-                self.ranks.append(started or _Rank.cold(argv, self.key, (stdout, stderr), self.cwd, self.environment()))
+                self.ranks.append(started or _Rank.cold(argv, rank_key(self.key, rank), (stdout, stderr), self.cwd,
+                                                        self.environment()))
         finished_at: dict[int, float] = {}
         while running := [r for r in self.ranks if r.poll() is None]:
             if clock.elapsed() > timeout_s:
@@ -258,11 +266,3 @@ class _Rank:
             time.sleep(0.02)
 
 
-def _read(path: Path, tail: int) -> str:
-    """The last ``tail`` characters of a file ("" when there is none)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - tail))
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -2,9 +2,10 @@
 
 ``RankContext.record(name, fn)`` runs one piece of student work and writes its value to ``rank<R>/<name>.pt``
 (or the exception to ``<name>.error.json``, with the student file and line it came from); each file's SHA-256
-goes into ``rank<R>/parts.log`` with an HMAC under the run's key (``part_mac``). A rank whose probe returned
-writes a signed ``done`` marker (``done_mac``) as its last act. The parent checks both with these functions, so
-nothing the submission plants or changes is taken for a result.
+goes into ``rank<R>/parts.log`` with an HMAC under the rank's own key (``rank_key``: derived from the run's key,
+which no rank holds, so no rank can sign for another). A rank whose probe returned writes a signed ``done``
+marker (``done_mac``) as its last act. The parent checks both with these functions, so nothing the submission
+plants or changes is taken for a result.
 """
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def broke_the_group(exc: BaseException) -> bool:
         any(frame.filename.replace("\\", "/").endswith(COLLECTIVES_MODULE) for frame in frames[-3:])
 
 
+def rank_key(run_key: bytes, rank: int) -> bytes:
+    """The key rank ``rank`` signs its records with: an HMAC of the run's key, which stays in the parent."""
+    return hmac.new(run_key, f"rank{rank}".encode(), hashlib.sha256).hexdigest().encode()
+
+
 def part_mac(key: bytes, rank: int, name: str, kind: str, digest: str) -> str:
     """HMAC-SHA256 (hex) binding a recorded file's hash to its rank, part name and kind."""
     return hmac.new(key, f"{rank}|{name}|{kind}|{digest}".encode(), hashlib.sha256).hexdigest()
@@ -57,13 +63,11 @@ def done_mac(key: bytes, rank: int) -> str:
     return hmac.new(key, f"{rank}|done".encode(), hashlib.sha256).hexdigest()
 
 
-def is_finished(rank_dir: Path, key: bytes, rank: int) -> bool:
-    """True when ``rank_dir`` holds a genuine ``done`` marker of ``rank`` under ``key``."""
-    try:
-        text = (Path(rank_dir) / DONE_MARKER).read_text(errors="replace")[:200]
-    except OSError:
-        return False
-    return hmac.compare_digest(text, done_mac(key, rank))
+def is_finished(rank_dir: Path, run_key: bytes, rank: int) -> bool:
+    """True when ``rank_dir`` holds a genuine ``done`` marker of ``rank`` under the run's key ``run_key``."""
+    from grading.engine.isolation import read_rank_file
+    text = read_rank_file(Path(rank_dir) / DONE_MARKER, 200)
+    return bool(text) and hmac.compare_digest(text, done_mac(rank_key(run_key, rank), rank))
 
 
 class RankContext:

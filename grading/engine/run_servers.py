@@ -16,6 +16,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from grading.engine.isolation import rank_environment
 from grading.engine.forkserver import SERVER_KIT_ENV, ServerSession, start_server
 from grading.engine.sandbox import signal_group
 
@@ -42,7 +43,9 @@ def server_count(env: dict[str, str] | None = None) -> int:
 class ForkServers:
     """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
     server r % ``holders(apart)``. The servers are this run's own, started when first needed in ``cwd`` (a kit copy
-    whose ``grading`` runs them; ``env``: their environment, default this process's; ``server_count`` of them),
+    whose ``grading`` runs them; ``env``: the environment they start from, default this process's, of which they
+    keep what a rank may see (``isolation.rank_environment``: a forked rank's ``/proc/self/environ`` is its
+    server's); ``server_count`` of them),
     or those of ``pool`` (``POOL_ENV``'s value: a ``batch``'s, shared by its grades) while they answer.
 
     ``apart``: the case's ranks must differ in string hash order, as the fresh interpreters of ``torchrun`` do
@@ -54,7 +57,7 @@ class ForkServers:
         base = dict(os.environ if env is None else env)
         self.pool = pool_addresses(pool)
         self.servers = len(self.pool) or server_count(base)
-        self.env = {**base, "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
+        self.env = {**rank_environment(base), "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
         self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
         self._sessions: dict[int, ServerSession] = {}

@@ -2,7 +2,8 @@
 
 Child side, ``apply_limits`` (the worker calls it before any student module is imported); parent side,
 ``Namespaces`` (a loopback-only network namespace per case) and ``kill_marked`` (every process that carries the
-run's marker). What this is **not**: a security boundary. ``docs/sandbox.md`` lists what it does and does not do.
+run's marker). What student code may read and write is ``grading.engine.isolation``'s; ``docs/sandbox.md`` has
+both.
 """
 from __future__ import annotations
 
@@ -24,10 +25,6 @@ RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its 
 
 CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
-_PR_CAPBSET_DROP = 24
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-_CAP_VERSION_3 = 0x20080522
 
 
 @dataclass(frozen=True)
@@ -68,20 +65,6 @@ def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def _drop_capabilities(libc) -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets; set no_new_privs."""
-    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    for cap in range(last + 1):
-        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()          # two __user_cap_data_struct, all zero
-    if libc.capset(header, data) != 0:
-        raise OSError(ctypes.get_errno(), "capset")
-
-
 def _join_namespace(libc, path: str, kind: int) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -100,7 +83,8 @@ def apply_limits(spec: dict) -> dict:
     ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU seconds, open files
     and the size of any file it writes (``SIGXFSZ`` is ignored, so an
     over-long write raises ``OSError``); it joins the case's network
-    namespace, then drops every capability so it cannot leave it again.
+    namespace (``grading.engine.isolation.enter`` then drops every
+    capability, so it cannot leave it again).
     ``spec["limits"]`` is a ``Limits`` as a dict; ``spec["namespaces"]``
     maps "net" to a ``/proc/<pid>/ns/net`` path (absent: none). Never raises:
     a step that fails is listed under "skipped" with its reason.
@@ -130,8 +114,6 @@ def apply_limits(spec: dict) -> dict:
         try:
             _join_namespace(libc, namespaces["net"], CLONE_NEWNET)
             done["applied"].append("private network (loopback only)")
-            _drop_capabilities(libc)
-            done["applied"].append("capabilities dropped")
         except OSError as exc:
             done["skipped"].append(f"namespaces: {exc}")
     return done

@@ -73,8 +73,8 @@ def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int
 def main(argv: list[str]) -> int:
     """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
 
-    Reads the run's key from stdin, applies the sandbox limits, sets up stack dumps and the process group, then
-    calls the probe. A cold worker ends the normal way (``sys.exit``), a forked one as its fork server ends a
+    Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
+    (``grading.engine.isolation``), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way (``sys.exit``), a forked one as its fork server ends a
     child. The ``done`` marker is its last act; the launcher bounds what comes after it.
     """
     marks = {"main": time.time()}
@@ -82,13 +82,18 @@ def main(argv: list[str]) -> int:
     spec = json.loads(spec_path.read_text())
     out_root = spec_path.parent
     rank_dir = out_root / f"rank{rank}"
-    rank_dir.mkdir(exist_ok=True)
     stack_file = open(out_root / f"rank{rank}.stack", "w")
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     key = _read_key()
+    from grading.engine import isolation
     from grading.engine.sandbox import apply_limits
-    (rank_dir / "sandbox.json").write_text(json.dumps(apply_limits(spec)))
+    limited = apply_limits(spec)
+    isolated = isolation.enter(spec["isolation"], rank)      # from here on, this process is the rank (its docstring)
+    isolation.watch(spec["isolation"], rank)
+    (rank_dir / isolation.SANDBOX_FILE).write_text(json.dumps({
+        "applied": limited["applied"] + isolated["applied"], "skipped": limited["skipped"] + isolated["skipped"],
+        "isolation": isolated}))
     try:
         import torch
         torch.set_num_threads(int(os.environ.get("GRADING_THREADS", "1")))

@@ -35,6 +35,8 @@ SUSPICIOUS = re.compile(
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
 RANK_PACKAGES = ("grading", "common", *STUDENT_PACKAGES)   # what a grading copy's ranks import from it
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
+# What a grading copy never holds: ranks read it, and only the grader may know the staff parts.
+STAFF_IGNORE = shutil.ignore_patterns("staff", "staff.py", "course_secret.txt")
 
 
 @dataclass
@@ -94,15 +96,23 @@ class SpliceReport:
 
 
 def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> SpliceReport:
-    """Copy the kit to ``dest`` and splice in the submission's region bodies; return what happened.
+    """Copy the packages ranks import (``RANK_PACKAGES``) of the kit to ``dest``, without its staff parts (the
+    ``staff`` package, every ``staff.py``, the course secret), and splice in the submission's region bodies; return
+    what happened.
 
     A region is matched by (problem id, enclosing function, occurrence). Files
     or regions the submission lacks keep the starter's NotImplementedError
-    body, so they score zero like unfinished work. The packages ranks import
-    (``RANK_PACKAGES``) come with their bytecode (``grading.kit.bytecode``).
+    body, so they score zero like unfinished work. The packages come with their bytecode
+    (``grading.kit.bytecode``).
     """
     kit_root, submission_root = Path(kit_root), Path(submission_root)
-    shutil.copytree(kit_root, dest, ignore=COPY_IGNORE, symlinks=False)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(COPY_IGNORE(folder, names)) | set(STAFF_IGNORE(folder, names))
+    dest.mkdir(parents=True)
+    for package in RANK_PACKAGES:
+        if (kit_root / package).is_dir():
+            shutil.copytree(kit_root / package, dest / package, ignore=ignore, symlinks=False)
     pristine_root = kit_root / PRISTINE_DIR
     if pristine_root.is_dir():          # a starter: the student packages come back exactly as released
         for package in STUDENT_PACKAGES:

@@ -46,8 +46,9 @@ def exits_early(ctx):
 
 
 def spawns_sleeper(ctx):
+    import psutil
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    (ctx.out_dir / "child_pid.txt").write_text(str(child.pid))
+    (ctx.out_dir / "child_pid.txt").write_text(str(psutil.Process(child.pid).create_time()))
 
 
 def forks_a_setsid_daemon(ctx):
@@ -58,7 +59,7 @@ def forks_a_setsid_daemon(ctx):
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            (ctx.out_dir / "daemon_pid.tmp").write_text(str(os.getpid()))
+            (ctx.out_dir / "daemon_pid.tmp").write_text(_process_identity().split("@")[1])
             os.replace(ctx.out_dir / "daemon_pid.tmp", path)
             time.sleep(600)
         os._exit(0)
@@ -67,7 +68,7 @@ def forks_a_setsid_daemon(ctx):
         if path.exists():
             break
         time.sleep(0.02)
-    ctx.record("daemon", lambda: int(path.read_text()))
+    ctx.record("daemon", lambda: float(path.read_text()))
 
 
 def reports_fresh_state(ctx):
@@ -75,7 +76,8 @@ def reports_fresh_state(ctx):
     import random
     ctx.record("state", lambda: {"hash": hash("grading"), "random": random.random(),
                                  "marker": os.environ.get("GRADING_RUN_ID", ""),
-                                 "variable": os.environ.get("LAUNCHER_TEST_VARIABLE"),
+                                 "variable": os.environ.get("TORCH_LAUNCHER_TEST_VARIABLE"),
+                                 "secret": os.environ.get("GRADING_COURSE_SECRET"),
                                  "server_kit": os.environ.get("GRADING_FORKSERVER_KIT"),
                                  "pool": os.environ.get("GRADING_FORKSERVER_POOL"),
                                  "tempdir": tempfile.gettempdir(),
@@ -105,13 +107,20 @@ def leaves_a_thread(ctx):
     threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
 
 
+def _process_identity() -> str:
+    """This process among all of the machine's: its pid (in its own PID namespace a rank is pid 1) and the
+    time it started."""
+    import psutil
+    return f"{os.getpid()}@{psutil.Process().create_time()}"
+
+
 def hands_a_file_over(ctx):
-    """Phase 1 of a two-phase case: leaves its pid in the shared folder and records it."""
-    (ctx.handoff_dir / f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
-    ctx.record("first", os.getpid)
+    """Phase 1 of a two-phase case: leaves its process identity in the shared folder and records it."""
+    (ctx.handoff_dir / f"rank{ctx.rank}.pid").write_text(_process_identity())
+    ctx.record("first", _process_identity)
 
 
 def takes_the_file(ctx):
-    """Phase 2: records its own pid and what phase 1 left for this rank."""
+    """Phase 2: records its own process identity and what phase 1 left for this rank."""
     left = ctx.handoff_dir / f"rank{ctx.rank}.pid"
-    ctx.record("second", lambda: {"pid": os.getpid(), "left": int(left.read_text())})
+    ctx.record("second", lambda: {"pid": _process_identity(), "left": left.read_text()})

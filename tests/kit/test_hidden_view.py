@@ -60,3 +60,35 @@ def test_every_sub_problem_with_hidden_criteria_says_their_kind_in_a_students_wo
         if staff is not None and getattr(staff, "HIDDEN_POINTS", None):
             kind = sub_problem(problem).hidden_kind
             assert kind and kind == kind.strip() and "\n" not in kind, f"{problem}: HIDDEN_KIND {kind!r}"
+
+
+def test_hidden_text_inputs_and_the_shape_of_hidden_lists_are_masked():
+    view = student_view("apply_lora(model, ['embed', 'blocks.3.fc'], rank=3, alpha=6) raised TypeError", "")
+    assert "apply_lora(model, […], rank=…, alpha=…) raised TypeError" in view and "embed" not in view, view
+    view = student_view("clock_cycles(3, 2) yielded [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1)]]", "")
+    assert view.splitlines()[0].endswith("yielded […]"), view        # no count of cycles or pairs
+    assert student_view("rank 1's grad of 'fc' differs", "").startswith(
+        "failed on the hidden inputs: rank …'s grad of '…' differs")
+
+
+def _leaves(value) -> list:
+    if isinstance(value, dict):
+        return [leaf for item in value.items() for part in item for leaf in _leaves(part)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_no_sub_problems_hidden_input_shows_through_a_message_that_prints_it():
+    from grading.engine.rubric import HIDDEN
+    from grading.kit.typed import to_data
+    for problem in folders():
+        sub = sub_problem(problem)
+        staff = sub.staff()
+        if staff is None or not hasattr(staff, "hidden_inputs") or sub.inputs is None:
+            continue
+        data = to_data(sub.inputs_for(HIDDEN))
+        view = student_view(f"run({data!r}) failed on {data!r}", "")
+        texts = [leaf for leaf in _leaves(data) if isinstance(leaf, str) and len(leaf) > 1]
+        assert not [t for t in texts if t in view.split(":", 1)[1]], (problem, view)
+        assert not re.search(r"\d", view.split(":", 1)[1]), (problem, view)

@@ -170,21 +170,22 @@ def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_p
 def test_spawned_grandchild_is_killed(tmp_path, run):
     result = run(tmp_path, "spawns_sleeper", world_size=1, timeout_s=30, init_group=False)
     assert result.ok, result.failure()
-    pid = int((tmp_path / "run" / "rank0" / "child_pid.txt").read_text())
+    started = float((tmp_path / "run" / "rank0" / "child_pid.txt").read_text())
     time.sleep(0.2)
-    try:
-        os.kill(pid, 0)
-        alive = open(f"/proc/{pid}/stat").read().split()[2] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        alive = False
-    assert not alive, "a process spawned by a rank survived the run"
+    assert not _alive(started), "a process spawned by a rank survived the run"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def _alive(started: float) -> bool:
+    """Whether a python process that started at ``started`` (``psutil``'s create_time: a rank's pids are those of
+    its own PID namespace, its start time is the machine's) still runs."""
+    for process in psutil.process_iter():
+        try:
+            if process.create_time() == started and "python" in process.name() and \
+                    process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
@@ -193,23 +194,26 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
     assert result.ok, result.failure()
     daemon = torch.load(tmp_path / "run" / "rank0" / "daemon.pt", weights_only=True)
     time.sleep(0.2)
-    assert not _alive(daemon), "a daemon forked by a rank survived the run"
+    assert not _alive(float(daemon)), "a daemon forked by a rank survived the run"
 
 
 def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
     """Warm or cold, a rank sees the launcher's environment when it starts (fork servers started earlier
-    included) and nothing of a server's own, nor what the server read from its own (``tempfile``'s folder), nor
-    a pool of servers that the launcher was named (``batch``'s, shared by its grades, not by their ranks)."""
+    included), of it only what ``isolation.rank_environment`` keeps (no course secret), and nothing of a server's
+    own, nor what the server read from its own (``tempfile``'s folder: a rank's is its own folder), nor a pool of
+    servers that the launcher was named (``batch``'s, shared by its grades, not by their ranks)."""
     servers.warm_up(2)
-    monkeypatch.setenv("LAUNCHER_TEST_VARIABLE", "set after the servers started")
+    monkeypatch.setenv("TORCH_LAUNCHER_TEST_VARIABLE", "set after the servers started")
+    monkeypatch.setenv("GRADING_COURSE_SECRET", "never in a rank")
     monkeypatch.setenv(POOL_ENV, servers.pool_env()[POOL_ENV])
     (tmp_path / "own tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "own tmp"))
     result = run(tmp_path, "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
     assert result.ok, result.failure()
     states = [torch.load(tmp_path / "run" / f"rank{r}" / "state.pt", weights_only=True) for r in range(2)]
-    assert [(s["variable"], s["server_kit"], s["pool"], s["tempdir"]) for s in states] == \
-        [("set after the servers started", None, None, str(tmp_path / "own tmp"))] * 2
+    assert [(s["variable"], s["secret"], s["server_kit"], s["pool"], s["tempdir"]) for s in states] == \
+        [("set after the servers started", None, None, None, str(tmp_path / "run" / f"rank{r}" / "home"))
+         for r in range(2)]
 
 
 def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):

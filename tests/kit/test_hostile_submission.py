@@ -1,0 +1,168 @@
+"""A submission that hunts for the course secret and edits the grader, graded in each place the kit grades.
+
+The submission (``tests/kit/hostile.py``) walks the file tree and ``/proc`` for the secret, staff files and the
+parent's environment, command line and memory, and appends to every ``checks.py`` and ``worker.py`` it finds.
+Whatever it finds ends in its own exception message. In every mode: no secret or staff text reaches what the
+grade writes, no grader file changes, Problem 1.1 keeps its full marks, and the staff report flags the attempt.
+
+The modes: ``batch`` as root (this machine has no ``student`` user: ranks stay root without capabilities), a
+``grade`` by an unprivileged user, and the Gradescope bundle run by root with a ``student`` user. The last two
+need a user that can run this interpreter: where it lives under a folder only root may enter (``/root``), the
+test runs in a mount namespace of its own where that folder is searchable (and, for Gradescope, where
+``/etc/passwd`` names ``student``), as ``setup.sh`` would leave a Gradescope image. Nothing on the machine
+changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grading import KIT_ROOT
+from grading.engine.run_servers import POOL_ENV
+from tests.kit.hostile import hostile_files
+
+SECRET = "fall-secret-42-hostile"
+NOBODY = 65534
+STUDENT_UID = 61234
+STAFF_TEXT = "def hidden_inputs"          # in every staff.py with hidden inputs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("unshare") is None
+                                or shutil.which("setpriv") is None or os.geteuid() != 0,
+                                reason="needs Linux, root and util-linux's unshare and setpriv to set the modes up")
+
+
+@pytest.fixture
+def hide(tmp_path_factory) -> str:
+    """``GRADING_HIDE`` for these tests: the kit checkout and every test's temporary folders (other copies of the
+    kit that this machine holds beside the grader under test, as a course's machine must name its own)."""
+    base = tmp_path_factory.getbasetemp()
+    every_run = next((p for p in base.parents if p.name.startswith("pytest-of-")), base.parent)   # kept runs too
+    return os.pathsep.join([str(KIT_ROOT), str(every_run)])
+
+
+def _grader_digest() -> str:
+    """One hash over every file of the kit's grader (its code, staff parts and data)."""
+    digest = hashlib.sha256()
+    for path in sorted((KIT_ROOT / "grading").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _open_folder() -> Path:
+    """A fresh folder every user may enter and write (the unprivileged grader writes its report there)."""
+    folder = Path(tempfile.mkdtemp(prefix="hostile-"))
+    folder.chmod(0o777)
+    return folder
+
+
+def _write_submission(folder: Path) -> Path:
+    for rel, text in hostile_files(KIT_ROOT).items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    return folder
+
+
+def _in_namespace(command: list[str], user: int | None = None, passwd: str = "") -> list[str]:
+    """``command`` in a mount namespace of its own where this interpreter's folders are searchable by others
+    (a tmpfs over a closed ``/root`` with the interpreter's folder bound back) and, with ``passwd``, where
+    ``/etc/passwd`` and ``/etc/group`` hold that line; run as ``user`` (None: root)."""
+    lines = ["set -e", "mount --make-rprivate /"]
+    prefix = Path(sys.prefix).resolve()
+    if prefix.parts[1:2] == ("root",) and not os.stat("/root").st_mode & 0o001:
+        top = Path("/root", prefix.parts[2])
+        lines += ['stage=$(mktemp -d)', 'mount --bind /root "$stage"', "mount -t tmpfs -o mode=755 tmpfs /root",
+                  f"mkdir {shlex.quote(str(top))}", f'mount --bind "$stage"/{shlex.quote(top.name)} {shlex.quote(str(top))}']
+    if passwd:
+        name, _, uid = passwd.split(":")[:3]
+        lines += ['etc=$(mktemp -d)', 'cp /etc/passwd /etc/group "$etc"/',
+                  f'echo {shlex.quote(passwd)} >> "$etc"/passwd', f'echo {name}:x:{uid}: >> "$etc"/group',
+                  'mount --bind "$etc"/passwd /etc/passwd', 'mount --bind "$etc"/group /etc/group']
+    run = shlex.join(command)
+    if user is not None:
+        run = f"setpriv --reuid={user} --regid={user} --clear-groups -- {run}"
+    lines.append(f"exec {run}")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
+
+
+def _check(texts: list[str], results: dict) -> None:
+    """No secret or staff text in ``texts`` (stdout, stderr, reports); 1.1 in full; the attempt flagged."""
+    for text in texts:
+        assert SECRET not in text and STAFF_TEXT not in text and "LOOK" not in text, text[-3000:]
+    tests = {t["name"].split(":")[0]: t for t in results["tests"]}
+    failed = {name: t["output"] for name, t in tests.items() if name.startswith("1.1.") and t["status"] != "passed"}
+    assert not failed, failed
+    assert "flagged for staff review (no points deducted): Problem 1.1's code tried to" in results["output"]
+    assert "the grader's files hidden" in results["extra_data"]["protection"], results.get("extra_data")
+
+
+def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission(tmp_path, hide):
+    before = _grader_digest()
+    subs = tmp_path / "subs"
+    _write_submission(subs / "mallory")
+    done = subprocess.run([sys.executable, "-m", "grading", "batch", str(subs), "--out", str(tmp_path / "g.csv"),
+                           "--problem", "1.1", "--course-secret", SECRET, "--quiet"],
+                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=400,
+                          env={**os.environ, "GRADING_COURSE_SECRET": SECRET, "GRADING_HIDE": hide})
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    produced = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and "subs" not in p.parts]
+    results = json.loads(next((tmp_path / "g_results").rglob("results.json")).read_text())
+    _check([done.stdout, done.stderr, *produced], results)
+    assert "flagged for staff review" in (tmp_path / "g.csv").read_text()
+    assert _grader_digest() == before
+
+
+def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_submission(hide):
+    before = _grader_digest()
+    folder = _open_folder()
+    try:
+        submission = _write_submission(folder / "sub")
+        out = folder / "results.json"
+        command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"GRADING_COURSE_SECRET={SECRET}", f"GRADING_HIDE={hide}",
+                   sys.executable, "-m", "grading",
+                   "grade", str(submission), "--problem", "1.1", "--json", str(out), "--quiet"]
+        done = subprocess.run(_in_namespace(command, user=NOBODY), cwd=KIT_ROOT, capture_output=True, text=True,
+                              timeout=400)
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        results = json.loads(out.read_text())
+        _check([done.stdout, done.stderr, out.read_text()], results)
+        assert "unprivileged user namespace" in results["extra_data"]["protection"]
+        assert _grader_digest() == before
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp_path, hide):
+    bundle = tmp_path / "bundle"
+    done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(bundle), "--course-secret", SECRET],
+                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle / "autograder.zip") as archive:
+        archive.extractall(root / "source")
+    (root / "source" / "run_autograder").chmod(0o755)
+    _write_submission(root / "submission")
+    before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
+    passwd = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin"
+    env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root), "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1",
+           "GRADING_HIDE": hide}
+    done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd), cwd=root,
+                          capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    _check([done.stdout, done.stderr, (root / "results" / "results.json").read_text()], results)
+    assert "as user 'student'" in results["extra_data"]["protection"], results["extra_data"]
+    assert {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()
+            and "__pycache__" not in p.parts} == {p: b for p, b in before.items() if "__pycache__" not in p.parts}
