@@ -3,8 +3,8 @@
 Each entry (a folder or a ``.zip``; hidden names are skipped) gets its own ``python -m grading grade`` process
 with a wall-clock limit (``grade_one``), which has one of the batch's warm fork servers (``grading_servers``) fork
 the grade itself (``grading.__main__.main_warm``; cold under ``GRADING_FORKSERVER=0``): no grade imports the
-libraries again, nothing of one grade reaches the next, and one that crashes, hangs or kills its grader costs
-only its own row. The CSV (columns: docs/grading-a-class.md) is rewritten after each grade; the class report
+libraries again, nothing of one grade reaches the next, and one that crashes, hangs or is killed costs only its
+own row. The CSV (columns: docs/grading-a-class.md) is rewritten after each grade; the class report
 follows at the end.
 """
 from __future__ import annotations

@@ -238,8 +238,8 @@ def finalize(results: Path, exit_code: int, reached_s: float) -> bool:
                     "the reference, or a limit set below what the assignment needs.")
     elif exit_code >= 128:
         why = f"the grade was stopped by signal {exit_code - 128}"
-        headline = (f"The autograder was stopped by signal {exit_code - 128} before it finished: a submission that "
-                    "kills its grader, or the container ran out of memory.")
+        headline = (f"The autograder was stopped by signal {exit_code - 128} before it finished: the container ran "
+                    "out of memory, or something outside the grade stopped it.")
     else:
         why = f"the grade stopped with exit code {exit_code}"
         headline = f"The autograder stopped with exit code {exit_code} without a report."

@@ -1,16 +1,16 @@
-"""What student code may see and touch: each rank gets a view of the machine without the grader's keys.
+"""What student code may see and touch, the grader's half: each rank gets a view of the machine without the keys.
 
-Parent side, ``plan`` says what a case's ranks may not read (the grader's own tree: the course secret, every
-``staff.py``, the hidden checks; a ``batch``'s other submissions), what each may write (its own record folder, the
-case's hand-off and store folders) and which user they run as; ``rank_environment`` is all of the parent's
-environment a rank gets. Child side, ``enter`` (the worker calls it after ``sandbox.apply_limits``, before any
-student module is imported) makes that view, and ``watch`` notes for the staff report each attempt to reach past
-it; the parent reads those with ``attempts``.
+``plan`` says what a case's ranks may not read (the grader's own tree: the course secret, every ``staff.py``, the
+hidden checks; the ``GRADING_HIDE`` paths), what each may write (its own record folder, the case's hand-off and
+store folders) and which user they run as; ``rank_environment`` is all of the parent's environment a rank gets.
+The rank's half, ``grading.engine.rank_view``, makes that view and notes each attempt to reach past it;
+``run_report`` turns a grade's ranks' reports into its protection line and staff flags, and ``read_rank_file``
+reads what a rank wrote without following its links.
 
-A rank sees, after ``enter``:
+A rank sees, after ``rank_view.enter``:
 
-* its own processes only (a PID namespace with its own ``/proc``): no other process's environment, command line
-  or memory, and no process outside to signal;
+* the processes of its own case only (the case's PID namespace, ``sandbox.Namespaces``, with its own ``/proc``):
+  no other process's environment, command line or memory, and no process outside to signal;
 * the grader's tree and the hidden paths as empty, read-only folders (a mount namespace);
 * every other file read-only, but for its own folders and a private ``/dev/shm``;
 * as root: the unprivileged user ``plan`` names (``student``, made by the Gradescope bundle's ``setup.sh``) where
@@ -22,12 +22,10 @@ namespaces). ``summary`` says in one line what a run got; ``docs/sandbox.md`` ha
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import pwd
 import re
-import signal
 import site
 import stat
 import sys
@@ -48,19 +46,6 @@ _ENV_NAMES = {"PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME
 _ENV_PREFIXES = ("LC_", "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "CUDA", "NCCL_", "NVIDIA_", "TORCH", "PYTORCH_",
                  "GLOO_", "HF_", "TRANSFORMERS_", "DS_")
 _CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
-
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
-_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
-_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-_CAP_VERSION_3 = 0x20080522
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
 
 # ------------------------------------------------------------------------------------------ parent side
 def rank_environment(base: dict[str, str]) -> dict[str, str]:
@@ -102,7 +87,8 @@ def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> di
     folders a rank writes belong to the ``user`` it switches to."""
     case_dir, code_root = Path(case_dir).resolve(), Path(code_root).resolve()
     keep = [*_interpreter_paths(), code_root, case_dir]
-    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p)]
+    named = [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
+    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in named)]
     hide: list[str] = []
     for root in hide_roots:
         hide += [str(p) for p in _mask_targets(root, keep) if str(p) not in hide]
@@ -147,7 +133,7 @@ def summary(applied: list[str], skipped: list[str]) -> str:
 
 
 def attempts(case_dir: Path, world_size: int) -> list[str]:
-    """The attempts the ranks of ``case_dir`` noted (``watch``), one line each, without repeats."""
+    """The attempts the ranks of ``case_dir`` noted (``rank_view.watch``), one line each, without repeats."""
     found: list[str] = []
     for rank in range(world_size):
         text = read_rank_file(Path(case_dir) / f"rank{rank}" / ACCESS_LOG, 64 * 1024)
@@ -253,217 +239,3 @@ def _mask_targets(root: Path, keep: list[Path]) -> list[Path]:
             if not entry.is_symlink():
                 out += _mask_targets(entry, keep)
     return out
-
-
-# ------------------------------------------------------------------------------------------ child side
-def enter(spec: dict, rank: int) -> dict:
-    """Give this rank process the view ``spec`` (a ``plan``) allows; return ``{"applied", "skipped"}``.
-
-    Call with one thread, before student code. In new mount and PID namespaces (with a user namespace of this
-    user when not root), the process forks once: this process waits for the child and ends with its status
-    (``SystemExit``: a cold worker exits, a forked one returns to its fork server), and the child, the first
-    process of its PID namespace, returns here as the rank. Never raises otherwise: a step that fails is listed
-    under "skipped", and the rank runs with what worked."""
-    done: dict = {"applied": [], "skipped": []}
-    if not spec.get("enabled", True):
-        return {"applied": [], "skipped": []}
-    libc = ctypes.CDLL(None, use_errno=True)
-    rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
-    user = spec.get("user")
-    try:
-        mode = _unshare(libc)
-    except OSError as exc:
-        done["skipped"].append(f"private namespaces: {exc}")
-        _drop_capabilities(libc, done)
-        return done
-    _fork_into_namespace(libc)
-    done["applied"].append(mode)
-    try:                         # first: no mount of the rank's may reach the rest of the machine
-        _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    except OSError as exc:
-        done["skipped"].append(f"a private file view: {exc}")
-        _drop_capabilities(libc, done)
-        return done
-    steps = [("own processes only", lambda: _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)),
-             ("private /dev/shm", lambda: _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
-                                                  "size=256m,mode=1777")),
-             ("the grader's files hidden", lambda: _hide(libc, spec["hide"])),
-             ("other files read-only", lambda: _read_only_but(libc, [str(rank_dir), *spec["shared"]]))]
-    for what, step in steps:
-        try:
-            step()
-            done["applied"].append(what)
-        except OSError as exc:
-            done["skipped"].append(f"{what}: {exc}")
-    _drop_bounding_set(libc)
-    if user:
-        try:
-            os.setgroups([])
-            os.setresgid(user["gid"], user["gid"], user["gid"])
-            os.setresuid(user["uid"], user["uid"], user["uid"])
-            done["applied"].append(f"as user '{user['name']}'")
-        except OSError as exc:
-            done["skipped"].append(f"user '{user['name']}': {exc}")
-    elif os.geteuid() == 0:
-        done["applied"].append(f"as root ({spec.get('user_reason') or 'no user named'})")
-    _drop_capabilities(libc, done)
-    home = rank_dir / "home"
-    with contextlib.suppress(OSError):
-        home.mkdir(exist_ok=True)
-    for name in ("HOME", "TMPDIR"):               # the rank's own folder: every other is read-only now
-        os.environ[name] = str(home)
-    import tempfile
-    tempfile.tempdir = None
-    return done
-
-
-def watch(spec: dict, rank: int) -> None:
-    """Note each attempt of this process to reach past its view: reading or listing a hidden path, writing into
-    the grading copy or the case outside its own folders, or opening another process's ``/proc`` entry. One
-    JSON line each (at most ``MAX_ATTEMPTS``) in the rank's ``access.log`` (``attempts`` reads them), through a
-    ``sys.addaudithook`` hook, which code in the process cannot remove. A note for the staff, not a protection:
-    ``enter`` protects."""
-    if not spec.get("enabled", True):
-        return
-    rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
-    hidden = tuple(os.path.join(p, "") for p in spec["hide"])
-    guarded = tuple(os.path.join(p, "") for p in spec["guarded"])
-    writable = tuple(os.path.join(p, "") for p in (str(rank_dir), *spec["shared"]))
-    log = os.open(rank_dir / ACCESS_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    noted: dict[str, int] = {}
-    proc_entry = re.compile(r"/proc/(\d+)(/|$)")
-    write_events = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.truncate",
-                    "os.chmod", "os.chown", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile"}
-
-    def note(what: str, path: str) -> None:
-        if noted.get(what, 0) < MAX_ATTEMPTS:
-            noted[what] = noted.get(what, 0) + 1
-            with contextlib.suppress(OSError):
-                os.write(log, (json.dumps({"what": what, "path": path[:300]}) + "\n").encode())
-
-    def hook(event: str, args: tuple) -> None:
-        if event == "open":
-            path, mode, flags = args
-            writes = bool(isinstance(mode, str) and set(mode) & set("wax+")) or bool(
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
-        elif event in ("os.listdir", "os.scandir"):
-            path, writes = args[0], False
-        elif event in write_events:
-            path, writes = args[0], True
-        else:
-            return
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            return
-        try:
-            real = os.path.join(os.path.realpath(os.fsdecode(path)), "")
-        except (OSError, ValueError, TypeError):
-            return
-        found = proc_entry.match(real)
-        if real.startswith(hidden):
-            note("write into" if writes else "read", real.rstrip("/"))
-        elif writes and real.startswith(guarded) and not real.startswith(writable):
-            note("write into", real.rstrip("/"))
-        elif found and int(found.group(1)) != os.getpid():
-            note("open another process's", real.rstrip("/"))
-
-    sys.addaudithook(hook)
-
-
-def _unshare(libc) -> str:
-    """Enter new mount and PID namespaces, through a user namespace of this user when plain ones are refused;
-    return how ("in private namespaces" or "in private namespaces of an unprivileged user namespace")."""
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID) == 0:
-        return "in private namespaces"
-    uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWUSER) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"unshare: {os.strerror(errno)}")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-    return "in private namespaces of an unprivileged user namespace"
-
-
-def _fork_into_namespace(libc) -> None:
-    """Fork; here (the waiter) wait for the child and end with its status; the child returns, as the rank."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    pid = os.fork()
-    if pid == 0:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # it ends with the waiter
-        return
-    import faulthandler
-    with contextlib.suppress(RuntimeError, ValueError):
-        faulthandler.unregister(signal.SIGUSR1)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)        # the launcher's stack-dump request is for the rank
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    raise SystemExit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
-
-
-def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    encode = lambda text: text.encode() if text is not None else None  # noqa: E731
-    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {target}: {os.strerror(errno)}")
-
-
-def _set_read_only(libc, path: str, read_only: bool, recursive: bool) -> None:
-    attr = _MountAttr(_MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else _MOUNT_ATTR_RDONLY, 0, 0)
-    if libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), _AT_RECURSIVE if recursive else 0,
-                    ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount_setattr {path}: {os.strerror(errno)}")
-
-
-def _hide(libc, paths: list[str]) -> None:
-    """Put an empty folder over each folder of ``paths`` and an empty file (``/dev/null``) over each file."""
-    for path in paths:
-        if os.path.isdir(path):
-            _mount(libc, "tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4k,mode=755")
-        elif os.path.exists(path):
-            _mount(libc, "/dev/null", path, None, _MS_BIND)
-
-
-def _read_only_but(libc, writable: list[str]) -> None:
-    """Make every mount read-only but ``writable`` (each a mount of its own) and ``/dev/shm``."""
-    for path in writable:
-        _mount(libc, path, path, None, _MS_BIND)
-    _set_read_only(libc, "/", True, recursive=True)
-    for path in (*writable, "/dev/shm"):
-        _set_read_only(libc, path, False, recursive=False)
-
-
-def _drop_bounding_set(libc) -> None:
-    """Empty the bounding and ambient sets (no program this process starts gains a capability); the effective
-    ones stay until ``_drop_capabilities``."""
-    try:
-        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    except (OSError, ValueError):
-        last = 63
-    for cap in range(last + 1):
-        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-
-
-def _drop_capabilities(libc, done: dict) -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets; set no_new_privs; note it."""
-    _drop_bounding_set(libc)
-    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()          # two __user_cap_data_struct, all zero
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.capset(header, data) != 0:
-        done["skipped"].append(f"dropping capabilities: {os.strerror(ctypes.get_errno())}")
-    else:
-        done["applied"].append("without capabilities")

@@ -94,22 +94,22 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     string hash order as ``torchrun``'s do (``ForkServers``' ``apart``). ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
     the run survives it. Each rank sees the machine as ``grading.engine.isolation.plan`` allows: ``kit_root``
-    (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each signs with a key of its
-    own (``recording.rank_key``).
+    (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
+    signs with a key of its own (``recording.rank_key``).
     """
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
     limits = sandbox.default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
-    namespaces = sandbox.Namespaces(network=limits.network)
     view = isolation.plan(kit_root or isolation.GRADER_ROOT, Path(cwd), out_dir, world_size)
+    namespaces = sandbox.Namespaces(network=limits.network) if view["enabled"] else sandbox.Namespaces.none()
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
             "collective_checks": collective_checks, "isolation": view,
             "handoff": str(out_dir / "handoff")}
     apart = collective_checks and world_size > 1
-    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart)
+    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart, namespaces)
     start = time.monotonic()
     preload_s, lost = 0.0, ""
     try:
@@ -120,8 +120,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         clock = LoadClock()
         for number, phase_target in enumerate((target, *then)):
             suffix = str(number or "")
-            (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target,
-                                                                    "store": str(out_dir / "shared" / f"store{suffix}")}))
+            store = str(out_dir / "shared" / f"store{suffix}")
+            (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store}))
             for rank in range(world_size):            # a rank of this phase has finished once it says so again
                 (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
             phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)
@@ -149,8 +149,10 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
 class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
-    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None, apart: bool):
+    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None, apart: bool,
+                 namespaces: sandbox.Namespaces):
         self.out_dir, self.key, self.run_id, self.cwd, self.servers = out_dir, key, run_id, cwd, servers
+        self.namespaces = namespaces                # the case's: whatever is left in its PID namespace is killed
         self.apart = apart                          # ranks forked by servers of different hash seeds
         self.ranks: list[_Rank] = []
         self.codes: list[int | None] = []
@@ -211,8 +213,8 @@ class _Phase:
 
     def clean_up(self) -> str:
         """Kill the phase's ranks with whatever they started (their groups, what their servers adopted, what carries
-        the run marker: setsid, double forks); return why no result of the run counts ("" unless a rank killed
-        its server). Idempotent."""
+        the run marker, what is left in the case's PID namespace: setsid, double forks); return why no result of
+        the run counts ("" unless a rank killed its server). Idempotent."""
         for r in self.ranks:
             r.signal_group(signal.SIGKILL)
         for r in self.ranks:
@@ -225,6 +227,7 @@ class _Phase:
             session.close()
         if self.ranks:
             sandbox.kill_marked(self.run_id)
+            sandbox.freeze_and_kill(self.namespaces.members)
         self.ranks = []
         return lost
 

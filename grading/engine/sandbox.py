@@ -1,9 +1,9 @@
 """Resource limits and isolation for the rank processes that run student code.
 
 Child side, ``apply_limits`` (the worker calls it before any student module is imported); parent side,
-``Namespaces`` (a loopback-only network namespace per case) and ``kill_marked`` (every process that carries the
-run's marker). What student code may read and write is ``grading.engine.isolation``'s; ``docs/sandbox.md`` has
-both.
+``Namespaces`` (the PID and loopback-only network namespaces a case's ranks share) and ``kill_marked`` (every
+process that carries the run's marker). What student code may read and write is ``grading.engine.isolation``'s;
+``docs/sandbox.md`` has both.
 """
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import psutil
 
 RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its children) inherits
 
-CLONE_NEWNET = 0x40000000
+CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 _PR_SET_PDEATHSIG = 1
 
 
@@ -65,16 +64,6 @@ def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def _join_namespace(libc, path: str, kind: int) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, kind) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"setns({path}): {os.strerror(errno)}")
-    finally:
-        os.close(fd)
-
-
 def apply_limits(spec: dict) -> dict:
     """Apply the limits and namespaces of a worker ``spec`` to this process; return what was done.
 
@@ -82,11 +71,9 @@ def apply_limits(spec: dict) -> dict:
     The process dies with its parent (``PR_SET_PDEATHSIG``) and gets
     ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU seconds, open files
     and the size of any file it writes (``SIGXFSZ`` is ignored, so an
-    over-long write raises ``OSError``); it joins the case's network
-    namespace (``grading.engine.isolation.enter`` then drops every
-    capability, so it cannot leave it again).
-    ``spec["limits"]`` is a ``Limits`` as a dict; ``spec["namespaces"]``
-    maps "net" to a ``/proc/<pid>/ns/net`` path (absent: none). Never raises:
+    over-long write raises ``OSError``). The case's namespaces are
+    ``grading.engine.rank_view.enter``'s.
+    ``spec["limits"]`` is a ``Limits`` as a dict. Never raises:
     a step that fails is listed under "skipped" with its reason.
     """
     done: dict = {"applied": [], "skipped": []}
@@ -109,58 +96,67 @@ def apply_limits(spec: dict) -> dict:
                 done["skipped"].append(f"{key}: {exc}")
     if limits.get("file_mb"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # an over-long write raises OSError(EFBIG)
-    namespaces = spec.get("namespaces") or {}
-    if namespaces and libc is not None:
-        try:
-            _join_namespace(libc, namespaces["net"], CLONE_NEWNET)
-            done["applied"].append("private network (loopback only)")
-        except OSError as exc:
-            done["skipped"].append(f"namespaces: {exc}")
     return done
 
 
 # ------------------------------------------------------------------------------------------ parent side
 _HOLDER = r"""
-import ctypes, fcntl, os, socket, struct, sys
+import ctypes, fcntl, os, signal, socket, struct, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-flags = int(sys.argv[1])
+flags, private_net = int(sys.argv[1]), sys.argv[2] == "1"
+uid, gid = os.geteuid(), os.getegid()
 if libc.unshare(flags) != 0:
     print("error unshare: " + os.strerror(ctypes.get_errno()), flush=True)
     sys.exit(1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)   # bring loopback up in the new namespace
-got = fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0))                              # SIOCGIFFLAGS
-fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", struct.unpack("16sh", got)[1] | 1))   # SIOCSIFFLAGS IFF_UP
-s.close()
-print(f"ready {os.getpid()}", flush=True)
+if flags & 0x10000000:                                  # a user namespace of this user, mapped to itself
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
+if private_net:                                         # bring loopback up in the new network namespace
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    got = fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0))                              # SIOCGIFFLAGS
+    fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", struct.unpack("16sh", got)[1] | 1))   # SIOCSIFFLAGS IFF_UP
+    s.close()
+init = os.fork()
+if init == 0:                     # the PID namespace's first process: it reaps, and ends with the holder
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.5)
+print(f"ready {os.getpid()} {init}", flush=True)
 sys.stdin.read()                # until the launcher closes the pipe (or dies)
 """
 
 
 class Namespaces:
-    """A private, loopback-only network namespace for one case, held by a small holder process.
+    """The namespaces one case's ranks share, held by a small holder process: a PID namespace (the ranks see
+    each other and nothing else of the machine's processes), a loopback-only network namespace unless
+    ``network``, and, where the grader is not root, the user namespace of its own user that owns them.
 
-    ``paths`` maps "net" to ``/proc/<holder>/ns/net`` for the ranks to join;
-    it is empty (and ``reason`` says why) when no namespace is made (not
-    root, not Linux, ``network`` requested, or unshare refused). ``close()``
-    kills the holder; the namespace goes when its last member exits.
+    ``paths`` maps "pid", "net" and "user" to the ``/proc/<pid>/ns/...`` files ranks join
+    (``grading.engine.rank_view.enter``); it is empty (and ``reason`` says why) when none can be made (not
+    Linux, or unshare refused). ``close()`` kills the holder and the PID namespace's first process: every
+    process left in the namespace dies with it.
     """
 
     def __init__(self, network: bool = False, start_timeout_s: float = 10.0):
         self.paths: dict[str, str] = {}
         self.reason = ""
         self._proc: subprocess.Popen | None = None
-        if network:
-            self.reason = "host network kept (GRADING_NETWORK=1 or sandbox off)"
+        if not sys.platform.startswith("linux"):
+            self.reason = "namespaces need Linux"
             return
-        if not sys.platform.startswith("linux") or os.geteuid() != 0:
-            self.reason = "a private network needs root on Linux"
-            return
+        root = os.geteuid() == 0
+        flags = CLONE_NEWPID | (0 if network else CLONE_NEWNET) | (0 if root else CLONE_NEWUSER)
         try:
             # -I -S: the holder needs the standard library only (no site-packages, no PYTHON* settings), and one
             # starts for every case: the lighter start (docs/design.md, "Measurements")
-            self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _HOLDER, str(CLONE_NEWNET)],
+            self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _HOLDER, str(flags),
+                                           "0" if network else "1"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          start_new_session=True)
+                                          start_new_session=True, env={})    # ranks see it: it holds no secret
         except OSError as exc:
             self.reason = f"cannot start the namespace holder: {exc}"
             return
@@ -170,10 +166,34 @@ class Namespaces:
             self.reason = f"namespace holder failed: {line or 'no answer'}"
             self.close()
             return
-        self.paths = {"net": f"/proc/{int(line.split()[1])}/ns/net"}
+        holder, init = (int(field) for field in line.split()[1:3])
+        self.paths = {"pid": f"/proc/{init}/ns/pid", **({} if network else {"net": f"/proc/{holder}/ns/net"}),
+                      **({} if root else {"user": f"/proc/{holder}/ns/user"})}
+
+    @classmethod
+    def none(cls) -> Namespaces:
+        """No namespaces (the sandbox is off): empty ``paths``."""
+        empty = cls.__new__(cls)
+        empty.paths, empty.reason, empty._proc = {}, "the sandbox is off (GRADING_SANDBOX=0)", None
+        return empty
+
+    def members(self) -> list[int]:
+        """Pids of the processes in the case's PID namespace other than its first (the ranks and whatever they
+        left running); empty without one."""
+        try:
+            namespace = os.readlink(self.paths["pid"])
+        except (KeyError, OSError):
+            return []
+        first = int(self.paths["pid"].split("/")[2])
+        found = []
+        for pid in psutil.pids():
+            with contextlib.suppress(OSError):
+                if pid != first and os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+                    found.append(pid)
+        return found
 
     def close(self) -> None:
-        """Kill the holder (idempotent)."""
+        """Kill the holder and the namespace's first process (idempotent)."""
         if self._proc is None:
             return
         signal_group(self._proc.pid, signal.SIGKILL)

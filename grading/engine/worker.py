@@ -74,8 +74,10 @@ def main(argv: list[str]) -> int:
     """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
 
     Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
-    (``grading.engine.isolation``), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way (``sys.exit``), a forked one as its fork server ends a
-    child. The ``done`` marker is its last act; the launcher bounds what comes after it.
+    (``grading.engine.rank_view.enter``: from there on the process is the rank's first in a PID namespace of its
+    own), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way
+    (``sys.exit``), a forked one as its fork server ends a child. The ``done`` marker is its last act; the
+    launcher bounds what comes after it.
     """
     marks = {"main": time.time()}
     spec_path, rank = Path(argv[0]), int(argv[1])
@@ -86,11 +88,11 @@ def main(argv: list[str]) -> int:
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     key = _read_key()
-    from grading.engine import isolation
+    from grading.engine import isolation, rank_view
     from grading.engine.sandbox import apply_limits
     limited = apply_limits(spec)
-    isolated = isolation.enter(spec["isolation"], rank)      # from here on, this process is the rank (its docstring)
-    isolation.watch(spec["isolation"], rank)
+    isolated = rank_view.enter(spec["isolation"], rank, spec["namespaces"])   # from here on: the rank (its docstring)
+    rank_view.watch(spec["isolation"], rank)
     (rank_dir / isolation.SANDBOX_FILE).write_text(json.dumps({
         "applied": limited["applied"] + isolated["applied"], "skipped": limited["skipped"] + isolated["skipped"],
         "isolation": isolated}))

@@ -35,8 +35,10 @@ SUSPICIOUS = re.compile(
     r"\btorch\.(?:allclose|equal|isclose|testing\.assert_close)\s*=(?!=)")
 RANK_PACKAGES = ("grading", "common", *STUDENT_PACKAGES)   # what a grading copy's ranks import from it
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
-# What a grading copy never holds: ranks read it, and only the grader may know the staff parts.
+# What a grading copy never holds: ranks read it, and only the grader may know the staff parts and the kit's
+# own tests (their variants quote the reference's regions).
 STAFF_IGNORE = shutil.ignore_patterns("staff", "staff.py", "course_secret.txt")
+COPY_LEAVES_OUT = {"tests", "docs", ".ci"}
 
 
 @dataclass
@@ -96,8 +98,8 @@ class SpliceReport:
 
 
 def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> SpliceReport:
-    """Copy the packages ranks import (``RANK_PACKAGES``) of the kit to ``dest``, without its staff parts (the
-    ``staff`` package, every ``staff.py``, the course secret), and splice in the submission's region bodies; return
+    """Copy the kit to ``dest`` without its staff parts (the ``staff`` package, every ``staff.py``, the course
+    secret) and its own tests and docs (``COPY_LEAVES_OUT``), and splice in the submission's region bodies; return
     what happened.
 
     A region is matched by (problem id, enclosing function, occurrence). Files
@@ -108,11 +110,9 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
     kit_root, submission_root = Path(kit_root), Path(submission_root)
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        return set(COPY_IGNORE(folder, names)) | set(STAFF_IGNORE(folder, names))
-    dest.mkdir(parents=True)
-    for package in RANK_PACKAGES:
-        if (kit_root / package).is_dir():
-            shutil.copytree(kit_root / package, dest / package, ignore=ignore, symlinks=False)
+        top = {n for n in names if n in COPY_LEAVES_OUT} if Path(folder) == kit_root else set()
+        return set(COPY_IGNORE(folder, names)) | set(STAFF_IGNORE(folder, names)) | top
+    shutil.copytree(kit_root, dest, ignore=ignore, symlinks=False)
     pristine_root = kit_root / PRISTINE_DIR
     if pristine_root.is_dir():          # a starter: the student packages come back exactly as released
         for package in STUDENT_PACKAGES:

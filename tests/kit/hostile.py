@@ -98,6 +98,9 @@ def write_zip(out: Path, kit_root: Path) -> Path:
 
 
 if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="Write the kit tests' hostile submission as a zip to upload.")
+    parser.add_argument("out", help="the zip file to write, e.g. /tmp/hostile.zip")
     root = Path(__file__).resolve().parents[2]
     sys.path.insert(0, str(root))
-    print(write_zip(Path(sys.argv[1] if len(sys.argv) > 1 else "hostile.zip"), root))
+    print(write_zip(Path(parser.parse_args().out), root))

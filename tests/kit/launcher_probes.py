@@ -114,6 +114,20 @@ def _process_identity() -> str:
     return f"{os.getpid()}@{psutil.Process().create_time()}"
 
 
+def alive_since(started: float) -> bool:
+    """Whether a python process that started at ``started`` (``_process_identity``'s time: a rank's pids are
+    those of its own PID namespace, its start time is the machine's) still runs."""
+    import psutil
+    for process in psutil.process_iter():
+        try:
+            if process.create_time() == started and "python" in process.name() and \
+                    process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def hands_a_file_over(ctx):
     """Phase 1 of a two-phase case: leaves its process identity in the shared folder and records it."""
     (ctx.handoff_dir / f"rank{ctx.rank}.pid").write_text(_process_identity())

@@ -28,12 +28,13 @@ from grading.engine.runner import GRADER_ERROR_HIDDEN, run_cases
 from grading.engine.forkserver import descendants
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.submission import build_grading_copy
+from tests.kit.launcher_probes import alive_since
 from tests.kit.variants import KIT_ROOT, make_variant_kit
 
 pytestmark = pytest.mark.kit
 
 DATASET, COMM, PIPE = "data_parallel/dataset.py", "data_parallel/comm.py", "pipeline/pipe.py"
-TAG = "ADVERSARIAL_TEST_TAG"
+TAG = "PYTHON_ADVERSARIAL_TEST_TAG"         # a name ranks keep (``isolation.rank_environment``)
 
 PARTITION = """\
 if size < 0 or world_size < 1:
@@ -193,15 +194,12 @@ def test_endless_pipe_stage_costs_problem_2_2_only(grade_kit, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ (d) leftovers
-def test_leftover_processes_are_killed_even_after_setsid_and_there_is_no_network(grade_kit, tmp_path, monkeypatch):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    monkeypatch.setenv("ADVERSARIAL_PID_DIR", str(pids))
+def test_leftover_processes_are_killed_even_after_setsid_and_there_is_no_network(grade_kit, tmp_path):
     spawn = once("""
-import os, subprocess, sys, time
-path = os.path.join(os.environ["ADVERSARIAL_PID_DIR"], str(os.getpid()))
-daemon = ("import os, sys, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
-          "    open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\\n"
+import os, subprocess, sys, tempfile, time
+path = os.path.join(tempfile.gettempdir(), "daemon")        # the rank's own folder: every other is read-only
+daemon = ("import os, sys, time, psutil\\nif os.fork() == 0:\\n    os.setsid()\\n"
+          "    open(sys.argv[1] + '.tmp', 'w').write(str(psutil.Process().create_time()))\\n"
           "    os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n    time.sleep(300)")
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
 subprocess.Popen([sys.executable, "-c", daemon, path], start_new_session=True)
@@ -220,19 +218,16 @@ open(path + ".net", "w").write(json.dumps([sorted(n for _, n in socket.if_namein
 """)
     verdicts = grade_kit(tmp_path, [(DATASET, "partition_indices", spawn + PARTITION)], {"p1_partition"}, timeout_s=30)
     assert not failed(verdicts), {c: v.message for c, v in verdicts.items() if not v.passed}
-    escaped = [int(f.read_text()) for f in pids.iterdir() if f.suffix == ""]
+    homes = [tmp_path / "runs" / "p1_partition" / f"rank{rank}" / "home" for rank in range(2)]
+    escaped = [float((home / "daemon").read_text()) for home in homes if (home / "daemon").exists()]
     assert len(escaped) == 2, "the setsid daemons never started"
-    for pid in escaped:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            state = "gone"
-        assert state in ("gone", "Z"), f"daemon {pid} escaped with setsid and survived"
+    for started in escaped:     # by start time: a daemon's pid is one of its rank's own PID namespace
+        assert not alive_since(started), f"a daemon that started at {started} escaped with setsid and survived"
     # the autouse fixture checks that nothing else the grading started is alive
     applied = json.loads((tmp_path / "runs" / "p1_partition" / "rank0" / "sandbox.json").read_text())["applied"]
     assert {"pdeathsig", "memory_mb=8192", "open_files=4096", "file_mb=256"} <= set(applied), applied
     if os.geteuid() == 0 and "private network (loopback only)" in applied:      # root: no network at all
-        for net in pids.glob("*.net"):
+        for net in (home / "daemon.net" for home in homes):
             interfaces, reached = json.loads(net.read_text())
             assert interfaces == ["lo"] and reached != "connected", (interfaces, reached)
 

@@ -1,10 +1,13 @@
 """``python -m grading gradescope``: the bundle's layout, and run_autograder on a folder laid out like /autograder."""
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import zipfile
 
+import psutil
 import pytest
 
 from grading.kit import points
@@ -114,7 +117,7 @@ def test_run_autograder_reports_a_grade_that_exceeds_the_total_timeout(tmp_path,
     assert results["score"] == 0 and "ran out of time (GRADING_TOTAL_TIMEOUT)" in results["output"], results
 
 
-def test_run_autograder_reports_a_submission_that_kills_its_grader(tmp_path, bundle):
+def test_a_submission_cannot_kill_its_grader_on_gradescope(tmp_path, bundle):
     kill = ("import os, signal\n"            # the grade's own process: `python -m grading grade <submission>`
             "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
             "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
@@ -125,5 +128,32 @@ def test_run_autograder_reports_a_submission_that_kills_its_grader(tmp_path, bun
     killer = make_variant_kit(tmp_path / "killer", [(DATASET, "partition_indices", kill)])
     done, results = autograder(tmp_path, bundle, {DATASET: (killer / DATASET).read_text()},
                                GRADING_ARGS="--problem 1.1")
+    assert "stopped by signal" not in results["output"], results        # the grade is not among its processes
+    assert results["tests"] and all(not t["output"].startswith("not graded") for t in results["tests"]), results
+    assert "tried to open another process's /proc/" in results["output"], results    # flagged for staff
+
+
+def test_run_autograder_reports_a_grade_killed_from_outside(tmp_path, bundle):
+    """A grade killed by something else (the container out of memory) still leaves a report that says so."""
+    hang = make_variant_kit(tmp_path / "hang", [(DATASET, "partition_indices", "import time\nwhile True:\n"
+                                                                                  "    time.sleep(0.1)\n")])
+    stop = threading.Event()
+
+    def kill_the_grade() -> None:
+        while not stop.wait(0.1):
+            for process in psutil.process_iter():
+                with contextlib.suppress(psutil.Error):
+                    line = process.cmdline()
+                    if line[1:4] == ["-m", "grading", "grade"] and str(tmp_path / "autograder" / "submission") \
+                            in line:
+                        process.kill()
+                        return
+    killer = threading.Thread(target=kill_the_grade, daemon=True)
+    killer.start()
+    try:
+        done, results = autograder(tmp_path, bundle, {DATASET: (hang / DATASET).read_text()},
+                                   GRADING_ARGS="--problem 1.1")
+    finally:
+        stop.set()
     assert results["score"] == 0, results
-    assert "stopped by signal 9 before it finished: a submission that kills its grader" in results["output"], results
+    assert "stopped by signal 9 before it finished" in results["output"], results

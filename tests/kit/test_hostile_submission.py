@@ -84,7 +84,8 @@ def _in_namespace(command: list[str], user: int | None = None, passwd: str = "")
     if prefix.parts[1:2] == ("root",) and not os.stat("/root").st_mode & 0o001:
         top = Path("/root", prefix.parts[2])
         lines += ['stage=$(mktemp -d)', 'mount --bind /root "$stage"', "mount -t tmpfs -o mode=755 tmpfs /root",
-                  f"mkdir {shlex.quote(str(top))}", f'mount --bind "$stage"/{shlex.quote(top.name)} {shlex.quote(str(top))}']
+                  f"mkdir {shlex.quote(str(top))}",
+                  f'mount --bind "$stage"/{shlex.quote(top.name)} {shlex.quote(str(top))}']
     if passwd:
         name, _, uid = passwd.split(":")[:3]
         lines += ['etc=$(mktemp -d)', 'cp /etc/passwd /etc/group "$etc"/',
@@ -156,8 +157,8 @@ def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp
     _write_submission(root / "submission")
     before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
     passwd = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin"
-    env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root), "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1",
-           "GRADING_HIDE": hide}
+    env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root),
+           "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1", "GRADING_HIDE": hide}
     done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd), cwd=root,
                           capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout + done.stderr

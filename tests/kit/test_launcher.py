@@ -18,6 +18,7 @@ from grading.engine.run_servers import POOL_ENV, SERVERS_ENV, ForkServers, serve
 from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
+from tests.kit.launcher_probes import alive_since
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
@@ -172,20 +173,7 @@ def test_spawned_grandchild_is_killed(tmp_path, run):
     assert result.ok, result.failure()
     started = float((tmp_path / "run" / "rank0" / "child_pid.txt").read_text())
     time.sleep(0.2)
-    assert not _alive(started), "a process spawned by a rank survived the run"
-
-
-def _alive(started: float) -> bool:
-    """Whether a python process that started at ``started`` (``psutil``'s create_time: a rank's pids are those of
-    its own PID namespace, its start time is the machine's) still runs."""
-    for process in psutil.process_iter():
-        try:
-            if process.create_time() == started and "python" in process.name() and \
-                    process.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
-            continue
-    return False
+    assert not alive_since(started), "a process spawned by a rank survived the run"
 
 
 def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
@@ -194,7 +182,7 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
     assert result.ok, result.failure()
     daemon = torch.load(tmp_path / "run" / "rank0" / "daemon.pt", weights_only=True)
     time.sleep(0.2)
-    assert not _alive(float(daemon)), "a daemon forked by a rank survived the run"
+    assert not alive_since(float(daemon)), "a daemon forked by a rank survived the run"
 
 
 def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
