@@ -210,10 +210,12 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
     the submission is opened. Else
     the submission's region bodies are spliced into a copy of the kit and
     ``scripts/run_benchmarks.py --mode grader`` runs there (``extra_args``
-    appended), in its own session, killed after ``limit_s`` seconds; only
-    that run's summary is read. Raises SubmissionError for a submission that
+    appended), in its own session with the environment a rank gets
+    (``isolation.rank_environment``: no course secret), killed after
+    ``limit_s`` seconds; only that run's summary is read. Raises SubmissionError for a submission that
     cannot be opened.
     """
+    from grading.engine.isolation import rank_environment
     from grading.kit.intake import open_submission
     from grading.kit.submission import build_grading_copy, scratch_dir
 
@@ -230,7 +232,8 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
         start = time.monotonic()
         with open(scratch / "benchmark.log", "wb") as log:
             proc = subprocess.Popen(command, cwd=scratch / "kit", stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**rank_environment(dict(os.environ)), "PYTHONPATH": str(scratch / "kit")})
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:

@@ -38,6 +38,7 @@ HIDE_ENV = "GRADING_HIDE"              # more paths (os.pathsep-separated) ranks
 ACCESS_LOG = "access.log"              # in a rank's folder: the attempts ``watch`` noted, one JSON line each
 MAX_ATTEMPTS = 8                       # the most a rank notes of each kind of attempt
 SANDBOX_FILE = "sandbox.json"          # in a rank's folder: what the worker applied and skipped
+SYSTEM_DIRS = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr"}  # ranks see these
 
 # A rank's environment: these names and prefixes of the parent's, never one that looks like a credential.
 _ENV_NAMES = {"PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
@@ -80,23 +81,22 @@ def rank_user() -> tuple[dict | None, str]:
 def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> dict:
     """What the ranks of the case in ``case_dir`` (run on the grading copy ``code_root``) may read and write.
 
-    ``hide``: the grader's tree ``kit_root`` and the ``GRADING_HIDE`` paths, less what a rank needs inside them
-    (the interpreter, its libraries, ``code_root``, ``case_dir``): the folders and files around those are hidden
-    one by one. ``writable``: each rank's own folder (``rank<R>``), made here, and the case's ``handoff`` and
-    ``shared`` folders. ``guarded``: what ``watch`` notes a write into (the copy, the case). In a root grader the
-    folders a rank writes belong to the ``user`` it switches to."""
+    ``hide``: the grader's tree ``kit_root``, the ``GRADING_HIDE`` paths and everything at ``/`` but the system's
+    folders (``_private_top_level``), each ``{"root", "keep"}``: the rank sees the root empty but for what it
+    needs inside it (the interpreter, its libraries, ``code_root``, ``case_dir``), also what is made there later.
+    ``writable``: each rank's own folder (``rank<R>``), made here, and the case's ``handoff``, ``shared`` (stores)
+    and ``shm`` (its ``/dev/shm``) folders. ``guarded``: what ``rank_view.watch`` notes a write into (the copy,
+    the case). In a root grader the folders a rank writes belong to the ``user`` it switches to."""
     case_dir, code_root = Path(case_dir).resolve(), Path(code_root).resolve()
     keep = [*_interpreter_paths(), code_root, case_dir]
     named = [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
-    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in named)]
-    hide: list[str] = []
-    for root in hide_roots:
-        hide += [str(p) for p in _mask_targets(root, keep) if str(p) not in hide]
+    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in named), *_private_top_level()]
+    hide = _covers(hide_roots, keep)
     user, why = rank_user()
     if user is not None:
         why = _open_the_way(user, [code_root, case_dir])
         user = None if why else user
-    shared = [case_dir / "handoff", case_dir / "shared"]
+    shared = [case_dir / "handoff", case_dir / "shared", case_dir / "shm"]
     ranks = [case_dir / f"rank{rank}" for rank in range(world_size)]
     for folder in (*shared, *ranks):
         folder.mkdir(parents=True, exist_ok=True)
@@ -194,6 +194,15 @@ def read_rank_bytes(path: Path) -> bytes:
         return handle.read()
 
 
+def _private_top_level() -> list[Path]:
+    """The folders and files at ``/`` beside the system's own (``SYSTEM_DIRS``): homes, ``/tmp``, ``/run``, mounted
+    data, a Gradescope image's ``/autograder``; a rank sees of them only what it needs (``plan``'s ``keep``)."""
+    with contextlib.suppress(OSError):
+        return [entry for entry in sorted(Path("/").iterdir())
+                if entry.name not in SYSTEM_DIRS and not entry.is_symlink()]
+    return []
+
+
 def _interpreter_paths() -> list[Path]:
     """The folders a rank's interpreter runs from: its prefix, its executable's folder, its site-packages."""
     paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), *site.getsitepackages()]
@@ -223,19 +232,19 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _mask_targets(root: Path, keep: list[Path]) -> list[Path]:
-    """``root`` when it holds none of ``keep``; else its entries that hold none, recursively (``keep`` itself and
-    the symlinks stay visible: a symlink leads to a path masked on its own or outside ``root``)."""
-    try:
-        if not root.exists() or any(_within(root, k) for k in keep):
-            return []
-    except OSError:                    # not even this grader's user may look: nor may its ranks
-        return []
-    if not any(_within(k, root) for k in keep):
-        return [root]
-    out: list[Path] = []
-    with contextlib.suppress(OSError):
-        for entry in sorted(root.iterdir()):
-            if not entry.is_symlink():
-                out += _mask_targets(entry, keep)
+def _covers(roots: list[Path], keep: list[Path]) -> list[dict]:
+    """``{"root", "keep"}`` for each of ``roots`` that exists, is not inside another of them and is not needed
+    whole (inside a ``keep`` path): ``keep`` lists the outermost of ``keep`` inside it."""
+    out: list[dict] = []
+    for root in roots:
+        try:
+            if not root.exists() or any(_within(root, k) for k in keep):
+                continue
+        except OSError:                # not even this grader's user may look: nor may its ranks
+            continue
+        if any(other != root and _within(root, other) for other in roots) or str(root) in (c["root"] for c in out):
+            continue
+        inside = [k for k in keep if _within(k, root)]
+        outermost = [k for k in inside if not any(o != k and _within(k, o) for o in inside)]
+        out.append({"root": str(root), "keep": sorted({str(k) for k in outermost})})
     return out

@@ -20,6 +20,8 @@ from grading.engine.isolation import ACCESS_LOG, MAX_ATTEMPTS
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 428, 429, 1, 0o2000000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
@@ -35,11 +37,10 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
 
     Call with one thread, before student code. The process joins the case's ``namespaces``
     (``sandbox.Namespaces.paths``: its user namespace where the grader is not root, its network and PID
-    namespaces) and a mount namespace of its own, then forks once: this process waits for the child and ends
-    with its status (``SystemExit``: a cold worker exits, a forked one returns to its fork server), and the
-    child, in the case's PID namespace, returns here as the rank. Without case namespaces it makes PID and
-    mount namespaces of its own. Never raises otherwise: a step that fails is listed under "skipped", and the
-    rank runs with what worked."""
+    namespaces) and a mount namespace of its own, then forks once: this process becomes a small waiter that
+    ends with the child's status, and the child, in the case's PID namespace, returns here as the rank.
+    Without case namespaces it makes PID and mount namespaces of its own. Never raises otherwise: a step that
+    fails is listed under "skipped", and the rank runs with what worked."""
     done: dict = {"applied": [], "skipped": []}
     if not spec.get("enabled", True):
         return {"applied": [], "skipped": []}
@@ -62,8 +63,7 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
         return done
     proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
     steps = [("a /proc of the case's processes only", lambda: _mount(libc, "proc", "/proc", "proc", proc_flags)),
-             ("private /dev/shm", lambda: _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
-                                                  "size=256m,mode=1777")),
+             ("the case's own /dev/shm", lambda: _mount(libc, spec["shared"][-1], "/dev/shm", None, _MS_BIND)),
              ("the grader's files hidden", lambda: _hide(libc, spec["hide"])),
              ("other files read-only", lambda: _read_only_but(libc, [str(rank_dir), *spec["shared"]]))]
     for what, step in steps:
@@ -103,7 +103,7 @@ def watch(spec: dict, rank: int) -> None:
     if not spec.get("enabled", True):
         return
     rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
-    hidden = tuple(os.path.join(p, "") for p in spec["hide"])
+    hidden = [(os.path.join(c["root"], ""), tuple(os.path.join(k, "") for k in c["keep"])) for c in spec["hide"]]
     guarded = tuple(os.path.join(p, "") for p in spec["guarded"])
     writable = tuple(os.path.join(p, "") for p in (str(rank_dir), *spec["shared"]))
     log = os.open(rank_dir / ACCESS_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -136,7 +136,7 @@ def watch(spec: dict, rank: int) -> None:
         except (OSError, ValueError, TypeError):
             return
         found = proc_entry.match(real)
-        if real.startswith(hidden):
+        if any(real.startswith(root) and not real.startswith(keep) for root, keep in hidden):
             note("write into" if writes else "read", real.rstrip("/"))
         elif writes and real.startswith(guarded) and not real.startswith(writable):
             note("write into", real.rstrip("/"))
@@ -188,30 +188,48 @@ def _unshare(libc) -> str:
     return "in private namespaces of an unprivileged user namespace"
 
 
+# The waiter a rank's first process becomes (``_fork_into_namespace``): a fresh small interpreter, so that it holds
+# none of the fork server's memory; SIGUSR1 (the launcher's stack-dump request, for the rank) stays ignored.
+_WAITER = r"""
+import os, signal, sys
+pid = int(sys.argv[1])
+os.close(int(sys.argv[2]))          # started: the rank may change the file view now
+while True:
+    try:
+        status = os.waitpid(pid, 0)[1]
+        break
+    except InterruptedError:
+        continue
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+"""
+
+
 def _fork_into_namespace(libc) -> None:
-    """Fork; here (the waiter) wait for the child and end with its status; the child returns, as the rank."""
+    """Fork; the child returns, as the rank, once the waiter has started; this process becomes that waiter
+    (``_WAITER``, through ``exec``), which ends with the child's status. The rank waits so that its mounts never
+    pull a file from under the waiter's start."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    started, tell = os.pipe()
     pid = os.fork()
     if pid == 0:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)     # it ends with the waiter
+        os.close(tell)
+        while os.read(started, 1):                                # until the waiter closes its end
+            pass
+        os.close(started)
         return
+    os.close(started)
+    os.set_inheritable(tell, True)
     import faulthandler
     with contextlib.suppress(RuntimeError, ValueError):
         faulthandler.unregister(signal.SIGUSR1)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)        # the launcher's stack-dump request is for the rank
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    raise SystemExit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)        # kept through exec
+    os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _WAITER, str(pid), str(tell)])
 
 
 def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -229,17 +247,41 @@ def _set_read_only(libc, path: str, read_only: bool, recursive: bool) -> None:
         raise OSError(errno, f"mount_setattr {path}: {os.strerror(errno)}")
 
 
-def _hide(libc, paths: list[str]) -> None:
-    """Put an empty folder over each folder of ``paths`` and an empty file (``/dev/null``) over each file."""
-    for path in paths:
-        if os.path.isdir(path):
-            _mount(libc, "tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4k,mode=755")
-        elif os.path.exists(path):
-            _mount(libc, "/dev/null", path, None, _MS_BIND)
+def _hide(libc, covers: list[dict]) -> None:
+    """Put an empty folder over each folder of ``covers`` (``isolation.plan``'s ``hide``), with only its ``keep``
+    paths attached again at their places, and an empty file (``/dev/null``) over each file; then move this
+    process's working folder to the attached copy of itself (``..`` from the old one would climb the covered
+    folder)."""
+    for cover in covers:
+        root = cover["root"]
+        if not os.path.isdir(root):
+            if os.path.exists(root):
+                _mount(libc, "/dev/null", root, None, _MS_BIND)
+            continue
+        clones = [(path, _open_tree(libc, path)) for path in cover["keep"]]
+        _mount(libc, "tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=755")
+        for path, fd in clones:
+            try:
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                if libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, f"move_mount {path}: {os.strerror(errno)}")
+            finally:
+                os.close(fd)
+    os.chdir(os.getcwd())
+
+
+def _open_tree(libc, path: str) -> int:
+    """A detached copy of the mounts at and under ``path`` (``open_tree(OPEN_TREE_CLONE)``), as a descriptor."""
+    fd = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, path.encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)
+    if fd < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"open_tree {path}: {os.strerror(errno)}")
+    return fd
 
 
 def _read_only_but(libc, writable: list[str]) -> None:
-    """Make every mount read-only but ``writable`` (each a mount of its own) and ``/dev/shm``."""
+    """Make every mount read-only but ``writable`` (each a mount of its own) and ``/dev/shm`` (the case's)."""
     for path in writable:
         _mount(libc, path, path, None, _MS_BIND)
     _set_read_only(libc, "/", True, recursive=True)

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 import time
 
@@ -46,9 +47,8 @@ def exits_early(ctx):
 
 
 def spawns_sleeper(ctx):
-    import psutil
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    (ctx.out_dir / "child_pid.txt").write_text(str(psutil.Process(child.pid).create_time()))
+    (ctx.out_dir / "child_pid.txt").write_text(_process_identity(child.pid))
 
 
 def forks_a_setsid_daemon(ctx):
@@ -59,7 +59,7 @@ def forks_a_setsid_daemon(ctx):
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            (ctx.out_dir / "daemon_pid.tmp").write_text(_process_identity().split("@")[1])
+            (ctx.out_dir / "daemon_pid.tmp").write_text(_process_identity())
             os.replace(ctx.out_dir / "daemon_pid.tmp", path)
             time.sleep(600)
         os._exit(0)
@@ -68,7 +68,7 @@ def forks_a_setsid_daemon(ctx):
         if path.exists():
             break
         time.sleep(0.02)
-    ctx.record("daemon", lambda: float(path.read_text()))
+    ctx.record("daemon", path.read_text)
 
 
 def reports_fresh_state(ctx):
@@ -107,24 +107,29 @@ def leaves_a_thread(ctx):
     threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
 
 
-def _process_identity() -> str:
-    """This process among all of the machine's: its pid (in its own PID namespace a rank is pid 1) and the
-    time it started."""
-    import psutil
-    return f"{os.getpid()}@{psutil.Process().create_time()}"
+def _process_identity(pid: int | None = None) -> str:
+    """A process among all of the machine's (default: this one): its PID namespace and its pid there (a rank's
+    pids are those of its case's namespace, which another case reuses)."""
+    own = f"/proc/{pid}" if pid else "/proc/self"
+    status = Path(own, "status").read_text()
+    in_namespace = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
+    return f"{os.readlink(own + '/ns/pid')}|{in_namespace}"
 
 
-def alive_since(started: float) -> bool:
-    """Whether a python process that started at ``started`` (``_process_identity``'s time: a rank's pids are
-    those of its own PID namespace, its start time is the machine's) still runs."""
+def alive_since(identity: str) -> bool:
+    """Whether the process of ``identity`` (``_process_identity``) still runs (not a zombie), read from outside."""
     import psutil
-    for process in psutil.process_iter():
+    namespace, in_namespace = identity.split("|")
+    for pid in psutil.pids():
         try:
-            if process.create_time() == started and "python" in process.name() and \
-                    process.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
+            if os.readlink(f"/proc/{pid}/ns/pid") != namespace:
+                continue
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
             continue
+        lines = {line.split(":")[0]: line.split()[1:] for line in status.splitlines() if ":" in line}
+        if lines.get("NSpid", [""])[-1] == in_namespace and lines.get("State", ["Z"])[0] != "Z":
+            return True
     return False
 
 

@@ -41,15 +41,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.w
                                 reason="needs Linux, root and util-linux's unshare and setpriv to set the modes up")
 
 
-@pytest.fixture
-def hide(tmp_path_factory) -> str:
-    """``GRADING_HIDE`` for these tests: the kit checkout and every test's temporary folders (other copies of the
-    kit that this machine holds beside the grader under test, as a course's machine must name its own)."""
-    base = tmp_path_factory.getbasetemp()
-    every_run = next((p for p in base.parents if p.name.startswith("pytest-of-")), base.parent)   # kept runs too
-    return os.pathsep.join([str(KIT_ROOT), str(every_run)])
-
-
 def _grader_digest() -> str:
     """One hash over every file of the kit's grader (its code, staff parts and data)."""
     digest = hashlib.sha256()
@@ -109,14 +100,14 @@ def _check(texts: list[str], results: dict) -> None:
     assert "the grader's files hidden" in results["extra_data"]["protection"], results.get("extra_data")
 
 
-def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission(tmp_path, hide):
+def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission(tmp_path):
     before = _grader_digest()
     subs = tmp_path / "subs"
     _write_submission(subs / "mallory")
     done = subprocess.run([sys.executable, "-m", "grading", "batch", str(subs), "--out", str(tmp_path / "g.csv"),
                            "--problem", "1.1", "--course-secret", SECRET, "--quiet"],
                           cwd=KIT_ROOT, capture_output=True, text=True, timeout=400,
-                          env={**os.environ, "GRADING_COURSE_SECRET": SECRET, "GRADING_HIDE": hide})
+                          env={**os.environ, "GRADING_COURSE_SECRET": SECRET})
     assert done.returncode in (0, 1), done.stdout + done.stderr
     produced = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and "subs" not in p.parts]
     results = json.loads(next((tmp_path / "g_results").rglob("results.json")).read_text())
@@ -125,13 +116,13 @@ def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission
     assert _grader_digest() == before
 
 
-def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_submission(hide):
+def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_submission():
     before = _grader_digest()
     folder = _open_folder()
     try:
         submission = _write_submission(folder / "sub")
         out = folder / "results.json"
-        command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"GRADING_COURSE_SECRET={SECRET}", f"GRADING_HIDE={hide}",
+        command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"GRADING_COURSE_SECRET={SECRET}",
                    sys.executable, "-m", "grading",
                    "grade", str(submission), "--problem", "1.1", "--json", str(out), "--quiet"]
         done = subprocess.run(_in_namespace(command, user=NOBODY), cwd=KIT_ROOT, capture_output=True, text=True,
@@ -145,7 +136,7 @@ def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_su
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp_path, hide):
+def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp_path):
     bundle = tmp_path / "bundle"
     done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(bundle), "--course-secret", SECRET],
                           cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
@@ -158,7 +149,7 @@ def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp
     before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
     passwd = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin"
     env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root),
-           "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1", "GRADING_HIDE": hide}
+           "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1"}
     done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd), cwd=root,
                           capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -167,3 +158,18 @@ def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp
     assert "as user 'student'" in results["extra_data"]["protection"], results["extra_data"]
     assert {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()
             and "__pycache__" not in p.parts} == {p: b for p, b in before.items() if "__pycache__" not in p.parts}
+
+
+def test_a_rank_sees_only_the_systems_folders_and_what_it_needs(tmp_path, monkeypatch):
+    """Everything at / but the system's folders is covered, with the copy, the case and the interpreter attached
+    again; a ``GRADING_HIDE`` path is covered too, even inside a system folder."""
+    from grading.engine import isolation
+    monkeypatch.setenv(isolation.HIDE_ENV, "/usr/share")
+    view = isolation.plan(KIT_ROOT, tmp_path / "copy", tmp_path / "case", 2)
+    covers = {c["root"]: c["keep"] for c in view["hide"]}
+    assert "/usr/share" in covers and "/usr" not in covers and "/etc" not in covers
+    assert str(tmp_path / "case") in covers["/tmp"] and str(tmp_path / "copy") in covers["/tmp"]
+    kit = KIT_ROOT.resolve()
+    holding = [root for root in covers if Path(root) == kit or Path(root) in kit.parents]
+    assert holding and not any(Path(k) == kit or Path(k) in kit.parents for k in covers[holding[0]]), covers
+    assert [(tmp_path / "case" / f"rank{r}").is_dir() for r in range(2)] == [True, True]

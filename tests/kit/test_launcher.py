@@ -171,7 +171,7 @@ def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_p
 def test_spawned_grandchild_is_killed(tmp_path, run):
     result = run(tmp_path, "spawns_sleeper", world_size=1, timeout_s=30, init_group=False)
     assert result.ok, result.failure()
-    started = float((tmp_path / "run" / "rank0" / "child_pid.txt").read_text())
+    started = (tmp_path / "run" / "rank0" / "child_pid.txt").read_text()
     time.sleep(0.2)
     assert not alive_since(started), "a process spawned by a rank survived the run"
 
@@ -182,7 +182,7 @@ def test_a_bare_forked_setsid_daemon_is_killed(tmp_path, run):
     assert result.ok, result.failure()
     daemon = torch.load(tmp_path / "run" / "rank0" / "daemon.pt", weights_only=True)
     time.sleep(0.2)
-    assert not alive_since(float(daemon)), "a daemon forked by a rank survived the run"
+    assert not alive_since(daemon), "a daemon forked by a rank survived the run"
 
 
 def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, run, servers, monkeypatch):
