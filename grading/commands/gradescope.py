@@ -39,7 +39,10 @@ TORCH_INDEX="${GRADING_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 "$VENV/bin/python" -m pip install --no-cache-dir -r requirements.txt
 "$VENV/bin/python" -c "import torch, transformers, deepspeed; print('torch', torch.__version__)"
 # The ranks that run student code switch to this unprivileged user (docs/sandbox.md); the grader stays root.
+# Only root may read the grader (source/: the course secret, staff.py, the hidden checks), even where the
+# container refuses the namespaces that hide it from the ranks too.
 id -u student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin student
+chmod -R go-rwx .
 """
 
 RUN_AUTOGRADER = """\

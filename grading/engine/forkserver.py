@@ -100,12 +100,15 @@ def _start_child(request: dict, control: socket.socket, streams: list[int]) -> i
 
 
 def _same_pid_namespace(control: socket.socket) -> bool:
-    """Whether the process at the other end of ``control`` shares this server's PID namespace (a launcher, a
-    grade), not a rank in its own (``grading.engine.isolation``): a rank that reached the server could otherwise
-    have a process started outside its view."""
+    """Whether the process at the other end of ``control`` runs as this server's user in this server's PID
+    namespace (a launcher, a grade), not a rank (``grading.engine.isolation``: another PID namespace, or the
+    unprivileged user it switched to): a rank that reached the server could otherwise have a process started
+    outside its view."""
     try:
-        pid = struct.unpack("3i", control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-        return pid > 0 and os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+        pid, uid, _ = struct.unpack("3i", control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                              struct.calcsize("3i")))
+        return pid > 0 and uid == os.geteuid() and \
+            os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
     except OSError:
         return False
 

@@ -96,6 +96,8 @@ def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> di
     if user is not None:
         why = _open_the_way(user, [code_root, case_dir])
         user = None if why else user
+    if user is not None:
+        _readable_by_all(code_root)
     shared = [case_dir / "handoff", case_dir / "shared", case_dir / "shm"]
     ranks = [case_dir / f"rank{rank}" for rank in range(world_size)]
     for folder in (*shared, *ranks):
@@ -122,6 +124,16 @@ def _open_the_way(user: dict, paths: list[Path]) -> str:
                 return f"user '{user['name']}' cannot reach {folder}"
             folder.chmod(stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
     return ""
+
+
+def _readable_by_all(root: Path) -> None:
+    """Give every user read access to the grading copy ``root`` (search on its folders): a copy of a kit whose
+    files only root may read (a Gradescope ``source/`` after ``setup.sh``) keeps those modes."""
+    for folder, folders, files in os.walk(root):
+        for path, bits in [(folder, 0o005), *((os.path.join(folder, f), 0o004) for f in files)]:
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if mode & bits != bits and not os.path.islink(path):
+                os.chmod(path, mode | bits)
 
 
 def summary(applied: list[str], skipped: list[str]) -> str:

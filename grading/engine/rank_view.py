@@ -48,30 +48,13 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
     rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
     user = spec.get("user")
     try:
-        joined = _enter_namespaces(libc, namespaces)
+        joined = _enter_namespaces(libc, namespaces, own_user_namespace=not user)
     except OSError as exc:
         done["skipped"].append(f"private namespaces: {exc}")
-        _drop_capabilities(libc, done)
-        return done
-    _fork_into_namespace(libc)
-    done["applied"] += joined
-    try:                         # first: no mount of the rank's may reach the rest of the machine
-        _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    except OSError as exc:
-        done["skipped"].append(f"a private file view: {exc}")
-        _drop_capabilities(libc, done)
-        return done
-    proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-    steps = [("a /proc of the case's processes only", lambda: _mount(libc, "proc", "/proc", "proc", proc_flags)),
-             ("the case's own /dev/shm", lambda: _mount(libc, spec["shared"][-1], "/dev/shm", None, _MS_BIND)),
-             ("the grader's files hidden", lambda: _hide(libc, spec["hide"])),
-             ("other files read-only", lambda: _read_only_but(libc, [str(rank_dir), *spec["shared"]]))]
-    for what, step in steps:
-        try:
-            step()
-            done["applied"].append(what)
-        except OSError as exc:
-            done["skipped"].append(f"{what}: {exc}")
+    else:
+        _fork_into_namespace(libc)
+        done["applied"] += joined
+        _make_the_view(libc, spec, rank_dir, done)
     _drop_bounding_set(libc)
     if user:
         try:
@@ -92,6 +75,27 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
     import tempfile
     tempfile.tempdir = None
     return done
+
+
+def _make_the_view(libc, spec: dict, rank_dir: Path, done: dict) -> None:
+    """In the rank's own mount namespace: the case's ``/proc`` and ``/dev/shm``, the hidden folders covered,
+    every mount read-only but the rank's own folders; each step noted in ``done``."""
+    try:                         # first: no mount of the rank's may reach the rest of the machine
+        _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    except OSError as exc:
+        done["skipped"].append(f"a private file view: {exc}")
+        return
+    proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    steps = [("a /proc of the case's processes only", lambda: _mount(libc, "proc", "/proc", "proc", proc_flags)),
+             ("the case's own /dev/shm", lambda: _mount(libc, spec["shared"][-1], "/dev/shm", None, _MS_BIND)),
+             ("the grader's files hidden", lambda: _hide(libc, spec["hide"])),
+             ("other files read-only", lambda: _read_only_but(libc, [str(rank_dir), *spec["shared"]]))]
+    for what, step in steps:
+        try:
+            step()
+            done["applied"].append(what)
+        except OSError as exc:
+            done["skipped"].append(f"{what}: {exc}")
 
 
 def watch(spec: dict, rank: int) -> None:
@@ -146,12 +150,13 @@ def watch(spec: dict, rank: int) -> None:
     sys.addaudithook(hook)
 
 
-def _enter_namespaces(libc, namespaces: dict[str, str]) -> list[str]:
+def _enter_namespaces(libc, namespaces: dict[str, str], own_user_namespace: bool) -> list[str]:
     """Join the case's ``namespaces`` (the user namespace first, where there is one: it owns the others) and a
     new mount namespace of this process's own; without a case PID namespace, new PID and mount namespaces of
-    its own (``_unshare``). Return what was entered; OSError when it cannot."""
+    its own (``_unshare``; through a user namespace only with ``own_user_namespace``: a rank that switches user
+    could not in one). Return what was entered; OSError when it cannot."""
     if not namespaces.get("pid"):
-        return [_unshare(libc)]
+        return [_unshare(libc, own_user_namespace)]
     entered = ["in the case's namespaces"]
     for kind, flag, what in (("user", _CLONE_NEWUSER, "of an unprivileged user namespace"),
                              ("net", _CLONE_NEWNET, "private network (loopback only)"), ("pid", _CLONE_NEWPID, "")):
@@ -170,11 +175,15 @@ def _enter_namespaces(libc, namespaces: dict[str, str]) -> list[str]:
     return entered
 
 
-def _unshare(libc) -> str:
-    """Enter new mount and PID namespaces, through a user namespace of this user when plain ones are refused;
-    return how ("in private namespaces" or "in private namespaces of an unprivileged user namespace")."""
+def _unshare(libc, own_user_namespace: bool) -> str:
+    """Enter new mount and PID namespaces, through a user namespace of this user when plain ones are refused
+    and ``own_user_namespace`` allows; return how ("in private namespaces" or "in private namespaces of an
+    unprivileged user namespace")."""
     if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID) == 0:
         return "in private namespaces"
+    if not own_user_namespace:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare: {os.strerror(errno)}")
     uid, gid = os.geteuid(), os.getegid()
     if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWUSER) != 0:
         errno = ctypes.get_errno()

@@ -20,6 +20,23 @@ STAFF_PACKAGE = "grading.staff"
 SECRET_FILE = Path(__file__).resolve().parent.parent / "staff" / "course_secret.txt"
 
 
+SECRET_OPTION = "--course-secret"
+
+
+def off_the_command_line(argv: list[str]) -> list[str] | None:
+    """``argv`` without ``--course-secret S`` (or ``--course-secret=S``), with S put in ``GRADING_COURSE_SECRET``,
+    or None when it holds none. A command line is readable by every user of the machine (``/proc/<pid>/cmdline``),
+    the environment only by its own; ``python -m grading`` starts itself again with the result."""
+    for index, arg in enumerate(argv):
+        if arg == SECRET_OPTION and index + 1 < len(argv):
+            os.environ[SECRET_ENV] = argv[index + 1]
+            return argv[:index] + argv[index + 2:]
+        if arg.startswith(SECRET_OPTION + "="):
+            os.environ[SECRET_ENV] = arg.split("=", 1)[1]
+            return argv[:index] + argv[index + 1:]
+    return None
+
+
 def staff_side() -> bool:
     """True where the staff-only package ``grading.staff`` exists (the kit, the Gradescope bundle)."""
     return importlib.util.find_spec(STAFF_PACKAGE) is not None

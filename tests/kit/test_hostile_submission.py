@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -66,11 +67,13 @@ def _write_submission(folder: Path) -> Path:
     return folder
 
 
-def _in_namespace(command: list[str], user: int | None = None, passwd: str = "") -> list[str]:
+def _in_namespace(command: list[str], user: int | None = None, passwd: str = "", cover: tuple[Path, ...] = (),
+                  drop: str = "") -> list[str]:
     """``command`` in a mount namespace of its own where this interpreter's folders are searchable by others
-    (a tmpfs over a closed ``/root`` with the interpreter's folder bound back) and, with ``passwd``, where
-    ``/etc/passwd`` and ``/etc/group`` hold that line; run as ``user`` (None: root)."""
-    lines = ["set -e", "mount --make-rprivate /"]
+    (a tmpfs over a closed ``/root`` with the interpreter's folder bound back), ``cover`` is empty and, with
+    ``passwd``, ``/etc/passwd`` and ``/etc/group`` hold that line; run as ``user`` (None: root), without the
+    capabilities ``drop`` names (``setpriv``'s ``-sys_admin,-setfcap``)."""
+    lines = ["set -e", "mount --make-rprivate /", *(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in cover)]
     prefix = Path(sys.prefix).resolve()
     if prefix.parts[1:2] == ("root",) and not os.stat("/root").st_mode & 0o001:
         top = Path("/root", prefix.parts[2])
@@ -85,11 +88,13 @@ def _in_namespace(command: list[str], user: int | None = None, passwd: str = "")
     run = shlex.join(command)
     if user is not None:
         run = f"setpriv --reuid={user} --regid={user} --clear-groups -- {run}"
+    if drop:
+        run = f"setpriv --bounding-set={drop} --inh-caps={drop} -- {run}"
     lines.append(f"exec {run}")
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
 
 
-def _check(texts: list[str], results: dict) -> None:
+def _check(texts: list[str], results: dict, hidden: bool = True) -> None:
     """No secret or staff text in ``texts`` (stdout, stderr, reports); 1.1 in full; the attempt flagged."""
     for text in texts:
         assert SECRET not in text and STAFF_TEXT not in text and "LOOK" not in text, text[-3000:]
@@ -97,7 +102,7 @@ def _check(texts: list[str], results: dict) -> None:
     failed = {name: t["output"] for name, t in tests.items() if name.startswith("1.1.") and t["status"] != "passed"}
     assert not failed, failed
     assert "flagged for staff review (no points deducted): Problem 1.1's code tried to" in results["output"]
-    assert "the grader's files hidden" in results["extra_data"]["protection"], results.get("extra_data")
+    assert ("the grader's files hidden" in results["extra_data"]["protection"]) == hidden, results.get("extra_data")
 
 
 def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission(tmp_path):
@@ -136,28 +141,88 @@ def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_su
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user(tmp_path):
-    bundle = tmp_path / "bundle"
-    done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(bundle), "--course-secret", SECRET],
-                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    root = tmp_path / "autograder"
-    with zipfile.ZipFile(bundle / "autograder.zip") as archive:
-        archive.extractall(root / "source")
-    (root / "source" / "run_autograder").chmod(0o755)
+def _autograder(folder: Path) -> Path:
+    """The Gradescope bundle (made with ``SECRET`` in a folder of root's alone) unpacked into ``folder``/autograder
+    as Gradescope lays it out, with the hostile submission; the root of that layout."""
+    build = Path(tempfile.mkdtemp(prefix="bundle-"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(build / "out"), "--course-secret",
+                               SECRET], cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        root = folder / "autograder"
+        with zipfile.ZipFile(build / "out" / "autograder.zip") as archive:
+            archive.extractall(root / "source")
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    for name in ("setup.sh", "run_autograder"):
+        (root / "source" / name).chmod(0o755)
     _write_submission(root / "submission")
-    before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
-    passwd = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin"
+    return root
+
+
+def _run_autograder(root: Path, passwd: str, drop: str = "") -> tuple[subprocess.CompletedProcess, dict]:
     env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root),
            "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1"}
-    done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd), cwd=root,
-                          capture_output=True, text=True, timeout=400, env=env)
+    done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd,
+                                        cover=(KIT_ROOT,), drop=drop),
+                          cwd=root, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads((root / "results" / "results.json").read_text())
-    _check([done.stdout, done.stderr, (root / "results" / "results.json").read_text()], results)
-    assert "as user 'student'" in results["extra_data"]["protection"], results["extra_data"]
-    assert {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()
-            and "__pycache__" not in p.parts} == {p: b for p, b in before.items() if "__pycache__" not in p.parts}
+    return done, json.loads((root / "results" / "results.json").read_text())
+
+
+PASSWD = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin"
+
+
+def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user():
+    folder = _open_folder()
+    try:
+        root = _autograder(folder)
+        before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
+        done, results = _run_autograder(root, PASSWD)
+        _check([done.stdout, done.stderr, (root / "results" / "results.json").read_text()], results)
+        assert "as user 'student'" in results["extra_data"]["protection"], results["extra_data"]
+        assert {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()
+                and "__pycache__" not in p.parts} == {p: b for p, b in before.items() if "__pycache__" not in p.parts}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_container_without_namespaces_still_keeps_the_secret_after_setup_sh():
+    """Docker's defaults (Gradescope's container): root without CAP_SYS_ADMIN, so no namespace; the ranks still
+    run as ``student``, and ``setup.sh`` left ``source/`` to root alone. The kit checkout is covered: a Gradescope
+    container holds only the bundle."""
+    folder = _open_folder()
+    try:
+        root = _autograder(folder)
+        setup = (root / "source" / "setup.sh").read_text()
+        block = setup[setup.index("# The ranks that run student code"):]
+        script = "set -e\ncd " + shlex.quote(str(root / "source")) + "\n" + block
+        done = subprocess.run(_in_namespace(["bash", "-c", script], passwd=PASSWD), capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not (root / "source" / "grading" / "staff" / "course_secret.txt").stat().st_mode & 0o077
+        done, results = _run_autograder(root, PASSWD, drop="-sys_admin,-setfcap")
+        _check([done.stdout, done.stderr, (root / "results" / "results.json").read_text()], results, hidden=False)
+        protection = results["extra_data"]["protection"]
+        assert "as user 'student'" in protection and "NOT applied: private namespaces" in protection, protection
+        assert "warning: student code ran" in results["output"], results["output"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_course_secret_leaves_the_command_line():
+    """``--course-secret S`` is moved into the environment at once: every user may read a command line."""
+    proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", "--problem", "1.1", "--course-secret", SECRET,
+                             "--quiet"], cwd=KIT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={k: v for k, v in os.environ.items() if k != POOL_ENV})
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, "the grade ended before its command line was read"
+        command_line = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"grade" in command_line and SECRET.encode() not in command_line, command_line
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_rank_sees_only_the_systems_folders_and_what_it_needs(tmp_path, monkeypatch):
