@@ -51,9 +51,10 @@ def _grader_digest() -> str:
     return digest.hexdigest()
 
 
-def _open_folder() -> Path:
-    """A fresh folder every user may enter and write (the unprivileged grader writes its report there)."""
-    folder = Path(tempfile.mkdtemp(prefix="hostile-"))
+def _open_folder(parent: str | None = None) -> Path:
+    """A fresh folder (in ``parent``, default the temporary one) every user may enter and write (the unprivileged
+    grader writes its report there)."""
+    folder = Path(tempfile.mkdtemp(prefix="hostile-", dir=parent))
     folder.chmod(0o777)
     return folder
 
@@ -160,11 +161,22 @@ def _autograder(folder: Path) -> Path:
     return root
 
 
+def _only_the_bundle() -> tuple[Path, ...]:
+    """What to cover so that this machine looks like a Gradescope container, which holds only the bundle: the
+    kit checkout, and every folder at / but the system's, the interpreter's and ``/run``, ``/var``, ``/boot``
+    (other checkouts of the kit live there); the layout and the grade's temporary folders are in ``/var/tmp``."""
+    from grading.engine.isolation import SYSTEM_DIRS
+    kept = SYSTEM_DIRS | {"root", "run", "var", "boot"}
+    return (KIT_ROOT, *(p for p in sorted(Path("/").iterdir())
+                        if p.is_dir() and not p.is_symlink() and p.name not in kept and p not in KIT_ROOT.parents))
+
+
 def _run_autograder(root: Path, passwd: str, drop: str = "") -> tuple[subprocess.CompletedProcess, dict]:
+    (root.parent / "tmp").mkdir(mode=0o777, exist_ok=True)
     env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root),
-           "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1"}
+           "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1", "TMPDIR": str(root.parent / "tmp")}
     done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd,
-                                        cover=(KIT_ROOT,), drop=drop),
+                                        cover=_only_the_bundle(), drop=drop),
                           cwd=root, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return done, json.loads((root / "results" / "results.json").read_text())
@@ -174,7 +186,7 @@ PASSWD = f"student:x:{STUDENT_UID}:{STUDENT_UID}::/nonexistent:/usr/sbin/nologin
 
 
 def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user():
-    folder = _open_folder()
+    folder = _open_folder("/var/tmp")
     try:
         root = _autograder(folder)
         before = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
@@ -189,9 +201,9 @@ def test_the_gradescope_bundle_runs_a_hostile_submission_as_the_student_user():
 
 def test_a_container_without_namespaces_still_keeps_the_secret_after_setup_sh():
     """Docker's defaults (Gradescope's container): root without CAP_SYS_ADMIN, so no namespace; the ranks still
-    run as ``student``, and ``setup.sh`` left ``source/`` to root alone. The kit checkout is covered: a Gradescope
-    container holds only the bundle."""
-    folder = _open_folder()
+    run as ``student``, and ``setup.sh`` left ``source/`` to root alone. This machine's other folders are covered
+    (``_only_the_bundle``): without namespaces, only file modes protect, and a container holds only the bundle."""
+    folder = _open_folder("/var/tmp")
     try:
         root = _autograder(folder)
         setup = (root / "source" / "setup.sh").read_text()
