@@ -109,7 +109,7 @@ def _same_pid_namespace(control: socket.socket) -> bool:
                                                               struct.calcsize("3i")))
         return pid > 0 and uid == os.geteuid() and \
             os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
-    except OSError:
+    except (OSError, AttributeError):              # AttributeError: no SO_PEERCRED (not Linux)
         return False
 
 
@@ -291,7 +291,7 @@ class ServerSession:
         return self.exits
 
     def alive(self) -> bool:
-        """Whether the session still serves (a rank that kills its parent ends it)."""
+        """Whether the session still serves (a session killed from outside the ranks' view does not)."""
         self.poll()
         return not self._gone
 

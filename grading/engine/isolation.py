@@ -11,8 +11,10 @@ A rank sees, after ``rank_view.enter``:
 
 * the processes of its own case only (the case's PID namespace, ``sandbox.Namespaces``, with its own ``/proc``):
   no other process's environment, command line or memory, and no process outside to signal;
-* the grader's tree and the hidden paths as empty, read-only folders (a mount namespace);
-* every other file read-only, but for its own folders and a private ``/dev/shm``;
+* of the file tree, the system's folders (``SYSTEM_DIRS``), the interpreter, the grading copy and its case's
+  folder; everything else (the grader's tree, homes, ``/tmp``, ``GRADING_HIDE`` paths) is an empty folder (a
+  mount namespace of its own);
+* every file read-only, but for its own folders and its case's ``/dev/shm``;
 * as root: the unprivileged user ``plan`` names (``student``, made by the Gradescope bundle's ``setup.sh``) where
   the interpreter is usable by it, and no capability either way.
 
@@ -34,7 +36,7 @@ from pathlib import Path
 GRADER_ROOT = Path(__file__).resolve().parents[2]   # the tree this grader runs from: its secret, staff files, code
 RANK_USER = "student"                  # the user ranks run as where the grader runs as root
 USER_ENV = "GRADING_RANK_USER"         # another user's name for that ("" or "-": stay root, without capabilities)
-HIDE_ENV = "GRADING_HIDE"              # more paths (os.pathsep-separated) ranks must not read: a batch's others
+HIDE_ENV = "GRADING_HIDE"              # more paths (os.pathsep-separated) ranks must not read, e.g. in /etc
 ACCESS_LOG = "access.log"              # in a rank's folder: the attempts ``watch`` noted, one JSON line each
 MAX_ATTEMPTS = 8                       # the most a rank notes of each kind of attempt
 SANDBOX_FILE = "sandbox.json"          # in a rank's folder: what the worker applied and skipped
@@ -230,11 +232,11 @@ def _usable_by(path: Path, uid: int, gid: int, last: int = stat.S_IRUSR) -> bool
         shift = 0 if st.st_uid == uid else 3 if st.st_gid == gid else 6
         return bool(st.st_mode & (bit_owner >> shift))
     current = Path("/")
-    for part in path.parts[1:]:
-        if not allowed(current.stat(), stat.S_IXUSR):
-            return False
-        current = current / part
     try:
+        for part in path.parts[1:]:
+            if not allowed(current.stat(), stat.S_IXUSR):
+                return False
+            current = current / part
         return allowed(path.stat(), last)
     except OSError:
         return False

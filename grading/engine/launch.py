@@ -105,7 +105,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     namespaces = sandbox.Namespaces(network=limits.network) if view["enabled"] else sandbox.Namespaces.none()
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
-            "run_id": run_id, "limits": asdict(limits), "namespaces": namespaces.paths,
+            "run_id": run_id, "limits": asdict(limits),
+            "namespaces": namespaces.paths or {"refused": namespaces.reason},
             "collective_checks": collective_checks, "isolation": view,
             "handoff": str(out_dir / "handoff")}
     apart = collective_checks and world_size > 1
@@ -221,7 +222,7 @@ class _Phase:
             r.wait(10)
         sessions = {id(r.session): r.session for r in self.ranks if r.session}.values()
         lost = "" if all(session.alive() for session in sessions) else (
-            "a rank killed the process that started it (its fork server), which ends every rank of the run at an "
+            "the process that started the ranks (a fork server) ended during the run, which ends every rank at an "
             "unpredictable point: no result of this run is counted")
         for session in sessions:                    # it ends, killing what the ranks left behind
             session.close()

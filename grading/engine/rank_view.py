@@ -39,16 +39,18 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
     (``sandbox.Namespaces.paths``: its user namespace where the grader is not root, its network and PID
     namespaces) and a mount namespace of its own, then forks once: this process becomes a small waiter that
     ends with the child's status, and the child, in the case's PID namespace, returns here as the rank.
-    Without case namespaces it makes PID and mount namespaces of its own. Never raises otherwise: a step that
-    fails is listed under "skipped", and the rank runs with what worked."""
+    Without case namespaces it only switches user and drops its capabilities. Never raises otherwise: a step
+    that fails is listed under "skipped", and the rank runs with what worked."""
     done: dict = {"applied": [], "skipped": []}
     if not spec.get("enabled", True):
         return {"applied": [], "skipped": []}
+    if not sys.platform.startswith("linux"):
+        return {"applied": [], "skipped": [f"namespaces, user and capabilities: Linux only, not {sys.platform}"]}
     libc = ctypes.CDLL(None, use_errno=True)
     rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
     user = spec.get("user")
     try:
-        joined = _enter_namespaces(libc, namespaces, own_user_namespace=not user)
+        joined = _enter_namespaces(libc, namespaces)
     except OSError as exc:
         done["skipped"].append(f"private namespaces: {exc}")
     else:
@@ -99,11 +101,11 @@ def _make_the_view(libc, spec: dict, rank_dir: Path, done: dict) -> None:
 
 
 def watch(spec: dict, rank: int) -> None:
-    """Note each attempt of this process to reach past its view: reading or listing a hidden path, writing into
-    the grading copy or the case outside its own folders, or opening another process's ``/proc`` entry. One
-    JSON line each (at most ``MAX_ATTEMPTS``) in the rank's ``access.log`` (``attempts`` reads them), through a
-    ``sys.addaudithook`` hook, which code in the process cannot remove. A note for the staff, not a protection:
-    ``enter`` protects."""
+    """Note each attempt of this process to reach past its view: reading or listing a hidden path, changing a
+    file of the grading copy or of the case outside its own folders, or opening another process's ``/proc``
+    entry. One JSON line each (at most ``MAX_ATTEMPTS`` of each kind) in the rank's ``access.log``
+    (``isolation.attempts`` reads them), through a ``sys.addaudithook`` hook, which code in the process cannot
+    remove. A note for the staff, not a protection: ``enter`` protects."""
     if not spec.get("enabled", True):
         return
     rank_dir = Path(spec["case_dir"]) / f"rank{rank}"
@@ -142,21 +144,20 @@ def watch(spec: dict, rank: int) -> None:
         found = proc_entry.match(real)
         if any(real.startswith(root) and not real.startswith(keep) for root, keep in hidden):
             note("write into" if writes else "read", real.rstrip("/"))
-        elif writes and real.startswith(guarded) and not real.startswith(writable):
-            note("write into", real.rstrip("/"))
+        elif writes and real.startswith(guarded) and not real.startswith(writable) and os.path.lexists(real):
+            note("write into", real.rstrip("/"))    # an existing file: a library's new scratch file is no attempt
         elif found and int(found.group(1)) != os.getpid():
             note("open another process's", real.rstrip("/"))
 
     sys.addaudithook(hook)
 
 
-def _enter_namespaces(libc, namespaces: dict[str, str], own_user_namespace: bool) -> list[str]:
+def _enter_namespaces(libc, namespaces: dict[str, str]) -> list[str]:
     """Join the case's ``namespaces`` (the user namespace first, where there is one: it owns the others) and a
-    new mount namespace of this process's own; without a case PID namespace, new PID and mount namespaces of
-    its own (``_unshare``; through a user namespace only with ``own_user_namespace``: a rank that switches user
-    could not in one). Return what was entered; OSError when it cannot."""
+    new mount namespace of this process's own; return what was entered. OSError when it cannot, or when the
+    case has none (``namespaces["refused"]`` says why: the machine refused them to the holder too)."""
     if not namespaces.get("pid"):
-        return [_unshare(libc, own_user_namespace)]
+        raise OSError(f"the case has none ({namespaces.get('refused') or 'no reason given'})")
     entered = ["in the case's namespaces"]
     for kind, flag, what in (("user", _CLONE_NEWUSER, "of an unprivileged user namespace"),
                              ("net", _CLONE_NEWNET, "private network (loopback only)"), ("pid", _CLONE_NEWPID, "")):
@@ -173,28 +174,6 @@ def _enter_namespaces(libc, namespaces: dict[str, str], own_user_namespace: bool
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare(mount): {os.strerror(errno)}")
     return entered
-
-
-def _unshare(libc, own_user_namespace: bool) -> str:
-    """Enter new mount and PID namespaces, through a user namespace of this user when plain ones are refused
-    and ``own_user_namespace`` allows; return how ("in private namespaces" or "in private namespaces of an
-    unprivileged user namespace")."""
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID) == 0:
-        return "in private namespaces"
-    if not own_user_namespace:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"unshare: {os.strerror(errno)}")
-    uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWUSER) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"unshare: {os.strerror(errno)}")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-    return "in private namespaces of an unprivileged user namespace"
 
 
 # The waiter a rank's first process becomes (``_fork_into_namespace``): a fresh small interpreter, so that it holds

@@ -74,8 +74,8 @@ def main(argv: list[str]) -> int:
     """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
 
     Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
-    (``grading.engine.rank_view.enter``: from there on the process is the rank's first in a PID namespace of its
-    own), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way
+    (``grading.engine.rank_view.enter``: from there on the process is the rank's child in its case's PID
+    namespace), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way
     (``sys.exit``), a forked one as its fork server ends a child. The ``done`` marker is its last act; the
     launcher bounds what comes after it.
     """

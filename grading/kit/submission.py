@@ -17,7 +17,9 @@ from pathlib import Path
 
 from grading.kit.bytecode import write_bytecode
 from grading.kit.course import chosen_problems
+from grading.kit.problem import STAFF_MODULE
 from grading.kit.region_hints import static_hints
+from grading.kit.secret import SECRET_FILE, STAFF_PACKAGE
 from common.regions import PRISTINE_DIR, STUDENT_PACKAGES, RegionError, parse_regions, student_files
 from grading.kit.splice import kit_text, protected_text, replace_bodies, stub_body
 from grading.kit.student_lines import line_map, location_pattern, outside_note
@@ -37,7 +39,7 @@ RANK_PACKAGES = ("grading", "common", *STUDENT_PACKAGES)   # what a grading copy
 COPY_IGNORE = shutil.ignore_patterns(".git", "workdir", "__pycache__", ".pytest_cache", "*.pyc", "*.png")
 # What a grading copy never holds: ranks read it, and only the grader may know the staff parts and the kit's
 # own tests (their variants quote the reference's regions).
-STAFF_IGNORE = shutil.ignore_patterns("staff", "staff.py", "course_secret.txt")
+STAFF_IGNORE = shutil.ignore_patterns(STAFF_PACKAGE.rpartition(".")[2], f"{STAFF_MODULE}.py", SECRET_FILE.name)
 COPY_LEAVES_OUT = {"tests", "docs", ".ci"}
 
 
@@ -104,8 +106,8 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
 
     A region is matched by (problem id, enclosing function, occurrence). Files
     or regions the submission lacks keep the starter's NotImplementedError
-    body, so they score zero like unfinished work. The packages come with their bytecode
-    (``grading.kit.bytecode``).
+    body, so they score zero like unfinished work. The packages ranks import (``RANK_PACKAGES``) come with
+    their bytecode (``grading.kit.bytecode``).
     """
     kit_root, submission_root = Path(kit_root), Path(submission_root)
 

@@ -250,3 +250,14 @@ def test_a_rank_sees_only_the_systems_folders_and_what_it_needs(tmp_path, monkey
     holding = [root for root in covers if Path(root) == kit or Path(root) in kit.parents]
     assert holding and not any(Path(k) == kit or Path(k) in kit.parents for k in covers[holding[0]]), covers
     assert [(tmp_path / "case" / f"rank{r}").is_dir() for r in range(2)] == [True, True]
+
+
+def test_the_reference_is_never_flagged(tmp_path):
+    """Libraries write scratch files of their own (DeepSpeed probes its compiler in the working folder): only an
+    attempt on an existing file is flagged, so the reference's grade carries no staff flag."""
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--problem", "3.3", "--quiet", "--json",
+                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert "flagged" not in results["output"] and "warning" not in results["output"], results["output"]
+    assert "the grader's files hidden" in results["extra_data"]["protection"]
