@@ -69,8 +69,9 @@ def _write_submission(folder: Path) -> Path:
 
 
 def _in_namespace(command: list[str], user: int | None = None, passwd: str = "", cover: tuple[Path, ...] = (),
-                  drop: str = "") -> list[str]:
-    """``command`` in a mount namespace of its own where this interpreter's folders are searchable by others
+                  drop: str = "", container: bool = False) -> list[str]:
+    """``command`` in a mount namespace (with ``container``, also a PID namespace and ``/proc``, as every
+    container has: other processes of this machine stay out of sight) of its own where this interpreter's folders are searchable by others
     (a tmpfs over a closed ``/root`` with the interpreter's folder bound back), ``cover`` is empty and, with
     ``passwd``, ``/etc/passwd`` and ``/etc/group`` hold that line; run as ``user`` (None: root), without the
     capabilities ``drop`` names (``setpriv``'s ``-sys_admin,-setfcap``)."""
@@ -92,7 +93,8 @@ def _in_namespace(command: list[str], user: int | None = None, passwd: str = "",
     if drop:
         run = f"setpriv --bounding-set={drop} --inh-caps={drop} -- {run}"
     lines.append(f"exec {run}")
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
+    own = ["--pid", "--fork", "--mount-proc"] if container else []
+    return ["unshare", "--mount", "--propagation", "private", *own, "sh", "-c", "\n".join(lines)]
 
 
 def _check(texts: list[str], results: dict, hidden: bool = True) -> None:
@@ -176,7 +178,7 @@ def _run_autograder(root: Path, passwd: str, drop: str = "") -> tuple[subprocess
     env = {**{k: v for k, v in os.environ.items() if k != POOL_ENV}, "AUTOGRADER_ROOT": str(root),
            "GRADING_PYTHON": sys.executable, "GRADING_ARGS": "--problem 1.1", "TMPDIR": str(root.parent / "tmp")}
     done = subprocess.run(_in_namespace([str(root / "source" / "run_autograder")], passwd=passwd,
-                                        cover=_only_the_bundle(), drop=drop),
+                                        cover=_only_the_bundle(), drop=drop, container=True),
                           cwd=root, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return done, json.loads((root / "results" / "results.json").read_text())
