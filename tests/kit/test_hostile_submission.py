@@ -70,9 +70,10 @@ def _write_submission(folder: Path) -> Path:
 
 def _in_namespace(command: list[str], user: int | None = None, passwd: str = "", cover: tuple[Path, ...] = (),
                   drop: str = "", container: bool = False) -> list[str]:
-    """``command`` in a mount namespace (with ``container``, also a PID namespace and ``/proc``, as every
-    container has: other processes of this machine stay out of sight) of its own where this interpreter's folders are searchable by others
-    (a tmpfs over a closed ``/root`` with the interpreter's folder bound back), ``cover`` is empty and, with
+    """``command`` in a mount namespace of its own (with ``container``, also a PID namespace and ``/proc``, as
+    every container has: other processes of this machine stay out of sight) where this interpreter's folders are
+    searchable by others (a tmpfs over a closed ``/root`` with the interpreter's folder bound back), ``cover`` is
+    empty and, with
     ``passwd``, ``/etc/passwd`` and ``/etc/group`` hold that line; run as ``user`` (None: root), without the
     capabilities ``drop`` names (``setpriv``'s ``-sys_admin,-setfcap``)."""
     lines = ["set -e", "mount --make-rprivate /", *(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in cover)]
