@@ -74,6 +74,8 @@ def enter(spec: dict, rank: int, namespaces: dict[str, str]) -> dict:
         home.mkdir(exist_ok=True)
     for name in ("HOME", "TMPDIR"):               # the rank's own folder: every other is read-only now
         os.environ[name] = str(home)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):     # torch writes its caches there, not in /tmp
+        os.environ[name] = str(home / name.lower())
     import tempfile
     tempfile.tempdir = None
     return done

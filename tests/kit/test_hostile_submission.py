@@ -264,3 +264,19 @@ def test_the_reference_is_never_flagged(tmp_path):
     results = json.loads((tmp_path / "r.json").read_text())
     assert "flagged" not in results["output"] and "warning" not in results["output"], results["output"]
     assert "the grader's files hidden" in results["extra_data"]["protection"]
+
+
+def test_torch_caches_go_to_the_ranks_own_folder(tmp_path, monkeypatch, fork_servers):
+    """The grader's ``TORCHINDUCTOR_CACHE_DIR`` (set by a torch compile in its process) names a folder that is
+    read-only in a rank; torch's copy of a weight view to the meta device (5.1's ``column_weight_view``) writes its
+    cache in the rank's own folder instead, so that variant loses only its own criterion, whatever the grader's
+    environment holds."""
+    from grading.engine.runner import run_cases
+    from grading.problems import sub_problem
+    from tests.kit.test_variants_p5 import VARIANTS
+    from tests.kit.variants import assert_verdicts, make_variant_kit
+    variant = next(v for v in VARIANTS if v.name == "column_weight_view")
+    kit = make_variant_kit(tmp_path / "kit", variant.edits)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "grader_cache"))
+    verdicts = run_cases(sub_problem("5.1").graded_cases()[:1], kit, tmp_path / "run", servers=fork_servers)
+    assert_verdicts({v.id: v for v in verdicts}, [variant])
