@@ -127,7 +127,8 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
       integers (JSON numbers without a fraction: ``true``, ``1.0`` or
       ``"10"`` are refused, although ``True == 1`` in Python) and whose
       ``files`` is an object;
-    - the manifest's world size equals ``dist.get_world_size()``;
+    - the manifest's world size equals ``dist.get_world_size()`` (a run of
+      this course has at most 256 ranks);
     - it lists ``model.pt`` and ``shard_name(r)`` for every rank r, and each
       of these files exists with exactly the recorded size and sha256 (every
       rank checks all of them, so every rank refuses a checkpoint that fails
@@ -139,7 +140,9 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
       other ranks load it or refuse it too is free);
     - ``model.pt`` holds exactly the keys of ``model.state_dict()``, each with
       its shape (a strict ``load_state_dict`` would copy the matching keys
-      before it raises).
+      before it raises); a file with keys of other types too (an ``int``
+      key beside the names, say) is refused the same way, with
+      ``CheckpointError``.
 
     Then it loads this rank's ``"optimizer"`` state into ``optimizer``
     (``optimizer.load_state_dict``) and ``model.pt`` into ``model``
@@ -206,8 +209,9 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: Any) -> tup
              if isinstance(state, dict) else {})
     if saved != shapes:
         raise CheckpointError(f"{directory / MODEL_FILE}: its keys or shapes differ from the model's (missing "
-                              f"{sorted(set(shapes) - set(saved))}, unexpected {sorted(set(saved) - set(shapes))}, "
-                              f"other shapes {sorted(k for k in set(saved) & set(shapes) if saved[k] != shapes[k])})")
+                              f"{sorted(set(shapes) - set(saved), key=repr)}, unexpected "
+                              f"{sorted(set(saved) - set(shapes), key=repr)}, other shapes "
+                              f"{sorted(k for k in set(saved) & set(shapes) if saved[k] != shapes[k])})")
     before = copy.deepcopy(optimizer.state_dict())
     try:
         optimizer.load_state_dict(shard["optimizer"])

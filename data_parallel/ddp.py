@@ -55,9 +55,14 @@ class BucketedDDP(nn.Module):
       backward. Buckets are launched in index order (bucket i never before
       bucket i - 1), also when the model computes its layers in another order
       than it registers them, so every rank issues the same collectives in
-      the same order.
+      the same order. A trainable parameter's gradient is accumulated, so
+      its hook fires, exactly once per backward (true of every model that
+      runs no reentrant activation checkpointing; what the wrapper does
+      when a hook fires more often is free).
     - ``finish_gradient_synchronization()``, called once after every
-      backward, waits for every launched handle, writes buffer / world size
+      backward, waits for every launched handle (an async all-reduce's
+      buffer holds the sum only once its handle's ``wait()`` has returned;
+      before that it may hold anything), writes buffer / world size
       back into each parameter's ``.grad``, and resets the per-backward state
       so the next backward starts afresh. Exactly one backward pass runs
       between two calls: gradient accumulation (several backward passes

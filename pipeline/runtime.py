@@ -11,6 +11,14 @@ different stages run at the same time (PyTorch releases the GIL inside its
 kernels, so CPU stages overlap too). Results come back per stage in
 submission order.
 
+A worker starts a task only once the caller calls ``receive`` (for any
+stage) after submitting it, and that ``receive`` returns only when every
+task submitted before it has finished. So the tasks of one clock cycle
+(all submitted, then received) run side by side, never while the caller is
+still between its submits: a task that reads the caller's variables when
+it runs reads them as they are at that ``receive``, on every run, not as
+the threads' timing happens to leave them.
+
 Everything is recorded for inspection: ``events`` lists ("submit", stage) and
 ("receive", stage) in call order, ``threads`` holds the worker threads and
 ``timeline`` one dict per finished task with ``time.perf_counter`` start and
@@ -87,6 +95,9 @@ class StageWorkers:
         self._results: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.devices]
         self._submitted = [0] * len(self.devices)
         self._received = [0] * len(self.devices)
+        self._finished = [0] * len(self.devices)      # tasks done per stage (written by the workers)
+        self._released = [0] * len(self.devices)      # tasks per stage a worker may start
+        self._gate = threading.Condition()
         self._closed = False
         self.threads = [threading.Thread(target=self._work, args=(stage,), name=f"pipeline-stage-{stage}",
                                          daemon=True) for stage in range(len(self.devices))]
@@ -115,8 +126,10 @@ class StageWorkers:
     def receive(self, stage: int, timeout: float | None = None) -> Any:
         """Return the result of ``stage``'s oldest task not yet received, waiting for it.
 
-        Waits at most ``timeout`` seconds (default: the constructor's) and then
-        raises TimeoutError naming the stage. When the task raised, the same
+        First lets the workers start every task submitted so far, on every
+        stage, and waits until all of them have finished (see the module's
+        docstring). Waits at most ``timeout`` seconds (default: the constructor's) and then
+        raises TimeoutError naming the stage (or the stages still running). When the task raised, the same
         exception object is re-raised here (its traceback still holds the
         worker's frames, and a note names the stage); before that, every other outstanding result on every stage is
         collected and dropped, so the workers stay usable for the next call.
@@ -126,6 +139,7 @@ class StageWorkers:
         if self._received[stage] >= self._submitted[stage]:
             raise RuntimeError(f"StageWorkers.receive({stage}): nothing was submitted to stage {stage} "
                                "that has not been received already")
+        self._release(timeout)
         ok, value = self._get(stage, timeout)
         if not ok:
             self._drain(timeout)
@@ -137,6 +151,9 @@ class StageWorkers:
         if self._closed:
             return
         self._closed = True
+        with self._gate:
+            self._released = list(self._submitted)
+            self._gate.notify_all()
         for tasks in self._tasks:
             tasks.put(_STOP)
         deadline = time.monotonic() + timeout
@@ -159,6 +176,17 @@ class StageWorkers:
     def _check_stage(self, stage: int) -> None:
         if not 0 <= stage < len(self.devices):
             raise IndexError(f"stage {stage} out of range for {len(self.devices)} stage(s)")
+
+    def _release(self, timeout: float | None) -> None:
+        """Let every submitted task start; return once all have finished (TimeoutError after ``timeout``)."""
+        limit = self.timeout if timeout is None else timeout
+        with self._gate:
+            self._released = list(self._submitted)
+            self._gate.notify_all()
+            if not self._gate.wait_for(lambda: self._finished == self._released, timeout=limit):
+                running = [s for s in range(len(self.devices)) if self._finished[s] < self._released[s]]
+                stages = ", ".join(f"stage {s} (device {self.devices[s]})" for s in running)
+                raise TimeoutError(f"pipeline {stages} returned no result within {limit:g} s")
 
     def _get(self, stage: int, timeout: float | None) -> tuple[bool, Any]:
         limit = self.timeout if timeout is None else timeout
@@ -188,6 +216,8 @@ class StageWorkers:
             if task is _STOP:
                 return
             index, fn, grad_enabled, autocasts = task
+            with self._gate:
+                self._gate.wait_for(lambda: index < self._released[stage])
             start = time.perf_counter()
             try:
                 with torch.set_grad_enabled(grad_enabled), contextlib.ExitStack() as stack:
@@ -201,4 +231,7 @@ class StageWorkers:
             end = time.perf_counter()
             self.timeline.append({"stage": stage, "task_index": index, "start": start, "end": end})
             results.put(result)
+            with self._gate:
+                self._finished[stage] += 1
+                self._gate.notify_all()
             del task, fn, result   # drop references to activations before blocking again

@@ -70,3 +70,18 @@ def test_forgotten_pipe_stops_its_threads():
     for thread in threads:
         thread.join(5)
     assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.kit
+def test_a_task_reads_the_callers_variables_as_they_are_at_receive_on_every_run():
+    """Tasks start only at the caller's receive: a late-reading task (the bug 2.2's docstring rules out) reads
+    the loop's last values on every run, not whatever the threads' timing leaves."""
+    from pipeline.runtime import StageWorkers
+    box = {"k": -1}
+    with StageWorkers(["cpu", "cpu", "cpu"]) as workers:
+        for _ in range(20):
+            for k in range(3):
+                box["k"] = k
+                workers.submit(k, lambda: box["k"])
+            box["k"] = 9
+            assert [workers.receive(k) for k in range(3)] == [9, 9, 9]

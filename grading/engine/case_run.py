@@ -80,10 +80,18 @@ def _last_frames(stack: str, keep: int = 6) -> str:
     return "\n".join(frames[:keep]) if frames else stack.strip()[-600:]
 
 
-def describe_error(info: dict) -> str:
+CASE_FOLDER = "<the case's folder>"      # how a message shows the path of a case's folder (its out_dir)
+
+
+def describe_error(info: dict, case_dir: Path | None = None) -> str:
     """``Type: message (at path:line (in fn))`` plus a likely cause when one is known (``hints.format_error``
-    of an exception ``record`` saved)."""
-    return format_error(str(info.get("type", "Error")), str(info.get("message", "")), info.get("where") or "")
+    of an exception ``record`` saved). A path inside ``case_dir`` (the case's folder: a temporary one, another
+    on every run) shows as ``CASE_FOLDER/...``, so the same error reads the same on every run."""
+    message = str(info.get("message", ""))
+    if case_dir is not None:
+        for prefix in dict.fromkeys((str(Path(case_dir).resolve()), str(case_dir))):
+            message = message.replace(prefix, CASE_FOLDER)
+    return format_error(str(info.get("type", "Error")), message, info.get("where") or "")
 
 
 class CaseRun:
@@ -187,7 +195,7 @@ class CaseRun:
                 raise CheckFailed(explained)
             context = "\nmeanwhile: " + self.launch.failure()[:1500] if self.world_size > 1 and not self.launch.ok \
                 else ""
-            raise CheckFailed(f"{where}{describe_error(info)}{context}")
+            raise CheckFailed(f"{where}{describe_error(info, self.launch.out_dir)}{context}")
         import torch
         try:
             return torch.load(io.BytesIO(data), weights_only=True)

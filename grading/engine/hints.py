@@ -9,11 +9,12 @@ next to its hint. ``format_error`` is the one way a student exception is reporte
 """
 from __future__ import annotations
 
+import functools
 import re
 import traceback
 from pathlib import Path
 
-from common.regions import STUDENT_PACKAGES
+from common.regions import STUDENT_PACKAGES, parse_regions
 
 # (file prefix or "", regex on "Type: message", hint)
 _EXCEPTION_HINTS: list[tuple[str, re.Pattern, str]] = [
@@ -43,20 +44,43 @@ _LIBRARY_PREFIX = re.compile(r"(?:\[rank\d+\]:)?\[(?:[A-Z]\d{4} [\d:.]+ )?[^\]\s
 
 
 def student_frame(tb: traceback.StackSummary | list, root: Path | str | None = None) -> str:
-    """``"path:line (in function)"`` of the innermost frame in a student package, or "" when there is none.
+    """``"path:line (in function)"`` of the innermost frame inside a student region, else of the innermost frame
+    in a student package (provided code such as a helper the region called), or "" when there is none.
 
-    ``tb`` is ``traceback.extract_tb(exc.__traceback__)``; paths are shown
+    ``tb`` is ``traceback.extract_tb(exc.__traceback__)`` (innermost frame last); paths are shown
     relative to ``root`` (default: the current directory, the kit copy).
     """
     root = Path(root or Path.cwd()).resolve()
+    found = []
     for frame in reversed(list(tb)):
         try:
             rel = Path(frame.filename).resolve().relative_to(root).as_posix()
         except (ValueError, OSError):
             continue
         if rel.split("/")[0] in STUDENT_PACKAGES:
-            return f"{rel}:{frame.lineno} (in {frame.name})"
-    return ""
+            where = f"{rel}:{frame.lineno} (in {frame.name})"
+            if _in_region(root / rel, frame.lineno):
+                return where
+            found.append(where)
+    return found[0] if found else ""
+
+
+@functools.lru_cache(maxsize=64)
+def _region_lines(path: Path, mtime_ns: int) -> tuple[tuple[int, int], ...]:
+    """(first, last) body line of every student region of the file ``path`` (as it was at ``mtime_ns``)."""
+    try:
+        regions = parse_regions(path.read_text(), path.name)
+    except (OSError, ValueError):
+        return ()
+    return tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
+
+
+def _in_region(path: Path, line: int | None) -> bool:
+    try:
+        spans = _region_lines(path, path.stat().st_mtime_ns)
+    except OSError:
+        return False
+    return line is not None and any(first <= line <= last for first, last in spans)
 
 
 def likely_cause(kind: str, message: str, where: str = "") -> str:

@@ -21,6 +21,7 @@ from grading.kit.seams import Recorded, Swap
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, describe_exception, stage_devices
 from grading.problems.p2_2_pipe import ID, TITLE
 from grading.problems.p2_2_pipe import reference as ref
+from grading.problems.p2_2_pipe.hints import late_binding_hint
 
 Config = tuple[int, int, int]                       # (stages, rows, split_size)
 Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call
@@ -259,19 +260,26 @@ CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, prel
 
 
 # ================================================================ criteria
-def _check_output(what: str, got: dict, rows: int, split: int, seed: int = 0) -> None:
+def _check_output(run: SplitRun, what: str, got: dict, config: Config, seed: int = 0) -> None:
+    """``got["output"]`` equals the plain model's output on ``batch(rows, seed)``; a failure names a late-binding
+    closure when the output is what one gives on the recorded schedule of ``config``."""
+    stages, rows, split = config
     expect(not isinstance(got["output"], str), f"{what}: {got['output']}")
-    assert_tensor_close(what, got["output"], ref.sequential_forward(rows, seed), atol=1e-5, rtol=1e-4)
+    try:
+        assert_tensor_close(what, got["output"], ref.sequential_forward(rows, seed), atol=1e-5, rtol=1e-4)
+    except CheckFailed as failure:
+        waves = run.expected.waves.get(schedule_of(config))
+        raise CheckFailed(f"{failure}{late_binding_hint(got['output'], waves, stages, rows, split, seed)}") from None
 
 
 def _check_repeated_and_no_grad(run: SplitRun) -> None:
     outputs = run.part(P_REPEATED)
     expect(isinstance(outputs, list) and len(outputs) == REPEATS, f"repeated calls: got {describe(outputs)}")
     for k, out in enumerate(outputs):
-        _check_output(f"Pipe output of call {k + 1} of {REPEATS} on one Pipe (3 stages, batch 8, split_size 2)",
-                      {"output": out}, 8, 2, k)
+        _check_output(run, f"Pipe output of call {k + 1} of {REPEATS} on one Pipe (3 stages, batch 8, split_size 2)",
+                      {"output": out}, (3, 8, 2), k)
     got = run.part(P_NO_GRAD)
-    _check_output("Pipe output under torch.no_grad()", got, 8, 2)
+    _check_output(run, "Pipe output under torch.no_grad()", got, (3, 8, 2))
     expect(got["requires_grad"] is False, "Pipe output under torch.no_grad() requires grad: it built a graph")
 
 
@@ -280,15 +288,16 @@ def _check_repeated_and_no_grad(run: SplitRun) -> None:
 def check_pipe_forward(run: SplitRun) -> None:
     inputs = run.inputs
     for (stages, rows, size), got in zip(inputs.forward, run.part(P_FORWARD)):
-        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size,
-                      inputs.data_seed)
+        _check_output(run, f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got,
+                      (stages, rows, size), inputs.data_seed)
 
 
 @CASE.criterion("2.2.forward_uneven", "Pipe output with a smaller last micro-batch, and split_size > batch",
                 points=1)
 def check_pipe_forward_uneven(run: SplitRun) -> None:
     for (stages, rows, size), got in zip(EDGE_FORWARD_CONFIGS, run.part(P_EDGE_FORWARD)):
-        _check_output(f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got, rows, size)
+        _check_output(run, f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got,
+                      (stages, rows, size))
 
 
 @CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grading.kit.compare import assert_state_close, describe
+from grading.kit.compare import assert_state_close, assert_tensor_close, describe
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
-from grading.problems.p4_1_ddp.hints import bucket_hint, early_launch_hint
+from grading.problems.p4_1_ddp.async_results import DeferredAllReduce
+from grading.problems.p4_1_ddp.hints import bucket_hint, early_launch_hint, unwaited_hint
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
 BROADCAST_SEED = 100          # rank r builds its model from seed 100 + r; all must end with rank 0's
 GRAD_BUCKETS = {"per_parameter": 1e-9, "mid": 1100 / 2 ** 20, "one_bucket": 1000.0, "middle_frozen": 1000.0}
 GRAD_MODELS = {"middle_frozen": ref.MiddleFrozenNet}     # the model of a label (default DDPProbeNet)
+MANY_BUCKETS = {"one bucket each": 1e-9, "all in one bucket": 1000.0}    # ManyScalarsNet: > 256 buckets, > 256 in one
 PER_PARAMETER = GRAD_BUCKETS["per_parameter"]
 OVERLAP_BUCKET = "mid"        # three buckets on DDPProbeNet: the first can launch before backward ends
 IO = (ref.DDP_IN, ref.DDP_OUT)
@@ -56,6 +58,7 @@ P_ORDER = "order"             # ShuffledNet, one bucket per parameter: the all-r
 UNUSED = "gate.scale"         # ShuffledNet's parameter that skip_gate leaves without gradient
 P_UNUSED = "unused"           # ShuffledNet without its gate in forward: what finish raised
 P_AFTER_ERROR = "after_error" # then a full backward on the same wrapper: the gradients
+P_MANY = "many_scalars"       # ManyScalarsNet's gradients (stacked, in registration order) per MANY_BUCKETS label
 
 
 def grads_part(label: str) -> str:
@@ -81,16 +84,8 @@ def probe_ddp(ctx) -> None:
     by public criteria only: they are recorded inside ``PROBLEM.without_inputs``, which
     the hidden spawn (on another world size) skips.
     """
-    import torch.distributed as dist
-
     events: list = []
-    real_all_reduce = dist.all_reduce
-
-    def recording_all_reduce(tensor, *args, **kwargs):
-        events.append(["all_reduce", bool(kwargs.get("async_op", args[2] if len(args) > 2 else False)),
-                       int(tensor.numel())])
-        return real_all_reduce(tensor, *args, **kwargs)
-    dist.all_reduce = recording_all_reduce      # before the student module binds any name
+    DeferredAllReduce(events).install()         # before the student module binds any name
     from data_parallel.ddp import BucketedDDP
 
     def broadcast():
@@ -173,7 +168,18 @@ def probe_ddp(ctx) -> None:
             optimizer.step()
         return ref.params_of(model)
 
+    def many_scalars():
+        found = {}
+        for label, mb in MANY_BUCKETS.items():
+            model = ref.ManyScalarsNet(seed=0)
+            wrapper = BucketedDDP(model, bucket_mb=mb)
+            _backward(ctx, wrapper, 0)
+            wrapper.finish_gradient_synchronization()
+            found[label] = ref.stacked_grads(model)
+        return found
+
     def record_public_parts():
+        ctx.record(P_MANY, many_scalars)
         if OVERLAP_BUCKET in wrappers:
             ctx.record(P_RESET, reset)
         ctx.record(P_ORDER, order)
@@ -213,8 +219,26 @@ def check_buckets(run: SplitRun) -> None:
                    f"order, a new bucket when the next one would exceed the cap){bucket_hint(buckets, want, mb)}")
 
 
-@CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket; a frozen one amid)",
-                points=3)
+def _check_many_scalars(run: SplitRun) -> None:
+    """With more than 256 one-element parameters, in one bucket each and all in one, every rank holds the serial
+    gradients (counts and indices compared by value, not by identity)."""
+    expected = ref.stacked_grads(_serial_many())
+    for rank in range(run.world_size):
+        got = run.part(P_MANY, rank)
+        for label in MANY_BUCKETS:
+            assert_tensor_close(f"BucketedDDP(ManyScalarsNet: {ref.MANY_SCALARS} one-element parameters, {label}): "
+                                f"rank {rank} gradients after finish_gradient_synchronization",
+                                got.get(label) if isinstance(got, dict) else got, expected, atol=1e-6, rtol=1e-5)
+
+
+def _serial_many():
+    model = ref.ManyScalarsNet(seed=0)
+    ref.serial_gradients(model, 0, *IO)
+    return model
+
+
+@CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket; a frozen one amid; "
+                f"{ref.MANY_SCALARS} parameters)", points=3, public_only=(_check_many_scalars,))
 def check_grads(run: SplitRun) -> None:
     """After ``finish_gradient_synchronization`` every rank holds the serial gradients of the global batch."""
     for label, mb in GRAD_BUCKETS.items():
@@ -227,7 +251,8 @@ def check_grads(run: SplitRun) -> None:
                                    "after finish_gradient_synchronization of", got["grads"], expected,
                                    atol=1e-6, rtol=1e-5)
             except CheckFailed as failure:
-                hint = (factor_hint(got["grads"], expected, run.world_size)
+                hint = (unwaited_hint([*got["events"], *got["after"]])
+                        or factor_hint(got["grads"], expected, run.world_size)
                         or early_launch_hint(got["grads"], expected, atol=1e-6, rtol=1e-5))
                 raise CheckFailed(f"{failure}{hint}") from None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from grading.problems.p4_1_ddp import reference as ref
+from grading.problems.p4_1_ddp.async_results import unwaited
 
 
 def close_to(got, expected: dict, atol: float, rtol: float) -> bool:
@@ -54,3 +55,17 @@ def early_launch_hint(got, expected: dict, atol: float, rtol: float) -> str:
         return ""
     return ("\nlikely cause: a bucket was all-reduced before all of its gradients arrived (the gradients "
             "that differ are all zero); launch a bucket only when its last gradient is ready")
+
+
+def unwaited_hint(events: list) -> str:
+    """The cause when some async all-reduce of one backward (``DeferredAllReduce``'s events) was never waited on:
+    the grader hands a handle's result to its tensor only at ``wait()``, so such a submission is wrong on every
+    run, as it would be on any run where gloo had not finished yet. "" when every handle was waited on."""
+    missing = unwaited(events)
+    if not missing:
+        return ""
+    launched = sum(1 for e in events if e[0] == "all_reduce" and e[1])
+    return (f"\nlikely cause: async all-reduce(s) number {missing} of the {launched} launched were never waited on "
+            "(handle.wait()) before finish_gradient_synchronization returned; an async collective's result may "
+            "be read only after its handle's wait() (the grader delivers it there, so the values read were this "
+            "rank's own)")

@@ -14,11 +14,13 @@ from grading.problems.p1_2_comm.reference import grads_of, loss_fn, params_of, s
 GLOBAL_BATCH = 12           # divisible by 2 and 3 ranks
 DDP_IN, DDP_HIDDEN, DDP_OUT = 8, 16, 4
 TRAIN_STEPS = 5
+MANY_SCALARS = 257          # ManyScalarsNet's parameter count: past 256, where `is` on ints stops meaning ==
 SGD_LR, ADAM_LR = 0.1, 1e-2
 
-__all__ = ["DDPProbeNet", "MiddleFrozenNet", "ShuffledNet", "ZeroNet",
+__all__ = ["DDPProbeNet", "MiddleFrozenNet", "ManyScalarsNet", "ShuffledNet", "ZeroNet",
            "batch", "shard", "loss_fn", "grads_of", "params_of", "serial_gradients",
-           "serial_training", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH", "TRAIN_STEPS"]
+           "serial_training", "stacked_grads", "state_of", "flat_numel", "make_optimizer", "GLOBAL_BATCH",
+           "TRAIN_STEPS"]
 
 
 class DDPProbeNet(nn.Module):
@@ -52,6 +54,21 @@ class MiddleFrozenNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :DDP_OUT] * (torch.stack(list(self.scales)) * torch.linspace(0.5, 1.5, 5)).sum()
+
+
+class ManyScalarsNet(nn.Module):
+    """``MANY_SCALARS`` one-element parameters, each with its own gradient: more buckets (one per parameter) or
+    more parameters in one bucket than the 256 small ints CPython keeps one object each of."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.scales = nn.ParameterList(nn.Parameter(torch.randn((), generator=generator))
+                                       for _ in range(MANY_SCALARS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = torch.linspace(0.5, 1.5, MANY_SCALARS)
+        return x[:, :DDP_OUT] * (torch.stack(list(self.scales)) * weights).sum() / MANY_SCALARS
 
 
 class Gate(nn.Module):
@@ -115,6 +132,13 @@ def batch(step: int, in_features: int, out_features: int, dtype: torch.dtype = t
     x = torch.randn(GLOBAL_BATCH, in_features, generator=g)
     y = torch.randn(GLOBAL_BATCH, out_features, generator=g)
     return x.to(dtype), y.to(dtype)
+
+
+def stacked_grads(model: nn.Module) -> torch.Tensor:
+    """The gradients of ``model``'s one-element parameters as one 1-D tensor, in registration order (NaN where a
+    parameter has no gradient)."""
+    return torch.stack([p.grad.detach().reshape(()) if p.grad is not None else torch.tensor(float("nan"))
+                        for p in model.parameters()])
 
 
 def flat_numel(model: nn.Module) -> int:

@@ -16,11 +16,12 @@ from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
-from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, CORRUPTIONS, MANIFEST,
+from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, COLLECTIVES, CORRUPTIONS, MANIFEST,
                                                      MANIFEST_DAMAGE, MODEL_DAMAGE, MODEL_FILE, OPTIMIZER_DAMAGE,
                                                      SHARD_DAMAGE)
-from grading.problems.p4_3_checkpoint.probe import (P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS, P_RESUME,
-                                                    P_ROUNDTRIP, P_STRAIGHT, REMOVES_MANIFEST, SAVE_STEP,
+from grading.problems.p4_3_checkpoint.order import races
+from grading.problems.p4_3_checkpoint.probe import (P_ACCESSES, P_CRASH, P_EVENTS, P_FILES, P_MANIFEST, P_REFUSALS,
+                                                    P_RESUME, P_ROUNDTRIP, P_STRAIGHT, REMOVES_MANIFEST, SAVE_STEP,
                                                     TOTAL_STEPS)
 from grading.problems.p4_3_checkpoint.reference import same
 
@@ -141,10 +142,11 @@ def check_refuse_shard_fields(run: SplitRun) -> None:
     _judge_refusals(run, SHARD_DAMAGE)
 
 
-@CASE.criterion("4.3.refuse_model", "valid-looking model.pt with a missing key or another shape: CheckpointError",
-                points=1)
+@CASE.criterion("4.3.refuse_model", "valid-looking model.pt with a missing key, another shape or an int key: "
+                "CheckpointError", points=1)
 def check_refuse_model(run: SplitRun) -> None:
-    """Digests that match, but model.pt misses a key or holds another shape: refused, naming model.pt."""
+    """Digests that match, but model.pt misses a key, holds another shape, or an extra key (a name, or an int
+    beside a name): refused, naming model.pt."""
     _judge_refusals(run, MODEL_DAMAGE)
 
 
@@ -215,11 +217,15 @@ def check_crash_no_manifest(run: SplitRun) -> None:
                    f"order: {calls}); only rank 0 removes it (at world size 1 no other rank would)")
 
 
-@CASE.criterion("4.3.barriers", "a barrier before any file is written; the last call a barrier after the manifest",
+@CASE.criterion("4.3.barriers", "a barrier before any file is written; an all_gather_object; the last call a "
+                "barrier after the manifest; no rank reads a file another rank writes without a collective between",
                 points=1)
 def check_barriers(run: SplitRun) -> None:
-    """Every rank enters a barrier before it writes a file, and returns right after a barrier that rank 0
-    entered with the manifest in place."""
+    """No rank reads a file that another rank writes in the same stretch between collectives of a save; every
+    rank enters a barrier before it writes a file, gathers the digests with all_gather_object, and returns right
+    after a barrier that rank 0 entered with the manifest in place."""
+    found = races([run.part(P_ACCESSES, rank) for rank in range(run.world_size)])
+    expect(not found, f"save_sharded: {found[0] if found else ''}")
     for rank in range(run.world_size):
         run.part(P_STRAIGHT, rank)
         events = run.part(P_EVENTS, rank)["events"]
@@ -227,7 +233,11 @@ def check_barriers(run: SplitRun) -> None:
         first_save = kinds.index("save") if "save" in kinds else len(kinds)
         expect("barrier" in kinds[:first_save], f"save_sharded: rank {rank} wrote a file before its first "
                f"dist.barrier (calls in order: {kinds}); the ranks synchronise after rank 0 removed the old manifest")
-        collectives = [e for e in events if e[0] in ("barrier", "all_gather_object")]
+        collectives = [e for e in events if e[0] in COLLECTIVES]
+        between = [e[0] for e in collectives[1:-1]]
+        expect("all_gather_object" in between, f"save_sharded: rank {rank} called {between or 'no collective'} "
+               f"between its first and last dist.barrier (calls in order: {kinds}); the ranks gather the digests "
+               "with dist.all_gather_object")
         last = collectives[-1] if collectives else ["none"]
         expect(last[0] == "barrier", f"save_sharded: rank {rank}'s last collective call is {last[0]} (calls in "
                f"order: {kinds}); end with dist.barrier so that no rank returns before the checkpoint is complete")

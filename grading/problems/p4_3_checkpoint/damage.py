@@ -19,6 +19,12 @@ import torch
 
 from grading.problems.probe_helpers import CodeOnLoad
 
+# every torch.distributed call that synchronises ranks (SaveLog and FileOrder watch them)
+COLLECTIVES = ("barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
+               "scatter_object_list", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter",
+               "send", "recv", "isend", "irecv")
+
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.pt"
 # kind -> the file a refusal's message must name (None: any checkpoint file; "shard": this rank's shard)
@@ -30,7 +36,8 @@ MANIFEST_DAMAGE = {"no_manifest": MANIFEST, "other_format": MANIFEST, "older_for
                    "shard_not_listed": MANIFEST, "format_true": MANIFEST,
                    "step_as_text": MANIFEST}     # JSON true == 1 in Python; "10" != 10
 SHARD_DAMAGE = {"rotated_shards": "shard", "other_step_shards": "shard", "shard_without_extra": "shard"}
-MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt", "model_extra_key": "model.pt"}
+MODEL_DAMAGE = {"model_missing_key": "model.pt", "model_other_shape": "model.pt", "model_extra_key": "model.pt",
+                "model_int_key": "model.pt"}      # an int key beside a name: a sorted() of the keys fails
 OPTIMIZER_DAMAGE = {"optimizer_other_group_size": "shard"}    # judged by 4.3.refuse_optimizer alone
 # files whose pickle runs code when loaded without weights_only (""): any CheckpointError, the code never run
 CODE_DAMAGE = {"model_runs_code": "", "shard_runs_code": ""}
@@ -129,6 +136,8 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
             del state[last[:-len("weight")] + "bias"]
         elif kind == "model_extra_key":
             state["unexpected.weight"] = torch.zeros(1)
+        elif kind == "model_int_key":
+            state.update({0: torch.zeros(1), "unexpected.weight": torch.zeros(1)})
         else:
             state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
             state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
@@ -162,7 +171,7 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
 class SaveLog:
     """Records, while ``active``, the collectives, file writes and renames the submission makes in this rank.
 
-    ``install()`` wraps ``dist.barrier``, ``dist.all_gather_object``, ``torch.save``, ``os.replace``,
+    ``install()`` wraps ``dist.barrier`` and the other collectives (``COLLECTIVES``), ``torch.save``, ``os.replace``,
     ``os.rename``, ``os.unlink`` and ``os.remove`` (``Path.unlink`` calls ``os.unlink``) before the submission
     is imported; each event is a plain list.
     """
@@ -185,7 +194,9 @@ class SaveLog:
 
         manifest_there = lambda *a, **k: [(self.active / MANIFEST).exists()]  # noqa: E731
         wrap(dist, "barrier", manifest_there)
-        wrap(dist, "all_gather_object", lambda *a, **k: [])
+        for name in COLLECTIVES:
+            if name != "barrier" and hasattr(dist, name):
+                wrap(dist, name, lambda *a, **k: [])
         wrap(torch, "save", lambda obj, f, *a, **k: [str(getattr(f, "name", f))])     # a path or an open file
         for name in ("replace", "rename"):
             wrap(os, name, lambda src, dst, *a, **k: [str(Path(src).resolve()), str(Path(dst).resolve())])

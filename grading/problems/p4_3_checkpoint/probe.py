@@ -19,6 +19,7 @@ from grading.kit.compare import describe_kind
 from grading.problems.probe_helpers import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, RAN_CODE, SaveLog, damage, digest
+from grading.problems.p4_3_checkpoint.order import FileOrder, order_collectives
 from grading.problems.p4_3_checkpoint.reference import OwnerAdam, same
 
 SIZES = (8, 16, 4)
@@ -33,6 +34,7 @@ P_RESUME = "resume"
 P_EVENTS = "events"           # what the save of step SAVE_STEP did, in order (SaveLog)
 P_FILES = "files"             # the files of that save as torch.load reads them, and what was saved
 P_CRASH = "crash"             # a save that fails in torch.save, into a folder holding a complete checkpoint
+P_ACCESSES = "accesses"       # every save's file accesses, in the order the grader ran them (FileOrder.log)
 REMOVES_MANIFEST = f"remove {MANIFEST}"      # a call of P_CRASH's: os.unlink / os.remove of the manifest
 
 
@@ -91,9 +93,22 @@ def _path_returned(value, manifest: Path) -> dict:
             "manifest": str(manifest.resolve())}
 
 
+def _ordered(ctx, phase: str) -> FileOrder:
+    """This rank's ``FileOrder`` for the case phase ``phase``, watching ``torch.save``, file accesses and
+    collectives; made before the submission binds any name."""
+    order = FileOrder(ctx.rank, ctx.world_size, ctx.handoff_dir / ".order" / phase)
+    order.install()
+    order_collectives(order)
+    return order
+
+
 # ---------------------------------------------------------------- probes (rank side)
 def probe_checkpoint(ctx) -> None:
-    """Phase 1: the straight run with its saves, the saved files, a round trip and the damaged copies."""
+    """Phase 1: the straight run with its saves, the saved files, a round trip and the damaged copies.
+
+    Each save runs with its file accesses in rank order (``FileOrder``), and is followed by a barrier of the
+    grader's before any rank reads what it wrote."""
+    order = _ordered(ctx, "phase1")
     log = SaveLog()
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
@@ -102,7 +117,8 @@ def probe_checkpoint(ctx) -> None:
     saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
-    optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic
+    grader = unchecked_group()                  # the grader's traffic
+    optimizer = OwnerAdam(model, ref.ADAM_LR, group=grader)
     at_save: dict = {}
 
     stale = early / stale_shard(ctx.world_size)
@@ -112,18 +128,24 @@ def probe_checkpoint(ctx) -> None:
         if ctx.rank == 0:                       # the folder already holds a shard of an earlier save by more ranks
             early.mkdir(parents=True, exist_ok=True)
             torch.save({"step": 0, "rank": ctx.world_size, "world_size": ctx.world_size + 1}, stale)
-        save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+        with order.saving(early):
+            save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+        dist.barrier(group=grader)
         losses += _steps(model, optimizer, EARLY_STEP, SAVE_STEP)
         at_save.update(_snapshot(model, optimizer), extra=_extra(SAVE_STEP),
                        state_dict=copy.deepcopy(optimizer.state_dict()))
         log.watch(saved)
         try:
-            at_save["returned"] = save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
+            with order.saving(saved):
+                at_save["returned"] = save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
         finally:
             at_save["events"] = log.stop()
+        dist.barrier(group=grader)
         losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
         return {"losses": losses, "params": ref.params_of(model)}
-    if ctx.record(P_STRAIGHT, straight) is None:
+    done = ctx.record(P_STRAIGHT, straight)
+    ctx.record(P_ACCESSES, lambda: order.log)   # also when a save failed: the race may be why
+    if done is None:
         return
     ctx.record(P_EVENTS, lambda: {"events": at_save["events"], "directory": str(saved.resolve())})
 
@@ -182,6 +204,7 @@ def probe_resumed(ctx) -> None:
     rank of phase 1 has finished: resume from phase 1's checkpoint on a fresh, differently initialised model
     (``load_sharded``, then the remaining steps); then a save that crashes, into a folder holding a complete
     checkpoint (last: a save that does not fail everywhere can hang the ranks)."""
+    order = _ordered(ctx, "phase2")
     log = SaveLog()
     log.install()                               # before the submission binds any name
     from data_parallel.checkpoint import load_sharded, save_sharded
@@ -189,7 +212,8 @@ def probe_resumed(ctx) -> None:
     root = ctx.handoff_dir / "checkpoints"
     torch.manual_seed(999)                       # whatever the checkpoint does not restore differs
     model = _model(seed=7)
-    optimizer = OwnerAdam(model, ref.ADAM_LR, group=unchecked_group())   # the grader's traffic
+    grader = unchecked_group()                  # the grader's traffic
+    optimizer = OwnerAdam(model, ref.ADAM_LR, group=grader)
 
     def resume():
         returned = _returned(load_sharded(root / f"step_{SAVE_STEP}", model, optimizer))
@@ -207,10 +231,13 @@ def probe_resumed(ctx) -> None:
 
     def crash():
         folder = root / "crashed"
-        save_sharded(folder, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+        with order.saving(folder):
+            save_sharded(folder, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+        dist.barrier(group=grader)
         log.watch(folder)
         try:                                    # every rank fails while it writes its shard: nothing to pickle
-            save_sharded(folder, SAVE_STEP, model, optimizer, extra={"unpicklable": lambda: None})
+            with order.saving(folder):
+                save_sharded(folder, SAVE_STEP, model, optimizer, extra={"unpicklable": lambda: None})
             raised = None
         except Exception as exc:  # noqa: BLE001
             raised = type(exc).__name__

@@ -1,0 +1,53 @@
+"""Races a docstring rules out get the same verdict on every run, the machine busy or not.
+
+The grader makes each race lose on every run instead of by luck: an async all-reduce's result reaches its tensor
+only at ``wait()`` (``p4_1_ddp/async_results.py``), and a save's file accesses between two collectives run in
+rank order (``p4_3_checkpoint/order.py``). Each racy submission is graded five times, two of them with busy
+loops on every core beside the ranks, and must get the same verdicts each time, below full marks, with its
+cause named. Only the public cases run: the races are the same at the hidden world size.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grading.engine.runner import run_cases
+from grading.problems import sub_problem
+from tests.kit.test_variants_p4 import RACES
+from tests.kit.variants import make_variant_kit
+
+pytestmark = pytest.mark.kit
+RUNS, BUSY_RUNS = 5, (1, 3)         # the runs (counted from 0) with busy loops beside
+
+def _busy_loops() -> list[subprocess.Popen]:
+    spin = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
+
+
+@pytest.mark.parametrize("variant", RACES, ids=[v.name for v in RACES])
+def test_a_race_gets_the_same_verdicts_on_every_run_busy_or_not(variant, tmp_path, fork_servers):
+    kit = make_variant_kit(tmp_path / "kit", variant.edits)
+    cases = sub_problem(variant.problem).graded_cases()[:1]
+    runs = []
+    for run in range(RUNS):
+        loops = _busy_loops() if run in BUSY_RUNS else []
+        try:
+            verdicts = run_cases(cases, kit, tmp_path / f"run{run}", servers=fork_servers)
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+        runs.append(verdicts)
+    outcomes = [sorted((v.id, v.passed, v.score) for v in verdicts) for verdicts in runs]
+    assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
+    failed = [v for v in runs[0] if not v.passed]
+    assert failed, f"{variant.name} kept full marks"
+    public = {cid for cid in variant.fails if not cid.endswith("_hidden")}
+    assert public <= {v.id for v in failed}, (public, [v.id for v in failed])
+    for verdicts in runs:
+        messages = "\n".join(v.message for v in verdicts if not v.passed)
+        assert variant.hint in messages, f"{variant.name}: no message says {variant.hint!r}:\n{messages[:2000]}"
+
