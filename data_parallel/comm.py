@@ -24,10 +24,12 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
 
     Pass the arguments on to ``dist.init_process_group`` as given: ``backend``
     is any backend string ``torch.distributed`` accepts (``"gloo"``,
-    ``"nccl"``, ``"cpu:gloo"``, ...); ``init_method`` is a rendezvous URL
-    (``file:///path``, ``tcp://host:port`` or ``env://``), and a given URL is
-    the rendezvous to use (the environment's ``MASTER_*`` variables may then
-    be unset or unusable); ``None`` means ``env://`` with ``MASTER_ADDR`` /
+    ``"nccl"``, ``"cpu:gloo"``, a name registered with
+    ``torch.distributed.Backend.register_backend``, ...); ``init_method``
+    is a rendezvous URL (``file:///path``, ``tcp://host:port`` or
+    ``env://``), and a given URL is the rendezvous to use (the
+    environment's ``MASTER_*`` variables may then be unset or unusable);
+    ``None`` means ``env://`` with ``MASTER_ADDR`` /
     ``MASTER_PORT`` defaulting to ``127.0.0.1`` / ``29500`` when unset.
     Setting those two environment variables with ``os.environ.setdefault`` is
     fine (never overwrite values the caller set). ``timeout`` bounds every
@@ -36,6 +38,9 @@ def setup_process_group(rank: int, world_size: int, backend: str = "gloo", init_
     None``), and only ``None`` means 60 s. With ``backend="nccl"`` the
     rank first selects its GPU, ``torch.cuda.set_device(rank %
     torch.cuda.device_count())``, and only then initialises the group.
+    Only ``backend == "nccl"`` selects a GPU: any other backend (a
+    registered CPU one whose name sorts after ``"nccl"`` included) calls
+    no ``torch.cuda.set_device``.
 
     Afterwards ``dist.get_rank() == rank``, ``dist.get_world_size() ==
     world_size`` and ``dist.get_backend() == backend``. Returns None; errors

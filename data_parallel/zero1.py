@@ -30,10 +30,11 @@ class ShardedOptimizer:
     Contract:
 
     - ``params``: the model's parameters (same order on every rank); those
-      with ``requires_grad`` form ``self.params``. Their elements, flattened
-      in that order, are ``self.numel`` = P values; padded with zeros to
-      ``world_size * self.shard_numel`` where ``self.shard_numel`` = S =
-      ``ceil(P / world_size)``. Rank r owns elements ``[r * S, (r + 1) * S)``.
+      with ``requires_grad`` form ``self.params`` (a single one is enough).
+      Their elements, flattened in that order, are ``self.numel`` = P values;
+      padded with zeros to ``world_size * self.shard_numel`` where
+      ``self.shard_numel`` = S = ``ceil(P / world_size)``. Rank r owns
+      elements ``[r * S, (r + 1) * S)``.
     - ``self.master``: this rank's shard as a 1-D **fp32** ``nn.Parameter`` of
       length S (initial values: the parameters' values there; the padding's
       values are free, they never reach a parameter), on the parameters'
@@ -45,12 +46,19 @@ class ShardedOptimizer:
       is ``master`` + that state: 12 * S bytes for Adam.
     - ``step()``: the gradients (``p.grad``; None counts as zeros of the
       parameter's size, so the parameters after it keep their offsets),
-      flattened and padded like the parameters and cast to fp32, are reduce-scattered
-      (sum, ``torch.distributed.reduce_scatter``) and divided by the
-      world size, giving this rank's shard of the mean gradient; that becomes
-      ``master.grad`` for one inner ``optimizer.step()``; then the updated
-      shards of all ranks are all-gathered and copied into every parameter
-      (cast to its dtype), so all ranks hold the same, updated model.
+      flattened and padded like the parameters and cast to fp32 (world_size * S
+      elements), are reduce-scattered (sum, ``torch.distributed.reduce_scatter``,
+      or ``reduce_scatter_tensor`` on the flat vector) into this rank's S
+      elements and divided by the world size, giving this rank's shard of the
+      mean gradient; that becomes ``master.grad`` for one inner
+      ``optimizer.step()``; then the updated shards of all ranks (S elements
+      each) are all-gathered (``torch.distributed.all_gather``, or
+      ``all_gather_into_tensor``) into world_size * S elements and copied into
+      every parameter (cast to its dtype), so all ranks hold the same, updated
+      model.
+      Each ``step()`` calls these two collectives once each, in that order, and
+      no other (no ``all_reduce`` of the gradient: it sends twice a
+      reduce-scatter's traffic, which ZeRO-1 exists to save; no ``broadcast``).
       ``master.grad`` is set to None afterwards (no shard gradient stays
       allocated between steps).
     - ``zero_grad()``, ``state_bytes()``, ``state_dict()`` and

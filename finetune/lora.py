@@ -148,8 +148,12 @@ def save_adapter(model: nn.Module, path: str | os.PathLike) -> None:
 
     The file is ``torch.save`` of a flat ``dict`` mapping each adapter
     parameter's name, exactly as ``model.named_parameters()`` gives it, to a
-    detached CPU copy of its values. The adapter parameters are those whose
-    name's last dot-separated part is ``lora_A`` or ``lora_B``:
+    detached CPU copy of its values, a tensor of its own (``torch.save``
+    writes a tensor's whole storage, so a parameter that is a view of a
+    larger buffer, as ``torch.nn.utils.vector_to_parameters`` makes them,
+    saved as it is would bring that whole buffer along). The adapter
+    parameters are those whose name's last dot-separated part is
+    ``lora_A`` or ``lora_B``:
     ``"blocks.0.fc.lora_A"`` in a model holding ``LoRALinear`` layers, and
     plain ``"lora_A"`` / ``"lora_B"`` when ``model`` is itself a
     ``LoRALinear``. Nothing else goes in (no base weights, no biases, no
@@ -178,8 +182,9 @@ def load_adapter(model: nn.Module, path: str | os.PathLike) -> None:
     ``int``: ValueError too, not the AttributeError of reading its shape),
     when it holds no tensors (an empty dict), when one of the model's
     ``lora_A``/``lora_B`` parameters has no entry (missing key), when it has
-    an entry that is not one of them (extra key), or when an entry's shape
-    differs from its parameter's.
+    an entry that is not one of them (extra key, whatever its type: an
+    ``int`` key such as ``0`` beside ``str`` ones too), or when an entry's
+    shape differs from its parameter's.
 
     Then copy every value into the existing parameter in place under
     ``torch.no_grad()`` (``param.copy_(value)``), so the parameter objects
@@ -195,7 +200,9 @@ def load_adapter(model: nn.Module, path: str | os.PathLike) -> None:
         for name, param in model.named_parameters()
         if name.rpartition(".")[2] in ADAPTER_PARAM_NAMES
     }
-    missing, extra = sorted(params.keys() - state.keys()), sorted(state.keys() - params.keys())
+    # sorted as text: a file may hold int keys beside str ones, which do not compare
+    missing = sorted(params.keys() - state.keys(), key=str)
+    extra = sorted(state.keys() - params.keys(), key=str)
     if missing or extra:
         raise ValueError(f"load_adapter: missing keys {missing}, unexpected keys {extra}")
     for name, param in params.items():

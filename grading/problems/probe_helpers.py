@@ -7,7 +7,10 @@ plus the likely cause, exactly as ``record`` reports what it catches.
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+import inspect
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 
@@ -17,10 +20,13 @@ from grading.engine.hints import describe_exception
 # not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
 from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
-__all__ = ["CodeOnLoad", "DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS", "OPTIMIZER_IMPORTS", "call_outcome",
-           "describe_exception", "expect_refusals", "labelled", "stage_devices", "unchecked_group"]
+__all__ = ["COLLECTIVES", "CodeOnLoad", "CollectiveLog", "DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS",
+           "OPTIMIZER_IMPORTS", "call_outcome", "describe_call", "describe_exception", "expect_refusals", "labelled",
+           "stage_devices", "unchecked_group"]
 
 MESSAGE_CHARS = 300
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+               "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter")
 
 
 class CodeOnLoad:
@@ -79,6 +85,71 @@ def unchecked_group():
         return dist.new_group()
     finally:
         dist.set_debug_level(level)
+
+
+class CollectiveLog:
+    """``torch.distributed``'s collectives (``COLLECTIVES``), wrapped in a rank: each call made inside
+    ``watching()`` is logged as plain data (a part can record it), then made as it was.
+
+    Create it before the student module is imported, so that a ``from torch.distributed import ...`` there binds
+    the wrapped function. Only the window is logged: the grader's own traffic (``unchecked_group()`` included)
+    stays outside it. A logged call::
+
+        {"op": "reduce_scatter", "async_op": False, "sizes": {"output": 106, "input_list": [106, 106]}}
+
+    ``sizes``: the element count of each tensor argument (by its parameter name), a list for a list of tensors.
+    """
+
+    def __init__(self, dist, names: tuple[str, ...] = COLLECTIVES):
+        self._calls: list[dict] | None = None
+        for name in names:
+            real = getattr(dist, name, None)
+            if real is not None:
+                setattr(dist, name, self._wrap(name, real))
+
+    @contextmanager
+    def watching(self) -> Iterator[list[dict]]:
+        """Inside the block, every collective call is appended to the list it yields."""
+        calls: list[dict] = []
+        self._calls = calls
+        try:
+            yield calls
+        finally:
+            self._calls = None
+
+    def _wrap(self, name: str, real: Callable) -> Callable:
+        signature = inspect.signature(real)
+
+        @functools.wraps(real)
+        def logged(*args, **kwargs):
+            if self._calls is not None:
+                self._calls.append(_call_record(name, signature, args, kwargs))
+            return real(*args, **kwargs)
+        return logged
+
+
+def _call_record(name: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:                   # a malformed call: the real collective raises its own error
+        bound = {}
+    sizes: dict[str, int | list[int]] = {}
+    for argument, value in bound.items():
+        if isinstance(value, torch.Tensor):
+            sizes[argument] = int(value.numel())
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+            sizes[argument] = [int(v.numel()) for v in value]
+    return {"op": name, "async_op": bool(bound.get("async_op", False)), "sizes": sizes}
+
+
+def describe_call(call: object) -> str:
+    """A logged call (``CollectiveLog``) in words: 'reduce_scatter(output: 106 elements, input_list: 2 tensors of
+    [106, 106] elements)'."""
+    if not isinstance(call, dict) or not isinstance(call.get("sizes"), dict):
+        return repr(call)[:MESSAGE_CHARS]
+    sizes = ", ".join(f"{argument}: {n} elements" if isinstance(n, int) else
+                      f"{argument}: {len(n)} tensors of {n} elements" for argument, n in call["sizes"].items())
+    return f"{call.get('op')}({sizes})"
 
 
 def stage_devices(count: int) -> list[str]:

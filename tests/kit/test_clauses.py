@@ -24,7 +24,7 @@ def _rows() -> list[tuple[str, str, str]]:
     rows = []
     for line in MAP.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and re.fullmatch(r"\d+[a-z]?", cells[0]):
+        if len(cells) == 5 and re.fullmatch(r"\d+(?:[a-z]\d*)?", cells[0]):
             rows.append((cells[2], cells[3], cells[4]))
     return rows
 

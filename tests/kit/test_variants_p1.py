@@ -146,6 +146,9 @@ VARIANTS = [
         _NO_SET_DEVICE), frozenset({"1.2.setup"}), hint="called torch.cuda.set_device with nothing, expected"),
     Variant("nccl_compared_by_identity", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
         'if backend == "nccl":', 'if backend is "nccl":')), frozenset({"1.2.setup"})),
+    Variant("nccl_compared_by_order", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
+        'if backend == "nccl":', 'if backend >= "nccl":')), frozenset({"1.2.setup"}),
+        hint="expected no call: only backend == 'nccl' selects a GPU ('zgloo' sorts after 'nccl'"),
     Variant("nccl_device_is_rank", COMM, "setup_process_group", edited(COMM, "setup_process_group", (
         "set_device(rank % torch.cuda.device_count())", "set_device(rank)")), frozenset({"1.2.setup"}),
         hint="rank 1 called torch.cuda.set_device with [1], expected 0 once"),

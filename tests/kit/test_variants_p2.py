@@ -169,6 +169,10 @@ VARIANTS = [
         "layers: list[nn.Module] = [Blocks(blocks[start:start + count], model.config)]",
         "layers = [Blocks(blocks[start:start + count], model.config)] if count else []")),
             frozenset({"2.3.more_stages_than_blocks"}), hint="still holds an empty Blocks"),
+    Variant("last_stage_compared_by_identity", GPT2, "gpt2_stages", edited(GPT2, "gpt2_stages", (
+        "if k == len(devices) - 1:", "if k is len(devices) - 1:")),
+            frozenset({"2.3.more_stages_than_blocks"}),
+            hint="stage 299 holds ['Blocks'], expected ['Blocks', 'LMHead']"),
     Variant("blocks_detach_their_input", GPT2, "forward", edited(GPT2, "forward", (
         "mask = causal_mask", "hidden_states = hidden_states.detach()\n        mask = causal_mask")),
         frozenset({"2.3.training_step"})),

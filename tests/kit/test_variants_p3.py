@@ -17,6 +17,9 @@ LORA, ZERO = "finetune/lora.py", "finetune/zero.py"
 _FREEZE = "    for param in model.parameters():\n        param.requires_grad_(False)\n"
 _COPY = "    with torch.no_grad():\n        for name, param in params.items():\n            param.copy_(state[name])"
 _CONFIG = reference(ZERO, "build_config")
+_SORTED_KEYS = ("    # sorted as text: a file may hold int keys beside str ones, which do not compare\n"
+                "    missing = sorted(params.keys() - state.keys(), key=str)\n"
+                "    extra = sorted(state.keys() - params.keys(), key=str)\n")
 
 VARIANTS = [
     # ---- 3.1 apply_lora
@@ -81,6 +84,26 @@ VARIANTS = [
         'torch.load(path, map_location="cpu", weights_only=True)',
         'torch.load(path, map_location="cpu", weights_only=False)')),
             frozenset({"3.2.load_rejects"}), hint="the code ran (the file was unpickled with weights_only=False)"),
+    Variant("duplicates_compared_by_identity", LORA, "apply_lora", edited(LORA, "apply_lora", (
+        "if len(set(names)) != len(names):", "if len(set(names)) is not len(names):")),
+            frozenset({"3.1.validation"}), hint="300 distinct names, expected no error, got ValueError"),
+    Variant("saves_views_of_parameters", LORA, "save_adapter", edited(LORA, "save_adapter", (
+        'param.detach().to("cpu", copy=True)', "param.detach().cpu()")),
+            frozenset({"3.2.save_contents", "3.2.save_contents_hidden"}), hint="torch.save writes a tensor's whole"),
+    Variant("load_sorts_mixed_keys", LORA, "load_adapter", edited(LORA, "load_adapter", (_SORTED_KEYS,
+        "    missing, extra = sorted(params.keys() - state.keys()), sorted(state.keys() - params.keys())\n")),
+            frozenset({"3.2.load_rejects"}), hint="extra keys of two types (0 and head.base.weight): expected "
+            "ValueError, got TypeError"),
+    Variant("load_checks_key_suffixes", LORA, "load_adapter", edited(LORA, "load_adapter", (_SORTED_KEYS,
+        "    if any(key.rpartition('.')[2] not in ADAPTER_PARAM_NAMES for key in state):\n"
+        "        raise ValueError('load_adapter: the file holds keys that name no adapter')\n" + _SORTED_KEYS)),
+            frozenset({"3.2.load_rejects"}), hint="an int key (0) beside every adapter key: expected ValueError, "
+            "got AttributeError"),
+    Variant("load_sorts_symmetric_difference", LORA, "load_adapter", edited(LORA, "load_adapter", (
+        _SORTED_KEYS + "    if missing or extra:\n", "    unmatched = sorted(params.keys() ^ state.keys())\n"
+        "    if unmatched:\n"), ("missing keys {missing}, unexpected keys {extra}", "keys {unmatched} do not match")),
+            frozenset({"3.2.load_rejects"}), hint="an int key (0) in place of a missing key (head.lora_B): expected "
+            "ValueError, got TypeError"),
     # ---- 3.3 build_config / train_microbatch
     Variant("batch_size_without_world_size", ZERO, "build_config", edited(ZERO, "build_config", (
         "world_size * micro_batch * grad_accum", "micro_batch * grad_accum")),
@@ -130,7 +153,8 @@ PAIRED = [("batch_size_without_world_size", "loss_divided_by_accumulation_again"
           ("clipping_left_at_default", "steps_raw_optimizer"),
           ("no_config_validation", "microbatch_mse_instead_of_loss_fn"),
           ("config_as_json_text", "microbatch_returns_tensor"),
-          ("size_compared_before_type_check", "loss_backward_instead_of_engine_backward")]
+          ("size_compared_before_type_check", "loss_backward_instead_of_engine_backward"),
+          ("saves_views_of_parameters", "load_sorts_mixed_keys")]
 _BY_NAME = {v.name: v for v in VARIANTS}
 GROUPS = [tuple(_BY_NAME[n] for n in pair) for pair in PAIRED]
 GROUPS += [(v,) for v in VARIANTS if not any(v.name in pair for pair in PAIRED)]

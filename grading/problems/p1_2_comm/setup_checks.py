@@ -44,6 +44,10 @@ P_SETUP_NCCL = "setup_nccl"  # dry runs of setup with backend="nccl": the GPUs s
 # "nccl" as a command line gives it: a string made at run time, equal to the literal but not the same object
 RUNTIME_NCCL = "".join(("nc", "cl"))
 FAKE_GPU_COUNTS = (1, 3)     # rank % count tells a rank's own GPU from a constant one and from the rank itself
+# Only backend == "nccl" selects a GPU: "zgloo", a CPU backend the probe registers (its process group is gloo's),
+# sorts after "nccl", so a backend compared by order (`backend >= "nccl"`) would select one.
+CPU_BACKEND = "zgloo"
+P_SETUP_CPU_BACKEND = "setup_cpu_backend"    # a dry run of setup with backend=CPU_BACKEND while GPUs are reported
 
 
 class DryRunStop(RuntimeError):
@@ -83,7 +87,9 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     ``P_SETUP_ENV`` (``init_method=None`` with the caller's MASTER_* set, and
     unset), ``P_SETUP_NCCL`` (``backend="nccl"`` while ``torch.cuda`` reports
     each of ``FAKE_GPU_COUNTS`` GPUs: the GPU it selects is noted, none is
-    touched) and ``P_SETUP`` (rank, world size, backend, an all_reduce of
+    touched), ``P_SETUP_CPU_BACKEND`` (the same with the registered CPU
+    backend ``CPU_BACKEND`` and the most GPUs: none may be selected) and
+    ``P_SETUP`` (rank, world size, backend, an all_reduce of
     rank + 1 and the timeout seen, once joined through a ``file://`` URL while
     MASTER_PORT is unusable).
     """
@@ -112,9 +118,9 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
             calls["dry_run"] = False
         return {"outcome": outcome, "init": calls["init_env"]}
 
-    def nccl_dry_run(count: int) -> dict:
-        """A dry run of setup_process_group with backend="nccl" while torch.cuda reports ``count`` GPUs: how it
-        ended, whether init_process_group was reached, and each GPU selected ([index, joined already])."""
+    def device_dry_run(backend: str, count: int) -> dict:
+        """A dry run of setup_process_group with ``backend`` while torch.cuda reports ``count`` GPUs: how it ended,
+        whether init_process_group was reached, and each GPU selected ([index, joined already])."""
         selected: list = []
 
         def select(device) -> None:
@@ -122,8 +128,8 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
         calls.update(init_timeout=NOT_CALLED, dry_run=True)
         try:
             with fake_gpus(count, select):
-                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, RUNTIME_NCCL,
-                                                                        init_method=f"file://{ctx.store}.nccl",
+                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, backend,
+                                                                        init_method=f"file://{ctx.store}.{backend}",
                                                                         timeout=timeout))
         finally:
             calls["dry_run"] = False
@@ -136,6 +142,10 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     def env_defaults():
         return {"set": env_dry_run(CALLER_ENV), "unset": env_dry_run({})}
 
+    def cpu_backend_dry_run() -> dict:
+        register_cpu_backend(CPU_BACKEND)
+        return device_dry_run(CPU_BACKEND, max(FAKE_GPU_COUNTS))
+
     def setup():
         join(timeout)
         value = torch.tensor([float(ctx.rank + 1)])
@@ -146,8 +156,23 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     ctx.record(P_SETUP_DEFAULT, lambda: dry_run_timeout(None))
     ctx.record(P_SETUP_ZERO, lambda: dry_run_timeout(ZERO_TIMEOUT))
     ctx.record(P_SETUP_ENV, env_defaults)
-    ctx.record(P_SETUP_NCCL, lambda: {str(count): nccl_dry_run(count) for count in FAKE_GPU_COUNTS})
+    ctx.record(P_SETUP_NCCL, lambda: {str(count): device_dry_run(RUNTIME_NCCL, count) for count in FAKE_GPU_COUNTS})
+    ctx.record(P_SETUP_CPU_BACKEND, cpu_backend_dry_run)
     ctx.record(P_SETUP, setup)
+
+
+def register_cpu_backend(name: str) -> None:
+    """Register ``name`` with torch.distributed (once per process) as a CPU backend whose process group is gloo's:
+    a backend string ``torch.distributed`` accepts, a real group if joined, and no GPU."""
+    import torch.distributed as dist
+    if name.lower() not in dist.Backend.backend_list:
+        dist.Backend.register_backend(name, _gloo_process_group, devices=["cpu"])
+
+
+def _gloo_process_group(store, rank: int, world_size: int, timeout: datetime.timedelta):
+    """The creator of ``register_cpu_backend``'s backend: gloo's process group over the rendezvous's store."""
+    import torch.distributed as dist
+    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
 
 
 @contextlib.contextmanager
@@ -215,7 +240,7 @@ def check_setup(run: SplitRun) -> None:
     """Every rank joined through the given init_method as the given rank, world size and backend, with the
     given timeout; the dry runs' ``DryRunStop`` reached the caller; with ``init_method=None`` it used env://,
     keeping the caller's MASTER_* values and defaulting unset ones; with backend="nccl" it selected its own GPU
-    (rank % device count) before joining."""
+    (rank % device count) before joining, and with another backend none."""
     call = (f"setup_process_group(rank, {run.world_size}, {SETUP_BACKEND!r}, init_method='file://...', "
             f"timeout={PG_TIMEOUT_S} s)")
     for rank in range(run.world_size):
@@ -237,6 +262,20 @@ def check_setup(run: SplitRun) -> None:
                "torch.distributed must propagate to the caller")
         _check_env_rendezvous(run.part(P_SETUP_ENV, rank), rank, run.world_size)
         _check_nccl_device(run.part(P_SETUP_NCCL, rank), rank, run.world_size)
+        _check_cpu_backend_device(run.part(P_SETUP_CPU_BACKEND, rank), rank, run.world_size)
+
+
+def _check_cpu_backend_device(got: dict, rank: int, world_size: int) -> None:
+    """With the registered CPU backend ``CPU_BACKEND`` (GPUs reported), rank ``rank`` reached init_process_group and
+    selected no GPU."""
+    call = (f"setup_process_group(rank, {world_size}, {CPU_BACKEND!r}, init_method='file://...') with "
+            f"{max(FAKE_GPU_COUNTS)} GPU(s), {CPU_BACKEND!r} a registered CPU backend")
+    expect(got["joined"], f"{call}: rank {rank} never called dist.init_process_group (it ended with "
+           f"{got['outcome']})")
+    chosen = [index for index, _ in got["selected"]]
+    expect(not chosen, f"{call}: rank {rank} called torch.cuda.set_device with {chosen}, expected no call: only "
+           f"backend == 'nccl' selects a GPU ({CPU_BACKEND!r} sorts after 'nccl', so a comparison by order such "
+           "as >= selects one)")
 
 
 def _check_nccl_device(seen: dict, rank: int, world_size: int) -> None:

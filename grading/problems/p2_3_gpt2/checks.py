@@ -62,9 +62,13 @@ P_MORE_STAGES = "more_stages_than_blocks"
 P_STAGES_META = "stages_meta"          # gpt2_stages over META_DEVICES: each stage must be moved to its device
 P_STAGES_RETURNED = "stages_returned"  # what gpt2_stages returned (a list of nn.Sequential)
 P_ZERO_BLOCK_STAGES = "zero_block_stages"  # the modules of each of MORE_STAGES stages (two hold no block)
+P_MANY_STAGES = "many_stages"          # the modules of each of MANY_STAGES stages (all but four hold no block)
 P_BLOCKS_OUTPUT = "blocks_output"      # what Blocks.forward returns for two blocks (a tensor of the input's shape)
 META_DEVICES = ("cpu", "meta", "cpu")  # a device other than the CPU even on a CPU-only machine
 MORE_STAGES = 6                        # stages for the 4-block GPT-2: two of them hold no block
+# stages for the 4-block GPT-2 whose indices pass 256: CPython keeps one object of each small int only, so a stage
+# index compared by identity (`k is len(devices) - 1`) misses the last stage there
+MANY_STAGES = 300
 
 
 def _sequential_pipe():
@@ -112,8 +116,9 @@ def probe_gpt2(ctx) -> None:
     ctx.record(P_STAGES_META, lambda: [s["param_devices"] for s in _describe_stages(
         gpt2, ref.tiny_gpt2(), len(META_DEVICES), META_DEVICES)])
     ctx.record(P_STAGES_RETURNED, lambda: describe_kind(gpt2.gpt2_stages(ref.tiny_gpt2(), stage_devices(2))))
-    ctx.record(P_ZERO_BLOCK_STAGES, lambda: [[_module_kind(gpt2, m) for m in stage.children()] for stage in
-                                             gpt2.gpt2_stages(ref.tiny_gpt2(), ["cpu"] * MORE_STAGES)])
+    for part, count in ((P_ZERO_BLOCK_STAGES, MORE_STAGES), (P_MANY_STAGES, MANY_STAGES)):
+        ctx.record(part, lambda count=count: [[_module_kind(gpt2, m) for m in stage.children()] for stage in
+                                              gpt2.gpt2_stages(ref.tiny_gpt2(), ["cpu"] * count)])
     ids = ref.gpt2_batch()
 
     def blocks_output():
@@ -252,17 +257,29 @@ def check_gpt2_pipeline_parallel(run: SplitRun) -> None:
     _check_logits(run, "pipeline_parallel")
 
 
+def _stage_kinds(count: int) -> list[list[str]]:
+    """The modules each of ``count`` stages of the 4-block GPT-2 holds: Embeddings first, a Blocks in every stage
+    (empty ones included), LMHead last."""
+    return [(["Embeddings"] if k == 0 else []) + ["Blocks"] + (["LMHead"] if k == count - 1 else [])
+            for k in range(count)]
+
+
 @CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks hold an empty Blocks, which passes its "
-                "input through", points=1)
+                "input through (6 and 300 stages)", points=1)
 def check_more_stages_than_blocks(run: SplitRun) -> None:
-    got = run.part(P_ZERO_BLOCK_STAGES)
-    want = [(["Embeddings"] if k == 0 else []) + ["Blocks"] + (["LMHead"] if k == MORE_STAGES - 1 else [])
-            for k in range(MORE_STAGES)]
+    got, want = run.part(P_ZERO_BLOCK_STAGES), _stage_kinds(MORE_STAGES)
     expect(got == want, f"gpt2_stages of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} devices: the stages "
            f"hold {got}, expected {want} (a stage whose share is zero blocks still holds an empty Blocks)")
     assert_tensor_close(f"model_parallel logits of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} stages "
                         "(some stages hold no block)", run.part(P_MORE_STAGES), ref.gpt2_logits("eager"),
                         atol=1e-5, rtol=1e-4)
+    got, want = run.part(P_MANY_STAGES), _stage_kinds(MANY_STAGES)
+    what = f"gpt2_stages of the {ref.GPT2_LAYERS}-block GPT-2 over {MANY_STAGES} devices"
+    expect(len(got) == MANY_STAGES, f"{what}: {len(got)} stages, expected {MANY_STAGES}")
+    for k, (mine, theirs) in enumerate(zip(got, want)):
+        cause = (" (stage k is the last when k == len(devices) - 1, compared with ==: 'is' fails for ints above "
+                 "256, which are distinct objects)" if "LMHead" in theirs and "LMHead" not in mine else "")
+        expect(mine == theirs, f"{what}: stage {k} holds {mine}, expected {theirs}{cause}")
 
 
 @CASE.criterion("2.3.training_step", "one pipeline_parallel training step's loss and gradients equal the unsplit "

@@ -49,6 +49,10 @@ P_REPLACE = "replace"    # a split part: recorded once per split
 P_OUTPUTS = "outputs"
 P_TRAINABLE = "trainable"
 P_INVALID = "invalid"
+# Many distinct targets are no duplicates: an nn.ModuleList of MANY_TARGETS nn.Linear(1, 1), every one named. Past
+# 256 the list's length and its set's are distinct int objects, so lengths compared by identity (`is not`) differ.
+MANY_TARGETS = 300
+P_MANY_TARGETS = "many_targets"    # apply_lora on all of them: its outcome and the LoRALinear count afterwards
 
 
 def _call(inputs: Inputs) -> str:
@@ -135,6 +139,12 @@ def probe_apply(ctx) -> None:
         return results
     ctx.record(P_INVALID, invalid)
 
+    def many_targets():
+        model = torch.nn.ModuleList(torch.nn.Linear(1, 1) for _ in range(MANY_TARGETS)).to(device)
+        outcome = call_outcome(lambda: apply_lora(model, [str(k) for k in range(MANY_TARGETS)]), message=True)
+        return {"outcome": outcome, "lora": sum(isinstance(module, LoRALinear) for module in model)}
+    ctx.record(P_MANY_TARGETS, many_targets)
+
 
 CASE = PROBLEM.case("p3_apply_lora", probe_apply, world_size=1, init_group=False, timeout_s=60,
                     split_parts=(P_REPLACE,))
@@ -195,10 +205,19 @@ def check_trainable(run: SplitRun) -> None:
            f"{got['trainable']}, expected only the adapters {want} (freeze every parameter of the model)")
 
 
-@CASE.criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched",
-                points=2)
+@CASE.criterion("3.1.validation", "each invalid input raises ValueError and leaves the model untouched; 300 "
+                "distinct targets are no duplicates", points=2)
 def check_invalid(run: SplitRun) -> None:
     expect_refusals(run.part(P_INVALID), "apply_lora with", {
         "swapped": "validate every target before changing the model",
         "requires_grad": "validate before freezing"})
+    got = run.part(P_MANY_TARGETS)
+    call = (f"apply_lora(nn.ModuleList of {MANY_TARGETS} nn.Linear(1, 1), ['0', '1', ..., "
+            f"'{MANY_TARGETS - 1}'])")
+    cause = (" (a name is a duplicate only when len(set(names)) != len(names), compared with !=: 'is not' holds for "
+             "equal ints above 256, which are distinct objects)" if got["outcome"].startswith("ValueError") else "")
+    expect(got["outcome"] == "no exception", f"{call}: {MANY_TARGETS} distinct names, expected no error, got "
+           f"{got['outcome']}{cause}")
+    expect(got["lora"] == MANY_TARGETS, f"{call}: {got['lora']} of the {MANY_TARGETS} layers became LoRALinear, "
+           f"expected all {MANY_TARGETS}")
 

@@ -37,6 +37,7 @@ PROBLEM = SubProblem(ID, TITLE, __package__,
                      inputs=Inputs(targets=tuple(ref.ADAPTER_TARGETS), rank=ref.RANK, seed=SAVED_SEED))
 
 P_SAVE = "save"    # a split part: recorded once per split
+P_SAVE_SHARED = "save_shared"    # save_adapter on a model whose parameters are views of one buffer: storage bytes
 P_RESTORE = "restore"
 P_IN_PLACE = "in_place"
 P_REJECTS = "rejects"
@@ -107,6 +108,19 @@ def probe_adapter_io(ctx) -> None:
                     isinstance(v, torch.Tensor) and torch.equal(v.cpu(), params[k].detach().cpu())))}
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SAVE, lambda: save(inputs)))
 
+    def save_shared() -> dict:
+        """save_adapter on a CPU model whose parameters are views of one buffer (vector_to_parameters, so on every
+        machine): for each saved tensor, the bytes of the storage torch.save wrote for it and its own bytes."""
+        model = _kit_lora_model("cpu", saved)
+        params = list(model.parameters())
+        torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(params), params)
+        path = folder / "student_shared.pt"
+        labelled("save_adapter(model whose parameters share one buffer, path)", save_adapter, model, path)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        return {k: [v.untyped_storage().nbytes(), v.numel() * v.element_size()] for k, v in loaded.items()
+                if isinstance(v, torch.Tensor)} if isinstance(loaded, dict) else {}
+    ctx.record(P_SAVE_SHARED, save_shared)
+
     def restore():
         source = _kit_lora_model(device, saved)
         model = _kit_lora_model(device, other)
@@ -145,6 +159,12 @@ def probe_adapter_io(ctx) -> None:
             "a mis-shaped entry that would broadcast (head.lora_B, one row)": {**saved,
                                                                              "head.lora_B": saved["head.lora_B"][:1]},
             "a value that is not a tensor (head.lora_B: 0)": {**saved, "head.lora_B": 0},
+            # int keys: a file's keys need not be str (sorting them with str keys raises TypeError)
+            "an int key (0) beside every adapter key": {**saved, 0: saved["head.lora_B"]},
+            "an int key (0) in place of a missing key (head.lora_B)": {
+                **{k: v for k, v in saved.items() if k != "head.lora_B"}, 0: saved["head.lora_B"]},
+            "extra keys of two types (0 and head.base.weight)": {
+                **saved, 0: saved["head.lora_B"], "head.base.weight": torch.zeros(ref.OUT_FEATURES, ref.HIDDEN)},
         }
         results = []
         for label, state in bad.items():
@@ -172,7 +192,8 @@ CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=
 
 
 # ---------------------------------------------------------------- criteria
-@CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved, CPU, detached, weights_only loadable", points=3)
+@CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved (no shared buffer), CPU, detached, weights_only "
+                "loadable", points=3)
 def check_save(run: SplitRun) -> None:
     inputs = run.inputs
     got = run.part(P_SAVE)
@@ -196,6 +217,11 @@ def check_save(run: SplitRun) -> None:
            "parameter whose name is lora_A or lora_B or ends in .lora_A or .lora_B)")
     expect(not bare["differ"], f"save_adapter on a model that is itself a LoRALinear: saved {bare['differ']} "
            "differ from the model's values")
+    for name, (stored, own) in run.part(P_SAVE_SHARED).items():
+        expect(stored == own, "save_adapter on a model whose parameters are views of one buffer "
+               f"(torch.nn.utils.vector_to_parameters): '{name}' was saved with a storage of {stored} bytes, its "
+               f"own values are {own} bytes: torch.save writes a tensor's whole storage, here the base weights "
+               "too; save a copy of each adapter (.to('cpu', copy=True) or .clone())")
 
 
 @CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2)
@@ -217,7 +243,7 @@ def check_in_place(run: SplitRun) -> None:
            f"of dtype {got['dtypes']}: copy the values into the parameters (param.copy_), which casts them")
 
 
-@CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped/non-tensor files: ValueError before any "
+@CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped/non-tensor/int-key files: ValueError before any "
                 "change; a file that runs code is refused unrun", points=3)
 def check_rejects(run: SplitRun) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
