@@ -102,7 +102,7 @@ def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
 
 
 def test_hung_rank_is_killed_and_its_stack_reported(tmp_path, run):
-    result = run(tmp_path, "rank1_hangs_in_collective", timeout_s=8, pg_timeout_s=60)
+    result = run(tmp_path, "rank1_hangs_in_collective", timeout_s=5, pg_timeout_s=60)
     assert result.timed_out and not result.ok
     message = result.failure()
     assert "timed out" in message and ("rank(s) 0, 1" in message or "rank(s) 1" in message), message
