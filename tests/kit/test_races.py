@@ -3,8 +3,8 @@
 The grader makes each race lose on every run instead of by luck: an async all-reduce's result reaches its tensor
 only at ``wait()`` (``p4_1_ddp/async_results.py``), and a save's file accesses between two collectives run in
 rank order (``p4_3_checkpoint/order.py``). Each racy submission is graded five times, two of them with busy
-loops on every core beside the ranks, and must get the same verdicts each time, below full marks, with its
-cause named. Only the public cases run: the races are the same at the hidden world size.
+loops on every core beside the ranks (``_busy_loops``), and must get the same verdicts each time, below full
+marks, with its cause named. Only the public cases run: the races are the same at the hidden world size.
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ pytestmark = pytest.mark.kit
 RUNS, BUSY_RUNS = 5, (1, 3)         # the runs (counted from 0) with busy loops beside
 
 def _busy_loops() -> list[subprocess.Popen]:
-    spin = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
+    """A spinning process per core, at nice 5: it takes about a quarter of each core from the ranks (and from
+    the other tests running beside this one, which it would otherwise slow to half speed)."""
+    spin = "import os, time\nos.nice(5)\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
     return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
 
 
