@@ -300,6 +300,10 @@ CKPT_VARIANTS = [
         "    gathered: list[dict] = [{} for _ in range(world_size)]\n    dist.all_gather_object(gathered, digests)",
         "    gathered = [{} for _ in range(world_size)] if rank == 0 else None\n"
         "    dist.gather_object(digests, gathered, dst=0)")), fails("4.3.barriers")),
+    # the folder created without its parents: a save into a new folder of a new folder fails
+    Variant("mkdir_without_parents", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
+        "directory.mkdir(parents=True, exist_ok=True)", "directory.mkdir(exist_ok=True)")),
+        fails("4.3.crash_no_manifest")),
     Variant("no_final_barrier", CKPT, "save_sharded", edited(CKPT, "save_sharded", (
         "    dist.barrier()\n    return manifest", "    return manifest")), fails("4.3.barriers")),
     Variant("shard_keys_renamed", CKPT, "save_sharded", edited(CKPT, "save_sharded", (

@@ -197,7 +197,8 @@ def check_resume(run: SplitRun) -> None:
 
 @CASE.criterion("4.3.crash_no_manifest", "a save that crashes midway leaves no manifest", points=1)
 def check_crash_no_manifest(run: SplitRun) -> None:
-    """A save that fails in every rank's torch.save, into a folder with a complete checkpoint: no manifest.json."""
+    """A save that fails in every rank's torch.save, into a folder with a complete checkpoint (which the save
+    before it created, parents too): no manifest.json."""
     run.part(P_STRAIGHT, 0)                     # save_sharded's own error, when it raised
     got = run.part(P_CRASH, 0)
     expect(got["raised"] is not None, "save_sharded with an extra that cannot be pickled returned without an "

@@ -230,7 +230,7 @@ def probe_resumed(ctx) -> None:
     ctx.record(P_RESUME, resume)
 
     def crash():
-        folder = root / "crashed"
+        folder = root / "later" / "crashed"     # neither exists yet: save_sharded creates the folder, parents too
         with order.saving(folder):
             save_sharded(folder, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
         dist.barrier(group=grader)
