@@ -128,6 +128,7 @@ def probe_checkpoint(ctx) -> None:
         if ctx.rank == 0:                       # the folder already holds a shard of an earlier save by more ranks
             early.mkdir(parents=True, exist_ok=True)
             torch.save({"step": 0, "rank": ctx.world_size, "world_size": ctx.world_size + 1}, stale)
+        dist.barrier(group=grader)              # every rank's save starts with that folder in place
         with order.saving(early):
             save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
         dist.barrier(group=grader)
