@@ -36,7 +36,7 @@ from grading.engine.run_servers import SERVERS_ENV
 from grading.problems import all_cases, titles
 
 # The session's grading runs (its own, and each `python -m grading` a test starts: ``fork_servers``) share one fork
-# server: the suite already runs two test files side by side (-n 2), so a second server would only import the
+# server: the suite already runs test files side by side (-n 3), so a second server would only import the
 # libraries twice. The kit's launcher tests run two servers; a value set outside is kept.
 os.environ.setdefault(SERVERS_ENV, "1")
 _NOTES: list[str] = []
