@@ -2,8 +2,9 @@
 
 ``is_symptom`` tells a report of another rank's failure from a rank's own fault, ``rank_at_fault`` picks the rank
 whose failure explains the others', and ``traceback_line`` / ``dump_place`` say where in the student's code a
-rank was. The grader's engine builds its messages on these (``grading.engine.peers``), the entry points their
-``RankError`` (``project.launch``).
+rank was; ``headline``, ``located`` and ``library_of`` are the one way an error's first line, its place and the
+library that raised it are written. The grader's engine builds its messages on these (``grading.engine.peers``),
+the entry points their ``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ _SYMPTOM = re.compile(
     r"ncclRemoteError|ncclSystemError|Received data size doesn't match|gloo/transport|"
     r"stopped by the communication library")
 # A frame in a traceback ("File ..., line N, in fn") or a faulthandler dump ("File ..., line N in fn").
-_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+FRAME = _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 _C10D = "torch/distributed/distributed_c10d.py"
 
 
@@ -43,7 +44,7 @@ def dump_place(stack: str, packages: tuple[str, ...]) -> tuple[str, str]:
     for block in re.split(r"\n\s*\n", stack):
         frames = _FRAME.findall(block)
         for depth, (path, line, function) in enumerate(frames):
-            rel = _package_path(path, packages)
+            rel = package_path(path, packages)
             if rel:
                 inner = [f for p, _, f in frames[:depth] if p.endswith(_C10D)]
                 return (inner[-1] if inner else ""), f"{rel}:{line} (in {function})"
@@ -51,17 +52,91 @@ def dump_place(stack: str, packages: tuple[str, ...]) -> tuple[str, str]:
 
 
 def traceback_line(text: str, packages: tuple[str, ...]) -> str:
-    """A formatted traceback as one line: its exception (``Type: message``, first line) and, where it has one, its
-    innermost frame in the student's ``packages``: ``KeyError: 'w' (at data_parallel/comm.py:66 (in
-    average_gradients))``."""
-    tail = [line for line in text.strip().splitlines() if line.strip() and not line.startswith(" ")]
-    last = tail[-1].strip() if tail else text.strip()[:300]
-    frames = _FRAME.findall(text)[::-1]       # a traceback lists its outermost frame first
-    _, where = dump_place("\n".join(f'File "{p}", line {n} in {f}' for p, n, f in frames), packages)
-    return last + (f" (at {where})" if where else "")
+    """A formatted traceback as one line: its exception's ``headline`` (``Type: message``) and, where it has one, its
+    innermost frame in the student's ``packages``, plus the library's frame when the exception was raised inside a
+    library (``library_of``): ``KeyError: 'w' (at data_parallel/comm.py:66 (in average_gradients))``,
+    ``ValueError: not enough values to unpack (at tensor_parallel/gpt2.py:40 (in f); raised inside transformers)``."""
+    exception, where, library = traceback_parts(text, packages)
+    return headline(exception) + located(where, library)
 
 
-def _package_path(path: str, packages: tuple[str, ...]) -> str:
+def traceback_parts(text: str, packages: tuple[str, ...]) -> tuple[str, str, str]:
+    """(the exception's text, ``Type: message`` with every line of the message; its innermost frame in the
+    student's ``packages``, "" when none; the library that raised it, "" when its innermost frame is not a
+    library's, with that frame (``transformers at transformers/models/gpt2/modeling_gpt2.py:336 (in forward)``) when
+    no frame of the student's is on the stack) of a formatted traceback (its last exception, when exceptions are
+    chained)."""
+    lines = text.strip().splitlines()
+    frames = [k for k, line in enumerate(lines) if _FRAME.search(line) and line.startswith(" ")]
+    start = frames[-1] + 1 if frames else 0
+    while start < len(lines) and (lines[start].startswith(" ") or not lines[start].strip()):
+        start += 1                               # the last frame's source line and its ^^^ markers
+    exception = "\n".join(lines[start:]) if start < len(lines) else text.strip()[:300]
+    found = _FRAME.findall(text)[::-1]           # a traceback lists its outermost frame first
+    _, where = dump_place("\n".join(f'File "{p}", line {n} in {f}' for p, n, f in found), packages)
+    library = library_of(found[0][0]) if found and not package_path(found[0][0], packages) else ""
+    if library and not where:                   # no frame of the student's: the library's own frame says where
+        path, line, function = found[0]
+        library += f" at {_library_file(path) or path.rsplit('/', 1)[-1]}:{line} (in {function})"
+    return exception, where, library
+
+
+def headline(message: str) -> str:
+    """The first line of an error message, whole: with the lines that continue its sentence (torch wraps "Expected
+    parameter `tensor` of type torch.Tensor" / "but got <class 'list'> instead." over two lines) joined onto it,
+    so a table that shows one line shows what the message says, and the location that follows it."""
+    return split_headline(message)[0]
+
+
+def split_headline(message: str) -> tuple[str, str]:
+    """(``headline(message)``, the lines of ``message`` after those it joined)."""
+    lines = message.strip().splitlines()
+    first, used = (lines[0].strip() if lines else ""), 1
+    for line in lines[1:4]:
+        if not line.strip() or first.endswith((".", "!", "?", ":")) or len(first) > 400:
+            break
+        first, used = f"{first} {line.strip()}", used + 1
+    return first, "\n".join(lines[used:]).strip("\n")
+
+
+def located(where: str, library: str = "") -> str:
+    """What follows an error's headline to say where it was raised: `` (at path:line (in fn))``, with ``; raised
+    inside <library>`` when a library raised it below the student's frame ("" when neither is known)."""
+    inside = f"raised inside {library}" if library else ""
+    if where:
+        return f" (at {where}" + (f"; {inside})" if inside else ")")
+    return f" ({inside})" if inside else ""
+
+
+# Where installed libraries live, and the libraries a student's call reaches (named after their module)
+_INSTALLED = re.compile(r"/(?:site|dist)-packages/(.+)$")
+_LIBRARIES = ("torch", "transformers", "deepspeed", "peft", "datasets", "tokenizers", "accelerate", "numpy")
+
+
+def library_of(path: str) -> str:
+    """The library a source file belongs to, named by module (``torch.distributed``, ``torch.nn``,
+    ``transformers``), or "" for a file that is not a library's. torch is named with its sub-package."""
+    path = path.replace("\\", "/")
+    match = _INSTALLED.search(path)
+    parts = match.group(1).split("/") if match else []
+    if not parts:
+        names = path.split("/")
+        found = [k for k, name in enumerate(names[:-1]) if name in _LIBRARIES]
+        parts = names[found[-1]:] if found else []
+    if len(parts) < 2 or parts[0].endswith((".py", ".so")) or "." in parts[0]:
+        return ""
+    if parts[0] == "torch" and len(parts) > 2:
+        return f"torch.{parts[1]}"
+    return parts[0]
+
+
+def _library_file(path: str) -> str:
+    """An installed library's source file from its package on (``transformers/models/gpt2/modeling_gpt2.py``)."""
+    match = _INSTALLED.search(path.replace("\\", "/"))
+    return match.group(1) if match else ""
+
+
+def package_path(path: str, packages: tuple[str, ...]) -> str:
     """``path`` from its student package on ("data_parallel/comm.py"), or "" when it is not in one."""
     parts = path.split("/")
     for k in range(len(parts) - 1, -1, -1):

@@ -13,6 +13,7 @@ import importlib.util
 import math
 import os
 import sys
+import traceback
 from typing import Callable, NoReturn
 
 
@@ -22,12 +23,17 @@ class ConfigError(ValueError):
 
 
 class RankError(RuntimeError):
-    """A rank process raised, died or gave no answer in time (``project.launch.Ranks``).
+    """A rank process raised, died, gave no answer in time or waited for the others forever (``project.launch``).
 
     The message's first line names the rank at fault and what it did (``...: rank 1 failed: KeyError: 'w' (at
-    data_parallel/comm.py:66 (in average_gradients))``, or how it died); a ``symptom:`` line follows for every
-    other rank that failed meanwhile, then the faulty rank's traceback. ``run_cli`` prints the traceback first
-    and those lines last, where a reader's eye lands."""
+    data_parallel/comm.py:66 (in average_gradients))``, how it died, or the collective call on which the ranks
+    parted); labelled lines follow (``likely cause:``, ``waiting:``, a ``symptom:`` line for every other rank that
+    failed meanwhile), then the faulty rank's traceback. ``run_cli`` prints the traceback first and the labelled
+    lines last, where a reader's eye lands."""
+
+
+# The labels of a RankError's lines that ``run_cli`` prints after its ``error:`` line, in this order.
+LABELS = ("likely cause:", "waiting:", "symptom:")
 
 
 class UniformError(ConfigError):
@@ -61,15 +67,18 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
     """Run ``main(argv)``; a ConfigError becomes one line ``error: ...`` on stderr and exit code 2 (no traceback).
 
     A ``UniformError`` goes through ``refusal_code`` (under torchrun: printed once per node). A ``RankError``
-    prints the faulty rank's traceback, then its one-line explanation and symptoms, and gives exit code 1.
+    prints the faulty rank's traceback, then its one-line explanation and its labelled lines (``LABELS``), and
+    gives exit code 1. Any other exception (raised in this process: a one-rank run, a pipeline) prints its
+    traceback, then ``error:`` with the exception and the innermost frame in the student's code, and its likely
+    cause where one is known (``common.error_words``); exit code 1.
     """
     try:
         main(argv)
     except RankError as exc:
         headline, *rest = str(exc).splitlines()
-        symptoms = [line for line in rest if line.startswith("symptom:")]
-        report = [line for line in rest if not line.startswith("symptom:")]
-        print(*report, f"error: {headline}", *symptoms, sep="\n", file=sys.stderr)
+        labelled = [line for label in LABELS for line in rest if line.startswith(label)]
+        report = [line for line in rest if not line.startswith(LABELS)]
+        print(*report, f"error: {headline}", *labelled, sep="\n", file=sys.stderr)
         return 1
     except ConfigError as exc:
         line = f"error: {' '.join(str(exc).split())}"
@@ -77,6 +86,12 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
             return refusal_code(line)
         print(line, file=sys.stderr)
         return 2
+    except Exception:   # noqa: BLE001 - the student's code failed in this process: explained, exit code 1
+        from common.error_words import explained_traceback
+
+        report = traceback.format_exc()
+        print(report.rstrip(), *explained_traceback(report), sep="\n", file=sys.stderr)
+        return 1
     return 0
 
 

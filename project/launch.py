@@ -8,26 +8,35 @@ over a file store). A rank joins its group with ``project.devices.join_group``; 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import math
 import os
 import signal
+import sys
+import tempfile
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
 
+from common import call_log
+from common.error_words import traceback_error, traceback_hint
+from common.rank_reports import is_symptom, rank_at_fault
+from common.rank_watch import DUMP_SIGNAL, PROGRESS_S, SAMPLE_S, STILL_LIMIT_S, RankWatch
 from common.regions import STUDENT_PACKAGES
-from common.rank_reports import is_symptom, rank_at_fault, traceback_line
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import RankEnv, resolve_backend
 from project.output import write_json
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
 
-# How long a rank's failure that only reports another rank's waits for the other ranks' reports (``Ranks.replies``).
+# How long a failure waits for the other ranks' reports before the rank at fault is judged (``Ranks.replies``): a
+# symptom of another rank's failure waits for that rank's report, a rank's own fault only for reports under way.
 PEER_GRACE_S = 5.0
+OWN_GRACE_S = 1.0
 
 
 def _death(exitcode: int | None) -> str:
@@ -38,23 +47,29 @@ def _death(exitcode: int | None) -> str:
     return f"died (exit code {exitcode})"
 
 
-def _one_line(report: str) -> str:
-    """A rank's report on one line: ``failed: <exception> (at <student file:line>)`` for a traceback."""
+def _one_line(report: str, hint: bool = False) -> str:
+    """A rank's report on one line: ``failed: <exception> (at <student file:line>)`` for a traceback (in plain
+    words: ``common.error_words.traceback_error``); with ``hint``, its likely cause on a next line where known."""
     if "Traceback (most recent call last)" not in report:
         return report
-    return f"failed: {traceback_line(report, STUDENT_PACKAGES)}"
+    cause = traceback_hint(report) if hint else ""
+    return f"failed: {traceback_error(report)}" + (f"\n{cause}" if cause else "")
 
 
 def _reply(conn: Connection, message: tuple) -> None:
-    try:
+    with contextlib.suppress(OSError):   # the parent has gone or stopped listening
         conn.send(message)
-    except (BrokenPipeError, OSError):   # the parent has gone or stopped listening
-        pass
 
 
-def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart) -> None:
+def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart, watch_dir: str | None) -> None:
     try:
         start.adopt()
+        if watch_dir is not None:        # where the launcher's watchdog reads this rank's stack and calls
+            import torch.distributed
+
+            stack = open(Path(watch_dir) / f"rank{env.rank}.stack", "w")   # noqa: SIM115 - open for the rank's life
+            faulthandler.register(DUMP_SIGNAL, file=stack, all_threads=True)
+            call_log.install(Path(watch_dir) / f"calls{env.rank}.txt", STUDENT_PACKAGES, torch.distributed)
         value = target(env, *args)
     except BaseException:   # noqa: BLE001 - reported to the parent, which decides
         _reply(env.conn, ("error", traceback.format_exc()))
@@ -63,10 +78,12 @@ def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart) ->
 
 
 class Ranks:
-    """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's pipe ``conns[r]``."""
+    """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's pipe ``conns[r]``; with a
+    ``watch_dir``, the folder where each rank leaves its stack dumps and its collective calls (``_rank_main``)."""
 
-    def __init__(self, name: str, procs: list, conns: list[Connection]):
-        self.name, self.procs, self.conns = name, procs, conns
+    def __init__(self, name: str, procs: list, conns: list[Connection], watch_dir: Path | None = None):
+        self.name, self.procs, self.conns, self.watch_dir = name, procs, conns, watch_dir
+        self.still_limit_s: float | None = None        # see ``replies``
 
     def send(self, message: Any) -> None:
         """Send ``message`` to every rank (ranks that are gone are skipped)."""
@@ -78,22 +95,35 @@ class Ranks:
 
         Watches all ranks at once and raises RankError naming ``what`` when a
         rank replied with an error or died, or when a rank gave no answer
-        within ``timeout_s`` (None: no limit). A failure that only reports
-        another rank's (a closed connection, a collective timeout, an abort by
-        the communication library: ``common.rank_reports.is_symptom``) waits
-        up to ``PEER_GRACE_S`` for the other ranks' reports, so that the
-        message's first line names the rank at fault (``_failure``).
+        within ``timeout_s`` (None: no limit). A failure waits for the other ranks' reports (``PEER_GRACE_S``
+        after a symptom of another rank's failure, ``OWN_GRACE_S`` after a rank's own fault), so that the message's
+        first line names the rank at fault judged from all of them (``_failure``), not the first to report. With a
+        ``watch_dir`` and ``still_limit_s`` set, ranks that all wait at once (``RankWatch``) get a line on stderr
+        every ``PROGRESS_S`` saying where they are, and after ``still_limit_s`` the run ends with a RankError
+        naming where each rank waits and the call on which their collective calls part.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         values: list = [None] * len(self.procs)
         failures: dict[int, str] = {}
         pending = list(range(len(self.procs)))
         grace_end = math.inf
+        watch = self._watch()
+        said = 0
         while pending and time.monotonic() < grace_end:
             ends = [t for t in (deadline, grace_end) if t is not None and t != math.inf]
             left = max(0.0, min(ends) - time.monotonic()) if ends else None
             if deadline is not None and left == 0 and not failures:
                 raise RankError(f"{what}: {self.name} rank {pending[0]} gave no answer within {timeout_s:g} s")
+            if watch is not None and not failures:
+                still = watch.still_s(pending)
+                if still >= self.still_limit_s:
+                    raise self._stuck(what, watch, pending, still)
+                if still >= PROGRESS_S * (said + 1):
+                    said += 1
+                    print(watch.progress_line(f"{self.name}s waiting", still, pending), file=sys.stderr, flush=True)
+                elif still < PROGRESS_S:
+                    said = 0
+                left = SAMPLE_S if left is None else min(left, SAMPLE_S)
             ready = wait([handle for r in pending for handle in (self.conns[r], self.procs[r].sentinel)], left)
             for rank in list(pending):
                 conn, proc = self.conns[rank], self.procs[rank]
@@ -114,9 +144,7 @@ class Ranks:
                     proc.join(1)
                     value = _death(proc.exitcode)
                 failures[rank] = value
-                if not is_symptom(value):
-                    raise self._failure(what, failures)
-                grace_end = min(grace_end, time.monotonic() + PEER_GRACE_S)
+                grace_end = min(grace_end, time.monotonic() + (PEER_GRACE_S if is_symptom(value) else OWN_GRACE_S))
             if deadline is not None and time.monotonic() >= deadline and failures:
                 break
         if failures:
@@ -125,17 +153,56 @@ class Ranks:
 
     def _failure(self, what: str, failures: dict[int, str]) -> RankError:
         """The RankError for ``failures`` (rank -> its traceback, or how it died): a first line naming the rank at
-        fault and what it did, a ``symptom:`` line for each other failed rank, then the faulty rank's report."""
+        fault and what it did, a ``symptom:`` line for each other failed rank, then the faulty rank's report.
+
+        When every failure is a symptom (no rank failed in its own code), the ranks' collective calls
+        (``common.call_log.parting``) name the call on which they parted, where they show one.
+        """
         fault = rank_at_fault(failures)
         who = "rank" if self.name == "rank" else f"{self.name} rank"
-        lines = [("" if what == self.name else f"{what}: ") + f"{who} {fault} {_one_line(failures[fault])}"]
+        prefix = "" if what == self.name else f"{what}: "
+        parted = self._parting() if all(is_symptom(text) for text in failures.values()) else None
+        if parted:
+            lines = [prefix + parted.splitlines()[0], *parted.splitlines()[1:]]
+            lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items())]
+            return RankError("\n".join([*lines, failures[fault].rstrip()]))
+        lines = [prefix + f"{who} {fault} {_one_line(failures[fault], hint=True)}"]
         lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items()) if r != fault]
         return RankError("\n".join([*lines, failures[fault].rstrip()]))
+
+    def _watch(self) -> RankWatch | None:
+        if self.watch_dir is None or self.still_limit_s is None:
+            return None
+        return RankWatch({r: proc.pid for r, proc in enumerate(self.procs)},
+                         {r: self.watch_dir / f"rank{r}.stack" for r in range(len(self.procs))}, STUDENT_PACKAGES)
+
+    def _parting(self, waiting: dict[int, str] | None = None) -> str | None:
+        """What the ranks' logged collective calls show (``call_log.parting``), or None."""
+        if self.watch_dir is None:
+            return None
+        logs = {r: call_log.read(self.watch_dir / f"calls{r}.txt") for r in range(len(self.procs))}
+        return call_log.parting(logs, waiting)
+
+    def _stuck(self, what: str, watch: RankWatch, pending: list[int], still_s: float) -> RankError:
+        """The RankError for ranks ``pending`` that all waited ``still_s`` seconds: where each waits, and the call
+        on which their collective calls part (when the logs show one)."""
+        places = watch.places(pending)
+        parted = self._parting({r: place.split(" (")[0] for r, place in places.items()})
+        waited = (f"every one of the {'' if self.name == 'rank' else self.name + ' '}ranks still running waited "
+                  f"{still_s:.0f} s without using the CPU, so none could go on: "
+                  + ", ".join(f"rank {r} in {place}" for r, place in sorted(places.items()))
+                  + f" (the limit: --timeout {self.still_limit_s:g})")
+        first, *rest = (parted or f"{waited}\nlikely cause: the ranks wait for each other: a collective or receive "
+                        "that another rank never reaches, or a loop that waits for a file or value another rank never "
+                        "provides").splitlines()
+        prefix = "" if what == self.name else f"{what}: "
+        return RankError("\n".join([prefix + first, *([f"waiting: {waited}"] if parted else []), *rest]))
 
     def wait(self, timeout_s: float | None = None) -> list:
         """Every rank's return value, in rank order, once all have finished; the processes are joined.
 
-        Raises RankError (as ``replies``) when a rank fails; the other ranks are stopped then.
+        Raises RankError (as ``replies``) when a rank fails or the ranks are stuck; the other ranks are stopped
+        then.
         """
         try:
             values = self.replies(self.name, timeout_s)
@@ -171,7 +238,7 @@ def start_rank_server(world_size: int, preload: tuple[str, ...] = ()) -> None:
 
 
 def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args: tuple = (), name: str = "rank",
-                preload: tuple[str, ...] = ()) -> Ranks:
+                preload: tuple[str, ...] = (), watch_dir: Path | None = None) -> Ranks:
     """Start ``world_size`` rank processes; rank r runs ``target(RankEnv(r, world_size, r, world_size,
     init_method, conn), *args)`` and its return value (or traceback) goes back over its pipe.
 
@@ -181,7 +248,8 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
     importing once for all ranks (``common.startup``). Each rank ends as
     ``multiprocessing`` ends its processes, after its reply: ``("ok", value)``
     or ``("error", traceback)``. A rank that serves commands (the benchmark's
-    workers) replies over ``env.conn`` in the same format.
+    workers) replies over ``env.conn`` in the same format. With ``watch_dir`` (an existing folder) every rank
+    registers a stack dump on ``rank_watch.DUMP_SIGNAL`` and logs its collective calls there (``Ranks``).
     """
     context = rank_context(preload)
     procs, conns = [], []
@@ -189,12 +257,13 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
         parent, child = context.Pipe()
         env = RankEnv(rank, world_size, rank, world_size, init_method, child)
         proc = context.Process(target=_rank_main, name=f"{name}{rank}", daemon=True,
-                               args=(target, env, args, RankStart.here()))
+                               args=(target, env, args, RankStart.here(),
+                                     None if watch_dir is None else str(watch_dir)))
         proc.start()
         child.close()
         procs.append(proc)
         conns.append(parent)
-    return Ranks(name, procs, conns)
+    return Ranks(name, procs, conns, watch_dir)
 
 
 def file_rendezvous(folder: Path, name: str) -> str:
@@ -227,13 +296,16 @@ def world_of(args: argparse.Namespace) -> tuple[int, int, str]:
 
 
 def launch(target: Callable[..., None], world_size: int, folder: Path, args: tuple = (),
-           preload: tuple[str, ...] = ()) -> None:
+           preload: tuple[str, ...] = (), still_limit_s: float = STILL_LIMIT_S) -> None:
     """Run ``target(env, *args)`` on every rank of this run and return when all are done.
 
     Under torchrun this process is one rank (rendezvous ``env://``). Else one
     rank runs in this process, or ``world_size`` ranks are spawned
     (``spawn_ranks``, with ``preload``) and meet over a file store in
-    ``folder``. A failing spawned rank raises RankError here, with its traceback.
+    ``folder``. A failing spawned rank raises RankError here, with its
+    traceback; spawned ranks that all wait for ``still_limit_s`` seconds
+    (a rank disagreement) raise RankError naming where each waits
+    (``Ranks.replies``). A run that is merely slow is not ended.
     """
     env = torchrun_env()
     if env is not None:
@@ -248,7 +320,10 @@ def launch(target: Callable[..., None], world_size: int, folder: Path, args: tup
         if world_size == 1:
             target(RankEnv(0, 1, 0, 1, init_method), *args)
         else:
-            spawn_ranks(target, world_size, init_method, args, preload=preload).wait()
+            with tempfile.TemporaryDirectory(prefix="ranks-") as watch_dir:
+                ranks = spawn_ranks(target, world_size, init_method, args, preload=preload, watch_dir=Path(watch_dir))
+                ranks.still_limit_s = still_limit_s
+                ranks.wait()
     finally:
         store.unlink(missing_ok=True)
 
@@ -256,14 +331,15 @@ def launch(target: Callable[..., None], world_size: int, folder: Path, args: tup
 def launch_and_summarise(target: Callable[[RankEnv, RunConfig, Any], None], config: RunConfig, data: Any,
                          summarise: Callable[[list[dict]], dict], preload: tuple[str, ...] = ()) -> dict | None:
     """Clear old metrics in ``config.out_dir``, ``launch`` ``target(env, config, data)`` on ``config.world_size``
-    ranks (each writes ``metrics_rank<r>.json`` there), then write and return ``summary.json``: ``summarise`` of
-    every rank's metrics, rank 0's first (None in torchrun processes other than rank 0).
+    ranks (each writes ``metrics_rank<r>.json`` there; ranks all waiting for ``config.timeout`` seconds end the
+    run), then write and return ``summary.json``: ``summarise`` of every rank's metrics, rank 0's first (None in
+    torchrun processes other than rank 0).
     """
     env, folder = torchrun_env(), config.out_dir
     if env is None or env.rank == 0:
         for old in [*folder.glob("metrics_rank*.json"), folder / "summary.json"]:
             old.unlink(missing_ok=True)
-    launch(target, config.world_size, folder, (config, data), preload)
+    launch(target, config.world_size, folder, (config, data), preload, config.timeout)
     if env is not None and env.rank != 0:
         return None
     summary = summarise([json.loads((folder / f"metrics_rank{r}.json").read_text())

@@ -17,7 +17,7 @@ SCHEDULES = ("constant", "cosine")
 # Options that never change a run's numbers: left out of its folder's name (``run_name``).
 NOT_IN_RUN_NAME = frozenset({"workdir", "out_dir", "quiet", "backend", "devices", "timeline_steps", "save_every",
                              "save_dir", "keep_last", "resume", "max_steps", "tensorboard", "save_state",
-                             "baseline_dir", "no_baseline"})
+                             "baseline_dir", "no_baseline", "timeout"})
 # Short names of options in a run's folder name; an option not listed is named as it is spelled.
 SHORT_NAMES = {"world_size": "ws", "n_epochs": "epochs", "batch_size": "batch", "n_chunk": "chunk",
                "n_stages": "stages", "grad_accum": "accum", "micro_batch": "micro", "lora_rank": "r",
@@ -69,12 +69,16 @@ def add_common_args(parser: argparse.ArgumentParser, batch_size: int | None = 32
     return parser
 
 
-def add_launch_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--world_size`` and ``--backend`` (multi-rank entry points); returns ``parser``."""
-    parser.add_argument("--world_size", type=int_at_least(1), default=2,
-                        help="ranks to start (under torchrun: its own)")
+def add_launch_args(parser: argparse.ArgumentParser, world_size: int = 2,
+                    world_help: str = "ranks to start (under torchrun: its own)") -> argparse.ArgumentParser:
+    """Add ``--world_size`` (default ``world_size``), ``--backend`` and ``--timeout`` (multi-rank entry points);
+    returns ``parser``."""
+    parser.add_argument("--world_size", type=int_at_least(1), default=world_size, help=world_help)
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    parser.add_argument("--timeout", type=float_above(0.0), default=read_constant("common.rank_watch", "STILL_LIMIT_S"),
+                        help="seconds every rank may wait at once (none using the CPU: a collective or receive no "
+                             "other rank reaches) before the run ends naming where each rank waits")
     return parser
 
 

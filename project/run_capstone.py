@@ -30,7 +30,7 @@ from project import readiness
 from project.cli import ConfigError, float_above, int_at_least, run_cli
 from project.config import RunConfig
 from project.manifest import verify
-from project.options import new_parser, out_dir, run_name
+from project.options import add_launch_args, new_parser, out_dir, run_name
 from project.output import print_header, quiet_libraries, write_json
 
 if TYPE_CHECKING:
@@ -50,9 +50,7 @@ class InvariantError(RuntimeError):
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (numbers range-checked while parsing)."""
     parser = new_parser(COMMAND, __doc__)
-    parser.add_argument("--world_size", type=int_at_least(1), default=4, help="ranks to start")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
-                        help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    add_launch_args(parser, 4, "ranks to start")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps in all")
     parser.add_argument("--save_step", type=int, default=10, help="checkpoint after this many steps")
     parser.add_argument("--batch_size", type=int, default=16, help="global batch (sequences), split over the ranks")
@@ -224,7 +222,7 @@ def _run(config: RunConfig, data: tuple, run_dir: Path, load: str | None, checkp
         old.unlink()
     with save_errors_in_one_line():
         launch(train_rank, config.world_size, run_dir,
-               (config, data, run_dir, load, str(checkpoint) if checkpoint else None), GPT2_IMPORTS)
+               (config, data, run_dir, load, str(checkpoint) if checkpoint else None), GPT2_IMPORTS, config.timeout)
     return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(config.world_size)]
 
 

@@ -28,9 +28,9 @@ if __package__ in (None, ""):  # run as `python project/run_tensor_parallel.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from common.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, int_at_least, run_cli, torchrun_rank
+from project.cli import ConfigError, run_cli, torchrun_rank
 from project.config import RunConfig
-from project.options import NOT_IN_RUN_NAME, add_common_args, new_parser, out_dir, run_name
+from project.options import NOT_IN_RUN_NAME, add_common_args, add_launch_args, new_parser, out_dir, run_name
 from project.output import StepLog, print_epochs, print_header, quiet_libraries, summarize, write_json
 
 if TYPE_CHECKING:
@@ -50,10 +50,7 @@ NOT_COMPARED = NOT_IN_RUN_NAME | {"world_size"}
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this entry point (every option range-checked while parsing)."""
     parser = new_parser(COMMAND, __doc__)
-    parser.add_argument("--world_size", type=int_at_least(1), default=2,
-                        help="ranks each block is split over (under torchrun: its own)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
-                        help="auto: nccl with a GPU per rank, else gloo (CPU)")
+    add_launch_args(parser, 2, "ranks each block is split over (under torchrun: its own)")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help="the optimizer of every rank")
     parser.add_argument("--baseline_dir", default=None,
                         help="the unsplit 1-rank run to compare with, read when it had the same options, else run "

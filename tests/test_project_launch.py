@@ -193,3 +193,50 @@ def test_a_launching_process_preloads_once_and_exits_without_waiting_for_its_for
     report, at_exit = (json.loads(line) for line in done.stdout.splitlines()[-2:])
     assert report == {"loaded": [["transformers.models.gpt2.modeling_gpt2"]] * 2, "server_running": True}
     assert at_exit == {"server_at_exit": False}, "the fork server was left to shut down on its own"
+
+
+def _disagree(env: RankEnv, rendezvous: str, how: str) -> None:
+    """Ranks that disagree on their collective calls: ``barrier`` (rank 0 adds a barrier, the others wait in an
+    all-reduce) or ``order`` (rank 1 all-reduces two tensors of different sizes in the other order)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=rendezvous, rank=env.rank, world_size=env.world_size)
+    tensors = [torch.ones(64, 8), torch.ones(8)]
+    if how == "barrier" and env.rank == 0:
+        dist.barrier()
+    for tensor in tensors[::-1] if how == "order" and env.rank == 1 else tensors:
+        dist.all_reduce(tensor)
+
+
+def _slow_rank_0(env: RankEnv, rendezvous: str) -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=rendezvous, rank=env.rank, world_size=env.world_size)
+    if env.rank == 0:
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end:
+            sum(range(10_000))
+    dist.barrier()
+    return env.rank
+
+
+@pytest.mark.parametrize("how", ["barrier", "order"])
+def test_ranks_that_disagree_end_naming_the_call_where_they_part(tmp_path, capfd, how):
+    from project.launch import launch
+
+    with pytest.raises(RankError) as raised:
+        launch(_disagree, 2, tmp_path, (file_rendezvous(tmp_path, "store"), how), still_limit_s=4)
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith("ranks disagree on their collective call number "), first
+    if how == "barrier":
+        assert "rank 0 calls barrier" in first and "rank 1 calls all_reduce(float32 [64, 8])" in first, first
+        assert "waiting: every one of the ranks still running waited" in str(raised.value)
+    else:
+        assert "rank 0 calls all_reduce(float32 [64, 8])" in first and "rank 1 calls all_reduce(float32 [8])" in first
+    assert "test_project_launch:" in first, first       # where each call was made
+
+
+def test_a_rank_that_computes_while_the_other_waits_is_not_ended(tmp_path):
+    from project.launch import launch
+
+    launch(_slow_rank_0, 2, tmp_path, (file_rendezvous(tmp_path, "store"),), still_limit_s=2)

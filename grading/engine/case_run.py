@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common import call_log
+from common.rank_reports import FRAME as _FRAME, headline, package_path, traceback_parts
+from common.regions import STUDENT_PACKAGES
 from grading.engine import peers
 from grading.engine.expect import CheckFailed
-from grading.engine.hints import format_error
+from common.error_words import format_error, plain, traceback_error, traceback_hint
 from grading.engine.isolation import read_rank_bytes
-from grading.engine.recording import PARTS_LOG, part_mac, rank_key
+from grading.engine.recording import CALLS_LOG, PARTS_LOG, part_mac, rank_key
 from common.rank_reports import is_symptom
 
 
@@ -46,6 +49,7 @@ class LaunchResult:
     limit_s: float = 0.0            # the case's limit, in load-discounted seconds (``launch.LoadClock``)
     key: bytes = b""                # the run's signing key (parts.log and done HMACs)
     lost: str = ""                  # why no result of this run counts (a rank killed its fork server)
+    still_s: float = 0.0            # ended early: how long every rank had been waiting then (0: not ended so)
 
     @property
     def ok(self) -> bool:
@@ -56,7 +60,13 @@ class LaunchResult:
         if self.ok:
             return ""
         reasons = [self.lost] if self.lost else []
-        if self.timed_out:
+        if self.timed_out and self.still_s:
+            stuck = [r for r in self.ranks if r.returncode is None]
+            reasons.append(f"ended after {self.wall_s:.0f} s: every rank still running "
+                           f"({', '.join(str(r.rank) for r in stuck) or '?'}) had waited {self.still_s:.0f} s without "
+                           "using the CPU (in a collective, a receive, a sleep or a poll loop), so none could go on")
+            reasons += [f"rank {r.rank} was stuck at:\n{_last_frames(r.stack)}" for r in stuck if r.stack]
+        elif self.timed_out:
             stuck = [r for r in self.ranks if r.returncode is None]
             reasons.append(f"timed out after {self.wall_s:.0f} s (the limit of {self.limit_s:.0f} s, counted on an "
                            f"idle machine's clock) with rank(s) "
@@ -66,8 +76,7 @@ class LaunchResult:
             if r.returncode is None:
                 continue
             if r.error:
-                lines = [line for line in r.error.strip().splitlines() if line.strip()] or [r.error]
-                reasons.append(f"rank {r.rank} failed: {lines[-1]}")
+                reasons.append(f"rank {r.rank} failed: {traceback_error(r.error)}")
             elif not r.finished:
                 detail = _last_frames(r.stack) if r.stack else r.stderr_tail.strip()[-600:]
                 reasons.append(f"rank {r.rank} {peers.ending(r)}" + (f"\n{detail}" if detail else ""))
@@ -84,14 +93,44 @@ CASE_FOLDER = "<the case's folder>"      # how a message shows the path of a cas
 
 
 def describe_error(info: dict, case_dir: Path | None = None) -> str:
-    """``Type: message (at path:line (in fn))`` plus a likely cause when one is known (``hints.format_error``
+    """``Type: message (at path:line (in fn))`` plus a likely cause when one is known (``error_words.format_error``
     of an exception ``record`` saved). A path inside ``case_dir`` (the case's folder: a temporary one, another
     on every run) shows as ``CASE_FOLDER/...``, so the same error reads the same on every run."""
     message = str(info.get("message", ""))
     if case_dir is not None:
         for prefix in dict.fromkeys((str(Path(case_dir).resolve()), str(case_dir))):
             message = message.replace(prefix, CASE_FOLDER)
-    return format_error(str(info.get("type", "Error")), message, info.get("where") or "")
+    return format_error(str(info.get("type", "Error")), message, str(info.get("where") or ""),
+                        str(info.get("library") or ""))
+
+
+_GRADER = ("grading", "tests")             # where the grader's probes live (the kit's tests have probes too)
+
+
+def _grader_frame(error: str) -> str:
+    """``path:line (in fn)`` of the frame in the grader's own code (a probe's) that failed, in a rank's traceback:
+    its innermost frame when that is the grader's, or the grader's innermost frame below a library's when no frame
+    of the student's code is on the way (a library that the student's code called through a grader's stand-in
+    raised the student's error); else ""."""
+    frames = _FRAME.findall(error)
+    if frames and package_path(frames[-1][0], _GRADER):
+        path, line, function = frames[-1]
+        return f"{package_path(path, _GRADER)}:{line} (in {function})"
+    if any(package_path(path, STUDENT_PACKAGES) for path, _, _ in frames):
+        return ""
+    for path, line, function in frames[::-1]:
+        if package_path(path, _GRADER):
+            return f"{package_path(path, _GRADER)}:{line} (in {function})"
+    return ""
+
+
+def _probe_error(error: str) -> str:
+    """A probe's exception in one line: ``Type: message``, the grader's frame that failed (with the library that
+    raised it below that frame), and the innermost frame of the student's code on the way, if any."""
+    exception, where, library = traceback_parts(error, STUDENT_PACKAGES)
+    return (plain(headline(exception)) + f" (at the grader's {_grader_frame(error)}"
+            + (f"; raised inside {library}" if library else "") + "); "
+            + (f"the innermost frame of your code: {where}" if where else "no frame of your code was running"))
 
 
 class CaseRun:
@@ -100,6 +139,46 @@ class CaseRun:
     def __init__(self, world_size: int, launch: LaunchResult):
         self.world_size, self.launch = world_size, launch
         self._logs: dict[int, dict[str, tuple[str, str]]] = {}
+        self._calls: dict[int, list[call_log.Call]] | None = None
+        self._note: str | None = None
+
+    def call_logs(self) -> dict[int, list[call_log.Call]]:
+        """Every rank's collective calls as its worker logged them (``rank<R>/calls.txt``, ``common.call_log``;
+        read once, bounded; what a rank wrote there is data only), for ranks that left a log."""
+        if self._calls is None:
+            found = {rank: call_log.read(self.launch.out_dir / f"rank{rank}" / CALLS_LOG)
+                     for rank in range(self.world_size)}
+            self._calls = {rank: calls for rank, calls in found.items()
+                           if calls or (self.launch.out_dir / f"rank{rank}" / CALLS_LOG).is_file()}
+        return self._calls
+
+    def calls_note(self, message: str = "") -> str:
+        """A ``likely cause:`` line for a failure ``message`` of the case when the ranks' collective calls part ways
+        (``common.call_log.divergence``: a call that differs, a skipped call or step, a deadlock) and no rank
+        raised an error of its own, so that a wrong number reads as what caused it; "" otherwise, or when
+        ``message`` already names the parting (read once)."""
+        if self._note is None:
+            self._note = ""
+            if self.world_size > 1 and self.launch is not None and not self._own_errors():
+                ended = {r.rank for r in self.launch.ranks if not r.finished and r.returncode != 0 and not r.error}
+                found = call_log.divergence(self.call_logs(), ended=ended)
+                if found:
+                    self._note = found[1].splitlines()[0]
+        if not self._note or self._note in message:
+            return ""
+        return f"likely cause: the ranks' collective calls part ways: {self._note}"
+
+    def _own_errors(self) -> bool:
+        """Whether some rank raised an error of its own (not a symptom of a peer's), in a part or outside."""
+        for rank in range(self.world_size):
+            outcome = self.launch.ranks[rank] if rank < len(self.launch.ranks) else None
+            if outcome is not None and outcome.error and not is_symptom(outcome.error):
+                return True
+            for name in self._recorded(rank):
+                kind, info = self.outcome(name, rank)
+                if kind == "error" and not is_symptom(f"{info.get('type')}: {info.get('message')}"):
+                    return True
+        return False
 
     def _recorded(self, rank: int) -> dict[str, tuple[str, str]]:
         """name -> (kind, sha256) of the files the probe itself wrote on ``rank`` (lines with a valid HMAC)."""
@@ -183,8 +262,13 @@ class CaseRun:
             explained = peers.explain(self, name, rank, None) if self.world_size > 1 else None
             if explained:
                 raise CheckFailed(f"{explained}\nno result for '{name}' on rank {rank}: {self.launch.failure()}")
-            reason = self.launch.failure() or "the probe ended without recording it"
-            raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}")
+            own = self.launch.ranks[rank] if rank < len(self.launch.ranks) else None
+            if own is not None and own.error and not own.finished and _grader_frame(own.error):
+                raise CheckFailed(f"rank {rank}: no result for '{name}': the grader's probe failed before recording "
+                                  f"it: {_probe_error(own.error)}")
+            reason = self.launch.failure() or "the grader's probe returned without recording it"
+            cause = traceback_hint(own.error) if own is not None and own.error else ""
+            raise CheckFailed(f"rank {rank}: no result for '{name}': {reason}" + (f"\n{cause}" if cause else ""))
         if data is None:
             raise CheckFailed(f"{where}the result file for '{name}' was changed or removed after the probe "
                               "recorded it (by the submission?); it was ignored")

@@ -16,9 +16,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
+from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
+from common.regions import STUDENT_PACKAGES
 from grading.engine import isolation, sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import available_cpus
@@ -31,6 +34,10 @@ STDERR_TAIL_CHARS = 2000
 STACK_DUMP_WAIT_S = 1.0
 POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
 LINGER_S = 2.0                # how long a finished rank may take to exit by itself (_Phase.run)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class LoadClock:
@@ -77,7 +84,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
            preload: tuple[str, ...] = (), then: tuple[str, ...] = (), collective_checks: bool = True,
-           kit_root: Path | None = None) -> LaunchResult:
+           kit_root: Path | None = None, progress=_to_stderr, progress_s: float = PROGRESS_S,
+           still_limit_s: float = STILL_LIMIT_S) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``then``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
@@ -95,7 +103,9 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
     the run survives it. Each rank sees the machine as ``grading.engine.isolation.plan`` allows: ``kit_root``
     (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
-    signs with a key of its own (``recording.rank_key``).
+    signs with a key of its own (``recording.rank_key``). While the case runs longer than ``progress_s``,
+    ``progress`` gets a line saying where each rank is, every ``progress_s``; a phase whose ranks all wait for
+    ``still_limit_s`` (``rank_watch.RankWatch.still_s``) ends then, before its limit (``LaunchResult.still_s``).
     """
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
@@ -110,7 +120,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             "collective_checks": collective_checks, "isolation": view,
             "handoff": str(out_dir / "handoff")}
     apart = collective_checks and world_size > 1
-    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart, namespaces)
+    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart, namespaces,
+                   _Watching(progress, progress_s, still_limit_s))
     start = time.monotonic()
     preload_s, lost = 0.0, ""
     try:
@@ -133,7 +144,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         phase.clean_up()
         namespaces.close()
     result = LaunchResult(out_dir, world_size, timed_out=phase.timed_out, wall_s=time.monotonic() - start,
-                          limit_s=timeout_s, key=key, lost=lost)
+                          limit_s=timeout_s, key=key, lost=lost, still_s=phase.still_s)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": phase.spawned, "wall_s": result.wall_s,
                                                      "preload_s": preload_s, "warm": servers is not None,
                                                      "started_cold": phase.cold_reasons}))
@@ -142,17 +153,28 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         result.ranks.append(RankOutcome(
             rank=rank, returncode=code, finished=is_finished(rank_dir, key, rank),
             error=isolation.read_rank_file(rank_dir / "error.txt", 8000),
-            stack=isolation.read_rank_file(out_dir / f"rank{rank}.stack", 20000),
+            stack=phase.last_stack(rank),
             stderr_tail=isolation.read_rank_file(out_dir / f"rank{rank}.stderr", STDERR_TAIL_CHARS)))
     return result
+
+
+@dataclass(frozen=True)
+class _Watching:
+    """How a phase watches its ranks: ``say`` gets a progress line every ``every_s``; ranks that all wait for
+    ``still_limit_s`` end the phase."""
+
+    say: Callable[[str], None]
+    every_s: float
+    still_limit_s: float
 
 
 class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
     def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None, apart: bool,
-                 namespaces: sandbox.Namespaces):
+                 namespaces: sandbox.Namespaces, watching: _Watching):
         self.out_dir, self.key, self.run_id, self.cwd, self.servers = out_dir, key, run_id, cwd, servers
+        self.watching = watching
         self.namespaces = namespaces                # the case's: whatever is left in its PID namespace is killed
         self.apart = apart                          # ranks forked by servers of different hash seeds
         self.ranks: list[_Rank] = []
@@ -160,6 +182,15 @@ class _Phase:
         self.spawned: list[float] = []
         self.cold_reasons: list[str] = []
         self.timed_out = False
+        self.still_s = 0.0                          # how long every rank had waited when the phase was ended early
+        self.started = time.monotonic()
+        self.stack_read: dict[int, int] = {}        # per rank: the end of its stack dumps that progress lines read
+
+    def last_stack(self, rank: int) -> str:
+        """Rank ``rank``'s stack dumps (``rank<r>.stack``) after those the progress lines read: its dump at the limit
+        or when it crashed; the last 20,000 characters."""
+        path = self.out_dir / f"rank{rank}.stack"
+        return read_from(path, self.stack_read.get(rank, 0), 10 ** 7)[-20000:]
 
     def environment(self) -> dict[str, str]:
         """A rank's environment, cold or forked: what ``isolation.rank_environment`` keeps of this process's as it
@@ -193,10 +224,20 @@ class _Phase:
                 self.ranks.append(started or _Rank.cold(argv, rank_key(self.key, rank), (stdout, stderr), self.cwd,
                                                         self.environment()))
         finished_at: dict[int, float] = {}
+        watch = RankWatch({r.rank: r.pid for r in self.ranks},
+                          {r.rank: self.out_dir / f"rank{r.rank}.stack" for r in self.ranks}, STUDENT_PACKAGES)
+        next_line = max(self.started + self.watching.every_s, time.monotonic() + 1.0)
         while running := [r for r in self.ranks if r.poll() is None]:
             if clock.elapsed() > timeout_s:
                 self.timed_out = True
                 break
+            waiting = [r.rank for r in running if r.rank not in finished_at]
+            if waiting and watch.still_s(waiting) >= self.watching.still_limit_s:
+                self.timed_out, self.still_s = True, watch.still_s(waiting)
+                break
+            if waiting and time.monotonic() >= next_line:
+                next_line += self.watching.every_s
+                self._say(watch, waiting)
             now = time.monotonic()
             for r in running:
                 if (self.out_dir / f"rank{r.rank}" / DONE_MARKER).exists() and \
@@ -211,6 +252,12 @@ class _Phase:
             for r in (r for r, code in zip(self.ranks, self.codes) if code is None):
                 r.signal_group(signal.SIGUSR1)
             time.sleep(STACK_DUMP_WAIT_S)
+
+    def _say(self, watch: RankWatch, ranks: list[int]) -> None:
+        """Give ``progress`` the line of where ``ranks`` are; their dumps are not the stack of their end."""
+        self.watching.say(watch.progress_line(self.out_dir.name, time.monotonic() - self.started, ranks))
+        for rank in ranks:
+            self.stack_read[rank] = _size(self.out_dir / f"rank{rank}.stack")
 
     def clean_up(self) -> str:
         """Kill the phase's ranks with whatever they started (their groups, what their servers adopted, what carries
@@ -270,3 +317,10 @@ class _Rank:
             time.sleep(0.02)
 
 
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -21,9 +21,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from grading.engine.hints import student_frame
+from grading.engine.hints import library_frame, student_frame
 
 PARTS_LOG = "parts.log"
+CALLS_LOG = "calls.txt"          # the rank's log of its collective calls (``common.call_log``; data, not signed)
 DONE_MARKER = "done"
 COLLECTIVES_MODULE = "torch/distributed/distributed_c10d.py"     # where torch.distributed's collectives live
 
@@ -134,8 +135,9 @@ class RankContext:
         (self.out_dir / DONE_MARKER).write_text(done_mac(self._key, self.rank))
 
     def _save_error(self, name: str, exc: BaseException) -> None:
-        info = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                "where": student_frame(traceback.extract_tb(exc.__traceback__)),
+        frames = traceback.extract_tb(exc.__traceback__)
+        info = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": student_frame(frames),
+                "library": library_frame(frames),
                 "traceback": "".join(traceback.format_exception(exc))[-6000:]}
         scratch = self.out_dir / f".{name}.{secrets.token_hex(4)}.tmp"
         scratch.write_text(json.dumps(info))

@@ -18,7 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from grading.engine.recording import RankContext, RankStopped
+from common.regions import STUDENT_PACKAGES
+from grading.engine.recording import CALLS_LOG, RankContext, RankStopped
 
 
 def _device(spec: dict, rank: int) -> str:
@@ -70,12 +71,25 @@ def _cold_imports(before: set[str], kit: Path, least: int = 20) -> dict[str, int
     return dict(sorted(outside.items()))
 
 
+def _log_calls(rank_dir: Path) -> None:
+    """Log every collective call of this rank, with the student's file and line, to ``rank_dir/CALLS_LOG``
+    (``common.call_log.install``: its first ``MAX_CALLS`` calls, a few MB at most), so that the parent can name the
+    call on which ranks part (``grading.engine.peers``). A log that cannot be opened is left out: the rank runs
+    as it would without it."""
+    import torch.distributed as dist
+
+    from common import call_log
+    with contextlib.suppress(OSError):
+        call_log.install(rank_dir / CALLS_LOG, STUDENT_PACKAGES, dist)
+
+
 def main(argv: list[str]) -> int:
     """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
 
     Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
     (``grading.engine.rank_view.enter``: from there on the process is the rank's child in its case's PID
-    namespace), sets up stack dumps and the process group, then calls the probe. A cold worker ends the normal way
+    namespace), sets up stack dumps, the log of its collective calls (``_log_calls``) and the process group, then
+    calls the probe. A cold worker ends the normal way
     (``sys.exit``), a forked one as its fork server ends a child. The ``done`` marker is its last act; the
     launcher bounds what comes after it.
     """
@@ -100,6 +114,7 @@ def main(argv: list[str]) -> int:
         import torch
         torch.set_num_threads(int(os.environ.get("GRADING_THREADS", "1")))
         marks["torch"] = time.time()
+        _log_calls(rank_dir)
         device = _device(spec, rank)
         marks["group"] = time.time()
         loaded = set(sys.modules)

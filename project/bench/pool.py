@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.rank_watch import STILL_LIMIT_S
 from common.startup import GPT2_IMPORTS
 from project.bench.tasks import serve
 from project.launch import RankError, Ranks, file_rendezvous, spawn_ranks
@@ -23,7 +24,8 @@ class Pool:
         pair[1]   rank 1 of a 2-rank group         (...                                  GPipe stage 1)
 
     ``threads``: torch intra-op threads per worker (0 keeps torch's default).
-    ``timeout_s`` bounds every reply (and the start). ``student_setup``: the
+    ``timeout_s`` bounds every reply (and the start); workers that all wait at once for
+    ``rank_watch.STILL_LIMIT_S`` end a reply early, naming where each waits. ``student_setup``: the
     workers join their groups with the student's ``setup_process_group``
     (else with ``torch.distributed`` directly: Problem 1 unwritten). Use as a
     context manager, or call ``close()``.
@@ -43,8 +45,11 @@ class Pool:
     def _start(self) -> None:
         for role, world_size in (("solo", 1), ("pair", 2)):
             args = (role, str(self.folder), self.threads, self.student_setup)
+            watch_dir = self.folder / f"ranks_{role}"       # stack dumps and collective calls (the watchdog's)
+            watch_dir.mkdir(parents=True, exist_ok=True)
             self.ranks[role] = spawn_ranks(serve, world_size, file_rendezvous(self.folder, f"store_{role}"), args,
-                                           name=f"bench-{role}", preload=GPT2_IMPORTS)
+                                           name=f"bench-{role}", preload=GPT2_IMPORTS, watch_dir=watch_dir)
+            self.ranks[role].still_limit_s = STILL_LIMIT_S
         for role in ("solo", "pair"):
             self.info[role] = self.ranks[role].replies("start", self.timeout_s)
 

@@ -143,3 +143,21 @@ def takes_the_file(ctx):
     """Phase 2: records its own process identity and what phase 1 left for this rank."""
     left = ctx.handoff_dir / f"rank{ctx.rank}.pid"
     ctx.record("second", lambda: {"pid": _process_identity(), "left": left.read_text()})
+
+
+def rank1_polls_rank0_waits(ctx):
+    """Rank 0 waits in a barrier, rank 1 in a poll loop for a file nobody writes: every rank waits, none uses CPU."""
+    if ctx.rank == 1:
+        while not os.path.exists("/nonexistent-file-of-the-launcher-test"):
+            time.sleep(0.05)
+    dist.barrier()
+
+
+def rank0_computes_rank1_waits(ctx):
+    """Rank 0 computes for 6 s while rank 1 waits in a barrier: slow, not stuck."""
+    if ctx.rank == 0:
+        end = time.monotonic() + 6.0
+        while time.monotonic() < end:
+            sum(range(10_000))
+    dist.barrier()
+    ctx.record("done", lambda: 1)

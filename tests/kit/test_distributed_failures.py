@@ -43,10 +43,14 @@ def _average(*swaps: tuple[str, str]) -> str:
     return edited(COMM, "average_gradients", *swaps)
 
 
-def _disagree(path: str, function: str, rank_0: str, rank_1: str) -> str:
-    """The first line (a regex) of ranks 0 and 1 making the calls ``rank_0`` and ``rank_1`` (regexes) in ``path``."""
+def _disagree(path: str, function: str, rank_0: str, rank_1: str, function_1: str = "") -> str:
+    """The first line (a regex) of ranks 0 and 1 making the calls ``rank_0`` and ``rank_1`` (regexes) in ``path``
+    (rank 1 in ``function_1`` when given: then the calls differ in where they come from), as their call logs show
+    them (``common.call_log``)."""
     where = rf"{re.escape(path)}:\d+ \(in {function}\)"
-    return rf"ranks disagree on a collective call: rank 0 calls {rank_0} at {where}; rank 1 calls {rank_1} at {where}$"
+    where_1 = rf"{re.escape(path)}:\d+ \(in {function_1 or function}\)"
+    what = r"where their collective call number \d+ comes from" if function_1 else r"their collective call number \d+"
+    return rf"ranks disagree on {what}: rank 0 calls {rank_0} at {where}; rank 1 calls {rank_1} at {where_1}$"
 
 
 def _call(op: str, dtype: str = "float32") -> str:
@@ -81,14 +85,16 @@ MODES = [
     Mode(Variant("rank_broadcasts", COMM, "average_gradients", _average((
         ALL_REDUCE, f"if dist.get_rank() == 0:\n            {ALL_REDUCE}\n        else:\n"
                     "            dist.broadcast(param.grad.data, src=1)")), frozenset()),
-        "1.2.grads_2rank", _disagree(COMM, "average_gradients", _call("all_reduce"), _call("broadcast"))),
+        "1.2.grads_2rank", _disagree(COMM, "average_gradients", _call("all_reduce"),
+                                     r"broadcast\(float32 \[[\d, ]+\], root 1\)")),
     Mode(Variant("rank_skips_first_bucket", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
         LAUNCH, f"if not (dist.get_rank() == 1 and self._next == 0):\n                {LAUNCH}")), frozenset()),
         "4.1.grads", _disagree(DDP, "_grad_ready", _call("all_reduce"), _call("all_reduce"))),
     Mode(Variant("rank_skips_last_bucket", DDP, "_grad_ready", edited(DDP, "_grad_ready", (
         LAUNCH, f"if not (dist.get_rank() == 1 and self._next == len(self._params) - 1):\n                {LAUNCH}")),
-        frozenset()), "4.1.grads", r"rank 1 returned from _grad_ready without the all_reduce that rank 0 waits in "
-        r"at data_parallel/ddp\.py:\d+ \(in _grad_ready\)$"),
+        frozenset()), "4.1.grads", rf"ranks disagree on their collective call number \d+: rank 0 calls "
+        rf"{_call('all_reduce')} at data_parallel/ddp\.py:\d+ \(in _grad_ready\); rank 1 calls broadcast\(float32 "
+        r"\[\d+\], root 0\) at data_parallel/ddp\.py:\d+ \(in __init__\)$"),
     Mode(Variant("last_shard_one_short", ZERO1, "step", edited(ZERO1, "step", (
         "shard_grad = torch.empty(self.shard_numel, ",
         "shard_grad = torch.empty(self.shard_numel - (dist.get_rank() == self.world_size - 1), ")), frozenset()),
@@ -97,16 +103,17 @@ MODES = [
         return torch.cat([(t if t is not None else torch.zeros_like(p)).reshape(-1).float().to(device)
                           for p, t in zip(self.params, tensors)])
     """, frozenset()), "4.2.uneven", r"rank 1: RuntimeError: the communication library refused the call: two of its "
-        r"tensors differ in size \(28 vs\. 27 elements\) \(at data_parallel/zero1\.py:\d+ \(in step\)\)$",
+        r"tensors differ in size \(28 vs\. 27 elements\) \(at data_parallel/zero1\.py:\d+ \(in step\); raised inside "
+        r"torch\.distributed\)$",
         ("likely cause: the tensors of one collective call do not fit",)),
     Mode(Variant("rank_skips_row_all_reduce", LAYERS, "forward#1", edited(LAYERS, "forward#1", (
         ROW_REDUCE, f"if dist.get_rank() == 0:\n            {ROW_REDUCE}")), frozenset()),
-        "5.1.weight_grads", rf"rank 1 went on without the {_call('all_reduce')} that rank 0 makes \(rank 1 is already "
-        rf"in {_call('all_gather')}, outside your code\)$", ("likely cause: rank 1 skipped a collective call",)),
+        "5.1.weight_grads", _disagree(LAYERS, "forward", _call("all_reduce"), _call("all_reduce"), "backward"),
+        ("likely cause: every rank must make the same collective calls",)),
     Mode(Variant("barrier_on_rank_0_only", CHECKPOINT, "save_sharded", edited(CHECKPOINT, "save_sharded", (
         "        manifest.unlink(missing_ok=True)\n    dist.barrier()\n",
         "        manifest.unlink(missing_ok=True)\n        dist.barrier()\n")), frozenset()),
-        "4.3.roundtrip", _disagree(CHECKPOINT, "save_sharded", "barrier", _call("all_gather", "int64"))),
+        "4.3.roundtrip", _disagree(CHECKPOINT, "save_sharded", "barrier", "all_gather_object")),
 ]
 
 

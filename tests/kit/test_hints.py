@@ -5,7 +5,8 @@ import traceback
 
 import pytest
 
-from grading.engine.hints import describe_exception, format_error, likely_cause, self_contained, student_frame
+from common.error_words import format_error, likely_cause, self_contained
+from grading.engine.hints import describe_exception, student_frame
 from grading.kit.region_hints import static_hints
 from grading.engine.case_run import describe_error
 from grading.problems.probe_helpers import call_outcome, labelled

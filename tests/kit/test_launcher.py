@@ -299,3 +299,21 @@ def test_profile_lists_what_the_ranks_imported_themselves(tmp_path, servers):
     assert case_profile(tmp_path / "runs" / "preloaded")["cold_imports"] == []
     assert "  cold: matplotlib" in table(tmp_path / "runs") and "preloaded:" not in table(tmp_path / "runs")
     assert table(tmp_path / "runs").split()[:3] == ["case", "preload", "start"]    # the wall's first part shown
+
+
+def test_ranks_that_all_wait_end_early_saying_where_each_waits(tmp_path, servers):
+    """Every rank waiting (a barrier, a poll loop): the case ends at the waiting limit, not its time limit, with a
+    progress line before that naming where each rank is."""
+    lines: list[str] = []
+    result = launch(f"{PROBES}:rank1_polls_rank0_waits", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+                    pg_timeout_s=120, servers=servers, progress=lines.append, progress_s=1.5, still_limit_s=4)
+    assert result.timed_out and result.still_s >= 4 and result.wall_s < 60, (result.wall_s, result.still_s)
+    assert "without using the CPU" in result.failure(), result.failure()
+    assert lines and all(line.startswith("run: ") for line in lines), lines
+    assert "rank 0 in " in lines[-1] and "rank 1 in " in lines[-1], lines
+
+
+def test_a_rank_that_computes_while_the_other_waits_is_not_ended(tmp_path, servers):
+    result = launch(f"{PROBES}:rank0_computes_rank1_waits", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+                    servers=servers, progress=lambda line: None, still_limit_s=3)
+    assert result.ok and result.still_s == 0, result.failure()

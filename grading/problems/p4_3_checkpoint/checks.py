@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grading.kit.compare import assert_state_close, describe
 from grading.engine.expect import expect
-from grading.engine.hints import self_contained
+from common.error_words import self_contained
 from grading.engine.rubric import SplitRun
 from grading.kit.problem import SubProblem
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS

@@ -1,6 +1,6 @@
 """The handout's FAQ: generated from the grader's likely-cause hints where they are data, the rest hand-written.
 
-- ``grading.engine.hints._EXCEPTION_HINTS`` (file prefix, pattern, hint):
+- ``common.error_words.EXCEPTION_HINTS`` (file prefix, pattern, hint):
   one entry each, for the hints whose file belongs to a chosen problem;
 - ``grading.kit.region_hints.static_hints``: one entry showing what it prints for
   a late-binding closure, produced by running it on a small example;
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grading.engine import hints
+from common import error_words
 from grading.kit.region_hints import static_hints
 
 FAQ_FILE = Path(__file__).resolve().parent / "faq.md"
@@ -54,7 +54,7 @@ def readable(pattern: str) -> list[str]:
 def exception_entries(student_files: list[str]) -> list[str]:
     """One FAQ entry per exception hint that applies to ``student_files`` (kit-relative paths of the course)."""
     entries = []
-    for prefix, pattern, hint in hints._EXCEPTION_HINTS:
+    for prefix, pattern, hint in error_words.EXCEPTION_HINTS:
         if prefix and not any(rel.startswith(prefix) for rel in student_files):
             continue
         where = f" in `{prefix}`" if prefix else ""
