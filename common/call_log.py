@@ -23,13 +23,14 @@ from types import ModuleType
 
 from common.rank_reports import package_path
 
-# The functions of torch.distributed whose calls are logged: every collective and point-to-point call a student
+# The functions of torch.distributed whose calls are logged: every collective and blocking point-to-point call a student
 # makes (the object collectives included).
 TRACED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
           "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "barrier",
           "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
-          "send", "recv", "isend", "irecv")
-POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+          "send", "recv")
+# isend and irecv are not wrapped: torch.distributed.P2POp accepts only the functions themselves.
+POINT_TO_POINT = ("send", "recv")
 # Libraries that make collective calls for the student's code (named after its place), and modules whose frames
 # only pass a call on (never named as its place).
 _LIBRARIES = ("deepspeed", "transformers", "peft", "accelerate")
@@ -129,7 +130,7 @@ def _shape(tensor) -> str:
 def _peer_of(name: str, args: tuple, kwargs: dict) -> str:
     """``to 1`` / ``from 0`` for a point-to-point call, ``root 0`` for a rooted collective, else ""."""
     if name in POINT_TO_POINT:
-        key = "dst" if name in ("send", "isend") else "src"
+        key = "dst" if name == "send" else "src"
         peer = kwargs.get(key, args[1] if len(args) > 1 else None)
         return "" if peer is None else f"{'to' if key == 'dst' else 'from'} {peer}"
     for key in ("src", "dst"):

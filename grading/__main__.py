@@ -87,4 +87,7 @@ def main_warm(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["grade"]:      # its --total-timeout counts from here, as an outer `timeout` does
+        import psutil
+        os.environ[grade.STARTED_ENV] = repr(psutil.Process().create_time())
     sys.exit(main_warm(sys.argv[1:]))

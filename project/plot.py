@@ -111,7 +111,8 @@ def _draw_throughput(runs: dict[str, dict], path: Path) -> Path:
         ax.annotate(f"{s:,.0f}", (x, s), ha="center", va="bottom", fontsize=8)
         print(f"{labels[x]:>20}: {s:,.0f} tokens/s   (run written {runs[labels[x]]['_written']})")
     print("These runs were measured at different times, so their ratios mix in whatever else the machine was "
-          "doing; for speedups use scripts/run_benchmarks.py (paired, alternating runs).")
+          "doing; for speedups use scripts/run_benchmarks.py (alternating repeats on the same batches; a speedup "
+          "there is the quotient of two step_time_ms).")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -115,6 +115,7 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
 
     from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
+    from project.bench.memory import parameters_per_stage, stages_of
     from project.devices import thread_facts
     from project.loop import SINGLE_REPLICA, LoopParts, make_scheduler, prepare_run, train
     from project.model import build_model, count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
@@ -129,6 +130,8 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
     if config.grad_ckpt:
         enable_activation_checkpointing(model)
     net = build_pipeline_gpt2(model, devices, mode, split_size=size)   # your Pipe (Problem 2) over the stages
+    counts = parameters_per_stage(stages_of(net))   # what each stage registers (the tied head weight: stage 0)
+    print(f"  parameters_per_stage {', '.join(f'{n:,}' for n in counts)} (stage 0 first; sum {sum(counts):,})")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)                    # optimizer
     scheduler = make_scheduler(optimizer, config, len(loader))
     timeline = microbatch.stage_timeline(net)

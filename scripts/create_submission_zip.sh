@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Package the submission: every student-editable file (those with BEGIN_STUDENT regions) and
+# Package the submission: every student-editable file (those with BEGIN_STUDENT regions) of the
+# course's problems (grading/course.json, or GRADING_PROBLEMS; Problems 1-3 by default) and
 # what submit_figures/ holds (plots + performance_summary.json + analysis.md, the written analysis)
 # into submission.zip at the repository root. The student files are always packaged; a missing
 # figure is a warning naming the problems it needs (scripts/run_benchmarks.py draws what the
@@ -18,5 +19,8 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         --figures_dir=*) figures_dir="${args[i]#*=}" ;;
     esac
 done
-"$python" -m project.bench.submission "$@"
+# the course's problems, as the grader reads them; if that fails, every student file goes in
+problems="$("$python" -c 'from grading.kit.course import chosen_problems; print(",".join(chosen_problems()))' \
+    2>/dev/null)" || problems=""
+"$python" -m project.bench.submission ${problems:+--problems "$problems"} "$@"
 "$python" -m grading.commands.benchmarks "$figures_dir"

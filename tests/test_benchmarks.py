@@ -52,9 +52,46 @@ def test_paired_ratios_rotation_and_bubbles():
     assert stats.measured_bubble(tasks, 2) == pytest.approx(1 - 4 / 6)
 
 
+def test_a_ratio_is_the_quotient_of_the_two_step_times_not_the_median_of_per_repeat_ratios():
+    """The issue's shape: per-repeat ratios whose median (1.5) is not the quotient of the step times (1.0); the
+    ratio is the latter, printed as the step times' quotient, with the per-repeat values labelled as the spread."""
+    ratio = stats.time_ratio([1.0, 2.0, 3.0], [3.0, 1.0, 2.0])
+    assert ratio == {"value": 1.0, "per_repeat": [1 / 3, 2.0, 1.5]}
+    assert statistics.median(ratio["per_repeat"]) == 1.5 != ratio["value"]
+    assert ratio["value"] == stats.step_time_ms([1.0, 2.0, 3.0], 4) / stats.step_time_ms([3.0, 1.0, 2.0], 4)
+    line = report.table({"workload": {"parameters": 10, "preset": "tiny", "repeats": 3, "steps": 4},
+                         "data_parallel": {"variants": {}, "ratios": {"speedup": {
+                             "numerator": "world_size_1", "denominator": "world_size_2", **ratio}}}})
+    assert line.splitlines()[-1].split() == ["speedup", "1.00x", "(step_time_ms", "world_size_1", "/", "world_size_2;",
+                                             "per-repeat", "ratios", "(spread,", "repeat", "1", "first):", "0.33,",
+                                             "2.00,", "1.50)"]
+    assert "median over 3 repeats of (run time / 4 steps)" in line and stats.RATIO in line
+
+
+def test_stage_parameters_and_saved_activations_are_counted_per_stage():
+    """Parameters per stage add up to the model's (the tied head weight counts once, on stage 0); the saved bytes
+    are the distinct non-parameter storages autograd keeps, per stage (a Linear keeps its input, a ReLU its
+    output)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from pipeline.gpt2 import build_pipeline_gpt2
+    from project.bench import memory
+    from project.model import PRESETS, count_parameters
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, **PRESETS["tiny"]))
+    net = build_pipeline_gpt2(model, ["cpu", "cpu"], "model_parallel")
+    counts = memory.parameters_per_stage(memory.stages_of(net))
+    assert len(counts) == 2 and sum(counts) == count_parameters(model) and min(counts) > 0
+    stages = [torch.nn.Linear(4, 3), torch.nn.ReLU()]
+    with memory.saved_activation_bytes(stages) as saved:
+        out = stages[1](stages[0](torch.randn(5, 4)))
+    assert saved == [5 * 4 * 4, 5 * 3 * 4]
+    out.sum().backward()
+
+
 def _summary(dp: float, pp: float) -> dict:
-    return {"data_parallel": {"ratios": {"speedup": {"median": dp}}},
-            "pipeline": {"ratios": {"speedup_m2": {"median": pp - 0.1}, "speedup_m4": {"median": pp}}}}
+    return {"data_parallel": {"ratios": {"speedup": {"value": dp}}},
+            "pipeline": {"ratios": {"speedup_m2": {"value": pp - 0.1}, "speedup_m4": {"value": pp}}}}
 
 
 def test_thresholds_judge_on_two_gpus_and_do_not_apply_elsewhere():
@@ -155,8 +192,8 @@ def test_summary_numbers_recompute_from_the_raw_log(run):
         for key, r in summary[group]["ratios"].items():
             paired = [a / b for a, b in zip(variants[r["numerator"]]["run_times_s"],
                                             variants[r["denominator"]]["run_times_s"])]
-            assert r["paired"] == pytest.approx(paired, rel=1e-12), key
-            assert r["median"] == pytest.approx(variants[r["numerator"]]["step_time_ms"]
+            assert r["per_repeat"] == pytest.approx(paired, rel=1e-12), key
+            assert r["value"] == pytest.approx(variants[r["numerator"]]["step_time_ms"]
                                                 / variants[r["denominator"]]["step_time_ms"], rel=1e-12), key
     dp = summary["data_parallel"]["ratios"]
     assert (dp["speedup"]["numerator"], dp["speedup"]["denominator"]) == ("world_size_1", "world_size_2")
@@ -211,8 +248,8 @@ def test_the_problem_4_group_recomputes_and_shards_the_optimizer_state(run):
     assert set(group["ratios"]) == {name for name, _, _, _ in ddp_peers.RATIOS}
     for name, a, b, _ in ddp_peers.RATIOS:
         ratio = group["ratios"][name]
-        assert ratio["paired"] == pytest.approx([x / y for x, y in zip(times[a], times[b])], rel=1e-12), name
-        assert ratio["median"] == pytest.approx(statistics.median(times[a]) / statistics.median(times[b]),
+        assert ratio["per_repeat"] == pytest.approx([x / y for x, y in zip(times[a], times[b])], rel=1e-12), name
+        assert ratio["value"] == pytest.approx(statistics.median(times[a]) / statistics.median(times[b]),
                                                 rel=1e-12), name
         assert group["variants"][a]["step_time_ms"] == pytest.approx(1000 * statistics.median(times[a]), rel=1e-12)
     assert len(group["memory_bytes"]) == 2
@@ -244,7 +281,8 @@ def test_timeline_bubble_and_thresholds(run):
 
 # -- the written analysis: each value it names, the same in the console, the summary and the figures ---------
 
-NAMES = ("step_time_ms", "speedup", "speedup_m<M>", "measured_bubble", "parameters")   # what the questions name
+NAMES = ("step_time_ms", "speedup", "speedup_m<M>", "measured_bubble", "parameters",   # what the questions name
+         "parameters_per_stage", "activations_saved_bytes")
 
 
 def _benchmark_questions() -> list[str]:
@@ -313,10 +351,57 @@ def test_every_value_the_analysis_names_is_the_same_in_console_summary_and_figur
                 assert any(line.lstrip().startswith(variant) and bubble in line for line in lines), variant
                 assert bubble in drawn or variant not in summary["pipeline"]["timeline"], variant
         for key, r in summary[group]["ratios"].items():
-            printed(key, report.times(r["median"]))
-    speedup = summary["data_parallel"]["ratios"]["speedup"]["median"]
-    assert f"speedup {report.times(speedup)}" in drawn
+            printed(key, report.times(r["value"]))
+            assert any(line.lstrip().startswith(key) and line.endswith(f"{report.spread(r)})") for line in lines), key
+    speedup = summary["data_parallel"]["ratios"]["speedup"]
+    assert f"speedup {report.times(speedup['value'])} (step_time_ms world_size_1 / world_size_2)" in drawn
+    dp = summary["data_parallel"]["variants"]    # the number a reader computes from the two printed step times
+    assert report.times(speedup["value"]) == report.times(dp["world_size_1"]["step_time_ms"]
+                                                          / dp["world_size_2"]["step_time_ms"])
     for m in chunks:
-        assert f"speedup_m{m} {report.times(summary['pipeline']['ratios'][f'speedup_m{m}']['median'])}" in drawn
+        assert f"speedup_m{m} {report.times(summary['pipeline']['ratios'][f'speedup_m{m}']['value'])}" in drawn
+    stages = summary["pipeline"]["stages"]
+    assert sum(stages["parameters_per_stage"]) == summary["workload"]["parameters"]
+    printed("parameters_per_stage", ", ".join(f"{n:,}" for n in stages["parameters_per_stage"]))
+    assert set(stages["activations_saved_bytes"]) == {"model_parallel", *(f"pipeline_parallel_m{m}" for m in chunks)}
+    for name, saved in stages["activations_saved_bytes"].items():
+        assert len(saved) == 2 and min(saved) > 0, (name, saved)
+        printed(name, f"{stages['micro_batches'][name]:>2} micro-batch(es): "
+                + ", ".join(f"stage {j} {report.mib(b)}" for j, b in enumerate(saved)))
     theory = f"theoretical_bubble {report.fraction(summary['pipeline']['timeline']['theoretical_bubble'])}"
     assert theory in console and theory.replace("theoretical_bubble", "(K-1)/(M+K-1) =") in drawn
+
+
+def test_repeats_are_numbered_from_1_in_the_log_the_summary_the_console_and_the_figures(run, tmp_path, monkeypatch):
+    summary, records, _, _, console = run
+    repeats = summary["workload"]["repeats"]
+    assert summary["definitions"] == {"step_time_ms": stats.STEP_TIME, "ratio": stats.RATIO, "repeats": stats.REPEATS}
+    assert sorted({r["repeat"] for r in records if not r["warmup"]}) == list(range(1, repeats + 1))
+    assert {r["repeat"] for r in records if r["warmup"]} == {0}
+    for k in range(1, repeats + 1):
+        assert f"data_parallel: repeat {k}/{repeats} done" in console
+    _, drawn = _drawn(summary, tmp_path, monkeypatch)
+    timeline = summary["pipeline"]["timeline"]
+    for variant in ("model_parallel", f"pipeline_parallel_m{timeline['microbatches']}"):
+        number = summary["pipeline"]["variants"][variant]["measured_bubble_repeat"]
+        assert 1 <= number <= repeats and timeline[variant]["repeat"] == number
+        assert any(line.lstrip().startswith(variant) and f"(repeat {number})" in line for line in console.splitlines())
+        assert f"repeats: repeat {number}, drawn)" in drawn, variant
+
+
+def test_the_handout_defines_the_speedup_as_the_benchmark_does():
+    """problem1.md and problem2.md say what ``stats`` computes: the quotient of two step times, each the median over
+    repeats of (run time / steps); not the median of paired ratios."""
+    handout = ROOT / "grading" / "staff" / "handout"
+    for name, ratio in (("problem1.md", "`speedup` = `step_time_ms` of\n`world_size_1` / `step_time_ms` of "
+                                        "`world_size_2`"),
+                        ("problem2.md", "`speedup_m<M>` = `step_time_ms` of `model_parallel` / `step_time_ms` of "
+                                        "`pipeline_parallel_m<M>`")):
+        text = (handout / name).read_text()
+        words = " ".join(text.split())
+        assert " ".join(ratio.split()) in words, name
+        assert "median over alternating repeats of (run time / steps)" in words, name
+        assert "the quotient of the two step times it prints (not the median of the per-repeat ratios" in words, name
+        assert "median of paired" not in words, name
+    assert "the median over repeats of (run time / steps)" in stats.STEP_TIME
+    assert "the quotient of two step_time_ms" in stats.RATIO

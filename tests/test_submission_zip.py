@@ -12,6 +12,7 @@ import pytest
 
 from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
 from common.regions import student_files
+from grading.kit.course import DEFAULT_PROBLEMS, PROBLEMS_ENV
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 from project.bench.submission import create_zip, figure_files
 from tests.commands import run_kit_command
@@ -46,7 +47,7 @@ def _package(figures: Path, output: Path) -> subprocess.CompletedProcess:
 def test_packages_the_student_files_without_figures_and_names_the_problems_they_need(tmp_path):
     done = _package(tmp_path / "empty", tmp_path / "s.zip")
     assert done.returncode == 0, done.stderr
-    assert set(zipfile.ZipFile(tmp_path / "s.zip").namelist()) == set(student_files(ROOT))
+    assert set(zipfile.ZipFile(tmp_path / "s.zip").namelist()) == set(student_files(ROOT, DEFAULT_PROBLEMS))
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     assert "Traceback" not in done.stderr
     for name, needs in (("data_parallel.png", "Problems 1.1 and 1.2"),
@@ -54,6 +55,22 @@ def test_packages_the_student_files_without_figures_and_names_the_problems_they_
                         ("pipeline_timeline.png", "Problems 2.1, 2.2 and 2.3"),
                         (SUMMARY_NAME, "Problems 1.1 and 1.2 or 2.1, 2.2 and 2.3")):
         assert any(f"{name} is missing: it needs {needs};" in line for line in warnings), (name, warnings)
+
+
+def test_packs_only_the_student_files_of_the_course_problems(tmp_path, monkeypatch):
+    """A default course (Problems 1-3) leaves the optional problems' files out, so its grade reports no ignored
+    file; a course that chose Problem 4 (``GRADING_PROBLEMS``, as ``grading/course.json`` would) gets its files."""
+    monkeypatch.delenv(PROBLEMS_ENV, raising=False)
+    done = _package(tmp_path / "empty", tmp_path / "default.zip")
+    assert done.returncode == 0, done.stderr
+    names = set(zipfile.ZipFile(tmp_path / "default.zip").namelist())
+    optional = set(student_files(ROOT)) - set(student_files(ROOT, DEFAULT_PROBLEMS))
+    assert optional and not names & optional, sorted(names & optional)
+    monkeypatch.setenv(PROBLEMS_ENV, "1,2,3,4")
+    done = _package(tmp_path / "empty", tmp_path / "four.zip")
+    assert done.returncode == 0, done.stderr
+    names = set(zipfile.ZipFile(tmp_path / "four.zip").namelist())
+    assert names == set(student_files(ROOT, ("1", "2", "3", "4"))) and "data_parallel/ddp.py" in names
 
 
 @pytest.mark.parametrize("damage", ["missing", "not_png", "unlisted", "bad_json"])
@@ -91,7 +108,8 @@ def test_zip_holds_exactly_the_student_files_and_figures_and_grades_like_the_kit
     done = _package(figures, tmp_path / "submission.zip")
     assert done.returncode == 0, done.stderr
     names = set(zipfile.ZipFile(tmp_path / "submission.zip").namelist())
-    expected = set(student_files(ROOT)) | {f"submit_figures/{n}" for n in (*REQUIRED_FIGURES, SUMMARY_NAME)}
+    expected = set(student_files(ROOT, DEFAULT_PROBLEMS)) | {f"submit_figures/{n}"
+                                                             for n in (*REQUIRED_FIGURES, SUMMARY_NAME)}
     assert names == expected
     assert not any(n.startswith(("workdir/", ".git", "grading/", "tests/")) or "__pycache__" in n for n in names)
 

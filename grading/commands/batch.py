@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,15 +26,14 @@ from typing import Callable, Iterator
 from grading.commands.benchmarks import NOT_SCORED
 from grading.commands.class_report import write_class_report
 from grading.commands.csv_cells import write_csv
-from grading.commands.result_tests import criterion_id, is_not_graded
+from grading.commands.grades_csv import HEAD, columns_of, criterion_cells, is_criterion_column, problem_columns
+from grading.commands.result_tests import is_not_graded, judged_tests, verdict
 from grading.engine.runner import warm_servers
-from grading.commands import report
+from grading.commands import report, results_json
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading.engine.rubric import selects
 from grading.engine.runner import out_of_time
 from grading import KIT_ROOT
-from grading.kit.course import chosen_problems
-from common.files import atomic_write
 from common.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
@@ -45,25 +43,8 @@ STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT
 SCRATCH_PREFIX = "grading-grade-"      # each grade's temporary folder (its TMPDIR), removed when it ends
 GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
 UNSCORED = ("timeout", "grader_error")     # the grade did not finish: its partial score, blank if it judged nothing
-HEAD = ["submission", "score", "max_score", "status", "exit_code", "seconds"]
-TAIL = ["notes", "results"]                # then the criterion columns
+                                           # (``result_tests.verdict``)
 NOTE_SEPARATOR = " | "
-
-
-def problem_columns(problems: tuple[str, ...] | None = None) -> list[str]:
-    """``problem_X.Y`` for every sub-problem of the chosen ``problems`` (default ``course.chosen_problems()``)."""
-    chosen = problems or chosen_problems()
-    return [f"problem_{p}" for p in titles() if p.split(".")[0] in chosen]
-
-
-def base_columns(problems: tuple[str, ...] | None = None) -> list[str]:
-    """grades.csv's first columns: ``HEAD``, the chosen problems' columns, ``TAIL``."""
-    return HEAD + problem_columns(problems) + TAIL
-
-
-def is_criterion_column(column: str) -> bool:
-    """Whether a grades.csv key is a criterion's points (the columns after ``TAIL``)."""
-    return column not in HEAD and column not in TAIL and not column.startswith("problem_")
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -136,34 +117,51 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
                 stderr.write(f"{not_started}\n".encode())
     finally:
         _remove(scratch)
-    seconds = time.monotonic() - start
-    status, data = _verdict(results, code, not_started, limit_s)
-    judged = [t for t in data.get("tests", []) if not is_not_graded(t)]
+    return settle(entry.name, out, code, not_started, limit_s, time.monotonic() - start)
+
+
+def settle(name: str, out: Path, code: int | None, not_started: str, limit_s: float, seconds: float) -> dict:
+    """The grades.csv row of the grade of ``name`` into folder ``out`` that ended with ``code`` (None: killed at
+    ``limit_s``) after ``seconds``. A grade stopped before its end gets its results.json finished (``_verdict``)
+    and the end of its table appended to ``report.txt`` (``report.stopped_lines``): one verdict in all three."""
+    status, data, stopped = _verdict(out / "results.json", code, not_started, limit_s)
+    if stopped:         # the grade wrote no table's end: the same verdict as its results.json and this row
+        with open(out / "report.txt", "a") as table:
+            table.write("\n".join(report.stopped_lines(data, stopped, status)) + "\n")
+    return row_of(name, status, data, code, seconds)
+
+
+def row_of(name: str, status: str, data: dict, code: int | None, seconds: float) -> dict:
+    """The grades.csv row of a grade that ended with ``status`` and left the results.json ``data``: its score,
+    problem and criterion cells and the first note are ``result_tests.verdict``'s (the points of the criteria it
+    judged, blank when none), as its results.json, report.txt and the class report state them."""
+    found = verdict(data)
+    judged = judged_tests(data)["tests"]
     by_problem: dict[str, float] = {}
     for test in (t for t in judged if str(t.get("number", "")) in titles()):
         by_problem[str(test["number"])] = by_problem.get(str(test["number"]), 0.0) + float(test.get("score", 0.0))
-    blank, extra = status in UNSCORED and not judged, data.get("extra_data")
-    marker = (f"score left blank ({status})" if blank
-              else f"partial score ({status})" if len(judged) < len(data.get("tests", [])) else "")
-    hits = extra.get(report.HIT_LIMIT, []) if isinstance(extra, dict) else []
-    notes = NOTE_SEPARATOR.join(n for n in (marker, notes_of(str(data.get("output", ""))), *map(str, hits)) if n)
-    return {"submission": entry.name, "score": "" if blank else f"{float(data.get('score', 0.0)):g}",
-            "max_score": "" if blank else f"{float(data.get('max_score', 0.0)):g}", "status": status,
+    extra = data.get("extra_data")
+    hits = extra.get(results_json.HIT_LIMIT, []) if isinstance(extra, dict) else []
+    notes = NOTE_SEPARATOR.join(n for n in (found.marker(status), notes_of(str(data.get("output", ""))),
+                                            *map(str, hits)) if n)
+    return {"submission": name, "score": "" if found.score is None else f"{found.score:g}",
+            "max_score": f"{found.max_score:g}" if found.listed else "", "status": status,
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
             **{c: "" if c[len("problem_"):] not in by_problem else f"{by_problem[c[len('problem_'):]]:g}"
                for c in problem_columns()},
-            "notes": notes, **(criterion_cells(data) if status in GRADED or judged and status in UNSCORED else {})}
+            "notes": notes, **(criterion_cells(data) if status != "rejected" else {})}
 
 
-def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) -> tuple[str, dict]:
-    """(row status, results.json data) of a grade that ended with ``code`` (None: killed at ``limit_s``).
+def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) -> tuple[str, dict, str]:
+    """(row status, results.json data, why the grade stopped: "" when it ended by itself) of a grade that ended
+    with ``code`` (None: killed at ``limit_s``).
 
-    A partial report left by a grade stopped midway is finished (``report.finish``) with why; without one, a
+    A partial report left by a grade stopped midway is finished (``results_json.finish``) with why; without one, a
     report with no tests says why. A grade that finished with criteria not graded (its total) is a ``timeout``.
     """
     data = _load(results)
-    unfinished = data is not None and report.UNFINISHED in (data.get("extra_data") or {})
-    data = None if data is not None and data.get("output") == report.PLACEHOLDER else data
+    unfinished = data is not None and results_json.UNFINISHED in (data.get("extra_data") or {})
+    data = None if data is not None and data.get("output") == results_json.PLACEHOLDER else data
     if not_started:
         status, why = "grader_error", not_started
     elif code is None:
@@ -173,10 +171,11 @@ def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) 
         why = f"the grader did not finish ({f'stopped by signal {-code}' if code < 0 else f'exit code {code}'})"
     else:
         status = "timeout" if any(is_not_graded(t) for t in data["tests"]) else STATUS.get(code, "grader_error")
-        return status, data
-    if (kept := report.finish(results, why) if unfinished else None) is None:
-        atomic_write(results, json.dumps(kept := {"score": 0.0, "max_score": 0.0, "output": why, "tests": []}) + "\n")
-    return status, kept
+        return status, data, ""
+    if (kept := results_json.finish(results, why) if unfinished else None) is None:
+        results_json.write_json(results, [], [why])
+        kept = _load(results) or {"output": why, "tests": []}
+    return status, kept, why
 
 
 def progress_line(row: dict, done: int, total: int) -> str:
@@ -204,30 +203,6 @@ def notes_of(output: str, own: str = "") -> str:
         if not line.startswith(NOT_SCORED):
             entries.append(line[:200])
     return NOTE_SEPARATOR.join(dict.fromkeys(entries))
-
-
-def criterion_cells(data: dict) -> dict[str, str]:
-    """Criterion id -> points earned, for every test of a results.json with points to earn that was graded (the
-    CSV's last columns; a criterion listed as not graded gets none).
-
-    ``grade_one`` adds them for a graded submission (status in ``GRADED``) or one with a partial score.
-    """
-    return {criterion_id(t): f"{float(t.get('score', 0.0)):g}" for t in data.get("tests", [])
-            if isinstance(t, dict) and float(t.get("max_score", 0) or 0) > 0 and not is_not_graded(t)}
-
-
-def columns_of(rows: list[dict], problems: tuple[str, ...] | None = None) -> list[str]:
-    """``base_columns(problems)``, then every criterion key of ``rows`` in first-seen order, grouped by problem
-    (problem columns of problems not chosen are left out)."""
-    extra = list(dict.fromkeys(k for row in sorted(rows, key=lambda r: r["submission"]) for k in row
-                               if is_criterion_column(k)))
-    return base_columns(problems) + sorted(extra, key=lambda k: (_problem_key(k), extra.index(k)))
-
-
-def _problem_key(column: str) -> list[tuple[int, int | str]]:
-    """Sort key of an extra column: its problem ("1.2.grads" -> 1, 2), else its first word ("benchmarks")."""
-    head = re.split(r"[._]", column)
-    return [(0, int(x)) for x in head[:2] if x.isdigit()] or [(1, head[0])]
 
 
 def _kill(proc: subprocess.Popen, sig: int, grace_s: float = 0.0) -> None:
@@ -290,10 +265,11 @@ def load_results(results_dir: Path, names: list[str]) -> dict[str, dict]:
 def class_report_inputs(rows: list[dict], results_dir: Path) -> tuple[dict[str, dict], dict[str, str]]:
     """(name -> results.json data, name -> status) of the rows that count in the class report and of the others.
 
-    A row counts when its status is in ``GRADED`` and it has a criterion cell (its grader judged something).
+    A row counts when its grader judged something (it has a criterion cell): a graded one, or one that did not
+    finish (``UNSCORED``) with its partial score; the class report counts the criteria it judged.
     """
     counted = {row["submission"] for row in rows
-               if row.get("status") in GRADED and any(is_criterion_column(k) for k in row)}
+               if row.get("status") in GRADED + UNSCORED and any(is_criterion_column(k) for k in row)}
     return load_results(results_dir, sorted(counted)), {row["submission"]: str(row.get("status", ""))
                                                          for row in rows if row["submission"] not in counted}
 

@@ -78,13 +78,13 @@ def _hardware(summary: dict) -> str:
 def claimed_speedups(summary: dict) -> list[str]:
     """The speedups a summary claims, as ``name 1.23x`` strings (data parallel first, then each pipeline m)."""
     out = []
-    dp = _number(_get(summary, "data_parallel", "ratios", "speedup", "median"))
+    dp = _number(_get(summary, "data_parallel", "ratios", "speedup", "value"))
     if dp is not None:
         out.append(f"data parallel (world size 2 over 1) {dp:.2f}x")
     ratios = _get(summary, "pipeline", "ratios")
     if isinstance(ratios, dict):
         for key in sorted(k for k in ratios if isinstance(k, str) and k.startswith("speedup_m"))[:8]:
-            value = _number(_get(ratios, key, "median"))
+            value = _number(_get(ratios, key, "value"))
             if value is not None:
                 out.append(f"pipeline over model parallel with {_clean(key.removeprefix('speedup_m'), 6)} "
                            f"micro-batches {value:.2f}x")
@@ -251,7 +251,7 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
 
 
 def _cmd_benchmarks(args: argparse.Namespace) -> int:
-    from grading.commands import report
+    from grading.commands import results_json
     from grading.kit.intake import SubmissionError
 
     if args.points < 0 or args.limit <= 0:
@@ -265,7 +265,7 @@ def _cmd_benchmarks(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.status:<15} {r.score:g}/{r.max_score:g}  {r.id}: {r.title}\n    {r.message}")
     if args.json:
-        report.write_json(Path(args.json), results, ["benchmark thresholds, measured by the grader's own run "
+        results_json.write_json(Path(args.json), results, ["benchmark thresholds, measured by the grader's own run "
                                                      "(the submission's figures are not used)"])
     return 1 if any(r.status == "failed" for r in results) else 0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grading.commands import class_report_page, score_distribution
 from grading.commands.csv_cells import write_csv
-from grading.commands.result_tests import criterion_id, is_hidden, not_attempted, scored_tests
+from grading.commands.result_tests import criterion_id, is_hidden, judged_tests, not_attempted, scored_tests
 from common.files import atomic_path, atomic_write
 from grading.problems import titles
 
@@ -128,7 +128,11 @@ def rows_of(stats: list[CriterionStats]) -> list[dict]:
 
 
 def _figure(stats: list[CriterionStats], path: Path) -> str:
-    """Write the pass-rate figure; returns "" or why it was not drawn."""
+    """Write the pass-rate figure; returns "" or why it was not drawn.
+
+    One bar per criterion, sized to its rows (the plot takes the figure's width; the problems' legend sits above
+    it), each labelled with its rate and ``passed/attempted``; the rate axis is drawn at the top and the bottom,
+    with gridlines. A criterion nobody attempted has no bar and says so."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -137,18 +141,31 @@ def _figure(stats: list[CriterionStats], path: Path) -> str:
         return f"no figure: matplotlib is not available ({exc})"
     problems = list(dict.fromkeys(s.problem for s in stats))
     colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.28 * max(1, len(stats))))
+    legend_rows = -(-len(problems) // 2)
+    fig, ax = plt.subplots(figsize=(8, 1.3 + 0.22 * legend_rows + 0.24 * max(1, len(stats))))
     y = list(range(len(stats)))[::-1]
     for k, problem in enumerate(problems):
         picked = [(yy, s) for yy, s in zip(y, stats) if s.problem == problem]
-        ax.barh([yy for yy, _ in picked], [s.pass_rate or 0.0 for _, s in picked], color=colours(k % 10),
-                label=f"{problem} {titles().get(problem, '')}".strip())
+        ax.barh([yy for yy, _ in picked], [s.pass_rate or 0.0 for _, s in picked], height=0.7,
+                color=colours(k % 10), label=f"{problem} {titles().get(problem, '')}".strip())
+    for yy, s in zip(y, stats):
+        rate = s.pass_rate
+        label = "not attempted" if rate is None else f"{100 * rate:.0f} % ({s.passed}/{s.attempted})"
+        inside = rate is not None and rate > 0.8
+        ax.text(rate - 0.01 if inside else (rate or 0.0) + 0.01, yy, label, va="center", fontsize=7,
+                ha="right" if inside else "left", color="white" if inside else "black")
     ax.set_yticks(y, [s.criterion + (" (hidden)" if s.hidden else "") for s in stats], fontsize=7)
+    ax.set_ylim(-0.6, len(stats) - 0.4)
     ax.set_xlim(0, 1)
-    ax.set_xlabel("pass rate among the submissions that attempted the sub-problem")
-    ax.set_title("Pass rate per criterion, by problem")
+    ax.set_xticks([k / 5 for k in range(6)], [f"{20 * k} %" for k in range(6)], fontsize=8)
+    ax.tick_params(axis="x", top=True, labeltop=True)
+    ax.grid(axis="x", alpha=0.35)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("pass rate among the submissions that attempted the sub-problem", fontsize=8)
     if stats:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # beside the bars
+        ax.legend(fontsize=7, ncol=2, loc="lower left", bbox_to_anchor=(0.0, 1.06, 1.0, 0.0), mode="expand",
+                  borderaxespad=0.0, frameon=False, title="Pass rate per criterion, by problem",
+                  title_fontproperties={"size": 9, "weight": "bold"})
     fig.tight_layout()
     with atomic_path(path) as scratch:
         fig.savefig(scratch, format="png", dpi=110, bbox_inches="tight")
@@ -161,13 +178,15 @@ def write_class_report(out_csv: Path, results: dict[str, dict], not_graded: dict
                        ) -> dict[str, Path]:
     """Write the class report of ``results`` (graded submission -> results.json data) next to ``out_csv``.
 
-    ``not_graded`` (submission -> status) are named on the page and count nowhere. ``students`` are the
-    rows of ``grades.csv`` (with their ``results`` link, relative to ``out_csv``'s folder) for the page's
-    table of students; ``problems`` the course's chosen problems for the score distributions (default
+    A submission whose grade did not finish counts with the criteria it judged (``result_tests.judged_tests``),
+    as its score does; ``not_graded`` (submission -> status) are named on the page and count nowhere.
+    ``students`` are the rows of ``grades.csv`` (with their ``results`` link, relative to ``out_csv``'s folder)
+    for the page's table of students; ``problems`` the course's chosen problems for the score distributions (default
     ``course.chosen_problems()``). Returns the report's paths (``report_paths``); a figure is left out (and
     the page says why) when matplotlib is missing.
     """
     paths = report_paths(out_csv)
+    results = {name: judged_tests(data) for name, data in results.items()}   # what each row's score counts
     stats = criterion_stats(results)
     rows = rows_of(stats)
     write_csv(paths["csv"], COLUMNS, rows)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px;vertical-align:top}"
-          "ol{margin:0;padding-left:1.2em}.cause{color:#555}")
+          "ol{margin:0;padding-left:1.2em}.cause{color:#555}img{max-width:100%;height:auto}")
 _STUDENT_COLUMNS = ("score", "max_score", "status")
 
 

@@ -12,11 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.commands import benchmarks, profile, report
+from grading.commands import benchmarks, profile, report, results_json
 from grading.commands.options import add_course_options
 from grading.engine import isolation
 from grading.engine.rubric import selects
-from grading.engine.runner import CriterionResult, TotalTime, not_graded, run_cases, warm_servers
+from grading.commands.result_tests import verdict
+from grading.engine.runner import (MIN_CASE_S, NOT_GRADED, CriterionResult, TotalTime, not_graded, run_cases,
+                                   warm_servers)
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
@@ -51,23 +53,40 @@ def _all_failed(status: str, message: str, problem: str | None) -> list[Criterio
 
 
 def _deadline(total_s: float | None, started: float) -> TotalTime | None:
-    """The cases' share of a grade's ``--total-timeout`` (started at ``started``): all of it but a reserve for
-    what comes after the last case (its judging, the report), a tenth of it and at most ``END_RESERVE_S``."""
+    """The cases' share of a grade's ``--total-timeout`` (counted from ``started``, ``process_started``): all of
+    it but a reserve for what comes after the last case (its judging, writing the results), a tenth of it and at
+    most ``END_RESERVE_S``."""
     if total_s is None:
         return None
     return TotalTime(total_s, started + total_s - min(END_RESERVE_S, total_s / 10))
 
 
 END_RESERVE_S = 20.0
-NOT_YET = "the grade stopped before this check ran"      # a partial report's reason until the grade says more
+STARTED_ENV = "GRADING_PROCESS_STARTED"     # when `python -m grading grade` began (epoch seconds; ``__main__``)
+
+
+def process_started() -> float:
+    """``time.monotonic()`` of when this grade began, so ``--total-timeout`` counts the interpreter's start and
+    imports as an outer ``timeout`` does: the creation time that ``python -m grading grade`` recorded in
+    ``STARTED_ENV`` (``grading.__main__``; a fork server may run the grade on that process's behalf), taken out of
+    the environment so no process under the grade inherits it; now for a grade called in this process."""
+    now = time.monotonic()
+    try:
+        return now - max(0.0, time.time() - float(os.environ.pop(STARTED_ENV, "")))
+    except ValueError:
+        return now
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     """``grade``: a report (and --json file) always comes out, even when the grader itself fails."""
-    started = time.monotonic()
+    started = process_started()
     problem = args.problem
     if args.total_timeout is not None and args.total_timeout <= 0:
         print(f"error: --total-timeout must be positive, got {args.total_timeout:g}", file=sys.stderr)
+        return report.EXIT_USAGE
+    if args.timeout is not None and args.timeout < MIN_CASE_S:
+        print(f"error: --timeout must be at least {MIN_CASE_S:g} second (a case's limit), got {args.timeout:g}",
+              file=sys.stderr)
         return report.EXIT_USAGE
     if problem is not None and problem not in titles() and problem not in {p.split(".")[0] for p in titles()}:
         print(f"error: unknown problem {problem!r}; choose from {', '.join(titles())}", file=sys.stderr)
@@ -81,21 +100,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
             return report.EXIT_USAGE
         os.environ[PROBLEMS_ENV] = ",".join((*chosen_problems(), top))
     if args.json:           # a placeholder until the real report replaces it: a killed grader still leaves one
-        report.write_placeholder(Path(args.json))
+        results_json.write_placeholder(Path(args.json))
     try:
         return _grade(args, problem, _deadline(args.total_timeout, started))
     except Exception:  # noqa: BLE001 - a bug of the grader: still write a report that says so
         message = "grader error (not your fault; please tell the course staff):\n" + traceback.format_exc()[-3000:]
         print(message, file=sys.stderr)
-        if args.json:
-            report.write_json(Path(args.json), _all_failed("grader_error", message, problem), [message])
+        # what was judged before keeps its verdict; the rest is not graded, for this reason
+        if args.json and results_json.finish(Path(args.json), GRADER_FAILED, message) is None:
+            results_json.write_json(Path(args.json), _all_failed("not_graded", NOT_GRADED + GRADER_FAILED, problem),
+                                    [message])
         return report.EXIT_GRADER_ERROR
+
+
+GRADER_FAILED = "the grader failed (not your fault; please tell the course staff)"
 
 
 def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | None) -> int:
     """Splice the submission (default: this folder) into a fresh copy of the kit and grade it, as the course does.
 
-    With ``--json`` the file is a ``report.PartialReport`` while the cases run, so a grade stopped midway keeps
+    With ``--json`` the file is a ``results_json.PartialReport`` while the cases run, so a grade stopped midway keeps
     what it judged; ``total``: the cases' share of ``--total-timeout`` (``runner.run_cases``).
     """
     scratch = scratch_dir()
@@ -108,7 +132,7 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
             print(f"error: {exc}", file=sys.stderr)
             if args.json:
                 reason = f"submission rejected: {exc}"
-                report.write_json(Path(args.json), _all_failed("failed", reason, problem), [reason])
+                results_json.write_json(Path(args.json), _all_failed("failed", reason, problem), [reason])
             return report.EXIT_USAGE
         code_root = scratch / "kit"
         splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
@@ -122,15 +146,19 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
             cases = all_cases()
             if args.timeout is not None:
                 cases = [replace(case, timeout_s=args.timeout) for case in cases]
-            listed = [v for case in cases for v in not_graded(case, NOT_YET) if selects(problem, v.problem)]
-            partial = report.PartialReport(Path(args.json), listed, notes, splice.student_lines) if args.json else None
+            listed = [v for case in cases for v in not_graded(case, results_json.PENDING)
+                      if selects(problem, v.problem)]
+            partial = (results_json.PartialReport(Path(args.json), listed, notes, splice.student_lines)
+                       if args.json else None)
+            live = report.LiveTable(listed, notes, verbose=args.verbose, public=args.public_table,
+                                    transform=splice.student_lines)
             hit_limit: list[str] = []
 
             def progress(case) -> None:
                 if not args.quiet:
                     print(f"... running {case.name} ({case.world_size} rank(s))", file=sys.stderr)
                 if partial is not None:
-                    partial.running(case.criteria[0].problem)
+                    partial.running(case.criteria[0].problem, [c.id for c in case.criteria])
 
             def judged(case, verdicts, result) -> None:
                 if result is not None and result.timed_out:
@@ -138,30 +166,28 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
                                      f"{result.limit_s:.1f} s")
                 if partial is not None:
                     partial.judged(verdicts)
+                live.judged(verdicts)           # the staff table's rows, as each case ends
 
             if servers is not None and cases:
                 servers.warm_up(max(case.world_size for case in cases))
             results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
                                 barred=splice.barred, hints=splice.hints, servers=servers, total=total, judged=judged)
             results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
-            notes += _not_graded_notes(results)
             protection, flags = isolation.run_report(scratch / "runs", cases)
             notes += flags
             if "NOT applied" in protection or "no isolation" in protection:
                 notes.append(f"warning: {protection}")
+            if args.json:              # first, while the margin of the total time lasts (``_deadline``)
+                extra = {**({results_json.HIT_LIMIT: hit_limit} if hit_limit else {}),
+                         **({results_json.PROTECTION: protection} if protection else {})}
+                results_json.write_json(Path(args.json), results, [*notes, *_not_graded_notes(results)], extra or None)
+            live.close(results, notes, [f"protection: {protection}"] if protection else [])
         finally:
             if servers is not None:
                 servers.close()
-        if protection:
-            print(f"protection: {protection}")
-        print(report.table(results, notes, verbose=args.verbose, public=args.public_table))
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")
             print(profile.table(scratch / "runs"))
-        if args.json:
-            extra = {**({report.HIT_LIMIT: hit_limit} if hit_limit else {}),
-                     **({report.PROTECTION: protection} if protection else {})}
-            report.write_json(Path(args.json), results, notes, extra or None)
         return report.exit_code(results)
     finally:
         if not args.keep:
@@ -171,10 +197,9 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
 
 
 def _not_graded_notes(results: list[CriterionResult]) -> list[str]:
-    """One note per reason some criteria were not graded (the grade's total time ran out), with their count."""
-    reasons = [r.message.split(": ", 1)[-1] for r in results if r.status == "not_graded"]
-    return [f"{why}: {reasons.count(why)} check(s) not graded, every other one keeps its verdict"
-            for why in dict.fromkeys(reasons)]
+    """One note per reason some criteria were not graded (the grade's total time ran out), with their count
+    (``result_tests.verdict``'s ``why``, as the table's end and grades.csv state them)."""
+    return list(verdict(results_json.gradescope_json(results)).why)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

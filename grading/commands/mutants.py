@@ -20,13 +20,12 @@ from grading import KIT_ROOT
 from grading.commands.batch import default_limit_s, grade_one, grading_servers
 from grading.commands.result_tests import criterion_id, scored_tests
 from common.files import read_jsonl
-from grading.commands.mutants_report import listed_equivalents, problem_folder, summary, write_report
+from grading.commands.mutants_report import grade_folder, listed_equivalents, problem_folder, summary, write_report
 from grading.kit.mutations import EQUIVALENTS_FILE, Mutant, mutants_of, sample
 from common.regions import student_files
 from grading.kit.splice import kit_text
 
 LEDGER = "mutants.jsonl"
-GRADES = "grades"          # <out>/grades/<mutant>/: that grade's results.json, report.txt, stderr.txt
 
 
 def selection(text: str) -> tuple[str, ...]:
@@ -66,7 +65,7 @@ def grade_mutant(mutant: Mutant, out: Path, limit_s: float, env: dict[str, str],
     one changed; return its record: id, verdict, status, seconds, the criteria it ``passed`` and ``failed``
     (criterion ids), its ``fingerprint`` and, for a survivor, its ``diff``."""
     before = fingerprint(mutant, root)            # what this grade ran on, taken before it starts
-    folder = Path(out) / GRADES / mutant.id.replace("/", "__")
+    folder = grade_folder(out, mutant.id)
     submission = folder / "submission"
     shutil.rmtree(submission, ignore_errors=True)
     for rel in student_files(root):

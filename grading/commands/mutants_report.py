@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from grading.commands.class_report_page import PAGE_STYLE
 from common.files import atomic_write
@@ -18,6 +19,14 @@ from grading.kit.mutations import EQUIVALENTS_FILE, Equivalent, Mutant, equivale
 from grading.problems import folders
 
 JSON_NAME, HTML_NAME = "mutants.json", "mutants.html"
+GRADES = "grades"          # <out>/grades/<mutant>/: that grade's results.json, report.txt, stderr.txt
+_STYLE = ("pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:12px}"
+          "table{max-width:100%}td{overflow-wrap:anywhere}")
+
+
+def grade_folder(out: Path, mutant_id: str) -> Path:
+    """Where the grade of mutant ``mutant_id`` ("1.2/f/Op/3") is kept under a run's ``out`` folder."""
+    return Path(out) / GRADES / mutant_id.replace("/", "__")
 
 
 def problem_folder(problem: str) -> Path:
@@ -91,17 +100,29 @@ def table(report: dict) -> list[str]:
 def write_report(out: Path, report: dict) -> None:
     """Write ``out``/``JSON_NAME`` and ``out``/``HTML_NAME``."""
     atomic_write(Path(out) / JSON_NAME, json.dumps(report, indent=1) + "\n")
-    atomic_write(Path(out) / HTML_NAME, page(report))
+    atomic_write(Path(out) / HTML_NAME, page(report, out))
 
 
-def page(report: dict) -> str:
-    """The report as one static HTML page."""
+def page(report: dict, out: Path | None = None) -> str:
+    """The report as one static HTML page, written into ``out``: each mutant links to the report and results of
+    its grade (``grade_folder``) where ``out`` holds them; a section with nothing in it says so in one line."""
     e = html.escape
 
     def rows(header: tuple[str, ...], cells: list[tuple]) -> str:
+        if not cells:
+            return "<p>None.</p>"
         head = "".join(f"<th>{e(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
         return f"<table><tr>{head}</tr>{body}</table>"
+
+    def mutant(mutant_id: str) -> str:
+        """The mutant's id, with links to its grade's files that are there."""
+        if out is None:
+            return e(mutant_id)
+        folder = grade_folder(out, mutant_id)
+        links = [f"<a href='{e(quote(folder.relative_to(out).as_posix() + '/' + name))}'>{e(name)}</a>"
+                 for name in ("report.txt", "results.json") if (folder / name).is_file()]
+        return e(mutant_id) + (f"<br><small>grade: {', '.join(links)}</small>" if links else "")
 
     scores = [(e(p), c["mutants"], c["killed"], c["survived"], c["equivalent"], c["errors"],
                "-" if c["score"] is None else f"{100 * c['score']:.1f} %") for p, c in report["problems"].items()]
@@ -109,16 +130,17 @@ def page(report: dict) -> str:
              rows(("sub-problem", "mutants", "killed", "survived", "equivalent", "errors", "score"), scores),
              "<h2>Survivors: make each a check, or list it as equivalent with its reason</h2>",
              rows(("mutant", "criteria it passed", "diff"),
-                  [(e(s["id"]), e(", ".join(s["passed"])), f"<pre>{e(s['diff'])}</pre>") for s in report["survivors"]]),
+                  [(mutant(s["id"]), e(", ".join(s["passed"])), f"<pre>{e(s['diff'])}</pre>")
+                   for s in report["survivors"]]),
              "<h2>Listed equivalents that need a look</h2>",
-             rows(("mutant", "why"), [(e(x["id"]), f"killed by {e(', '.join(x['failed']))}")
+             rows(("mutant", "why"), [(mutant(x["id"]), f"killed by {e(', '.join(x['failed']))}")
                                       for x in report["equivalent_killed"]]
                   + [(e(x["mutant"]), "no longer applies") for x in report["stale"]]),
              "<h2>No verdict</h2>",
              rows(("mutant", "status", "notes"),
-                  [(e(x["id"]), e(x["status"]), e(x["notes"])) for x in report["errors"]]),
+                  [(mutant(x["id"]), e(x["status"]), e(x["notes"])) for x in report["errors"]]),
              "<h2>Equivalent (as listed by staff)</h2>",
              rows(("mutant", "reason", "diff"),
-                  [(e(x["id"]), e(x["reason"]), f"<pre>{e(x['diff'])}</pre>") for x in report["equivalent"]])]
+                  [(mutant(x["id"]), e(x["reason"]), f"<pre>{e(x['diff'])}</pre>") for x in report["equivalent"]])]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Mutation analysis</title>"
-            f"<style>{PAGE_STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
+            f"<style>{PAGE_STYLE}{_STYLE}</style></head><body>{''.join(parts)}</body></html>\n")

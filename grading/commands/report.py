@@ -1,25 +1,25 @@
-"""Grading output: the terminal table, Gradescope's results.json, and the exit code.
+"""Grading output: the terminal table and the exit code (Gradescope's results.json is ``results_json``'s).
 
 ``python -m grading.commands.report placeholder|finalize`` are the steps the
-Gradescope bundle's ``run_autograder`` runs before and after the grade. While a
-grade runs, its results.json is a ``PartialReport``, so a grade stopped at any
-point keeps every verdict it reached (``finish``).
+Gradescope bundle's ``run_autograder`` runs before and after the grade
+(``results_json.write_placeholder``, ``results_json.finalize``).
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 import textwrap
 import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from grading.kit import points
-from common.files import atomic_write, read_json
 from grading.problems import titles
-from grading.engine.runner import NOT_GRADED, CriterionResult, out_of_time, while_running
+from grading.commands import results_json
+from grading.commands.result_tests import Verdict, is_hidden, verdict
+from grading.engine.runner import CriterionResult
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_GRADER_ERROR = 0, 1, 2, 3, 4
 
@@ -53,33 +53,125 @@ def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool =
 
     ``public`` (what a student may see): hidden criteria are left out, each problem says only how many it has,
     and the subtotals and total earn public points only, the hidden ones stated as a starter's table states them
-    (``_public``).
+    (``_public``). ``LiveTable`` writes the same lines as a grade goes.
     """
-    lines = []
-    for note in notes:
-        lines.append(f"NOTE: {note}")
-    if notes:
-        lines.append("")
-    problems = sorted({r.problem for r in results}, key=lambda p: [int(x) for x in p.split(".")])
-    for problem in problems:
-        rows = [r for r in results if r.problem == problem and not (public and r.hidden)]
-        lines.append(f"Problem {problem}  {titles().get(problem, '')}")
-        lines.append(f"  [{_public([r for r in results if r.problem == problem]) if public else points.scored(rows)}]")
-        stubs = {} if verbose else _stubs(rows)
-        for r in rows:
-            if r.id in stubs:
-                if stubs[r.id]:
-                    lines.append(stubs[r.id])
-                continue
-            lines.append(f"  {MARKS[r.status]} {r.score:>4g}/{r.max_score:<4g} {r.seconds:6.1f}s  {r.id:<34} {r.title}")
-            if r.message:
-                body = r.message.strip().splitlines() if verbose else summary(r.message)
-                lines.extend("         " + line for line in body)
-        if hidden := sum(1 for r in results if r.problem == problem and r.hidden and public):
-            lines.append(f"  ({hidden} more check(s) the course shows after grades are published)")
-    lines.append("")
-    lines.append(f"TOTAL {_public(results) if public else points.scored(results)}")
-    return "\n".join(lines)
+    lines = _note_lines(notes)
+    for problem in _problems(results):
+        lines += _block(results, problem, verbose, public)
+    return "\n".join([*lines, *_footer(results, public)])
+
+
+def _note_lines(notes: list[str]) -> list[str]:
+    return [f"NOTE: {note}" for note in notes] + ([""] if notes else [])
+
+
+def _problems(results: list[CriterionResult]) -> list[str]:
+    return sorted({r.problem for r in results}, key=lambda p: [int(x) for x in p.split(".")])
+
+
+def _block(results: list[CriterionResult], problem: str, verbose: bool, public: bool) -> list[str]:
+    """The table's lines of ``problem``: its header with its subtotal, then one line per criterion (a starter's
+    stubs one line per function)."""
+    rows = [r for r in results if r.problem == problem and not (public and r.hidden)]
+    lines = [f"Problem {problem}  {titles().get(problem, '')}",
+             f"  [{_public([r for r in results if r.problem == problem]) if public else points.scored(rows)}]"]
+    stubs = {} if verbose else _stubs(rows)
+    for r in rows:
+        if r.id in stubs:
+            if stubs[r.id]:
+                lines.append(stubs[r.id])
+            continue
+        lines.append(f"  {MARKS[r.status]} {r.score:>4g}/{r.max_score:<4g} {r.seconds:6.1f}s  {r.id:<34} {r.title}")
+        if r.message:
+            body = r.message.strip().splitlines() if verbose else summary(r.message)
+            lines.extend("         " + line for line in body)
+    if hidden := sum(1 for r in results if r.problem == problem and r.hidden and public):
+        lines.append(f"  ({hidden} more check(s) the course shows after grades are published)")
+    return lines
+
+
+def _footer(results: list[CriterionResult], public: bool = False) -> list[str]:
+    """The table's last lines: the grade's ``verdict`` (``verdict_lines``), the total its own way."""
+    found = verdict(results_json.gradescope_json(results))
+    return verdict_lines(found, _public(results) if public else points.scored(results))
+
+
+def verdict_lines(found: Verdict, total: points.Tally | str | None = None, status: str = "") -> list[str]:
+    """How a table ends: "" and ``TOTAL <total>`` (default: ``found``'s points) for a grade that judged every
+    criterion; for one that did not, first the verdict's ``marker`` and each reason (``Verdict.why``), then
+    ``TOTAL score left blank`` when it judged nothing. The grade's table and a batch's ``report.txt`` of a grade
+    it stopped (``batch``) end with these lines, as results.json and grades.csv state the same verdict."""
+    if total is None:
+        total = "" if found.score is None else f"{found.score:g}/{found.max_score:g} points"
+    lines = [""]
+    if found.partial or found.score is None:
+        lines.append(f"NOTE: {found.marker(status or 'timeout')}")
+        lines += [f"NOTE: {why}" for why in found.why]
+    lines.append("TOTAL score left blank: no check was graded" if found.score is None else f"TOTAL {total}")
+    return lines
+
+
+def stopped_lines(data: dict, why: str, status: str) -> list[str]:
+    """The end of the table of a grade that was stopped before it wrote its own (``batch`` appends these to its
+    ``report.txt``): why it stopped, then ``verdict_lines`` of the results.json ``data`` it left, the total stated
+    as the grade's own table states it."""
+    tests = [t for t in data.get("tests", []) if isinstance(t, dict)] if isinstance(data, dict) else []
+    rows = [SimpleNamespace(problem=str(t.get("number", "")), score=float(t.get("score", 0) or 0),
+                            max_score=float(t.get("max_score", 0) or 0), hidden=is_hidden(t)) for t in tests]
+    ending = verdict_lines(verdict(data), points.scored(rows), status)
+    return ["", f"NOTE: the grade did not finish: {why}", *ending[1:]]
+
+
+class LiveTable:
+    """The staff table written while a grade runs (``grade``), so stdout holds what was graded however the grade
+    ends (an outer ``timeout``, a kill): the notes known at the start, then each problem's block as soon as all
+    its criteria are judged (in table order, flushed), and at the end (``close``) the other blocks, the notes
+    found since and the footer. Written whole, it reads as ``table``."""
+
+    def __init__(self, listed: list[CriterionResult], notes: list[str], verbose: bool = False, public: bool = False,
+                 transform: Callable[[str], str] = str, out=None):
+        self.verbose, self.public, self.transform, self.out = verbose, public, transform, out
+        self.verdicts: dict[str, CriterionResult | None] = {r.id: None for r in listed}
+        self.problems = _problems(listed)
+        self.notes, self.written = list(notes), 0
+        self._lock = threading.Lock()
+        self._write(_note_lines(self.notes))
+
+    def judged(self, verdicts: list[CriterionResult]) -> None:
+        """A case's verdicts are known: write every block now complete, in order."""
+        with self._lock:
+            self.verdicts.update((v.id, v) for v in verdicts if v.id in self.verdicts)
+            while self.written < len(self.problems):
+                problem = self.problems[self.written]
+                rows = [v for k, v in self.verdicts.items() if _problem_of(k) == problem]
+                if any(v is None for v in rows):
+                    break
+                self._write(_block(self._shown(rows), problem, self.verbose, self.public))
+                self.written += 1
+
+    def close(self, results: list[CriterionResult], notes: list[str], before_footer: list[str] = ()) -> None:
+        """The grade is done: its remaining blocks, the notes not written yet, ``before_footer``, the footer."""
+        with self._lock:
+            shown = self._shown(results)
+            lines = [line for problem in self.problems[self.written:] for line in _block(shown, problem, self.verbose,
+                                                                                          self.public)]
+            self.written = len(self.problems)
+            late = [note for note in notes if note not in self.notes]
+            self._write([*lines, *(([""] + [f"NOTE: {note}" for note in late]) if late else []), *before_footer,
+                         *_footer(shown, self.public)])
+
+    def _shown(self, rows: list[CriterionResult]) -> list[CriterionResult]:
+        return [replace(r, message=self.transform(r.message)) for r in rows]
+
+    def _write(self, lines: list[str]) -> None:
+        if lines:
+            out = self.out or sys.stdout
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+
+
+def _problem_of(criterion: str) -> str:
+    return ".".join(criterion.split(".")[:2])
 
 
 STUB = re.compile(r"NotImplementedError: Problem ([\d.]+): (\w+) is not implemented yet")    # splice.stub_body
@@ -109,159 +201,15 @@ def _public(results: list[CriterionResult]) -> points.Tally:
                         sum(r.score for r in public))
 
 
-UNFINISHED = "unfinished"        # extra_data key of a results.json written while its grade still ran
-HIT_LIMIT = "hit_limit"          # extra_data key: the cases that reached their limit (staff notes; may be hidden)
-PROTECTION = "protection"        # extra_data key: what student code could not read or write (``isolation.summary``)
-
-
-def gradescope_json(results: list[CriterionResult], notes: list[str] = (), extra: dict | None = None) -> dict:
-    """Gradescope's results.json: score, tests[] (name, score, max_score, status, output, visibility).
-
-    Hidden criteria are ``after_published``; stdout (the staff table) is ``hidden`` from students. ``extra`` goes
-    to ``extra_data`` (Gradescope's spec: "extra data to be stored"; it describes no display of it).
-    """
-    tests = [{
-        "name": f"{r.id}: {r.title}",
-        "number": r.problem,
-        "score": r.score,
-        "max_score": r.max_score,
-        "status": "passed" if r.passed else "failed",
-        "output": r.student_message or "passed",
-        "visibility": "after_published" if r.hidden else "visible",
-    } for r in results]
-    return {
-        "score": sum(r.score for r in results),
-        "max_score": sum(r.max_score for r in results),
-        "output": "\n".join(notes),
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        **({"extra_data": extra} if extra else {}),
-        "tests": tests,
-    }
-
-
-def write_json(path: Path, results: list[CriterionResult], notes: list[str] = (), extra: dict | None = None) -> None:
-    """Write ``gradescope_json`` to ``path`` atomically (parents created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(gradescope_json(results, notes, extra), indent=1) + "\n")
-
-
-class PartialReport:
-    """A results.json kept current while a grade runs: the criteria judged so far with their verdicts, every other
-    one not graded (``runner.NOT_GRADED``), rewritten atomically when a case starts and once it is judged.
-
-    A grade stopped at any point (its total time, a signal) thus leaves what it judged; ``extra_data[UNFINISHED]``
-    names the problem whose case was running, and ``finish`` turns the file into a final report. ``pending``: the
-    verdicts to start from (``runner.not_graded``); ``transform`` maps each message before it is written.
-    """
-
-    def __init__(self, path: Path, pending: list[CriterionResult], notes: list[str],
-                 transform: Callable[[str], str] = str):
-        self.path, self.notes, self.transform = Path(path), list(notes), transform
-        self.verdicts = {r.id: r for r in pending}
-        self.running_problem: str | None = None
-        self._lock = threading.Lock()
-        self.write()
-
-    def running(self, problem: str) -> None:
-        """A case of ``problem`` starts."""
-        self.running_problem = problem
-        self.write()
-
-    def judged(self, verdicts: list[CriterionResult]) -> None:
-        """A case's verdicts are known."""
-        with self._lock:
-            self.verdicts.update((v.id, v) for v in verdicts if v.id in self.verdicts)
-        self.write()
-
-    def write(self) -> None:
-        """Rewrite the file (atomically) with what is known now."""
-        with self._lock:
-            results = [replace(r, message=self.transform(r.message)) for r in self.verdicts.values()]
-            write_json(self.path, results, self.notes, {UNFINISHED: {"running": self.running_problem}})
-
-
-def finish(path: Path, why: str, headline: str = "") -> dict | None:
-    """Turn the unfinished results.json at ``path`` (a ``PartialReport`` whose grade was stopped) into a final one
-    and return it: each criterion not graded says ``why``, with the problem that was running, and so does the
-    top-level output, once (after ``headline``, when given). None, and nothing written, when ``path`` holds no
-    unfinished report."""
-    try:
-        data = json.loads(Path(path).read_text())
-        state = data["extra_data"][UNFINISHED]
-        tests = [t for t in data["tests"] if isinstance(t, dict)]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    reason = while_running(why, state.get("running") if isinstance(state, dict) else None)
-    skipped = [t for t in tests if str(t.get("output", "")).startswith(NOT_GRADED)]
-    for test in skipped:
-        test["output"] = NOT_GRADED + reason
-    line = (f"{reason}: {len(skipped)} check(s) not graded, every other one keeps its verdict"
-            if skipped else reason)
-    data["output"] = "\n".join(x for x in (headline, str(data.get("output", "")), line) if x)
-    data["tests"] = tests
-    del data["extra_data"][UNFINISHED]
-    if not data["extra_data"]:
-        del data["extra_data"]
-    atomic_write(path, json.dumps(data, indent=1) + "\n")
-    return data
-
-
-PLACEHOLDER = "grading started but did not finish (the grader was killed or ran out of time)"
-
-
-def write_placeholder(path: Path) -> None:
-    """A results.json saying the grade did not finish, written before it starts (the real report replaces it)."""
-    write_json(path, [], [PLACEHOLDER])
-
-
-def finalize(results: Path, exit_code: int, reached_s: float) -> bool:
-    """Keep the grade's results.json when the grade finished; otherwise make it say why the grade stopped.
-
-    ``exit_code`` is the grade's (through ``timeout``), ``reached_s`` the total time (``GRADING_TOTAL_TIMEOUT``)
-    the run reached, 0 when it did not. A grade stopped midway left a ``PartialReport``: its judged criteria
-    keep their verdicts and the rest say why they were not graded (``finish``); a grade stopped before it listed
-    its criteria leaves a report with no tests that says why; one that finished with criteria it had no time for
-    (its own total) gets the out-of-time headline. Returns True when the grade's own report was kept.
-    """
-    data, _ = read_json(results)
-    data = data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
-    unfinished = data is not None and UNFINISHED in (data.get("extra_data") or {})
-    finished = data is not None and not unfinished and data.get("output") != PLACEHOLDER
-    if finished and not any(str(t.get("output", "")).startswith(NOT_GRADED) for t in data["tests"]
-                            if isinstance(t, dict)):
-        return True
-    if reached_s or finished:       # finished with criteria it had no time for: it reached its own total
-        why = out_of_time(reached_s)
-        headline = ("The autograder ran out of time (GRADING_TOTAL_TIMEOUT): a submission that runs far slower than "
-                    "the reference, or a limit set below what the assignment needs.")
-    elif exit_code >= 128:
-        why = f"the grade was stopped by signal {exit_code - 128}"
-        headline = (f"The autograder was stopped by signal {exit_code - 128} before it finished: the container ran "
-                    "out of memory, or something outside the grade stopped it.")
-    else:
-        why = f"the grade stopped with exit code {exit_code}"
-        headline = f"The autograder stopped with exit code {exit_code} without a report."
-    headline += " Please tell the course staff."
-    if finished:
-        data["output"] = "\n".join(x for x in (headline, str(data.get("output", ""))) if x)
-        atomic_write(results, json.dumps(data, indent=1) + "\n")
-        return True
-    if not unfinished or finish(results, why, headline) is None:
-        write_json(results, [], [headline, while_running(why, None)])
-    return False
-
-
 def main(argv: list[str]) -> int:
     """``placeholder RESULTS`` or ``finalize RESULTS EXIT_CODE REACHED_S``: the two steps ``run_autograder``
     (Gradescope) runs around the grade, so that Gradescope always gets a valid results.json that says what
     happened (``REACHED_S``: the total time in seconds the run reached, 0 when it did not)."""
     if len(argv) == 2 and argv[0] == "placeholder":
-        write_placeholder(Path(argv[1]))
+        results_json.write_placeholder(Path(argv[1]))
         return 0
     if len(argv) == 4 and argv[0] == "finalize" and argv[2].isdigit() and argv[3].isdigit():
-        finalize(Path(argv[1]), int(argv[2]), float(argv[3]))
+        results_json.finalize(Path(argv[1]), int(argv[2]), float(argv[3]))
         return 0
     print("usage: python -m grading.commands.report placeholder RESULTS | finalize RESULTS EXIT_CODE REACHED_S",
           file=sys.stderr)

@@ -99,9 +99,18 @@ def summary_rows(spread: list[ProblemScores]) -> list[dict]:
     return rows
 
 
+def _bins(top: float, values: list[float]) -> list[float]:
+    """Histogram edges over 0..``top``: one bin per point when every value is a whole number and ``top`` is at most
+    20 (each bar then reads as "k points"), else ten equal bins."""
+    if top <= 20 and all(float(v).is_integer() for v in values):
+        return [k - 0.5 for k in range(int(top) + 2)]
+    return [top * k / 10 for k in range(11)]
+
+
 def draw(spread: list[ProblemScores], path: Path) -> str:
-    """Write a histogram per problem that has graded submissions (total, and the public and hidden subtotals on
-    the same bins) to ``path``; returns "" or why no figure was drawn."""
+    """Write the histograms of every problem that has graded submissions to ``path``; returns "" or why no figure
+    was drawn. Per problem, a column: on top the total and the public subtotal on the same bins, below the hidden
+    subtotal on an axis of its own (its points are few: on the totals' axis it would be a spike at zero)."""
     shown = [s for s in spread if s.of_attempted(s.totals)]
     if not shown:
         Path(path).unlink(missing_ok=True)
@@ -112,21 +121,36 @@ def draw(spread: list[ProblemScores], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         return f"no figure: matplotlib is not available ({exc})"
-    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.2), squeeze=False)
-    for ax, s in zip(axes[0], shown):
+    fig, axes = plt.subplots(2, len(shown), figsize=(4.2 * len(shown), 5.4), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for column, s in enumerate(shown):
+        ax, below = axes[0][column], axes[1][column]
         top = max(s.public_max + s.hidden_max, 1.0)
-        bins = [top * k / 10 for k in range(11)]
-        ax.hist(s.of_attempted(s.totals), bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
-        ax.hist(s.of_attempted(s.public), bins=bins, histtype="step", linewidth=1.5, color="tab:green",
+        totals, public, hidden = s.of_attempted(s.totals), s.of_attempted(s.public), s.of_attempted(s.hidden)
+        bins = _bins(top, totals + public)
+        ax.hist(totals, bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
+        ax.hist(public, bins=bins, histtype="step", linewidth=1.5, color="tab:green",
                 label=f"public (of {s.public_max:g})")
-        ax.hist(s.of_attempted(s.hidden), bins=bins, histtype="step", linewidth=1.5, linestyle="--", color="tab:red",
-                label=f"hidden (of {s.hidden_max:g})")
-        ax.set_title(f"Problem {s.problem} ({len(s.of_attempted(s.totals))} attempted of {len(s.totals)})",
-                     fontsize=9)
-        ax.set_xlabel("points")
+        ax.set_title(f"Problem {s.problem} ({len(totals)} attempted of {len(s.totals)})", fontsize=9)
+        ax.set_xlabel("points (total and public)", fontsize=8)
         ax.set_ylabel("submissions")
-        ax.set_xlim(0, top)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)      # below the bars
+        ax.set_xlim(bins[0], bins[-1])
+        ax.legend(fontsize=7, loc="upper left")
+        if s.hidden_max > 0:
+            hidden_bins = _bins(s.hidden_max, hidden)
+            below.hist(hidden, bins=hidden_bins, color="tab:red", alpha=0.6, rwidth=0.9,
+                       label=f"hidden (of {s.hidden_max:g})")
+            below.set_xlim(hidden_bins[0], hidden_bins[-1])
+            below.set_xlabel(f"hidden points (of {s.hidden_max:g})", fontsize=8)
+            below.set_ylabel("submissions")
+            below.legend(fontsize=7, loc="upper left")
+        else:
+            below.set_axis_off()
+            below.text(0.5, 0.5, "no hidden points in these results", ha="center", va="center", fontsize=8,
+                       transform=below.transAxes)
+        for a in (ax, below):
+            a.yaxis.get_major_locator().set_params(integer=True)
+            a.xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     with atomic_path(path) as scratch:
         fig.savefig(scratch, format="png", dpi=110, bbox_inches="tight")

@@ -10,7 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from grading.commands.fingerprints import K_GRAM, Token, content_hashes
+from grading.commands.fingerprints import K_GRAM, Token, content_hashes, gram_hashes
 
 TOP_PAIRS = 10      # pairs per problem shown side by side in index.html
 HIGHLIGHT_RUN = 8   # k-grams in a row, in the same order in both (K_GRAM + 7 = 12 tokens), mark a shared passage
@@ -49,22 +49,39 @@ class Report:
 
 
 def _shared_lines(a: Entry, b: Entry, base: frozenset[int]) -> set[tuple[int, int]]:
-    """(piece, line) of ``a`` inside a passage it shares with ``b``: HIGHLIGHT_RUN or more consecutive
-    k-grams in the same order in both, outside the starter. Shorter or scattered matches are common
-    idioms (``x[-1].append(y)``) and stay unmarked, though they count in the score."""
+    """(piece, line) of ``a`` inside a passage it shares with ``b``: consecutive k-grams in the same order in
+    both, HIGHLIGHT_RUN or more of them outside the starter. A passage is marked whole, from its first line to
+    its last, the starter's text and comment lines inside it too (identical code is marked from end to end); a
+    passage made mostly of starter text is not. Shorter or scattered matches are common idioms
+    (``x[-1].append(y)``) and stay unmarked, though they count in the score."""
     where: dict[int, list[int]] = {}
-    for position, value in enumerate(content_hashes(b.tokens, base)):
-        if value is not None:
-            where.setdefault(value, []).append(position)
+    for position, value in enumerate(gram_hashes(b.tokens)):
+        where.setdefault(value, []).append(position)
+    content = [value is not None for value in content_hashes(a.tokens, base)]
     marked: set[tuple[int, int]] = set()
-    previous: dict[int, int] = {}          # position in b -> length of the common run ending there
-    for position, value in enumerate(content_hashes(a.tokens, base)):
-        current = {p: previous.get(p - 1, 0) + 1 for p in where.get(value, ())} if value is not None else {}
-        longest = max(current.values(), default=0)
-        if longest >= HIGHLIGHT_RUN:
-            start = position - longest + 1
-            marked.update((t.piece, t.line) for t in a.tokens[start:position + K_GRAM] if t.line)
+    previous: dict[int, tuple[int, int]] = {}   # position in b -> (length, own k-grams) of the common run ending there
+
+    def mark(end: int, length: int) -> None:
+        """Every line from the passage's first token to its last (comment lines inside it too)."""
+        lines: dict[int, list[int]] = {}
+        for token in a.tokens[end - length + 1:end + K_GRAM]:
+            if token.line:
+                lines.setdefault(token.piece, []).append(token.line)
+        marked.update((piece, n) for piece, found in lines.items() for n in range(min(found), max(found) + 1))
+
+    hashes = gram_hashes(a.tokens)
+    for position, value in enumerate(hashes):
+        current = {}
+        for p in where.get(value, ()):
+            length, own = previous.get(p - 1, (0, 0))
+            current[p] = (length + 1, own + content[position])
+        for p, (length, own) in previous.items():      # a run that ends here: mark it if it is a shared passage
+            if p + 1 not in current and own >= HIGHLIGHT_RUN:
+                mark(position - 1, length)
         previous = current
+    for length, own in previous.values():
+        if own >= HIGHLIGHT_RUN:
+            mark(len(hashes) - 1, length)
     return marked
 
 
@@ -82,7 +99,8 @@ def _pane(entry: Entry, marked: set[tuple[int, int]]) -> str:
 _STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}
 td,th{border:1px solid #bbb;padding:2px 8px;vertical-align:top}.pair{display:flex;gap:1em}
 .pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:4px;overflow-x:auto;font-size:12px}
-.m{background:#ffd54f}figure{margin:0 0 .5em 0}figcaption{font-weight:bold;font-size:13px}"""
+.m{background:#ffd54f;display:inline-block;min-width:100%}
+figure{margin:0 0 .5em 0}figcaption{font-weight:bold;font-size:13px}"""
 
 
 def render_html(report: Report, top: int = TOP_PAIRS, class_report: str | None = None) -> str:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, criterion_cells, default_limit_s, grade_one, submissions_in
+from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, default_limit_s, grade_one, submissions_in
+from grading.commands.grades_csv import criterion_cells
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
@@ -100,6 +101,13 @@ def secret_mismatch(tasks: dict) -> str | None:
     return f"this course secret differs from the one the array was made with: set {SECRET_ENV} to that one, {remake}"
 
 
+def shared_paths(python: str, submissions_dir: Path | str, out_dir: Path | str) -> dict[str, Path | str]:
+    """What every node must see at the same path (what -> path): the kit, its Python environment, the submissions
+    and OUT_DIR."""
+    return {"the kit": KIT_ROOT, "the Python environment": python, "SUBMISSIONS_DIR": submissions_dir,
+            "OUT_DIR": out_dir}
+
+
 def node_local(paths: dict[str, Path | str]) -> list[str]:
     """A warning for each of ``paths`` (what -> path) under a node's own folder, ``NODE_LOCAL``."""
     return [f"{what} {path} is under {root}, which other nodes do not see: use a filesystem every node shares"
@@ -159,13 +167,12 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     tasks = {"batch": secrets.token_hex(8), "submissions_dir": str(submissions_dir), "grade_args": grade_args,
              "limit_s": grade_limit, "benchmarks": benchmarks, "benchmark_limit_s": bench_limit, "env": env,
              "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()),
-             "secret_used": bool(course_secret()), "max_parallel": max_parallel,
+             "secret_used": bool(course_secret()), "max_parallel": max_parallel, "python": python,
              "tasks": [{"id": k, "submission": e.name, "path": str(e)} for k, e in enumerate(entries)]}
     (out_dir / LOGS).mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS).mkdir(exist_ok=True)
     atomic_write(out_dir / TASKS, json.dumps(tasks, indent=1) + "\n")
-    warnings = node_local({"the kit": KIT_ROOT, "the Python environment": python, "SUBMISSIONS_DIR": submissions_dir,
-                           "OUT_DIR": out_dir})
+    warnings = node_local(shared_paths(python, submissions_dir, out_dir))
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     submit = atomic_write(out_dir / SUBMIT, "\n".join([
@@ -204,8 +211,10 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
 
 def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
     """The submit step: ``sbatch [sbatch_args] OUT_DIR/grade.sbatch`` and its exit code, or 2 (nothing submitted)
-    with the reason and its fix on stderr when ``tasks.json`` is unreadable or this process's course secret is not
-    the array's. Warns again about paths under ``NODE_LOCAL``."""
+    with the reason and its fix in one line on stderr when ``tasks.json`` is unreadable, this process's course
+    secret is not the array's, or there is no ``sbatch`` to run. Repeats every warning ``write_array`` gave about
+    paths under ``NODE_LOCAL`` (the kit, the Python environment: ``GRADING_PYTHON`` if set, SUBMISSIONS_DIR,
+    OUT_DIR)."""
     out_dir = Path(out_dir).resolve()
     try:
         tasks = json.loads((out_dir / TASKS).read_text())
@@ -215,9 +224,16 @@ def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
     if problem:
         print(f"error: not submitted: {problem}", file=sys.stderr)
         return 2
-    for warning in node_local({"SUBMISSIONS_DIR": tasks["submissions_dir"], "OUT_DIR": out_dir}):
+    python = os.environ.get("GRADING_PYTHON") or str(tasks.get("python", sys.executable))
+    for warning in node_local(shared_paths(python, tasks["submissions_dir"], out_dir)):
         print(f"warning: {warning}", file=sys.stderr)
-    return subprocess.run(["sbatch", *(sbatch_args or []), str(out_dir / SCRIPT)]).returncode
+    try:
+        return subprocess.run(["sbatch", *(sbatch_args or []), str(out_dir / SCRIPT)]).returncode
+    except OSError as exc:             # no sbatch on PATH (FileNotFoundError), or one that cannot run
+        print("error: not submitted: " + (f"no sbatch on this machine's PATH: submit from a Slurm login node, or "
+              f"run one task here with SLURM_ARRAY_TASK_ID=0 bash {out_dir / SCRIPT}" if isinstance(
+                  exc, FileNotFoundError) else f"sbatch could not run ({type(exc).__name__}: {exc})"), file=sys.stderr)
+        return 2
 
 
 def directives(script_text: str) -> list[tuple[str, str]]:

@@ -68,8 +68,10 @@ class LaunchResult:
             reasons += [f"rank {r.rank} was stuck at:\n{_last_frames(r.stack)}" for r in stuck if r.stack]
         elif self.timed_out:
             stuck = [r for r in self.ranks if r.returncode is None]
-            reasons.append(f"timed out after {self.wall_s:.0f} s (the limit of {self.limit_s:.0f} s, counted on an "
-                           f"idle machine's clock) with rank(s) "
+            limit = (f"the limit of {self.limit_s:.0f} s" if self.limit_s >= 1 else
+                     "a limit under one second, what was left of the grade's total time")
+            reasons.append(f"timed out after {self.wall_s:.0f} s ({limit}, counted on an idle machine's clock: a "
+                           f"busy machine stretches it) with rank(s) "
                            f"{', '.join(str(r.rank) for r in stuck) or '?'} still running")
             reasons += [f"rank {r.rank} was stuck at:\n{_last_frames(r.stack)}" for r in stuck if r.stack]
         for r in self.ranks:

@@ -26,7 +26,8 @@ NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
 NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (status "not_graded")
 GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
                        "their report has the details)")
-MIN_CASE_S = 1.0                 # a case whose share of a grade's total time is shorter is not started
+MIN_CASE_S = 1.0                 # a case whose share of a grade's total time is shorter is not started (its
+                                 # criteria are ``skipped`` or ``cut``, the reason in words)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] |
                 message = str(failure)
                 status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
                 extra = [h for h in (hints or {}).get(criterion.problem, []) if h not in message]
-                message = "\n".join([message, *extra])
+                message = "\n".join([message, *extra, *filter(None, [run.calls_note(message)])])
             except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
                 status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
         seconds = result.wall_s if result is not None and criterion.problem not in barred else 0.0
@@ -148,19 +149,28 @@ class TotalTime:
         run (its own included)."""
         return max(0.0, self.deadline - time.monotonic()) * limit_s / max(pending_s, limit_s, 1e-9)
 
-    def reached(self, problem: str | None) -> str:
-        """Why a criterion was not graded once this total ran out, ``problem`` the one whose case was running."""
-        return while_running(out_of_time(self.total_s), problem)
+    def ran_out(self, problem: str, started: bool) -> str:
+        """Why a criterion of ``problem`` whose case did not start was not graded, this total having run out: cut
+        while its problem ran when another case of it had ``started``, else skipped before it started."""
+        why = out_of_time(self.total_s)
+        return cut_reason(why, problem) if started else skipped_reason(why, problem)
 
 
 def out_of_time(total_s: float) -> str:
     """How every report says that a grade used up its total time of ``total_s`` seconds."""
-    return f"the grade reached its total time of {total_s:g} s"
+    return f"the grade's total time of {total_s:g} s ran out"
 
 
-def while_running(why: str, problem: str | None) -> str:
-    """``why`` a grade stopped, with the problem whose case was running then (when known)."""
-    return why + (f" while running Problem {problem}" if problem else "")
+def skipped_reason(why: str, problem: str) -> str:
+    """The reason of a criterion whose case never started: ``why`` the grade stopped (``out_of_time``, a signal)
+    came before Problem ``problem`` started."""
+    return f"skipped: {why} before Problem {problem} started"
+
+
+def cut_reason(why: str, problem: str | None) -> str:
+    """The reason of a criterion whose case had started but was not judged: ``why`` the grade stopped came while
+    Problem ``problem`` ran (its own problem, when known)."""
+    return f"cut: {why}" + (f" while running Problem {problem}" if problem else "")
 
 
 def not_graded(case: Case, reason: str) -> list[CriterionResult]:
@@ -182,9 +192,10 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     run starts its own (``warm_servers``) and closes them at the end. With ``total`` each case's limit is cut
     to its share of the time left (``TotalTime.share_s``, converted to the load clock with
     ``LoadClock.slowdown``), and a case whose share is under ``MIN_CASE_S`` is not started: its criteria are
-    ``not_graded``. ``judged(case, verdicts, result)`` is called once per case as soon as its verdicts are known
-    (from the judging thread too; ``result`` is its launch, None when it did not run), e.g. to keep a partial
-    report.
+    ``not_graded``, skipped before their problem started (``skipped_reason``), or cut while it ran when an earlier
+    case of it started (``cut_reason``). ``progress(case)`` is called as a case's ranks are about to start;
+    ``judged(case, verdicts, result)`` once per case as soon as its verdicts are known (from the judging thread
+    too; ``result`` is its launch, None when it did not run), e.g. to keep a partial report.
     """
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
@@ -196,7 +207,7 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     pending_s = sum(case.timeout_s * timeout_scale for case in chosen if id(case) in to_run)
     owned = servers is None
     servers = warm_servers(kit_root) if owned else servers
-    pending, ran = [], None
+    pending, started = [], set()
 
     def done(case: Case, verdicts: list[CriterionResult], result: LaunchResult | None = None) -> list[CriterionResult]:
         if judged is not None:
@@ -206,8 +217,6 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judges:
             for case in chosen:
-                if progress:
-                    progress(case)
                 if id(case) not in to_run:
                     pending.append(done(case, judge_case(case, None, barred)))
                     continue
@@ -215,11 +224,14 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
                 limit_s, pending_s = full_s, pending_s - full_s
                 if total is not None:
                     share_s = total.share_s(full_s, pending_s + full_s)
-                    if share_s < MIN_CASE_S:
-                        pending.append(done(case, not_graded(case, total.reached(ran))))
+                    if share_s < MIN_CASE_S:     # not started: the reason, in words
+                        problem_now = case.criteria[0].problem
+                        pending.append(done(case, not_graded(case, total.ran_out(problem_now, problem_now in started))))
                         continue
                     limit_s = min(full_s, share_s / LoadClock.slowdown(recent=True))
-                ran = case.criteria[0].problem
+                started.add(case.criteria[0].problem)
+                if progress:
+                    progress(case)
                 result = _launch(replace(case, timeout_s=limit_s), kit_root, work_dir, 1.0, "auto", servers)
                 cut = "" if limit_s >= full_s else (f"this case's limit was cut from {full_s:g} s to {limit_s:.1f} s "
                                                     f"to fit the grade's total time of {total.total_s:g} s")

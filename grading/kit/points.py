@@ -26,8 +26,10 @@ class _Result(Protocol):             # grading.engine.runner.CriterionResult
     hidden: bool
 
 
-def _count(value: float, what: str) -> str:
-    return f"{value:g} {what} point{'' if value == 1 else 's'}"
+def count(value: float, what: str = "") -> str:
+    """``value`` points, the noun agreeing with the number: ``count(1, "hidden")`` is "1 hidden point",
+    ``count(2, "hidden")`` "2 hidden points", ``count(0.5)`` "0.5 points"."""
+    return f"{value:g} {what + ' ' if what else ''}point{'' if value == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -50,16 +52,16 @@ class Tally:
     hidden_earned: float | None = None
 
     def __str__(self) -> str:
-        public = _count(self.public, "public") if self.earned is None else \
-            f"{self.earned:g}/{_count(self.public, 'public')}"
+        public = count(self.public, "public") if self.earned is None else \
+            f"{self.earned:g}/{count(self.public, 'public')}"
         if not self.hidden:
             return f"{public}, no hidden points"
         if self.hidden_earned is None:
             done = "" if self.earned is None else f"{self.earned:g}/"
-            return (f"{public} + {_count(self.hidden, 'hidden')} {COURSE_ADDS} "
+            return (f"{public} + {count(self.hidden, 'hidden')} {COURSE_ADDS} "
                     f"({done}{self.public + self.hidden:g} in all)")
         got = (self.earned or 0.0) + self.hidden_earned
-        return (f"{public} + {self.hidden_earned:g}/{_count(self.hidden, 'hidden')} "
+        return (f"{public} + {self.hidden_earned:g}/{count(self.hidden, 'hidden')} "
                 f"({got:g}/{self.public + self.hidden:g} in all)")
 
 
@@ -104,4 +106,4 @@ def problem_lines(items: Iterable, count: Callable[[list], Tally]) -> list[str]:
     return lines + [f"TOTAL {count(items)}"]
 
 
-__all__ = ["COURSE_ADDS", "Tally", "problem_lines", "scored", "worth"]
+__all__ = ["COURSE_ADDS", "Tally", "count", "problem_lines", "scored", "worth"]

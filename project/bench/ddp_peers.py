@@ -137,8 +137,8 @@ def _rank(env: RankEnv, workload_path: str, plan: list, steps: int, warmup: int)
 def run(workload_path: Path, steps: int, warmup: int, repeats: int, timeout_s: float = 600.0) -> dict:
     """Measure the Problem 4 group on 2 fresh rank processes; return its summary (JSON-ready).
 
-    ``{"variants": {name: {"run_times_s": [...], "step_time_ms": t}}, "ratios": {name: {"paired": [...],
-    "median": m, "what": ...}}, "memory_bytes": {...}, "backend": ...}`` (``stats.time_ratio``). Raises
+    ``{"variants": {name: {"run_times_s": [...], "step_time_ms": t}}, "ratios": {name: {"value": v,
+    "per_repeat": [...], "what": ...}}, "memory_bytes": {...}, "backend": ...}`` (``stats.time_ratio``). Raises
     RuntimeError (``RankError``) with a rank's traceback when a rank fails or gives no answer within ``timeout_s``.
     """
     plan = [stats.rotation(list(VARIANTS), r) for r in range(repeats)]
@@ -163,14 +163,14 @@ def summarize(replies: list[dict]) -> dict:
 
 def table(summary: dict) -> str:
     """The group's lines for the terminal: each variant's step time, the ratios, then bytes per rank next to 12P/N."""
-    from project.bench.report import ms, times
+    from project.bench.report import ms, spread, times
+    from project.bench.stats import RATIO, STEP_TIME
 
-    lines = ["Problem 4 (2 ranks; step_time_ms: median over repeats of run time / steps; a ratio: the quotient "
-             "of two step_time_ms)"]
+    lines = [f"Problem 4 (2 ranks; {STEP_TIME}; {RATIO})"]
     for name, v in summary["variants"].items():
         lines.append(f"  {name:34s} step_time_ms {ms(v['step_time_ms']):>8}")
     for name, ratio in summary["ratios"].items():
-        lines.append(f"  {name:34s} {times(ratio['median']):>7}   {ratio['what']}")
+        lines.append(f"  {name:34s} {times(ratio['value']):>7}   {ratio['what']} ({spread(ratio)})")
     lines.append("  optimizer state per rank (bytes): rank  ShardedOptimizer  DeepSpeed ZeRO-1  ZeRO-2  12P/N  12P")
     for rank, m in enumerate(summary["memory_bytes"]):
         lines.append(f"  {'':33s} {rank:4d}  {m['sharded_optimizer']:16,d}  {m['deepspeed_zero1']:16,d}  "

@@ -1,7 +1,9 @@
 """The PNG plots of ``submit_figures/``, drawn from the summary alone (so they can be redrawn from it).
 
 Every number drawn is the summary's own, formatted as the console prints it (``report.ms``, ``report.times``,
-``report.fraction``): a bar is a variant's ``step_time_ms``, the dots its single repeats. One ``draw_*`` per figure.
+``report.fraction``): a bar is a variant's ``step_time_ms``, the dots its single repeats; a ratio is the ratio's
+``value`` (the quotient of two step times, ``stats.RATIO``), its dots the ``per_repeat`` spread; a repeat is named by
+its number (from 1, ``stats.REPEATS``). One ``draw_*`` per figure.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def draw_data_parallel(summary: dict, path: Path) -> None:
     r = dp["ratios"]["speedup"]
     w = summary["workload"]
     _pair_plot(rows, f"Data parallel, {w['preset']} GPT-2 ({w['parameters']:,} parameters), global batch "
-                     f"{w['batch_size']}: speedup {times(r['median'])} (world_size_1 / world_size_2); "
+                     f"{w['batch_size']}: speedup {times(r['value'])} (step_time_ms world_size_1 / world_size_2)\n"
                      f"{_threshold_note(summary, 'dp_speedup')}", summary, path)
 
 
@@ -75,7 +77,7 @@ def draw_pipeline(summary: dict, path: Path) -> None:
             rows.append(("model\nparallel", v, "baseline"))
         elif name.startswith("pipeline_parallel_m"):
             m = name.rsplit("m", 1)[1]
-            rows.append((f"pipeline\nn_chunk={m}\nspeedup_m{m} {times(pp['ratios'][f'speedup_m{m}']['median'])}",
+            rows.append((f"pipeline\nn_chunk={m}\nspeedup_m{m} {times(pp['ratios'][f'speedup_m{m}']['value'])}",
                          v, "ours"))
         else:
             rows.append((f"torch GPipe\n2 ranks, {name.rsplit('m', 1)[1]} mb", v, "peer"))
@@ -93,6 +95,7 @@ def draw_timeline(summary: dict, path: Path) -> None:
     panels = [v for v in ("model_parallel", f"pipeline_parallel_m{tl['microbatches']}") if v in tl]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.4 * len(panels) + 0.6), squeeze=False)
     cmap = plt.get_cmap("tab10")
+    labels = []
     for ax, variant in zip(axes[:, 0], panels):
         data, runs = tl[variant], summary["pipeline"]["variants"][variant]["run_times_s"]
         m = 1 if variant == "model_parallel" else tl["microbatches"]
@@ -103,7 +106,8 @@ def draw_timeline(summary: dict, path: Path) -> None:
             color = "#bdbdbd" if lane == 2 else cmap(t["microbatch"] % 10)
             ax.barh(lane, width, left=start, height=0.6, color=color, edgecolor="black", linewidth=0.4)
             if lane < 2:
-                ax.text(start + width / 2, lane, f"F{t['microbatch']}", ha="center", va="center", fontsize=7)
+                labels.append((ax, start, width, ax.text(start + width / 2, lane, f"F{t['microbatch']}",
+                                                         ha="center", va="center", fontsize=7)))
         ax.set_yticks(range(3), lanes, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("ms since the step started")
@@ -112,15 +116,31 @@ def draw_timeline(summary: dict, path: Path) -> None:
         name = "model_parallel (whole batch)" if m == 1 else f"pipeline_parallel, M = {m} micro-batches"
         bubble = summary["pipeline"]["variants"][variant]["measured_bubble"]
         ax.set_title(f"{name}: measured_bubble {fraction(bubble)} (lower median of {len(runs)} repeats: repeat "
-                     f"{data['repeat'] + 1}, drawn), theory (K-1)/(M+K-1) = {fraction(theory)} (K = {tl['stages']})",
+                     f"{data['repeat']}, drawn), theory (K-1)/(M+K-1) = {fraction(theory)} (K = {tl['stages']})",
                      fontsize=9)
     on_gpu = bool(summary["hardware"]["gpus"])
     fig.suptitle("One training step: forward tasks per stage worker; backward runs after the forward"
                  + (" (GPU: host-side stamps, kernels may run later)" if on_gpu else
                     " in the main thread on CPU"), fontsize=9)
     fig.tight_layout()
+    _fit_labels(fig, labels)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _fit_labels(fig, labels: list, smallest: float = 5.0) -> None:
+    """Keep each bar's label (``(ax, start, width, text)``) inside its bar: a smaller font where that is enough
+    (down to ``smallest`` points), else no label. Run once the layout is final."""
+    renderer = fig.canvas.get_renderer()
+    for ax, start, width, text in labels:
+        left, right = ax.transData.transform([(start, 0.0), (start + width, 0.0)])[:, 0]
+        room = abs(right - left) - 2.0            # pixels, a pixel of margin each side
+        size = text.get_fontsize()
+        while text.get_window_extent(renderer).width > room and size > smallest:
+            size = max(smallest, size - 0.5)
+            text.set_fontsize(size)
+        if text.get_window_extent(renderer).width > room:
+            text.set_visible(False)
 
 
 PEER_LABELS = {"ours_over_ddp": "DP step: ours / DistributedDataParallel",
@@ -140,21 +160,22 @@ def draw_peers(summary: dict, path: Path) -> None:
                 rows.append((f"PP step: our Pipe / torch ScheduleGPipe ({key.rsplit('m', 1)[1]} micro-batches)", r))
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 2.0))
     for y, (label, r) in enumerate(rows):
-        ax.barh(y, r["median"] - 1.0, left=1.0, color=COLORS["ours"], alpha=0.85)   # from 1: faster or slower
-        ax.scatter(r["paired"], [y] * len(r["paired"]), color="black", s=10, zorder=3)
-        ax.text(max([r["median"], *r["paired"]]) * 1.08, y, times(r["median"]), va="center", fontsize=8)
+        ax.barh(y, r["value"] - 1.0, left=1.0, color=COLORS["ours"], alpha=0.85)   # from 1: faster or slower
+        ax.scatter(r["per_repeat"], [y] * len(r["per_repeat"]), color="black", s=10, zorder=3)
+        ax.text(max([r["value"], *r["per_repeat"]]) * 1.08, y, times(r["value"]), va="center", fontsize=8)
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("our step_time_ms / the reference's, log scale (1 = same; > 1: ours slower); dots: per repeat")
+    ax.set_xlabel("our step_time_ms / the reference's, log scale (1 = same; > 1: ours slower); "
+                  "dots: per-repeat ratios (spread)")
     ratios = summary.get("data_parallel", {}).get("ratios", {})
     title = f"Ours vs reference implementations on the same workload\n{statistic(summary)}"
     if {"parallel_capacity", "speedup_bound", "efficiency_vs_bound"} <= set(ratios):
-        title += (f"\nmachine's parallel capacity: {ratios['parallel_capacity']['median']:.2f} of 2.0 "
+        title += (f"\nmachine's parallel capacity: {ratios['parallel_capacity']['value']:.2f} of 2.0 "
                   f"(two copies of one rank's work: sequential time / concurrent time)\nbest DP speedup "
-                  f"without communication {ratios['speedup_bound']['median']:.2f}x; ours "
-                  f"{times(ratios['speedup']['median'])} = {ratios['efficiency_vs_bound']['median']:.2f} of that bound")
+                  f"without communication {ratios['speedup_bound']['value']:.2f}x; ours "
+                  f"{times(ratios['speedup']['value'])} = {ratios['efficiency_vs_bound']['value']:.2f} of that bound")
     fig.suptitle(title, fontsize=9)
     ax.margins(x=0.25)
     fig.tight_layout()

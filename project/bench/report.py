@@ -2,8 +2,10 @@
 
 A record is one run as the suite logs it (one JSON line in ``runs.jsonl``)::
 
-    {"group": "data_parallel", "variant": "world_size_2", "repeat": 0, "position": 1, "warmup": false,
+    {"group": "data_parallel", "variant": "world_size_2", "repeat": 1, "position": 1, "warmup": false,
      "role": "pair", "ranks": [[[start, end], ...], ...], "tokens": 4711, "timeline": [...] | null}
+
+Repeats are numbered as ``stats.REPEATS`` says: from 1, the untimed warm-up run is repeat 0.
 
 ``read_runs`` is the one reader of that file; everything else here is pure.
 """
@@ -30,12 +32,12 @@ def read_runs(path: Path, warn: Callable[[str], None] = _warn) -> list[dict]:
 
 
 def variant_summary(records: list[dict]) -> dict:
-    """Per-repeat run times (repeat order), the step time, real-token throughput and, for a pipeline, the bubble.
+    """Per-repeat run times (repeat 1 first), the step time, real-token throughput and, for a pipeline, the bubble.
 
     ``step_time_ms`` is ``stats.step_time_ms`` (median over repeats of run
     time / steps); ``measured_bubble`` is the lower median over repeats of
     each run's timeline bubble, and ``measured_bubble_repeat`` the repeat it
-    came from (the run ``pipeline_timeline.png`` draws).
+    came from (numbered from 1; the run ``pipeline_timeline.png`` draws).
     """
     runs = sorted((r for r in records if not r["warmup"]), key=lambda r: r["repeat"])
     times = [stats.run_time(r["ranks"]) for r in runs]
@@ -60,7 +62,8 @@ def variant_summary(records: list[dict]) -> dict:
 
 
 def ratio(variants: dict, numerator: str, denominator: str, meaning: str) -> dict:
-    """``stats.time_ratio`` of two variants: step time(numerator) / step time(denominator), and per repeat."""
+    """``stats.time_ratio`` of two variants: ``value`` = step time(numerator) / step time(denominator), and
+    ``per_repeat`` (the spread)."""
     return {"numerator": numerator, "denominator": denominator,
             **stats.time_ratio(variants[numerator]["run_times_s"], variants[denominator]["run_times_s"]),
             "meaning": meaning}
@@ -86,8 +89,8 @@ def judge(summary: dict, dp_threshold: float, pp_threshold: float, gpus: int) ->
     reason = ("2 GPUs present: thresholds apply" if applicable else
               f"the thresholds are defined for 2 GPUs and this machine has {gpus}; they do not apply here "
               "(numbers are reported, not judged)")
-    dp = summary.get("data_parallel", {}).get("ratios", {}).get("speedup", {}).get("median")
-    pp_ratios = {k: v["median"] for k, v in summary.get("pipeline", {}).get("ratios", {}).items()
+    dp = summary.get("data_parallel", {}).get("ratios", {}).get("speedup", {}).get("value")
+    pp_ratios = {k: v["value"] for k, v in summary.get("pipeline", {}).get("ratios", {}).items()
                  if k.startswith("speedup_m")}
     best = max(pp_ratios, key=pp_ratios.get) if pp_ratios else None
     verdicts = {}
@@ -127,10 +130,34 @@ def fraction(value: float) -> str:
 
 
 def statistic(summary: dict) -> str:
-    """One line saying what ``step_time_ms`` and a ratio are in this run (the console, the figures)."""
+    """Two lines saying what ``step_time_ms`` and a ratio are in this run (the console, the figures): the words of
+    ``stats.STEP_TIME`` and ``stats.RATIO``, with this run's repeats and steps."""
     w = summary["workload"]
-    return (f"step_time_ms: median of {w['repeats']} repeats of (run time / {w['steps']} steps); "
-            "a ratio: the quotient of two step_time_ms")
+    return (stats.STEP_TIME.replace("repeats", f"{w['repeats']} repeats").replace("/ steps", f"/ {w['steps']} steps")
+            + "\n" + stats.RATIO)
+
+
+def spread(ratio: dict) -> str:
+    """How a ratio's per-repeat values are printed, labelled so nobody takes them for the ratio itself."""
+    return (f"per-repeat ratios (spread, repeat {stats.FIRST_REPEAT} first): "
+            + ", ".join(f"{x:.2f}" for x in ratio["per_repeat"]))
+
+
+def mib(value: float) -> str:
+    """How a byte count is printed in MiB: ``28.07 MiB``."""
+    return f"{value / 2**20:,.2f} MiB"
+
+
+def stage_lines(stages: dict) -> list[str]:
+    """The console lines of ``pipeline.stages`` (``memory.pipeline_stages``): parameters per stage, then per
+    variant (micro-batch count) the activation bytes each stage keeps for the backward pass."""
+    counts = stages["parameters_per_stage"]
+    lines = [f"  parameters_per_stage {', '.join(f'{n:,}' for n in counts)} (stage 0 first; sum {sum(counts):,})",
+             f"  activations_saved_bytes per stage: {stages['measure']}"]
+    for name, saved in stages["activations_saved_bytes"].items():
+        lines.append(f"    {name:<26} {stages['micro_batches'][name]:>2} micro-batch(es): "
+                     + ", ".join(f"stage {j} {mib(b)}" for j, b in enumerate(saved)))
+    return lines
 
 
 def table(summary: dict) -> str:
@@ -144,17 +171,19 @@ def table(summary: dict) -> str:
             continue
         lines.append(f"{group}:")
         for name, v in summary[group]["variants"].items():
-            extra = (f"  measured_bubble {fraction(v['measured_bubble'])} (repeat {v['measured_bubble_repeat'] + 1})"
+            extra = (f"  measured_bubble {fraction(v['measured_bubble'])} (repeat {v['measured_bubble_repeat']})"
                      if "measured_bubble" in v else "")
             lines.append(f"  {name:<28} step_time_ms {ms(v['step_time_ms']):>8}  "
                          f"{v['median_tokens_per_s']:>10,.0f} tokens/s{extra}")
         for key, r in summary[group]["ratios"].items():
-            lines.append(f"  {key:<28} {times(r['median']):>7}  ({r['numerator']} / {r['denominator']}; "
-                         f"per repeat {', '.join(f'{x:.2f}' for x in r['paired'])})")
+            lines.append(f"  {key:<28} {times(r['value']):>7}  (step_time_ms {r['numerator']} / "
+                         f"{r['denominator']}; {spread(r)})")
         if group == "pipeline" and "timeline" in summary["pipeline"]:
             tl = summary["pipeline"]["timeline"]
             lines.append(f"  theoretical_bubble {fraction(tl['theoretical_bubble'])} ((K-1)/(M+K-1), K = "
                          f"{tl['stages']}, M = {tl['microbatches']})")
+        if group == "pipeline" and "stages" in summary["pipeline"]:
+            lines += stage_lines(summary["pipeline"]["stages"])
     if "memory" in summary:
         mem = summary["memory"]
         plain, ckpt = (mem[v]["peak_step_bytes"] / 2**20 for v in ("plain", "grad_ckpt"))

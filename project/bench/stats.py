@@ -1,8 +1,14 @@
 """Arithmetic of the benchmark: no torch, no I/O, so the tests can recompute every number.
 
-A *run* is ``steps`` training steps of one variant on the fixed workload (``run_time``). One statistic serves the
-console, the summary and the figures alike: a step time is the median over repeats of run time / steps
-(``step_time_ms``), a ratio the quotient of two step times (``time_ratio``).
+A *run* is ``steps`` training steps of one variant on the fixed workload (``run_time``). The one statistic, defined
+here and nowhere else (``STEP_TIME``, ``RATIO``, ``REPEATS``: the console, ``performance_summary.json`` and the
+figures quote these words, the handout says the same):
+
+- a variant's step time ``step_time_ms`` is the median over repeats of (run time / steps) (``step_time_ms``);
+- a ratio (``speedup``, ``speedup_m<M>``, ...) is the quotient of two step times, ``step_time_ms(numerator) /
+  step_time_ms(denominator)`` (``time_ratio``, key ``value``), so it equals what a reader computes from the two
+  printed step times. It is not the median of the per-repeat ratios: those (key ``per_repeat``) show the spread;
+- repeats are numbered from 1 (the untimed warm-up run is repeat 0); a per-repeat list holds repeat 1 first.
 """
 from __future__ import annotations
 
@@ -10,6 +16,12 @@ import statistics
 from typing import Sequence
 
 Stamps = Sequence[Sequence[float]]   # one (start, end) pair per step
+
+STEP_TIME = "step_time_ms: the median over repeats of (run time / steps)"
+RATIO = ("a ratio (e.g. speedup): the quotient of two step_time_ms, so it equals what you compute from the two "
+         "printed step times; per-repeat ratios show the spread")
+REPEATS = "repeats are numbered from 1 (the untimed warm-up is repeat 0); a per-repeat list holds repeat 1 first"
+FIRST_REPEAT = 1
 
 
 def run_time(ranks: Sequence[Stamps]) -> float:
@@ -45,15 +57,15 @@ def step_time_ms(run_times: Sequence[float], steps: int) -> float:
 
 
 def time_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> dict:
-    """``{"median": m, "paired": [...]}`` of two variants' run times (one per repeat, same steps).
+    """``{"value": v, "per_repeat": [...]}`` of two variants' run times (one per repeat, same steps, repeat 1 first).
 
-    ``median`` is ``median(numerators) / median(denominators)``: the quotient
+    ``value`` is ``median(numerators) / median(denominators)``: the quotient
     of the two step times (``step_time_ms``), so a ratio printed next to them
-    is the one a reader computes from them. ``paired`` is each repeat's own
-    ratio (the spread).
+    is the one a reader computes from them (``RATIO``). ``per_repeat`` is each
+    repeat's own ratio, the spread; its median is not ``value``.
     """
-    return {"median": median(numerators) / median(denominators),
-            "paired": paired_ratios(numerators, denominators)}
+    return {"value": median(numerators) / median(denominators),
+            "per_repeat": paired_ratios(numerators, denominators)}
 
 
 def median(values: Sequence[float]) -> float:

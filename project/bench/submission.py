@@ -1,7 +1,7 @@
 """The submission zip: exactly the student-editable files plus the benchmark figures there are.
 
-    python -m project.bench.submission [--figures_dir submit_figures] [--output submission.zip]
-    (what scripts/create_submission_zip.sh runs)
+    python -m project.bench.submission [--figures_dir submit_figures] [--output submission.zip] [--problems 1,2,3]
+    (what scripts/create_submission_zip.sh runs, with the course's problems)
 
 A missing or broken figure and an unanswered analysis are warnings, never a refusal (``create_zip``).
 """
@@ -87,11 +87,13 @@ def analysis_file(figures_dir: Path) -> tuple[list[Path], list[str]]:
     return [path], []
 
 
-def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: None) -> list[str]:
+def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: None,
+               problems: tuple[str, ...] | None = None) -> list[str]:
     """Write ``output`` from the kit at ``root``; return the member names.
 
-    The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions (the
-    grader's own list, ``common.regions.student_files``), and under
+    The zip holds, at its root, every file with ``BEGIN_STUDENT`` regions of
+    one of ``problems`` (("1", "2", "3"); None: of every problem), the grader's
+    own list, ``common.regions.student_files``, and under
     ``submit_figures/`` the PNGs, ``performance_summary.json`` and
     ``analysis.md`` of ``figures_dir`` that pass ``figure_files`` and
     ``analysis_file``. Nothing else, so no ``workdir/``, checkpoints, caches or
@@ -104,7 +106,7 @@ def create_zip(root: Path, figures_dir: Path, output: Path, warn=lambda text: No
     from common.regions import student_files
 
     root = Path(root)
-    members = [(root / rel, rel) for rel in student_files(root)]
+    members = [(root / rel, rel) for rel in student_files(root, problems)]
     figures, warnings = figure_files(figures_dir)
     written, more = analysis_file(figures_dir)
     warnings += more
@@ -125,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="create_submission_zip.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--figures_dir", default=str(root / FIGURES_ARCDIR))
     parser.add_argument("--output", default=str(root / "submission.zip"))
+    parser.add_argument("--problems", default=None,
+                        help="the course's problems, e.g. 1,2,3: only their student files are packed (default: all)")
     args = parser.parse_args(argv)
+    problems = tuple(p.strip() for p in args.problems.split(",") if p.strip()) if args.problems else None
     try:
         warnings: list[str] = []
-        names = create_zip(root, Path(args.figures_dir), Path(args.output), warn=warnings.append)
+        names = create_zip(root, Path(args.figures_dir), Path(args.output), warn=warnings.append, problems=problems)
     except RegionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from project.bench import SUMMARY_NAME, report
 from project.bench.options import Options
 from project.bench.pool import BenchError, Pool
 from project.bench.publish import new_run_folder, publish
-from project.bench.stats import rotation
+from project.bench.stats import FIRST_REPEAT, RATIO, REPEATS, STEP_TIME, rotation
 from project.bench.workload import WorkloadSpec
 from project.devices import THREAD_POLICY, gpu_count
 from project.output import write_json
@@ -80,8 +80,9 @@ FT_RATIOS = [("ours_over_peft", "lora_ours", "lora_peft", "our LoRA step time / 
 class _Runner:
     """Runs groups of variants on a pool and appends every run to the raw log (one JSON line each)::
 
-        warm-up:   each variant once, ``warmup`` steps, not timed
-        repeat r:  every variant once, in ``rotation(variants, r)`` order, ``steps`` timed steps each
+        warm-up:   each variant once, ``warmup`` steps, not timed (logged as repeat 0)
+        repeat r:  every variant once, in ``rotation(variants, r - 1)`` order, ``steps`` timed steps each
+                   (r = 1 ... repeats: numbered from 1 in the log, the summary, the console and the figures)
     """
 
     def __init__(self, pool: Pool, opts: Options, tokens_per_run: int, log_path: Path, echo: Callable):
@@ -99,7 +100,8 @@ class _Runner:
                 _, role, kind, options = by_name[variant]
                 results = self.pool.call(role, "run", key=variant, kind=kind,
                                          indices=warm if repeat < 0 else indices, options=options)
-                record = {"group": name, "variant": variant, "repeat": max(repeat, 0), "position": position,
+                record = {"group": name, "variant": variant, "repeat": max(repeat + FIRST_REPEAT, 0),
+                          "position": position,
                           "warmup": repeat < 0, "role": role, "batch_indices": warm if repeat < 0 else indices,
                           "tokens": self.tokens if repeat >= 0 else None,
                           "ranks": [res["stamps"] for res in results], "timeline": results[0]["timeline"]}
@@ -107,7 +109,7 @@ class _Runner:
                     f.write(json.dumps(record) + "\n")
                 records.append(record)
             if repeat >= 0:
-                self.echo(f"  {name}: repeat {repeat + 1}/{opts.repeats} done")
+                self.echo(f"  {name}: repeat {repeat + FIRST_REPEAT}/{opts.repeats} done")
         for role in ("solo", "pair"):
             self.pool.call(role, "clear")
         return records
@@ -215,6 +217,13 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
         summary["memory"] = memory.measure(opts.preset, opts.batch_size, opts.max_len, opts.threads, opts.timeout_s)
     except RuntimeError as exc:
         summary["errors"]["memory"] = str(exc)
+    if "pipeline" in summary:
+        echo("measuring each pipeline stage's parameters and saved activations per micro-batch count ...")
+        try:
+            summary["pipeline"]["stages"] = memory.pipeline_stages(folder / "workload.pt", opts.n_chunks,
+                                                                   opts.threads, opts.timeout_s)
+        except RuntimeError as exc:
+            summary["errors"]["pipeline_stages"] = str(exc)
     summary["raw_log"] = str(log_path)
     summary["hardware"]["load_average_before_after"] = [load_before, os.getloadavg() if load_before else None]
     summary["wall_time_s"] = time.perf_counter() - t_start
@@ -236,7 +245,8 @@ def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: d
     tokens = sum(workload["real_tokens_per_batch"])
     summary: dict = {"schema": "assignment5-benchmark/1", "mode": opts.mode, "quick": opts.quick,
                      "peers": opts.peers, "created": datetime.datetime.now().isoformat(timespec="seconds"),
-                     "command": opts.argv, "options": asdict(opts), "errors": {}, "skipped": dict(skipped)}
+                     "command": opts.argv, "options": asdict(opts), "errors": {}, "skipped": dict(skipped),
+                     "definitions": {"step_time_ms": STEP_TIME, "ratio": RATIO, "repeats": REPEATS}}
     summary["workload"] = {**workload, "tokens_per_run": tokens, "warmup_steps": opts.warmup,
                            "repeats": opts.repeats, "threads_per_worker": opts.threads or "torch default",
                            "thread_policy": THREAD_POLICY,

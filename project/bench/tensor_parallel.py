@@ -188,7 +188,8 @@ def _rank_main(env: RankEnv, folder: str, opts: dict, variants: list[str]) -> di
 
 
 def summarize(raw: dict, workload: dict, skipped: dict[str, str], opts: TPOptions) -> dict:
-    """Medians, paired ratios against ``serial`` and per-rank parameter bytes, from the ranks' raw numbers.
+    """Step times, ratios against ``serial`` (``value`` and ``per_repeat``) and per-rank parameter bytes, from the
+    ranks' raw numbers.
 
     Ratios ``time(variant) / time(serial)`` are quotients of step times (``stats.time_ratio``). Memory is the bytes
     of the parameters each rank (or pipeline stage) holds, measured on the built modules; AdamW's state is twice
@@ -210,7 +211,8 @@ def summarize(raw: dict, workload: dict, skipped: dict[str, str], opts: TPOption
             "workload": workload, "backend": raw["backend"], "threads_per_rank": raw["threads"],
             "variants": variants, "skipped": skipped,
             "meaning": {"step_time_ms": "median over repeats of (run time / steps)",
-                        "time_vs_serial": "step_time_ms / serial's step_time_ms (paired: each repeat's own ratio)",
+                        "time_vs_serial": "step_time_ms / serial's step_time_ms (value; per_repeat: each repeat's own "
+                                          "ratio, the spread)",
                         "memory_vs_serial": "largest per-rank (per-stage) parameter bytes / the unsplit model's"}}
 
 
@@ -223,7 +225,7 @@ def table(summary: dict) -> str:
     for name, v in summary["variants"].items():
         lines.append(f"  {name:16s} {v['ranks']:5d} {v['max_parameter_bytes'] / 2**20:18.2f} "
                      f"{v['memory_vs_serial']:9.2f} {ms(v['step_time_ms']):>12s} "
-                     f"{times(v['time_vs_serial']['median']):>9s}")
+                     f"{times(v['time_vs_serial']['value']):>9s}")
     lines += [f"  skipped {name}: {why}" for name, why in summary["skipped"].items()]
     return "\n".join(lines)
 
@@ -248,7 +250,7 @@ def draw(summary: dict, path: Path) -> None:
         runs = [1000 * t / summary["options"]["steps"] for t in v["run_times_s"]]
         right.bar(x, v["step_time_ms"], color=colors[name], alpha=0.85)
         right.scatter([x] * len(runs), runs, color="black", s=10, zorder=3)
-        right.text(x, max(runs) * 1.02, f"{ms(v['step_time_ms'])} ms, {times(v['time_vs_serial']['median'])}",
+        right.text(x, max(runs) * 1.02, f"{ms(v['step_time_ms'])} ms, {times(v['time_vs_serial']['value'])}",
                    ha="center", fontsize=8)
     labels = [LABELS[n] for n in names]
     for ax in (left, right):

@@ -8,13 +8,16 @@ released starter scores zero and holds neither the staff part nor anything shape
 guide's variants lose exactly their criteria. The copy also gets a second toy of another shape in an
 *existing* problem (``SECOND``: the next free id of Problem 1, two ranks, in ``data_parallel/comm.py`` beside
 Problem 1.2's regions), written with the same kinds of block (and ``(into NAME)``: added at the end of the
-literal list or dict ``NAME``) into the files the guide names only, so the guide's list of files is all a
-sub-problem needs: with both toys present, the kit's tests that enumerate problems (variants, clause map,
-handout points, markers and plan, exception locations, hidden inputs, partial submissions, README) pass in
-the copy. The tests that grade a whole problem (the starter's ``grade --problem 1`` in test_handout.py, the
-bundle on Problem 1 in test_gradescope.py) derive their markers and totals from the same rubric and run in
-the kit only: too slow to repeat here. The reserved ids (``grading.kit.course.is_example``) are refused as a
-course's choice.
+literal list or dict ``NAME``) into the files the guide names only, and a new optional problem *number*
+(``NEW``: the next free number, e.g. Problem 6, with one sub-problem in a new student file, its handout
+section, suggested order and time, written-analysis questions and optional files), so the guide's list of
+files is all a sub-problem or a problem needs: with all three present, the kit's tests that enumerate problems
+(variants, clause map, the handout's sections, points, plurals, markers, plan and analysis, the starter's
+data, the Gradescope bundle, exception locations, hidden inputs, partial submissions, README) pass in the
+copy, so a fact a test holds by hand fails here first. The tests that grade a whole problem (the starter's
+``grade --problem 1`` in test_handout.py, the bundle's run on Problem 1 in test_gradescope.py) derive their
+markers and totals from the same rubric and run in the kit only: too slow to repeat here. The reserved ids
+(``grading.kit.course.is_example``) are refused as a course's choice.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.kit.course import DEFAULT_PROBLEMS, EXAMPLE_PROBLEMS_FROM, is_example, parse_problems, record_text
+from grading.kit.course import (DEFAULT_PROBLEMS, EXAMPLE_PROBLEMS_FROM, is_example, parse_problems,
+                                 present_problems, record_text)
 from common.regions import STUDENT_PACKAGES, parse_regions
 from grading.problems import titles
 from grading.staff.handout.rubric import marker
@@ -50,23 +54,43 @@ SECOND_FOLDER = f"grading/problems/{marker(SECOND_TOY)}_allsum"
 # The second toy, in the guide's kinds of block; @ID@ and @PKG@ stand for its id ("1.3") and marker ("p1_3").
 SECOND_TEMPLATE = (Path(__file__).parent / "second_subproblem.md").read_text()
 SECOND = SECOND_TEMPLATE.replace("@PKG@", marker(SECOND_TOY)).replace("@ID@", SECOND_TOY)
-# The kit's tests that enumerate problems, run in the toy copy (cheap ones: one release, the toys' grades).
+# A new optional problem number, the next free one (6 today), with one sub-problem; @N@ stands for its number.
+NEW_PROBLEM = str(max(int(p) for p in present_problems() if not is_example(p)) + 1)
+NEW_SUB = f"{NEW_PROBLEM}.1"
+NEW_FOLDER = f"grading/problems/{marker(NEW_SUB)}_commcost"
+NEW = ((Path(__file__).parent / "new_problem.md").read_text().replace("@PKG@", marker(NEW_SUB))
+       .replace("@ID@", NEW_SUB).replace("@N@", NEW_PROBLEM))
+# The kit's tests that enumerate problems, run in the toy copy in one pytest process (cheap ones: five releases,
+# one Gradescope bundle, one `list`, the toys' grades): 34 tests in 13-30 s on 2 busy cores, about 3 s of CPU
+# more than the 18 the list held before the new problem.
+_HANDOUT = "tests/kit/test_handout.py::test_"
 ENUMERATING = [
     "tests/kit/test_variants_p90.py", "tests/kit/test_variants_p1.py::test_variant_loses_only_its_criteria"
-    "[own_value_only]", "tests/kit/test_clauses.py",
+    "[own_value_only]", f"tests/kit/test_variants_p{NEW_PROBLEM}.py", "tests/kit/test_clauses.py",
     "tests/kit/test_docs.py::test_readme_is_the_map_of_at_most_200_lines",
     "tests/kit/test_docs.py::test_readme_tables_list_the_default_problems",
     "tests/kit/test_docs.py::test_readme_states_the_default_assignments_points",
     "tests/kit/test_docs.py::test_pytest_commands_name_real_markers_and_files",
-    "tests/kit/test_handout.py::test_a_section_per_chosen_problem_with_the_rubric_points[default]",
-    "tests/kit/test_handout.py::test_default_release_mentions_neither_optional_problem",
-    "tests/kit/test_handout.py::test_every_section_says_what_to_observe_and_the_suggested_order_and_time[default]",
+    f"{_HANDOUT}a_section_per_chosen_problem_with_the_rubric_points",       # [everything] and [default]
+    f"{_HANDOUT}default_release_mentions_no_optional_problem",
+    f"{_HANDOUT}markers_and_entry_points_of_optional_problems_only_in_their_sections",
+    f"{_HANDOUT}optional_problems_are_stated_as_part_of_the_grade_when_handed_out",
+    f"{_HANDOUT}every_section_says_what_to_observe_and_the_suggested_order_and_time",
+    f"{_HANDOUT}the_written_analysis_in_the_readme_the_template_and_the_course_record",
+    f"{_HANDOUT}the_starters_list_states_each_problems_points_as_its_handout_does",
+    f"{_HANDOUT}faq_holds_every_exception_hint_and_a_section_per_folder_with_likely_causes",
+    f"{_HANDOUT}a_problems_plan_is_its_sub_problems_steps_in_id_order",
+    "tests/kit/test_answer_key.py::test_the_starter_leaves_out_the_staff_answers_and_keeps_data",
+    "tests/kit/test_answer_key.py::test_committed_expected_values_match_the_staff_answers",
+    "tests/kit/test_gradescope.py::test_bundle_holds_the_grader_but_no_reference_solution",
+    "tests/kit/test_starter_entry_points.py::test_the_starters_files_mention_only_what_the_starter_has",
     "tests/kit/test_hidden_view.py::test_every_sub_problem_with_hidden_criteria_says_their_kind_in_a_students_words",
     "tests/kit/test_answer_key.py::test_hidden_inputs_follow_the_course_secret",
     "tests/kit/test_exception_locations.py::test_every_sub_problem_has_a_planted_region",
     f"tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region[{TOY}]",
     "tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region"
     f"[{SECOND_TOY}]",
+    f"tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region[{NEW_SUB}]",
 ]
 # What the partial-submission test derives, checked in the toy copy without its benchmark run.
 PARTIAL = """
@@ -81,9 +105,9 @@ print("partial ok")
 
 def guide_files(text: str | None = None) -> list[tuple[str, str, str]]:
     """(path, kind, code) for every file block of ``text`` (default: the guide), in order; kind is "" (the whole
-    file), "append", "table row" or "into NAME"."""
-    blocks = re.finditer(r"File `(?P<path>[^`]+)`(?: \((?P<kind>append|table row|into \w+)\))?:\s*\n+```\w+\n"
-                         r"(?P<code>.*?)```",
+    file), "append", "table row" or "into NAME". A block fenced with four backticks may hold a fence of three."""
+    blocks = re.finditer(r"File `(?P<path>[^`]+)`(?: \((?P<kind>append|table row|into \w+)\))?:\s*\n+"
+                         r"(?P<fence>````?)\w+\n(?P<code>.*?)(?P=fence)",
                          GUIDE.read_text() if text is None else text, flags=re.S)
     return [(m.group("path"), m.group("kind") or "", m.group("code")) for m in blocks]
 
@@ -172,13 +196,14 @@ def toy_kit(tmp_path_factory) -> Path:
     shutil.copytree(KIT_ROOT, kit, ignore=shutil.ignore_patterns(".git", "__pycache__", "workdir", "*.pyc",
                                                                    ".pytest_cache", "submit_figures"))
     (kit / "submit_figures").mkdir()
-    _write_blocks(kit, guide_files() + guide_files(SECOND))
+    _write_blocks(kit, guide_files() + guide_files(SECOND) + guide_files(NEW))
     assert SECOND_TOY.split(".")[0] in DEFAULT_PROBLEMS
     _restate_default_points(kit, guide_files(SECOND))
     done = _run(kit, "fixtures")
     assert done.returncode == 0, done.stderr[-2000:]
     written = {Path(line[len("wrote "):]).resolve() for line in done.stdout.splitlines() if line.startswith("wrote ")}
-    assert written == {(kit / folder / "expected.json").resolve() for folder in (TOY_FOLDER, SECOND_FOLDER)}, \
+    assert written == {(kit / folder / "expected.json").resolve() for folder in (TOY_FOLDER, SECOND_FOLDER,
+                                                                                  NEW_FOLDER)}, \
         done.stdout                                    # the kit's own expected values were already up to date
     return kit
 
@@ -188,12 +213,12 @@ def test_the_guide_has_a_block_for_every_file_it_names():
     assert paths == [TOY_FILE, f"{TOY_FOLDER}/__init__.py", f"{TOY_FOLDER}/checks.py", f"{TOY_FOLDER}/staff.py",
                      "README.md", "tests/kit/test_variants_p90.py", "tests/kit/CLAUSES.md"]
     table = GUIDE.read_text().split("## Every file a new sub-problem touches")[1].split("\n## ")[0]
-    for path, _, _ in guide_files() + guide_files(SECOND):      # every file either toy writes, in general form
-        if path.split("/")[0] in STUDENT_PACKAGES:
+    for path, _, _ in guide_files() + guide_files(SECOND) + guide_files(NEW):    # every file a toy writes, in
+        if path.split("/")[0] in STUDENT_PACKAGES:                                  # general form
             assert "| the student file (" in table, path
             continue
         generic = re.sub(r"^grading/problems/p\d+_\d+_\w+/.*", "grading/problems/p<N>_<M>_<name>/",
-                         re.sub(r"_p\d+\.py$", "_p<N>.py", path))
+                         re.sub(r"(_p|/problem)\d+\.(py|md)$", r"\1<N>.\2", path))
         assert f"`{generic}`" in table, f"a toy writes {path}, which the guide's list of files does not name"
 
 
@@ -252,6 +277,8 @@ def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
     for folder in (TOY_FOLDER, SECOND_FOLDER):
         assert not (starter / folder / "staff.py").exists()
         assert (starter / folder / "expected.json").is_file()
+    assert not (starter / NEW_FOLDER).exists() and not (starter / "data_parallel/comm_cost.py").exists(), \
+        f"the default starter holds optional Problem {NEW_PROBLEM}'s files (OPTIONAL_FILES)"
     assert set(_grade(starter).values()) == {0}
     region = next(r for r in parse_regions((toy_kit / TOY_FILE).read_text(), TOY_FILE)
                   if r.function == TOY_FUNCTION)
@@ -264,12 +291,33 @@ def test_the_starter_scores_zero_and_holds_no_answer(toy_kit, tmp_path):
                 assert not body or shape(body) != shape(answer), f"{path}: {node.name} is shaped like the answer"
 
 
+def test_a_starter_with_the_new_problem_states_its_one_point_and_one_hour_in_the_singular(toy_kit, tmp_path):
+    """The new problem's blocks give it 3 public points, 1 hidden point and a step of (1, 1) hours: its handout
+    section, the overview and the plan say so in the singular, and its range of equal ends as one number."""
+    starter = tmp_path / "starter"
+    done = _run(toy_kit, "release", str(starter), "--problems", ",".join((*DEFAULT_PROBLEMS, NEW_PROBLEM)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (starter / NEW_FOLDER / "expected.json").is_file() and (starter / "data_parallel/comm_cost.py").is_file()
+    readme = " ".join((starter / "README.md").read_text().split())
+    section = readme.split(f"## Problem {NEW_PROBLEM}: ")[1].split(" ## ")[0]
+    assert section.startswith("Communication cost **Points:** 3 public points + 1 hidden point the course adds "
+                              "when it grades (4 in all)."), section[:300]
+    assert "; about 1 hour." in section and f"python -m pytest -m {marker(NEW_SUB)} " in section, section
+    assert (f"Problem {NEW_PROBLEM} goes beyond the usual assignment (Problems 1-3) and your course hands it out, so "
+            "it counts toward your grade like the others: 3 public points + 1 hidden point of the total above.") \
+        in readme
+    wrong = [m[0] for m in re.finditer(r"(?<![\d.-])(?:1 (?:hidden |public )?points|(\d+)-\1 hours|1 hours)\b",
+                                       readme)]
+    assert not wrong, f"the handout says {wrong}"
+
+
 def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_kit):
     """The variants (each toy's variant graded as ``variant.problem``: the second toy's although its file holds
-    1.2's regions), the clause map, the handout's points, totals and plan, the exception locations (the toys' own
-    regions), the hidden inputs and their kind, the README table, points and markers, and what the
-    partial-submission test fills (every region of Problem 1, the new one too), all in the copy holding both
-    toys."""
+    1.2's regions), the clause map, the handout's sections, points, totals, plurals, markers, plan and written
+    analysis (the new optional problem's among them), the starters' data and files and the Gradescope bundle's
+    (the new problem's left out unless chosen), the exception locations (the toys' own regions), the hidden
+    inputs and their kind, the README table, points and markers, and what the partial-submission test fills
+    (every region of Problem 1, the new one too), all in the copy holding both toys and the new problem."""
     env = _clean_env()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENUMERATING],
                           cwd=toy_kit, env=env, capture_output=True, text=True, timeout=1200,

@@ -2,7 +2,12 @@
 import contextlib
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -10,7 +15,7 @@ import psutil
 import pytest
 
 from grading.__main__ import main as grading_main
-from grading.commands import batch
+from grading.commands import batch, grades_csv
 from grading.commands.benchmarks import NOT_SCORED
 from grading.kit.course import chosen_problems
 from common.regions import parse_regions
@@ -85,13 +90,15 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     # a grader that did not finish leaves a blank score (never 0) and says why; notes hold each issue once, and
     # the figures lines every grade prints are no issue
     assert "score left blank (grader_error)" in rows["eve"]["notes"] and "did not finish" in rows["eve"]["notes"]
-    assert rows["eve"]["problem_1.1"] == "" and rows["eve"]["max_score"] == ""
+    assert rows["eve"]["problem_1.1"] == "" and rows["eve"]["max_score"] in ("", "13")    # killed before or after
+    eve_table = (tmp_path / "grades_results" / "eve" / "report.txt").read_text()            # it listed its criteria
+    assert eve_table.rstrip().endswith("TOTAL score left blank: no check was graded"), eve_table
     for row in rows.values():
         entries = row["notes"].split(batch.NOTE_SEPARATOR) if row["notes"] else []
         assert len(entries) == len(set(entries)) and not any("figures" in e for e in entries), row["notes"]
     # columns for the chosen problems only; each row links its results.json (relative to the CSV's folder)
     header = next(csv.reader(out.open()))
-    assert [c for c in header if c.startswith("problem_")] == batch.problem_columns(chosen_problems())
+    assert [c for c in header if c.startswith("problem_")] == grades_csv.problem_columns(chosen_problems())
     assert all(c.split("_")[1][0] in chosen_problems() for c in header if c.startswith("problem_"))
     assert rows["alice"]["results"] == "grades_results/alice/results.json" and rows["eve"]["results"]
     # eve's grader had a temporary folder of its own (the grader's kit copy and runs went there), and it is gone
@@ -103,9 +110,9 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     frank = json.loads((tmp_path / "grades_results" / "frank" / "results.json").read_text())
     assert not any("a fork server) ended during the run" in t["output"] for t in frank["tests"]), frank
     assert frank["score"] == 0 and all(t["status"] == "failed" for t in frank["tests"]), frank
-    for name in rows:
+    for name, row in rows.items():      # one verdict: the same score (or blank) in results.json and grades.csv
         results = json.loads((tmp_path / "grades_results" / name / "results.json").read_text())
-        assert "tests" in results and "score" in results
+        assert "tests" in results and (f"{results['score']:g}" if "score" in results else "") == row["score"], name
     dave = json.loads((tmp_path / "grades_results" / "dave" / "results.json").read_text())
     assert all("timed out after" in t["output"] for t in dave["tests"]), dave
     # one column per criterion (empty where nothing was graded), and the class report next to the CSV
@@ -135,6 +142,47 @@ def test_notes_hold_one_entry_per_issue():
 
 def test_columns_only_for_the_chosen_problems():
     rows = [{"submission": "a", "problem_1.1": "2", "problem_4.1": "3", "1.1.sizes": "1", "4.1.x": "3"}]
-    columns = batch.columns_of(rows, ("1",))
+    columns = grades_csv.columns_of(rows, ("1",))
     assert "problem_1.1" in columns and "problem_2.1" not in columns and "problem_4.1" not in columns
     assert columns[-2:] == ["1.1.sizes", "4.1.x"] and columns.index("results") < columns.index("1.1.sizes")
+
+
+def test_a_grade_killed_midway_leaves_its_table_and_one_verdict(tmp_path, fork_servers):
+    """As an outer limit kills a grade (``batch``'s, the bundle's ``timeout``): its stdout already holds the table of
+    the problem it judged, and its row, results.json and report.txt state one verdict: 1.1's points, 1.2 cut."""
+    hang = make_variant_kit(tmp_path / "k", [("data_parallel/comm.py", "average_gradients",
+                                              "import time\nwhile True:\n    time.sleep(0.1)\n")])
+    _folder(tmp_path / "grace", (KIT_ROOT / DATASET).read_text())
+    (tmp_path / "grace" / "data_parallel" / "comm.py").write_text((hang / "data_parallel" / "comm.py").read_text())
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / "report.txt", "wb") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", str(tmp_path / "grace"), "--problem", "1",
+                                 "--json", str(out / "results.json"), "--quiet", "--timeout", "300"], cwd=KIT_ROOT,
+                                env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not (
+                    "Problem 1.1" in (out / "report.txt").read_text() and '"running": "1.2"' in _text(out)):
+                time.sleep(0.2)
+        finally:
+            batch._kill(proc, signal.SIGKILL)
+    time.sleep(0.5)                                  # its fork server ends the grade it forked
+    table = (out / "report.txt").read_text()
+    assert "Problem 1.1" in table and "PASS" in table and "1.2." not in table.split("NOTE: the grade")[0], table
+    row = batch.settle("grace", out, None, "", 600.0, 1.0)
+    data = json.loads((out / "results.json").read_text())
+    assert row["status"] == "timeout" and row["score"] == row["problem_1.1"] == "13" and data["score"] == 13, row
+    assert row["notes"].startswith("partial score (timeout): ") and not any(k.startswith("1.2.") for k in row)
+    cut = "not graded: cut: the grade's total time of 600 s ran out while running Problem 1.2"
+    assert all(t["output"] == cut for t in data["tests"] if t["number"] == "1.2"), data["tests"]
+    table = (out / "report.txt").read_text()
+    assert table.splitlines()[-1].endswith(f"(13/{row['max_score']} in all)") and "running Problem 1.2" in table
+
+
+def _text(out: Path) -> str:
+    try:
+        return (out / "results.json").read_text()
+    except OSError:
+        return ""

@@ -127,3 +127,18 @@ def test_the_page_links_each_student_to_its_results(tmp_path):
     page = paths["html"].read_text()
     assert "href='grades_results/al%20ice/results.json'" in page and "href='grades_results/al%20ice/report.txt'" in page
     assert "&lt;b&gt;" in page and "<b>" not in page.replace("<b>[", "") and "never upload it as 0" in page
+
+
+def test_a_grade_that_ran_out_of_time_counts_what_it_judged(tmp_path):
+    """A timed-out submission's criteria listed as not graded count nowhere (neither failed nor in a score), its
+    judged ones count as for any other submission: the class report agrees with the row's partial score."""
+    cut = "not graded: cut: the grade's total time of 95 s ran out while running Problem 1.2"
+    results = {"late": {"tests": [_test("1.1.x", "passed", points=2), _test("1.2.y", "failed", cut, points=3)]},
+               "done": {"tests": [_test("1.1.x", "failed", "wrong", points=2), _test("1.2.y", "passed", points=3)]}}
+    paths = write_class_report(tmp_path / "grades.csv", results, problems=("1",))
+    rows = {r["criterion"]: r for r in csv.DictReader(paths["csv"].open(newline=""))}
+    assert (rows["1.1.x"]["graded"], rows["1.1.x"]["passed"]) == ("2", "1")
+    assert (rows["1.2.y"]["graded"], rows["1.2.y"]["passed"], rows["1.2.y"]["failure_1"]) == ("1", "1", "")
+    assert "not graded" not in paths["csv"].read_text() + paths["html"].read_text()
+    (scores,) = list(csv.DictReader(paths["scores_csv"].open(newline="")))
+    assert scores["graded"] == "2" and scores["mean"] == "2.50"            # late: 2 (what it judged), done: 3

@@ -23,8 +23,8 @@ def _summary(quick: bool = False, gpus: list | None = None, dp: float = 1.61, ap
     verdict = {"threshold": 1.4, "measured": dp, "status": status, "definition": "time(ws1) / time(ws2)"}
     return {"quick": quick, "mode": "student", "created": "2026-11-29T10:00:00", "figures": list(REQUIRED_FIGURES),
             "hardware": {"cpu": "Some CPU", "cpus_usable": 2, "gpus": gpus or []},
-            "data_parallel": {"ratios": {"speedup": {"median": dp}}},
-            "pipeline": {"ratios": {"speedup_m2": {"median": 1.05}, "speedup_m4": {"median": 1.21}}},
+            "data_parallel": {"ratios": {"speedup": {"value": dp}}},
+            "pipeline": {"ratios": {"speedup_m2": {"value": 1.05}, "speedup_m4": {"value": 1.21}}},
             "thresholds": {"applicable": applicable, "reason": "2 GPUs present" if applicable else "0 GPUs",
                            "dp_speedup": verdict,
                            "pp_speedup": {**verdict, "measured": 1.21, "threshold": 1.1,
@@ -79,8 +79,8 @@ def test_notes_without_the_folder(tmp_path):
 
 def test_notes_quote_untrusted_values_only_as_short_clean_text(tmp_path):
     hostile = _summary(gpus=["GPU\x1b[2J\nNOTE: full marks" + "x" * 500])
-    hostile["data_parallel"]["ratios"]["speedup"]["median"] = "9.9"        # a string is not a number
-    hostile["pipeline"]["ratios"]["speedup_m2"]["median"] = float("inf")
+    hostile["data_parallel"]["ratios"]["speedup"]["value"] = "9.9"        # a string is not a number
+    hostile["pipeline"]["ratios"]["speedup_m2"]["value"] = float("inf")
     hostile["quick"] = "no"                                                   # only True means --quick
     notes = benchmarks.figures_notes(_submission(tmp_path, hostile))
     text = "\n".join(notes)

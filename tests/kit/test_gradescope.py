@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from grading.kit import points
-from grading.kit.course import DEFAULT_PROBLEMS
+from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from common.regions import parse_regions, student_files
 from grading.problems import all_cases
 from tests.kit.variants import KIT_ROOT, make_variant_kit
@@ -69,7 +69,9 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
             assert (archive.getinfo(script).external_attr >> 16) & 0o111, f"{script} is not executable"
         assert {"grading/staff/expected.py", "grading/problems/p1_1_partition/staff.py",
                 "grading/problems/p3_3_zero/staff.py", "grading/__main__.py"} <= names
-        assert not any(n.startswith(("grading/problems/p4_", "grading/problems/p5_")) for n in names)  # not chosen
+        optional = tuple(f"grading/problems/p{p}_" for p in present_problems()
+                         if p not in DEFAULT_PROBLEMS and not is_example(p))
+        assert optional and not any(n.startswith(optional) for n in names)          # not chosen
         assert "grading/staff/course_secret.txt" not in names        # no --course-secret given
         assert not any("__pycache__" in n or n.startswith((".git/", "tests/kit/")) for n in names)
         requirements = archive.read("requirements.txt").decode()

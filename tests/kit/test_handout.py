@@ -3,12 +3,15 @@
 Two releases per module (all five problems with a preface and analysis
 points, and the default), read back: a section per chosen problem, the points
 of every sub-problem as the rubric sums them, stated as ``grading list``
-states them (public, then hidden), the markers and entry points of Problems
-4 and 5 only where chosen, the preface first, a bad preface or bad analysis
+states them (public, then hidden, each noun agreeing with its number), the
+markers and entry points of the optional problems only where chosen, the preface first, a bad preface or bad analysis
 points refused before anything is written; the torch.distributed primer with
 its example, run for real (gloo, 2 processes); what to observe per problem;
 the suggested order and time; the written analysis in the README, as the
 starter's template and in the starter's submission zip. Nothing is graded here.
+No problem number, marker quoting, plural or section wording is held here by hand: each is derived from the
+kit (its folders, ``DEFAULT_PROBLEMS``, ``OPTIONAL_FILES``, ``grading.kit.points``, ``plan``), so that
+tests/kit/test_adding_a_subproblem.py can run these tests on a kit with a new problem.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import ast
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -25,22 +29,25 @@ import pytest
 
 from grading import KIT_ROOT
 from grading.__main__ import main
-from grading.engine import hints
+from grading.commands.release import OPTIONAL_FILES
+from common import error_words
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER, FIGURES_DIR
 from common.regions import parse_regions, student_files
 from grading.problems import all_cases, folders
 from grading.staff import handout
-from grading.staff.handout import analysis, faq, figures, plan
+from grading.staff.handout import analysis, faq, figures, plan, usual_assignment
 from grading.staff.handout.rubric import marker
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
 ALL = tuple(p for p in present_problems() if not is_example(p))      # every problem a course may hand out
+OPTIONAL = tuple(p for p in ALL if p not in DEFAULT_PROBLEMS)         # those beyond the default assignment
 PREFACE = "# CS 11-868, Spring 2026\n\nDue May 1, 23:59. Late days: see the syllabus.\n"
-ENTRY_POINTS = {"4": ("project/run_capstone.py",), "5": ("project/run_tensor_parallel.py",)}
+# an optional problem's entry points: the project/run_*.py among its OPTIONAL_FILES
+ENTRY_POINTS = {p: tuple(f for f in OPTIONAL_FILES.get(p, ()) if f.startswith("project/run_")) for p in OPTIONAL}
 ANALYSIS_POINTS = 10
 EXAMPLE = "scripts/two_ranks.py"
 
@@ -110,8 +117,7 @@ def test_a_section_per_chosen_problem_with_the_rubric_points(which, request):
         assert _points_rows(section) == mine, f"Problem {problem}: README points differ from the rubric"
         public, hidden = sum(p for p, _ in mine.values()), sum(h for _, h in mine.values())
         assert section.startswith(f"## Problem {problem}: ")
-        assert section.splitlines()[2] == f"**Points:** {public:g} public points + {hidden:g} hidden points the " \
-            f"course adds when it grades ({public + hidden:g} in all)."
+        assert section.splitlines()[2] == f"**Points:** {points.Tally(public, hidden)}."
         assert f"**Problem {problem}** | | **{public:g}** | **{hidden:g}** |" in section
         for part in ("what it is", "why it matters"):
             assert part in section.lower(), f"Problem {problem}: no background ({part!r})"
@@ -119,25 +125,37 @@ def test_a_section_per_chosen_problem_with_the_rubric_points(which, request):
     public, hidden = sum(p for p, _ in rubric.values()), sum(h for _, h in rubric.values())
     assert f"| **total** | **{public:g}** | **{hidden:g}** | **{public + hidden:g}** |" in text
     overview = re.search(r"^This assignment has Problems [\d, and]+: (.*?)\.(?: |$)", text, flags=re.MULTILINE)
-    assert overview and overview.group(1) == f"{public:g} public points + {hidden:g} hidden points the course " \
-        f"adds when it grades ({public + hidden:g} in all)", overview
+    assert overview and overview.group(1) == str(points.Tally(public, hidden)), overview
 
 
-def test_default_release_mentions_neither_optional_problem(default):
+def test_default_release_mentions_no_optional_problem(default):
     total = points.worth([c for case in all_cases(DEFAULT_PROBLEMS) for c in case.criteria])
     assert f"| **total** | **{total.public:g}** | **{total.hidden:g}** | **{total.public + total.hidden:g}** |" \
         in default
-    for word in ("Problem 4", "Problem 5", "p4_", "p5_", "run_capstone", "run_tensor_parallel", "tensor_parallel",
-                 "BucketedDDP", "ShardedOptimizer", "--problems", "optional"):
-        assert word not in default, f"the default handout mentions {word!r}"
+    words = [w for p in OPTIONAL for w in (f"Problem {p}", marker(f"{p}."))]                 # "Problem 4", "p4_"
+    words += [Path(f).name for p in OPTIONAL for f in OPTIONAL_FILES.get(p, ()) if "*" not in f]   # their files
+    for word in (*words, "tensor_parallel", "BucketedDDP", "ShardedOptimizer", "--problems", "optional"):
+        number_ends = r"(?!\d)" if word[-1].isdigit() else ""                                  # not "Problem 40"
+        assert not re.search(re.escape(word) + number_ends, default), f"the default handout mentions {word!r}"
 
 
-def test_markers_and_entry_points_of_problems_4_and_5_only_in_their_sections(everything):
+def _pytest_markers(section: str) -> list[set[str]]:
+    """The markers each ``python -m pytest -m SELECTOR`` command of ``section`` selects (quoted or not)."""
+    found = []
+    for line in section.splitlines():
+        words = shlex.split(line.split("  #")[0]) if "python -m pytest -m " in line else []
+        if words[:4] == ["python", "-m", "pytest", "-m"] and len(words) > 4:
+            found.append(set(re.findall(r"\w+", words[4])) - {"or", "and", "not"})
+    return found
+
+
+def test_markers_and_entry_points_of_optional_problems_only_in_their_sections(everything):
     sections = _sections(everything)
     for problem in ALL:
         subs = [sub for sub in _rubric(ALL) if sub.split(".")[0] == problem]
-        marks = [f"p{sub.replace('.', '_')}" for sub in subs]
-        assert f'python -m pytest -m "{" or ".join(marks)}"' in sections[problem]
+        marks = [marker(sub) for sub in subs]
+        assert set(marks) in _pytest_markers(sections[problem]), \
+            f"Problem {problem}: no `python -m pytest -m ...` selecting exactly {marks}"
         for mark in marks:
             assert mark in everything.split("## How grading works")[1].splitlines()[2]   # the list of markers
     for problem, entry_points in ENTRY_POINTS.items():
@@ -180,7 +198,7 @@ def test_performance_thresholds_are_the_benchmark_defaults(everything):
 
 def test_faq_holds_every_exception_hint_and_a_section_per_folder_with_likely_causes(everything):
     faq_text = everything.split("## FAQ")[1]
-    for _, _, hint in hints._EXCEPTION_HINTS:
+    for _, _, hint in error_words.EXCEPTION_HINTS:
         assert hint in faq_text
     assert "likely cause: a late-binding closure at pipeline/pipe.py:" in faq_text
     written = faq.sections()
@@ -241,16 +259,24 @@ def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_start
     assert quoted.group(1) in tested.stdout.splitlines(), tested.stdout[-2000:]
     assert f"Problem 1: {quoted.group(1)[len('TOTAL '):]}" in tested.stdout.splitlines(), tested.stdout[-2000:]
     public, hidden = (sum(v) for v in zip(*(pts for sub, pts in _rubric(("1",)).items())))
-    assert quoted.group(1) == f"TOTAL 0/{public:g} public points + {hidden:g} hidden points the course adds when " \
-        f"it grades (0/{public + hidden:g} in all)"
+    assert quoted.group(1) == f"TOTAL {points.Tally(public, hidden, earned=0.0)}"
 
 
-def test_problems_4_and_5_are_stated_as_part_of_the_grade_when_handed_out(everything):
-    rubric = _rubric(("4", "5"))
+def test_optional_problems_are_stated_as_part_of_the_grade_when_handed_out(everything):
+    """The overview names every optional problem handed out, agreeing in number with how many there are, and
+    their points as ``grading.kit.points`` counts them."""
+    rubric = _rubric(OPTIONAL)
     public, hidden = sum(p for p, _ in rubric.values()), sum(h for _, h in rubric.values())
-    assert ("Problems 4 and 5 go beyond the usual assignment (Problems 1-3) and your course hands them out, so "
-            f"they count toward your grade like the others: {public:g} public points + {hidden:g} hidden points "
-            "of the total above.") in everything
+    said = re.search(r"(Problems?) ([\d, and]+?) (goes|go) beyond the usual assignment \((.*?)\) and your course "
+                     r"hands (it|them) out, so (it counts|they count) toward your grade like the others: (.*?) of the "
+                     r"total above\.", " ".join(everything.split()))
+    assert said, "the overview does not say the optional problems count"
+    one = len(OPTIONAL) == 1
+    assert re.findall(r"\d+", said[2]) == list(OPTIONAL), said[0]
+    assert said.group(1, 3, 5, 6) == (("Problem", "goes", "it", "it counts") if one else
+                                      ("Problems", "go", "them", "they count")), said[0]
+    assert said[4] == usual_assignment() and re.findall(r"\d+", said[4]) == [DEFAULT_PROBLEMS[0], DEFAULT_PROBLEMS[-1]]
+    assert said[7] == f"{points.count(public, 'public')} + {points.count(hidden, 'hidden')}", said[0]
 
 
 # ------------------------------------------------------------------------------- the torch.distributed primer
@@ -320,7 +346,7 @@ def test_every_section_says_what_to_observe_and_the_suggested_order_and_time(whi
             assert part in section, f"Problem {problem}: no {part!r}"
     order = text.split("## Suggested order and time\n")[1].split("\n## ")[0]
     assert plan.table(problems) in order
-    assert re.findall(r"^\| Problem (\d) \|", order, flags=re.MULTILINE) == list(problems)
+    assert re.findall(r"^\| Problem (\d+) \|", order, flags=re.MULTILINE) == list(problems)
     assert "The *efficiency* is speedup / N" in text and "read a CPU speedup against\n1" in text
 
 
@@ -340,9 +366,22 @@ def test_a_problems_plan_is_its_sub_problems_steps_in_id_order(monkeypatch):
     assert added.hours == (sum(plan.STEPS[s].hours[0] for s in subs) + 1, sum(plan.STEPS[s].hours[1] for s in subs) + 2)
 
 
+def test_hours_agree_with_their_number_and_a_range_of_equal_ends_is_one_number(monkeypatch):
+    """A new problem whose one step takes (1, 1) hours reads "about 1 hour", in its section and in the table."""
+    assert [plan.hours(*h) for h in ((1, 1), (2, 2), (1, 2), (0, 1))] == ["1 hour", "2 hours", "1-2 hours", "0-1 hours"]
+    new = str(max(int(p) for p in ALL) + 1)
+    monkeypatch.setattr(plan, "titles", lambda: {f"{new}.1": "toy"})
+    monkeypatch.setitem(plan.STEPS, f"{new}.1", plan.Step("`toy`", (1, 1)))
+    assert plan.line(new) == f"**Suggested order and time.** {new}.1 (`toy`); about 1 hour."
+    low, high = plan.WRITE_UP.hours
+    assert plan.table((new,)).splitlines()[2:] == [
+        f"| Problem {new} | {new}.1 (`toy`) | 1 hour |", f"| figures and analysis | {plan.WRITE_UP.order} | "
+        f"{plan.hours(low, high)} |", f"| **in all** | | **{plan.hours(low + 1, high + 1)}** |"]
+
+
 def test_problem_1_gives_the_measured_losses_and_why_one_and_two_ranks_differ(default):
     section = _sections(default)["1"]
-    for number in ("3.3305", "3.3885", "0.327 to 0.335", "0.355 to 0.358"):
+    for number in ("3.3305", "3.3885", "0.32 to 0.34", "0.345 to 0.365"):
         assert number in section
     assert "contiguous slice" in section and "not a bug" in section
 
@@ -356,14 +395,14 @@ def test_the_written_analysis_in_the_readme_the_template_and_the_course_record(w
     assert all(2 <= len(q) <= 4 for q in asked.values())
     readme = (starter / "README.md").read_text()
     section = readme.split("## Written analysis\n")[1].split("\n## ")[0]
-    assert re.findall(r"^\*Problem (\d)\*$", section, flags=re.MULTILINE) == list(problems)
+    assert re.findall(r"^\*Problem (\d+)\*$", section, flags=re.MULTILINE) == list(problems)
     for problem, questions in asked.items():
         for k, question in enumerate(questions, 1):
             assert f"\n{k}. {question}\n" in section + "\n"
     says = f"worth **{worth} points**" if worth else "ungraded unless your staff say so"
     assert says in section and "staff" in section
     template = (starter / FIGURES_DIR / ANALYSIS_NAME).read_text()
-    assert re.findall(r"^## Problem (\d)$", template, flags=re.MULTILINE) == list(problems)
+    assert re.findall(r"^## Problem (\d+)$", template, flags=re.MULTILINE) == list(problems)
     assert template.count(ANSWER_PLACEHOLDER) == sum(len(q) for q in asked.values())
     assert says.replace("**", "") in " ".join(template.split())
     record = json.loads((starter / "grading/course.json").read_text())

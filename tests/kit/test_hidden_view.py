@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from grading.commands.report import gradescope_json
+from grading.commands.results_json import gradescope_json
 from grading.engine.hidden_view import student_view
 from grading.engine.runner import GRADER_ERROR_HIDDEN, CriterionResult
 from grading.problems import folders, sub_problem

@@ -43,6 +43,14 @@ def test_the_four_ways_a_tally_reads():
         "8/24 public points + 2/3 hidden points (10/27 in all)"
     assert str(points.Tally(8, 0, earned=8)) == "8/8 public points, no hidden points"
     assert str(points.Tally(1, 1)) == "1 public point + 1 hidden point the course adds when it grades (2 in all)"
+    assert str(points.Tally(2, 1, earned=1, hidden_earned=1)) == "1/2 public points + 1/1 hidden point (2/3 in all)"
+
+
+def test_a_count_of_points_agrees_with_its_number():
+    """What the handout's sentences use for a number of points (the plural is the noun's, never typed by hand)."""
+    assert [points.count(n, "hidden") for n in (0, 0.5, 1, 2)] == \
+        ["0 hidden points", "0.5 hidden points", "1 hidden point", "2 hidden points"]
+    assert points.count(1) == "1 point" and points.count(11) == "11 points"
 
 
 def test_a_starters_grade_table_states_the_hidden_points_the_course_adds(starter_record):

@@ -269,6 +269,34 @@ def test_the_submit_step_refuses_another_course_secret_before_sbatch(tmp_path, m
     assert called.read_text().split() == ["--array=0", str(with_secret.script)]
 
 
+def test_submit_repeats_every_path_warning_and_without_sbatch_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    """The kit, the Python environment, the submissions and OUT_DIR all under /tmp: the four warnings of the
+    generator come again at submit time; submit.sh with the right secret where no sbatch is on PATH says so in one
+    line (no traceback) and exits 2."""
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    monkeypatch.delenv("GRADING_PYTHON", raising=False)
+    _folder(tmp_path / "subs" / "a", "")
+    monkeypatch.setattr(slurm, "KIT_ROOT", tmp_path / "kit")
+    capsys.readouterr()
+    slurm.write_array(tmp_path / "subs", tmp_path / "out", python=str(tmp_path / "venv" / "bin" / "python"))
+    made = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(made) == 4 and all("which other nodes do not see" in line for line in made), made
+    monkeypatch.setenv("PATH", str(tmp_path / "no-sbatch-here"))
+    assert slurm.submit(tmp_path / "out") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[:-1] == made, err
+    assert err[-1].startswith("error: not submitted: no sbatch on this machine's PATH") and len(err) == 5
+    monkeypatch.undo()
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    slurm.write_array(tmp_path / "subs", tmp_path / "real")        # the real kit: submit.sh runs it
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    done = subprocess.run(["bash", str(tmp_path / "real" / slurm.SUBMIT)], capture_output=True, text=True,
+                          env={**env, "PATH": "/usr/bin:/bin", "GRADING_PYTHON": sys.executable}, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("warning: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: not submitted: no sbatch"), done.stderr
+
+
 def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, capsys):
     subs = tmp_path / "subs"
     for name in ("a", "b", "c", "d"):

@@ -1,8 +1,8 @@
 """Issue 38.1: on a released starter every entry point and every benchmark flag refuses in one line, exit 2.
 
-A starter with every problem (1-5) and the default one (1-3) are released once each. On them each
-``project/run_*.py`` (each mode) and each ``scripts/run_benchmarks.py`` flag must stop before anything
-starts: exit code 2, exactly one line (on stderr) naming the sub-problems that command needs and those not
+A starter with every problem a course may hand out (1-5 in this kit) and the default one (1-3) are released once
+each. On them each ``project/run_*.py`` (each mode) and each ``scripts/run_benchmarks.py`` flag must stop before
+anything starts: exit code 2, exactly one line (on stderr) naming the sub-problems that command needs and those not
 written yet, nothing on stdout, no traceback, no folder written, and torch never imported (so no rank can
 have started). Under torchrun (2 ranks) the line is printed once and torchrun's own report is what the
 handout says it is. The files a starter ships mention only paths and README sections the starter has.
@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from grading.commands.release import release, released
+from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from project import readiness
 from tests.kit.variants import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 
-ALL = ("1", "2", "3", "4", "5")
+ALL = tuple(p for p in present_problems() if not is_example(p))      # every problem a course may hand out
 HEAVY = ("torch", "transformers", "deepspeed")
 
 # command line -> the one line it prints on the starter with Problems 1-5
@@ -228,7 +229,7 @@ def dangling(starter: Path, problems: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def test_the_starters_files_mention_only_what_the_starter_has(everything, default):
-    for starter, problems in ((everything, ALL), (default, ("1", "2", "3"))):
+    for starter, problems in ((everything, ALL), (default, DEFAULT_PROBLEMS)):
         found = dangling(starter, problems)
         assert not found, found
         assert "requirements.txt" not in found and "-n 2" not in (starter / "requirements.txt").read_text()

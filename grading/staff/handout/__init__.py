@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS
+from common.rank_watch import PROGRESS_S, STILL_LIMIT_S
 from common.handin import ANALYSIS_NAME, FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
 from common.regions import student_files
 from grading.staff.handout import analysis, faq, figures, plan
@@ -61,6 +62,12 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def usual_assignment() -> str:
+    """The default assignment in words: "Problems 1-3" (``DEFAULT_PROBLEMS``)."""
+    first, last = DEFAULT_PROBLEMS[0], DEFAULT_PROBLEMS[-1]
+    return f"Problem {first}" if first == last else f"Problems {first}-{last}"
+
+
 def _overview(problems: tuple[str, ...], rows: dict, analysis_points: float) -> str:
     """The opening lines: which problems, their points (stated as ``grading.kit.points`` states them), what the
     problems beyond the default assignment mean for the student, and how the written analysis counts."""
@@ -71,9 +78,10 @@ def _overview(problems: tuple[str, ...], rows: dict, analysis_points: float) -> 
         worth = problem_points({k: row for k, row in rows.items() if row.problem in extra})
         one = len(extra) == 1
         lines.append(f"Problem{'' if one else 's'} {_and(extra)} go{'es' if one else ''} beyond the usual assignment "
-                     f"(Problems 1-3) and your course hands {'it' if one else 'them'} out, so "
+                     f"({usual_assignment()}) and your course hands {'it' if one else 'them'} out, so "
                      f"{'it counts' if one else 'they count'} toward your grade like the others: "
-                     f"{worth.public:g} public points + {worth.hidden:g} hidden points of the total above.")
+                     f"{points.count(worth.public, 'public')} + {points.count(worth.hidden, 'hidden')} of the total "
+                     "above.")
     lines.append("You also hand in a written analysis (see \"Written analysis\"). "
                  + analysis.points_sentence(analysis_points))
     table = ["| problem | public points | hidden points (the course adds them when it grades) | in all |",
@@ -91,7 +99,8 @@ def primer(kit_root: Path) -> str:
     source = (Path(kit_root) / EXAMPLE).read_text()
     code = source.split('"""', 2)[2].strip() if source.startswith('"""') else source.strip()
     text = re.sub(r"<!--.*?-->", "", PRIMER_TEMPLATE.read_text(), flags=re.DOTALL).strip()
-    return fill(text, {"example": code, "example_path": EXAMPLE}, PRIMER_TEMPLATE.name)
+    return fill(text, {"example": code, "example_path": EXAMPLE, "progress_s": f"{PROGRESS_S:g}",
+                       "still_limit_s": f"{STILL_LIMIT_S:g}"}, PRIMER_TEMPLATE.name)
 
 
 def render(kit_root: Path, problems: tuple[str, ...], problem_table: str, analysis_points: float = 0.0) -> str:

@@ -34,7 +34,13 @@ class Plan:
 
     @property
     def time(self) -> str:
-        return f"{self.hours[0]}-{self.hours[1]} hours"
+        return hours(*self.hours)
+
+
+def hours(low: int, high: int) -> str:
+    """A time estimate in words: "1 hour", "2 hours", "1-2 hours" (a range whose ends are equal is one number)."""
+    span = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+    return f"{span} hour{'' if span == '1' else 's'}"
 
 
 STEPS = {
@@ -90,5 +96,5 @@ def table(problems: tuple[str, ...]) -> str:
     rows.append(f"| figures and analysis | {WRITE_UP.order} | {WRITE_UP.time} |")
     low = sum(plan(p).hours[0] for p in problems) + WRITE_UP.hours[0]
     high = sum(plan(p).hours[1] for p in problems) + WRITE_UP.hours[1]
-    rows.append(f"| **in all** | | **{low}-{high} hours** |")
+    rows.append(f"| **in all** | | **{hours(low, high)}** |")
     return "\n".join(rows)

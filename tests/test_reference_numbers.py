@@ -1,0 +1,67 @@
+"""The numbers the handout states are met by correct code in general, not by the reference alone (issue 61, item 4).
+
+The handout's figures come from the full default runs (minutes each). Here the same entry points run short
+(``tests/independent_solutions/short_runs.py``: 32 examples, one epoch) on the reference and on a solution
+written from the docstrings alone (``tests/independent_solutions/docstring_only.py``), each spliced into its own
+copy of the kit (about 10 s of CPU each), and each figure must land in the range below. The ranges were measured
+the way the handout's were: on the reference, ``docstring_only``, ``rng_order`` (the choices the docstrings leave
+open made otherwise) and two more orders of ``apply_lora``, with 1 and 2 torch threads per rank. Why they are
+ranges, as in the handout:
+- Problems 1 and 2: every correct code computes the same sums in the same order (a sum over two ranks is exact in
+  either order, and dividing by 2 is exact), so the implementations agree to the last bit; the width covers the
+  last digits that the CPU's matrix kernels and the number of threads move;
+- Problem 3: each ``LoRALinear`` draws its ``lora_A`` from the global generator and ``apply_lora`` may wrap its
+  targets in any order, so the adapters start from other random values (the short run's widest spread).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grading import KIT_ROOT
+from tests.independent_solutions import IMPLEMENTATIONS
+
+pytestmark = pytest.mark.project
+
+SHORT_RUNS = Path(__file__).resolve().parent / "independent_solutions" / "short_runs.py"
+RUN_TIMEOUT_S = 300
+
+# figure -> (low, high) of the short runs. Measured with 1 and 2 threads per rank: reference = docstring_only =
+# rng_order to 1e-6 except the fine-tuned loss, which moves with the order apply_lora wraps its targets in (listed
+# 6.2041, reversed 6.1842, grouped by kind 6.1986, shuffled 6.1890).
+SHORT_RANGES = {
+    "dp_rank0_train_loss": (6.204, 6.209),      # 6.2066: epoch 0 of run_data_parallel.py --world_size 2, per rank
+    "dp_rank1_train_loss": (6.204, 6.209),      # 6.2062
+    "dp_val_loss": (5.898, 5.908),              # 5.9029
+    "pp_train_loss": (6.204, 6.209),            # 6.2067: run_pipeline.py, pipeline_parallel, --n_chunk 4
+    "pp_val_loss": (5.915, 5.925),              # 5.9201
+    "ft_val_loss_before": (6.3655, 6.3661),     # 6.3658: the random base, before any adapter trains
+    "ft_val_loss": (6.17, 6.22),                # see above
+}
+
+
+def _kit(name: str, tmp: Path) -> Path:
+    """The kit with ``name``'s region bodies spliced in (the reference: the kit itself)."""
+    if name == "reference":
+        return KIT_ROOT
+    from tests.kit.variants import make_variant_kit
+
+    return make_variant_kit(tmp / name, IMPLEMENTATIONS[name])
+
+
+@pytest.mark.parametrize("name", ["reference", "docstring_only"])
+def test_short_runs_land_in_the_stated_ranges(name, tmp_path):
+    kit = _kit(name, tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, str(SHORT_RUNS), str(kit), str(tmp_path / "work")], cwd=kit, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    outside = {k: (round(got[k], 4), SHORT_RANGES[k]) for k in SHORT_RANGES
+               if not SHORT_RANGES[k][0] <= got[k] <= SHORT_RANGES[k][1]}
+    assert not outside, f"{name}: figures outside their stated range (value, range): {outside}"
