@@ -36,6 +36,11 @@ class RankError(RuntimeError):
 LABELS = ("likely cause:", "waiting:", "symptom:")
 
 
+class RunFailed(RuntimeError):
+    """A run that ended and found its own outcome wrong (a capstone invariant): ``run_cli`` prints ``FAILED:
+    <message>`` (no traceback) and exits with code 1."""
+
+
 class UniformError(ConfigError):
     """A ConfigError every rank of a torchrun run raises alike, because it depends only on the command line and
     the source files (an unwritten problem, ``project.readiness``): ``refusal_code`` says who reports it."""
@@ -68,9 +73,10 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
 
     A ``UniformError`` goes through ``refusal_code`` (under torchrun: printed once per node). A ``RankError``
     prints the faulty rank's traceback, then its one-line explanation and its labelled lines (``LABELS``), and
-    gives exit code 1. Any other exception (raised in this process: a one-rank run, a pipeline) prints its
-    traceback, then ``error:`` with the exception and the innermost frame in the student's code, and its likely
-    cause where one is known (``common.error_words``); exit code 1.
+    gives exit code 1. A ``RunFailed`` prints ``FAILED: <message>``; exit code 1. Any other exception (raised in
+    this process: a one-rank run, a pipeline) prints its traceback, then ``error:`` with the exception and the
+    innermost frame in the student's code, and its likely cause where one is known (``common.error_words``);
+    exit code 1.
     """
     try:
         main(argv)
@@ -86,6 +92,9 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
             return refusal_code(line)
         print(line, file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
     except Exception:   # noqa: BLE001 - the student's code failed in this process: explained, exit code 1
         from common.error_words import explained_traceback
 

@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as `python project/run_capstone.py`
 # no torch here: the library is imported where it runs, after the checks (project/__init__.py)
 from common.startup import GPT2_IMPORTS
 from project import readiness
-from project.cli import ConfigError, float_above, int_at_least, run_cli
+from project.cli import ConfigError, RunFailed, float_above, int_at_least, run_cli
 from project.config import RunConfig
 from project.manifest import verify
 from project.options import add_launch_args, new_parser, out_dir, run_name
@@ -43,7 +43,7 @@ COMMAND = "project/run_capstone.py"
 LOSS_NOISE = 0.05        # the last steps' mean loss must be below the first steps' by more than this
 
 
-class InvariantError(RuntimeError):
+class InvariantError(RunFailed):
     """A capstone invariant failed; the message says which. Exit code 1."""
 
 
@@ -329,12 +329,9 @@ def resume_verdict(args: argparse.Namespace | RunConfig, folder: Path, resumed: 
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``main`` with exit codes: 2 and ``error: ...`` for bad arguments, 1 and ``FAILED: ...`` for an invariant."""
-    try:
-        return run_cli(main, argv)
-    except InvariantError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
+    """``main`` with exit codes: 2 and ``error: ...`` for bad arguments, 1 and ``FAILED: ...`` for an invariant
+    (``InvariantError``, a ``project.cli.RunFailed``)."""
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

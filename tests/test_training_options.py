@@ -27,11 +27,12 @@ COMMON = {
     "--spike_factor": "-2", "--lr_spike": "7",
 }
 BAD = {
-    "run_data_parallel": {**COMMON, "--batch_size": "0", "--world_size": "0", "--backend": "mpi",
+    "run_data_parallel": {**COMMON, "--batch_size": "0", "--world_size": "0", "--backend": "mpi", "--timeout": "0",
                           "--optimizer": "lion", "--save_state": "EMPTY"},
     "run_pipeline": {**COMMON, "--batch_size": "x", "--model_parallel_mode": "tensor", "--n_chunk": "0",
                      "--n_stages": "0", "--devices": "tpu:0,cpu", "--timeline_steps": "-1"},
-    "run_finetune": {**COMMON, "--world_size": "-1", "--backend": "ucc", "--micro_batch": "0", "--zero_stage": "1",
+    "run_finetune": {**COMMON, "--world_size": "-1", "--backend": "ucc", "--timeout": "-5", "--micro_batch": "0",
+                     "--zero_stage": "1",
                      "--offload": "nvme", "--lora_rank": "0", "--lora_alpha": "inf", "--lora_targets": "c_attn,lm_head",
                      "--base_state": "MISSING/x.pt"},
 }
