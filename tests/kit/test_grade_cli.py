@@ -36,8 +36,10 @@ def starter(tmp_path_factory):
     return out
 
 
-def test_reference_scores_full_marks_on_problem_1(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--problem", "1", "--json",
+def test_reference_scores_full_marks_on_problem_1_1(tmp_path):
+    """The command line end to end in a new interpreter (its own fork servers); every criterion's grade on the
+    reference is tests/test_problems.py's."""
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--problem", "1.1", "--json",
                            str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900,
                           env={k: v for k, v in os.environ.items() if k != POOL_ENV})
                                                     # a new interpreter, as a student starts it (no pool)

@@ -35,14 +35,24 @@ def servers():
 
 @pytest.fixture(params=["warm", "cold"])
 def run(request, servers):
+    """Ranks forked warm, then the same test with cold ranks (fresh interpreters): for what the two starts do
+    differently (process groups, lingering interpreters, environment, stack dumps, a fresh state)."""
     def start(tmp_path, probe, world_size=2, **kw):
         return launch(f"{PROBES}:{probe}", world_size, cwd=KIT_ROOT, out_dir=tmp_path / "run",
                       servers=servers if request.param == "warm" else None, **kw)
     return start
 
 
-def test_clean_run_records_results(tmp_path, run):
-    result = run(tmp_path, "all_reduce_rank", world_size=3)
+@pytest.fixture
+def warm_run(servers):
+    """Ranks forked warm only: for what does not depend on how a rank starts (recording, reports, phases)."""
+    def start(tmp_path, probe, world_size=2, **kw):
+        return launch(f"{PROBES}:{probe}", world_size, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=servers, **kw)
+    return start
+
+
+def test_clean_run_records_results(tmp_path, warm_run):
+    result = warm_run(tmp_path, "all_reduce_rank", world_size=3)
     assert result.ok, result.failure()
     for rank in range(3):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
@@ -115,15 +125,15 @@ def test_a_rank_that_the_stack_dump_request_ends_is_still_running_at_the_limit(t
     assert result.timed_out and "with rank(s) 0 still running" in result.failure(), result.failure()
 
 
-def test_crashed_and_failing_ranks_are_all_reported(tmp_path, run):
-    result = run(tmp_path, "rank0_raises_rank1_segfaults", timeout_s=30)
+def test_crashed_and_failing_ranks_are_all_reported(tmp_path, warm_run):
+    result = warm_run(tmp_path, "rank0_raises_rank1_segfaults", timeout_s=30)
     message = result.failure()
     assert "rank 0 failed: RuntimeError: boom on rank 0" in message
     assert "rank 1 died from signal SIGSEGV" in message
 
 
-def test_exit_without_finishing_is_reported(tmp_path, run):
-    result = run(tmp_path, "exits_early", world_size=1, timeout_s=30, init_group=False)
+def test_exit_without_finishing_is_reported(tmp_path, warm_run):
+    result = warm_run(tmp_path, "exits_early", world_size=1, timeout_s=30, init_group=False)
     assert "rank 0 exited with code 0 before finishing" in result.failure()
 
 
@@ -152,17 +162,17 @@ def test_a_finished_rank_that_a_stray_thread_keeps_alive_ends_the_run_at_once(tm
     assert all(r.finished for r in result.ranks)
 
 
-def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_path, run):
+def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_path, warm_run):
     """``then``: each rank of the second phase is a new process, finds what its predecessor left in the handoff
     folder, and records into the same signed results; a first phase that does not finish ends the case there."""
-    result = run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
+    result = warm_run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
                  then=(f"{PROBES}:takes_the_file",))
     assert result.ok, result.failure()
     run_view = CaseRun(2, result)
     for rank in range(2):
         first, second = run_view.part("first", rank), run_view.part("second", rank)
         assert second["left"] == first != second["pid"]
-    stopped = run(tmp_path / "b", "exits_early", world_size=1, timeout_s=60, init_group=False,
+    stopped = warm_run(tmp_path / "b", "exits_early", world_size=1, timeout_s=60, init_group=False,
                   then=(f"{PROBES}:takes_the_file",))
     assert "rank 0 exited with code 0 before finishing" in stopped.failure()
     assert not list((tmp_path / "b" / "run" / "rank0").glob("second.*"))         # no second phase ran
