@@ -92,7 +92,8 @@ def table(report: dict) -> list[str]:
     lines += [f"listed as equivalent, no longer applies: {e['mutant']} ({e['line']})" for e in report["stale"]]
     lines += [f"no verdict ({e['status']}): {e['id']}: {e['notes'][:160]}" for e in report["errors"]]
     sample = f", a sample of {report['sample']} per sub-problem (seed {report['seed']})" if report["sample"] else ""
-    lines.append(f"{report['mutants']} mutants{sample}: {report['seconds']:g} s here ({report['jobs']} at a time), "
+    mutants = f"{report['mutants']} mutant{'' if report['mutants'] == 1 else 's'}"
+    lines.append(f"{mutants}{sample}: {report['seconds']:g} s here ({report['jobs']} at a time), "
                  f"{report['grade_seconds']:g} s of grades in all")
     return lines
 

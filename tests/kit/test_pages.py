@@ -198,8 +198,8 @@ def test_the_timeline_labels_fit_inside_their_bars(tmp_path, monkeypatch):
 
     m = 16
     summary = {"hardware": {"gpus": []}, "pipeline": {
-        "timeline": {"microbatches": m, "stages": 2, "model_parallel": {"tasks": tasks(1, 0.05), "repeat": 0},
-                     f"pipeline_parallel_m{m}": {"tasks": tasks(m, 0.004), "repeat": 0}},
+        "timeline": {"microbatches": m, "stages": 2, "model_parallel": {"tasks": tasks(1, 0.05), "repeat": 1},
+                     f"pipeline_parallel_m{m}": {"tasks": tasks(m, 0.004), "repeat": 1}},
         "variants": {variant: {"run_times_s": [1.0, 1.1, 1.2], "measured_bubble": 0.2}
                      for variant in ("model_parallel", f"pipeline_parallel_m{m}")}}}
     fitted = []
