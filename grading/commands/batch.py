@@ -26,7 +26,8 @@ from typing import Callable, Iterator
 from grading.commands.benchmarks import NOT_SCORED
 from grading.commands.class_report import write_class_report
 from grading.commands.csv_cells import write_csv
-from grading.commands.grades_csv import HEAD, columns_of, criterion_cells, is_criterion_column, problem_columns
+from grading.commands.grades_csv import (HEAD, RowStatus, columns_of, criterion_cells, is_criterion_column,
+                                         problem_columns)
 from grading.commands.result_tests import is_not_graded, judged_tests, verdict
 from grading.engine.runner import warm_servers
 from grading.commands import report, results_json
@@ -38,11 +39,13 @@ from common.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
 
-STATUS = {EXIT_PASS: "passed", EXIT_FAIL: "failed", EXIT_USAGE: "rejected", EXIT_INCOMPLETE: "incomplete",
-          EXIT_GRADER_ERROR: "grader_error"}
+STATUS = {EXIT_PASS: RowStatus.PASSED, EXIT_FAIL: RowStatus.FAILED, EXIT_USAGE: RowStatus.REJECTED,
+          EXIT_INCOMPLETE: RowStatus.INCOMPLETE, EXIT_GRADER_ERROR: RowStatus.GRADER_ERROR}
 SCRATCH_PREFIX = "grading-grade-"      # each grade's temporary folder (its TMPDIR), removed when it ends
-GRADED = ("passed", "failed", "incomplete", "grader_error")     # statuses whose criteria count (not rejected, timeout)
-UNSCORED = ("timeout", "grader_error")     # the grade did not finish: its partial score, blank if it judged nothing
+GRADED = (RowStatus.PASSED, RowStatus.FAILED, RowStatus.INCOMPLETE,      # statuses whose criteria count
+          RowStatus.GRADER_ERROR)                                         # (not rejected, timeout)
+UNSCORED = (RowStatus.TIMEOUT, RowStatus.GRADER_ERROR)     # the grade did not finish: its partial score, blank if it
+                                                           # judged nothing
                                            # (``result_tests.verdict``)
 NOTE_SEPARATOR = " | "
 
@@ -131,7 +134,7 @@ def settle(name: str, out: Path, code: int | None, not_started: str, limit_s: fl
     return row_of(name, status, data, code, seconds)
 
 
-def row_of(name: str, status: str, data: dict, code: int | None, seconds: float) -> dict:
+def row_of(name: str, status: RowStatus, data: dict, code: int | None, seconds: float) -> dict:
     """The grades.csv row of a grade that ended with ``status`` and left the results.json ``data``: its score,
     problem and criterion cells and the first note are ``result_tests.verdict``'s (the points of the criteria it
     judged, blank when none), as its results.json, report.txt and the class report state them."""
@@ -149,10 +152,10 @@ def row_of(name: str, status: str, data: dict, code: int | None, seconds: float)
             "exit_code": "" if code is None else code, "seconds": f"{seconds:.1f}",
             **{c: "" if c[len("problem_"):] not in by_problem else f"{by_problem[c[len('problem_'):]]:g}"
                for c in problem_columns()},
-            "notes": notes, **(criterion_cells(data) if status != "rejected" else {})}
+            "notes": notes, **(criterion_cells(data) if status != RowStatus.REJECTED else {})}
 
 
-def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) -> tuple[str, dict, str]:
+def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) -> tuple[RowStatus, dict, str]:
     """(row status, results.json data, why the grade stopped: "" when it ended by itself) of a grade that ended
     with ``code`` (None: killed at ``limit_s``).
 
@@ -163,14 +166,15 @@ def _verdict(results: Path, code: int | None, not_started: str, limit_s: float) 
     unfinished = data is not None and results_json.UNFINISHED in (data.get("extra_data") or {})
     data = None if data is not None and data.get("output") == results_json.PLACEHOLDER else data
     if not_started:
-        status, why = "grader_error", not_started
+        status, why = RowStatus.GRADER_ERROR, not_started
     elif code is None:
-        status, why = "timeout", out_of_time(limit_s)
+        status, why = RowStatus.TIMEOUT, out_of_time(limit_s)
     elif unfinished or data is None:
-        status = "grader_error"
+        status = RowStatus.GRADER_ERROR
         why = f"the grader did not finish ({f'stopped by signal {-code}' if code < 0 else f'exit code {code}'})"
     else:
-        status = "timeout" if any(is_not_graded(t) for t in data["tests"]) else STATUS.get(code, "grader_error")
+        status = (RowStatus.TIMEOUT if any(is_not_graded(t) for t in data["tests"])
+                  else STATUS.get(code, RowStatus.GRADER_ERROR))
         return status, data, ""
     if (kept := results_json.finish(results, why) if unfinished else None) is None:
         results_json.write_json(results, [], [why])
@@ -297,8 +301,9 @@ def run_batch(submissions_dir: Path, out_csv: Path, jobs: int = 1, grade_args: l
             row = grade_one(entry, results_dir / entry.name, grade_args, limit_s, pool_env)
         except Exception as exc:  # noqa: BLE001 - a batch never stops for one submission
             row = {column: "" for column in HEAD}
-            row.update(submission=entry.name, status="grader_error",
-                       notes=f"score left blank (grader_error){NOTE_SEPARATOR}batch error: {type(exc).__name__}: {exc}")
+            row.update(submission=entry.name, status=RowStatus.GRADER_ERROR,
+                       notes=f"score left blank ({RowStatus.GRADER_ERROR}){NOTE_SEPARATOR}"
+                             f"batch error: {type(exc).__name__}: {exc}")
         with lock:
             rows.append(row)
             write_grades(out_csv, rows, results_dir)

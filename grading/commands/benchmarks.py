@@ -16,9 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grading import KIT_ROOT
 from common.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
+
+if TYPE_CHECKING:       # imported where used: the zip script's warnings need none of the engine
+    from grading.engine.runner import Status
 
 NOT_SCORED = "figures (not scored by the autograder)"
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024
@@ -155,7 +159,7 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _result(key: str, title: str, points: float, score: float, status: str, message: str, seconds: float):
+def _result(key: str, title: str, points: float, score: float, status: Status, message: str, seconds: float):
     from grading.engine.runner import CriterionResult
 
     return CriterionResult(f"benchmarks.{key}", "benchmarks", title, points, score, status, message, seconds)
@@ -163,9 +167,11 @@ def _result(key: str, title: str, points: float, score: float, status: str, mess
 
 def not_applicable(gpus: int) -> list:
     """The criteria when fewer than 2 GPUs are visible: nothing scored (0/0), the reason in every message."""
+    from grading.engine.runner import Status
+
     message = (f"thresholds do not apply: this machine has {gpus} GPU(s) and the course thresholds are defined "
                "for 2; nothing was run, and the student's performance_summary.json is never used")
-    return [_result(key, title, 0.0, 0.0, "not_applicable", message, 0.0) for key, title, _ in THRESHOLDS]
+    return [_result(key, title, 0.0, 0.0, Status.NOT_APPLICABLE, message, 0.0) for key, title, _ in THRESHOLDS]
 
 
 def score_thresholds(summary: dict | None, points: float, seconds: float = 0.0, failure: str = "") -> list:
@@ -176,13 +182,15 @@ def score_thresholds(summary: dict | None, points: float, seconds: float = 0.0, 
     0/0 with its reason; otherwise each threshold is worth ``points`` and
     passes when that run measured at least the threshold.
     """
+    from grading.engine.runner import Status
+
     if summary is None:
-        return [_result(key, title, points, 0.0, "failed", f"the benchmark run gave no summary: {failure}", seconds)
-                for key, title, _ in THRESHOLDS]
+        return [_result(key, title, points, 0.0, Status.FAILED, f"the benchmark run gave no summary: {failure}",
+                        seconds) for key, title, _ in THRESHOLDS]
     thresholds = summary.get("thresholds") if isinstance(summary.get("thresholds"), dict) else {}
     if thresholds.get("applicable") is not True:
         reason = _clean(thresholds.get("reason", "no verdict in the summary"), 200)
-        return [_result(key, title, 0.0, 0.0, "not_applicable", f"thresholds do not apply: {reason}", seconds)
+        return [_result(key, title, 0.0, 0.0, Status.NOT_APPLICABLE, f"thresholds do not apply: {reason}", seconds)
                 for key, title, _ in THRESHOLDS]
     results = []
     errors = summary.get("errors") if isinstance(summary.get("errors"), dict) else {}
@@ -196,8 +204,8 @@ def score_thresholds(summary: dict | None, points: float, seconds: float = 0.0, 
         if section in errors:
             last = str(errors[section]).strip().splitlines()[-1:] or [""]
             message += f"; the {section} part failed: {_clean(last[0], 200)}"
-        results.append(_result(key, title, points, points if ok else 0.0, "passed" if ok else "failed", message,
-                               seconds))
+        results.append(_result(key, title, points, points if ok else 0.0, Status.PASSED if ok else Status.FAILED,
+                               message, seconds))
     return results
 
 
@@ -252,6 +260,7 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
 
 def _cmd_benchmarks(args: argparse.Namespace) -> int:
     from grading.commands import results_json
+    from grading.engine.runner import Status
     from grading.kit.intake import SubmissionError
 
     if args.points < 0 or args.limit <= 0:
@@ -267,7 +276,7 @@ def _cmd_benchmarks(args: argparse.Namespace) -> int:
     if args.json:
         results_json.write_json(Path(args.json), results, ["benchmark thresholds, measured by the grader's own run "
                                                      "(the submission's figures are not used)"])
-    return 1 if any(r.status == "failed" for r in results) else 0
+    return 1 if any(r.status == Status.FAILED for r in results) else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from grading.commands import class_report_page, score_distribution
 from grading.commands.csv_cells import write_csv
-from grading.commands.result_tests import criterion_id, is_hidden, judged_tests, not_attempted, scored_tests
+from grading.commands.result_tests import (GRADESCOPE_PASSED, criterion_id, is_hidden, judged_tests, not_attempted,
+                                           scored_tests)
 from common.files import atomic_path, atomic_write
 from grading.problems import titles
 
@@ -101,7 +102,7 @@ def criterion_stats(results: dict[str, dict]) -> list[CriterionStats]:
             entry.graded += 1
             if number in skipped:
                 entry.not_attempted += 1
-            elif test.get("status") == "passed":
+            elif test.get("status") == GRADESCOPE_PASSED:
                 entry.passed += 1
             else:
                 entry.failures.append(_split_message(str(test.get("output", ""))))

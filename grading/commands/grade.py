@@ -17,8 +17,8 @@ from grading.commands.options import add_course_options
 from grading.engine import isolation
 from grading.engine.rubric import selects
 from grading.commands.result_tests import verdict
-from grading.engine.runner import (MIN_CASE_S, NOT_GRADED, CriterionResult, TotalTime, not_graded, run_cases,
-                                   warm_servers)
+from grading.engine.runner import (MIN_CASE_S, NOT_GRADED, CriterionResult, Status, TotalTime, not_graded,
+                                   run_cases, warm_servers)
 from grading.kit import points
 from grading.kit.course import PROBLEMS_ENV, chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
@@ -42,7 +42,7 @@ def _self_check_notes(kit_root: Path) -> list[str]:
             for rel in grading_changed]
 
 
-def _all_failed(status: str, message: str, problem: str | None) -> list[CriterionResult]:
+def _all_failed(status: Status, message: str, problem: str | None) -> list[CriterionResult]:
     """Every criterion (of ``problem``) at zero with ``message``: the report when nothing could be graded."""
     try:
         cases = all_cases()
@@ -108,8 +108,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(message, file=sys.stderr)
         # what was judged before keeps its verdict; the rest is not graded, for this reason
         if args.json and results_json.finish(Path(args.json), GRADER_FAILED, message) is None:
-            results_json.write_json(Path(args.json), _all_failed("not_graded", NOT_GRADED + GRADER_FAILED, problem),
-                                    [message])
+            results_json.write_json(Path(args.json),
+                                    _all_failed(Status.NOT_GRADED, NOT_GRADED + GRADER_FAILED, problem), [message])
         return report.EXIT_GRADER_ERROR
 
 
@@ -132,7 +132,7 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
             print(f"error: {exc}", file=sys.stderr)
             if args.json:
                 reason = f"submission rejected: {exc}"
-                results_json.write_json(Path(args.json), _all_failed("failed", reason, problem), [reason])
+                results_json.write_json(Path(args.json), _all_failed(Status.FAILED, reason, problem), [reason])
             return report.EXIT_USAGE
         code_root = scratch / "kit"
         splice = build_grading_copy(KIT_ROOT, submission_root, code_root)

@@ -1,18 +1,32 @@
 """grades.csv's columns: a row per submission, its problems' points, then a column per criterion judged.
 
 ``base_columns`` are a course's fixed columns (``HEAD``, one ``problem_X.Y`` per chosen sub-problem, ``TAIL``);
-``criterion_cells`` the last ones of a row, ``columns_of`` the header of a whole class.
+``criterion_cells`` the last ones of a row, ``columns_of`` the header of a whole class; ``RowStatus`` the values
+of its ``status`` column.
 """
 from __future__ import annotations
 
 import re
 
 from grading.commands.result_tests import criterion_id, is_not_graded
+from grading.engine.runner import TextEnum
 from grading.kit.course import chosen_problems
 from grading.problems import titles
 
 HEAD = ["submission", "score", "max_score", "status", "exit_code", "seconds"]
 TAIL = ["notes", "results"]                # then the criterion columns
+
+
+class RowStatus(TextEnum):
+    """How one submission's whole grade ended: a grades.csv row's ``status`` (not a criterion's ``runner.Status``).
+    A ``str``: it compares, hashes, prints and is written as its value, the text the CSV holds."""
+
+    PASSED = "passed"                # every criterion passed (exit code 0)
+    FAILED = "failed"                # some criterion failed (exit code 1)
+    REJECTED = "rejected"            # the submission could not be opened: nothing graded, no criterion cells (exit 2)
+    INCOMPLETE = "incomplete"        # nothing failed, but some work is not implemented (exit code 3)
+    GRADER_ERROR = "grader_error"    # the grader failed or did not finish by itself (exit code 4, a signal, a crash)
+    TIMEOUT = "timeout"              # the grade ran out of time: killed at its limit, or criteria left not graded
 
 
 def problem_columns(problems: tuple[str, ...] | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from grading import KIT_ROOT
 from grading.commands.batch import default_limit_s, grade_one, grading_servers
+from grading.commands.grades_csv import RowStatus
 from grading.commands.result_tests import criterion_id, scored_tests
 from common.files import read_jsonl
 from grading.commands.mutants_report import grade_folder, listed_equivalents, problem_folder, summary, write_report
@@ -55,9 +56,10 @@ def fingerprint(mutant: Mutant, root: Path = KIT_ROOT) -> str:
 def verdict(status: str, tests: list[dict]) -> str:
     """``killed`` (a criterion lost points, or the grade ran out of time), ``survived`` (full marks) or
     ``error`` (the grader refused the mutant or failed itself: no verdict on the checks)."""
-    if status in ("failed", "timeout", "incomplete") or any(float(t["score"]) < float(t["max_score"]) for t in tests):
+    lost = any(float(t["score"]) < float(t["max_score"]) for t in tests)
+    if status in (RowStatus.FAILED, RowStatus.TIMEOUT, RowStatus.INCOMPLETE) or lost:
         return "killed"
-    return "survived" if status == "passed" and tests else "error"
+    return "survived" if status == RowStatus.PASSED and tests else "error"
 
 
 def grade_mutant(mutant: Mutant, out: Path, limit_s: float, env: dict[str, str], root: Path = KIT_ROOT) -> dict:

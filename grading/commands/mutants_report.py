@@ -4,24 +4,20 @@ The score is killed / (mutants − listed equivalents). Survivors come with
 their diff and the criteria they passed; a listed equivalent that the checks
 now kill, or that no longer applies (``mutations.stale``), is flagged; a
 grade that gave no verdict is an error and lowers the score. Written as
-``mutants.json`` and ``mutants.html`` (every piece of text HTML-escaped).
+``mutants.json`` and ``mutants.html`` (``templates/mutants.html``, every piece of text HTML-escaped).
 """
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
-from urllib.parse import quote
 
-from grading.commands.class_report_page import PAGE_STYLE
 from common.files import atomic_write
+from grading.commands.templates import render as render_template
 from grading.kit.mutations import EQUIVALENTS_FILE, Equivalent, Mutant, equivalents, stale
 from grading.problems import folders
 
 JSON_NAME, HTML_NAME = "mutants.json", "mutants.html"
 GRADES = "grades"          # <out>/grades/<mutant>/: that grade's results.json, report.txt, stderr.txt
-_STYLE = ("pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:12px}"
-          "table{max-width:100%}td{overflow-wrap:anywhere}")
 
 
 def grade_folder(out: Path, mutant_id: str) -> Path:
@@ -82,9 +78,8 @@ def table(report: dict) -> list[str]:
     """The report as terminal lines: one per sub-problem, then one per survivor, flag and error."""
     lines = [f"{'sub-problem':<12}{'mutants':>8}{'killed':>8}{'survived':>9}{'equiv.':>7}{'errors':>7}  score"]
     for problem, c in report["problems"].items():
-        score = "-" if c["score"] is None else f"{100 * c['score']:.1f} %"
         lines.append(f"{problem:<12}{c['mutants']:>8}{c['killed']:>8}{c['survived']:>9}{c['equivalent']:>7}"
-                     f"{c['errors']:>7}  {score}")
+                     f"{c['errors']:>7}  {_score(c)}")
     lines += [f"survived: {s['id']} ({s['path']}:{s['line']}), passed {', '.join(s['passed'])}"
               for s in report["survivors"]]
     lines += [f"listed as equivalent, but killed: {e['id']} (by {', '.join(e['failed'])})"
@@ -104,44 +99,30 @@ def write_report(out: Path, report: dict) -> None:
     atomic_write(Path(out) / HTML_NAME, page(report, out))
 
 
+def _score(counts: dict) -> str:
+    return "-" if counts["score"] is None else f"{100 * counts['score']:.1f} %"
+
+
 def page(report: dict, out: Path | None = None) -> str:
-    """The report as one static HTML page, written into ``out``: each mutant links to the report and results of
-    its grade (``grade_folder``) where ``out`` holds them; a section with nothing in it says so in one line."""
-    e = html.escape
-
-    def rows(header: tuple[str, ...], cells: list[tuple]) -> str:
-        if not cells:
-            return "<p>None.</p>"
-        head = "".join(f"<th>{e(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
-        return f"<table><tr>{head}</tr>{body}</table>"
-
-    def mutant(mutant_id: str) -> str:
-        """The mutant's id, with links to its grade's files that are there."""
+    """The report as one static HTML page (``templates/mutants.html``), written into ``out``: each mutant links to
+    the report and results of its grade (``grade_folder``) where ``out`` holds them; a section with nothing in it
+    says so in one line."""
+    def mutant(mutant_id: str) -> dict:
+        """The mutant's id, with the links (relative to ``out``) to its grade's files that are there."""
         if out is None:
-            return e(mutant_id)
+            return {"id": mutant_id, "links": []}
         folder = grade_folder(out, mutant_id)
-        links = [f"<a href='{e(quote(folder.relative_to(out).as_posix() + '/' + name))}'>{e(name)}</a>"
-                 for name in ("report.txt", "results.json") if (folder / name).is_file()]
-        return e(mutant_id) + (f"<br><small>grade: {', '.join(links)}</small>" if links else "")
+        return {"id": mutant_id, "links": [(folder.relative_to(out).as_posix() + "/" + name, name)
+                                           for name in ("report.txt", "results.json") if (folder / name).is_file()]}
 
-    scores = [(e(p), c["mutants"], c["killed"], c["survived"], c["equivalent"], c["errors"],
-               "-" if c["score"] is None else f"{100 * c['score']:.1f} %") for p, c in report["problems"].items()]
-    parts = [f"<h1>Mutation analysis of the checks</h1><p>{e(table(report)[-1])}</p>",
-             rows(("sub-problem", "mutants", "killed", "survived", "equivalent", "errors", "score"), scores),
-             "<h2>Survivors: make each a check, or list it as equivalent with its reason</h2>",
-             rows(("mutant", "criteria it passed", "diff"),
-                  [(mutant(s["id"]), e(", ".join(s["passed"])), f"<pre>{e(s['diff'])}</pre>")
-                   for s in report["survivors"]]),
-             "<h2>Listed equivalents that need a look</h2>",
-             rows(("mutant", "why"), [(mutant(x["id"]), f"killed by {e(', '.join(x['failed']))}")
-                                      for x in report["equivalent_killed"]]
-                  + [(e(x["mutant"]), "no longer applies") for x in report["stale"]]),
-             "<h2>No verdict</h2>",
-             rows(("mutant", "status", "notes"),
-                  [(mutant(x["id"]), e(x["status"]), e(x["notes"])) for x in report["errors"]]),
-             "<h2>Equivalent (as listed by staff)</h2>",
-             rows(("mutant", "reason", "diff"),
-                  [(mutant(x["id"]), e(x["reason"]), f"<pre>{e(x['diff'])}</pre>") for x in report["equivalent"]])]
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Mutation analysis</title>"
-            f"<style>{PAGE_STYLE}{_STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
+    return render_template(
+        "mutants.html", summary_line=table(report)[-1],
+        scores=[(p, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["errors"], _score(c))
+                for p, c in report["problems"].items()],
+        survivors=[{"mutant": mutant(s["id"]), "passed": s["passed"], "diff": s["diff"]} for s in report["survivors"]],
+        need_a_look=[{"mutant": mutant(x["id"]), "why": f"killed by {', '.join(x['failed'])}"}
+                     for x in report["equivalent_killed"]]
+        + [{"mutant": {"id": x["mutant"], "links": []}, "why": "no longer applies"} for x in report["stale"]],
+        errors=[{"mutant": mutant(x["id"]), "status": x["status"], "notes": x["notes"]} for x in report["errors"]],
+        equivalent=[{"mutant": mutant(x["id"]), "reason": x["reason"], "diff": x["diff"]}
+                    for x in report["equivalent"]])

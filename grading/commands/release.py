@@ -28,7 +28,8 @@ RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grad
                    COURSE_RECORD, "grading/commands/release.py", "grading/commands/gradescope.py",
                    "docs", "scripts/bench_grading.py", "scripts/measure_footprint.py",   # staff guides and tools
                    "requirements-staff.txt", "grading/commands/mutants.py", "grading/commands/mutants_report.py",
-                   "grading/kit/mutations.py", "grading/problems/*/equivalent_mutants.json")     # mutation analysis
+                   "grading/commands/templates/mutants.html", "grading/kit/mutations.py",
+                   "grading/problems/*/equivalent_mutants.json")     # mutation analysis
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
 STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_problems.py")
 # Files that belong to an optional problem: left out unless the course chooses it.

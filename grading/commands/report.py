@@ -18,8 +18,9 @@ from typing import Callable
 from grading.kit import points
 from grading.problems import titles
 from grading.commands import results_json
+from grading.commands.grades_csv import RowStatus
 from grading.commands.result_tests import Verdict, is_hidden, verdict
-from grading.engine.runner import CriterionResult
+from grading.engine.runner import CriterionResult, Status
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_GRADER_ERROR = 0, 1, 2, 3, 4
 
@@ -28,11 +29,11 @@ def exit_code(results: list[CriterionResult]) -> int:
     """0 all passed; 1 some criterion failed; 3 nothing wrong but some work not implemented, or not graded (the
     grade's total time ran out); 4 grader bug."""
     statuses = {r.status for r in results}
-    if "grader_error" in statuses:
+    if Status.GRADER_ERROR in statuses:
         return EXIT_GRADER_ERROR
-    if "failed" in statuses:
+    if Status.FAILED in statuses:
         return EXIT_FAIL
-    if statuses & {"not_implemented", "not_graded"}:
+    if statuses & {Status.NOT_IMPLEMENTED, Status.NOT_GRADED}:
         return EXIT_INCOMPLETE
     return EXIT_PASS
 
@@ -45,7 +46,8 @@ def summary(message: str, width: int = 100) -> list[str]:
     return [part for line in kept for part in textwrap.wrap(line, width, break_on_hyphens=False)]
 
 
-MARKS = {"passed": "PASS", "failed": "FAIL", "not_implemented": "TODO", "grader_error": "ERR!", "not_graded": "SKIP"}
+MARKS = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.NOT_IMPLEMENTED: "TODO", Status.GRADER_ERROR: "ERR!",
+         Status.NOT_GRADED: "SKIP"}
 
 
 def table(results: list[CriterionResult], notes: list[str] = (), verbose: bool = False, public: bool = False) -> str:
@@ -96,7 +98,7 @@ def _footer(results: list[CriterionResult], public: bool = False) -> list[str]:
     return verdict_lines(found, _public(results) if public else points.scored(results))
 
 
-def verdict_lines(found: Verdict, total: points.Tally | str | None = None, status: str = "") -> list[str]:
+def verdict_lines(found: Verdict, total: points.Tally | str | None = None, status: RowStatus | str = "") -> list[str]:
     """How a table ends: "" and ``TOTAL <total>`` (default: ``found``'s points) for a grade that judged every
     criterion; for one that did not, first the verdict's ``marker`` and each reason (``Verdict.why``), then
     ``TOTAL score left blank`` when it judged nothing. The grade's table and a batch's ``report.txt`` of a grade
@@ -105,13 +107,13 @@ def verdict_lines(found: Verdict, total: points.Tally | str | None = None, statu
         total = "" if found.score is None else f"{found.score:g}/{found.max_score:g} points"
     lines = [""]
     if found.partial or found.score is None:
-        lines.append(f"NOTE: {found.marker(status or 'timeout')}")
+        lines.append(f"NOTE: {found.marker(status or RowStatus.TIMEOUT)}")
         lines += [f"NOTE: {why}" for why in found.why]
     lines.append("TOTAL score left blank: no check was graded" if found.score is None else f"TOTAL {total}")
     return lines
 
 
-def stopped_lines(data: dict, why: str, status: str) -> list[str]:
+def stopped_lines(data: dict, why: str, status: RowStatus) -> list[str]:
     """The end of the table of a grade that was stopped before it wrote its own (``batch`` appends these to its
     ``report.txt``): why it stopped, then ``verdict_lines`` of the results.json ``data`` it left, the total stated
     as the grade's own table states it."""
@@ -182,13 +184,13 @@ def _stubs(rows: list[CriterionResult]) -> dict[str, str]:
     function: criterion id -> the line of its function at its first criterion, '' at the others."""
     groups: dict[str, list[CriterionResult]] = {}
     for r in rows:
-        if r.status == "not_implemented" and (match := STUB.search(r.message)):
+        if r.status == Status.NOT_IMPLEMENTED and (match := STUB.search(r.message)):
             groups.setdefault(f"{match.group(2)} is not implemented yet (BEGIN_STUDENT {match.group(1)})", []).append(r)
     out = {}
     for stub, group in groups.items():
         worth = sum(r.max_score for r in group)
         out.update({r.id: "" for r in group})
-        out[group[0].id] = f"  {MARKS['not_implemented']} {0:>4g}/{worth:<4g}          {stub}: {len(group)} " \
+        out[group[0].id] = f"  {MARKS[Status.NOT_IMPLEMENTED]} {0:>4g}/{worth:<4g}          {stub}: {len(group)} " \
                            f"check(s)"
     return out
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from grading.engine.runner import NOT_GRADED, NOT_IMPLEMENTED
 
 HIDDEN_VISIBILITY = ("hidden", "after_due_date", "after_published")     # Gradescope's: shown later, or never
+# A test's ``status`` is Gradescope's field, not ``runner.Status``: it has two values, and every verdict but
+# ``Status.PASSED`` (failed, not implemented, grader error, not graded) is written as GRADESCOPE_FAILED.
+GRADESCOPE_PASSED, GRADESCOPE_FAILED = "passed", "failed"
 
 
 def criterion_id(test: dict) -> str:
@@ -48,7 +51,7 @@ def not_attempted(data: dict) -> set[str]:
     stubbed: dict[str, bool] = {}
     for test in scored_tests(data):
         number = str(test.get("number", ""))
-        stub = test.get("status") != "passed" and bool(NOT_IMPLEMENTED.search(str(test.get("output", ""))))
+        stub = test.get("status") != GRADESCOPE_PASSED and bool(NOT_IMPLEMENTED.search(str(test.get("output", ""))))
         stubbed[number] = stubbed.get(number, True) and stub
     return {number for number, stub in stubbed.items() if stub}
 
@@ -80,8 +83,9 @@ class Verdict:
         return self.judged < self.listed
 
     def marker(self, status: str) -> str:
-        """The first entry of a grades.csv row's notes for a grade with ``status``: ``score left blank (status)``,
-        ``partial score (status): K of N check(s) graded``, or "" for a grade that judged every criterion."""
+        """The first entry of a grades.csv row's notes for a grade with ``status`` (a ``grades_csv.RowStatus``):
+        ``score left blank (status)``, ``partial score (status): K of N check(s) graded``, or "" for a grade that
+        judged every criterion."""
         if self.score is None:
             return f"score left blank ({status})"
         return f"partial score ({status}): {self.judged} of {self.listed} check(s) graded" if self.partial else ""

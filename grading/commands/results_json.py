@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.files import atomic_write, read_json
-from grading.commands.result_tests import criterion_id, verdict
+from grading.commands.result_tests import GRADESCOPE_FAILED, GRADESCOPE_PASSED, criterion_id, verdict
 from grading.engine.runner import NOT_GRADED, CriterionResult, cut_reason, out_of_time, skipped_reason
 
 UNFINISHED = "unfinished"        # extra_data key of a results.json written while its grade still ran
@@ -33,7 +33,7 @@ def gradescope_json(results: list[CriterionResult], notes: list[str] = (), extra
         "number": r.problem,
         "score": r.score,
         "max_score": r.max_score,
-        "status": "passed" if r.passed else "failed",
+        "status": GRADESCOPE_PASSED if r.passed else GRADESCOPE_FAILED,
         "output": r.student_message or "passed",
         "visibility": "after_published" if r.hidden else "visible",
     } for r in results]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grading import KIT_ROOT
 from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, default_limit_s, grade_one, submissions_in
-from grading.commands.grades_csv import criterion_cells
+from grading.commands.grades_csv import RowStatus, criterion_cells
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.course import PROBLEMS_ENV
@@ -320,8 +320,8 @@ def run_task(out_dir: Path, task_id: int) -> int:
     os.environ.update(tasks.get("env", {}))
     mismatch = secret_mismatch(tasks)
     if mismatch:
-        row = {"submission": name, "score": "", "max_score": "", "status": "grader_error",
-               "notes": f"score left blank (grader_error){NOTE_SEPARATOR}not graded: {mismatch}"}
+        row = {"submission": name, "score": "", "max_score": "", "status": RowStatus.GRADER_ERROR,
+               "notes": f"score left blank ({RowStatus.GRADER_ERROR}){NOTE_SEPARATOR}not graded: {mismatch}"}
     else:
         row = grade_one(Path(task["path"]), attempt, tasks["grade_args"], float(tasks["limit_s"]))
         if tasks.get("benchmarks"):

@@ -1,6 +1,7 @@
 """Run cases against a kit tree and turn their results into scored criteria."""
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -23,11 +24,34 @@ from grading.engine.rubric import Case, selects
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
 FORKSERVER_ENV = "GRADING_FORKSERVER"        # "0": every rank a cold interpreter (e.g. to compare)
 NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
-NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (status "not_graded")
+NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (``Status.NOT_GRADED``)
 GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
                        "their report has the details)")
 MIN_CASE_S = 1.0                 # a case whose share of a grade's total time is shorter is not started (its
                                  # criteria are ``skipped`` or ``cut``, the reason in words)
+
+
+class TextEnum(str, enum.Enum):
+    """An enum whose members are their text: they compare, hash, print, format and serialise (JSON, CSV) as their
+    value, on every Python the kit supports (``enum.StrEnum`` needs 3.11; Gradescope's Ubuntu 22.04 has 3.10)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Status(TextEnum):
+    """A criterion's verdict status. A ``str``: it compares, hashes, prints and serialises (JSON, CSV) as its value
+    ("passed"). results.json's test ``status`` is Gradescope's own two values (``result_tests.GRADESCOPE_PASSED``)."""
+
+    PASSED = "passed"                    # the criterion held: full points
+    FAILED = "failed"                    # a check failed (or the problem is barred, the submission rejected)
+    NOT_IMPLEMENTED = "not_implemented"  # the starter's stub raised (``NOT_IMPLEMENTED``): work not done yet
+    GRADER_ERROR = "grader_error"        # the criterion's own code raised: a grader bug, not the submission's fault
+    NOT_GRADED = "not_graded"            # its case never ran or was not judged (message starts with ``NOT_GRADED``)
+    NOT_APPLICABLE = "not_applicable"    # a benchmark threshold that does not apply to the run (no points)
 
 
 @dataclass
@@ -39,23 +63,26 @@ class CriterionResult:
     title: str
     max_score: float
     score: float
-    status: str        # "passed" | "failed" | "not_implemented" | "grader_error" | "not_graded"
+    status: Status
     message: str
     seconds: float
     hidden: bool = False
     hidden_kind: str = ""    # a hidden criterion's kind of input, in a student's words (``HIDDEN_KIND``)
 
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)      # its text ("passed") is accepted; an unknown one is a ValueError
+
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        return self.status == Status.PASSED
 
     @property
     def student_message(self) -> str:
         """What a student may read of the verdict: the message, or of a failed hidden criterion its
         ``hidden_view.student_view`` (the kind of input and the likely cause, no secret value)."""
-        if self.hidden and self.status == "failed":
+        if self.hidden and self.status == Status.FAILED:
             return student_view(self.message, self.hidden_kind)
-        if self.hidden and self.status == "grader_error":      # its traceback may name a hidden input
+        if self.hidden and self.status == Status.GRADER_ERROR:      # its traceback may name a hidden input
             return GRADER_ERROR_HIDDEN
         return self.message
 
@@ -72,7 +99,7 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
     case whose criteria are all barred is not run. ``hints`` maps a problem to
     likely causes read from its code; they are added to its failed criteria. Never raises for anything
     the submission does; an exception inside a criterion's own code is
-    reported as status ``grader_error``.
+    reported as ``Status.GRADER_ERROR``.
     """
     if all(c.problem in (barred or {}) for c in case.criteria):
         return judge_case(case, None, barred)
@@ -102,21 +129,21 @@ def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] |
     verdicts = []
     for criterion in case.criteria:
         if criterion.problem in barred:
-            status, message = "failed", barred[criterion.problem]
+            status, message = Status.FAILED, barred[criterion.problem]
         else:
             try:
                 criterion.evaluate(run)
-                status, message = "passed", ""
+                status, message = Status.PASSED, ""
             except CheckFailed as failure:
                 message = str(failure)
-                status = "not_implemented" if NOT_IMPLEMENTED.search(message) else "failed"
+                status = Status.NOT_IMPLEMENTED if NOT_IMPLEMENTED.search(message) else Status.FAILED
                 extra = [h for h in (hints or {}).get(criterion.problem, []) if h not in message]
                 message = "\n".join([message, *extra, *filter(None, [run.calls_note(message)])])
             except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
-                status, message = "grader_error", "grader error while judging:\n" + traceback.format_exc()[-1500:]
+                status, message = Status.GRADER_ERROR, "grader error while judging:\n" + traceback.format_exc()[-1500:]
         seconds = result.wall_s if result is not None and criterion.problem not in barred else 0.0
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
-                                        criterion.points if status == "passed" else 0.0, status, message, seconds,
+                                        criterion.points if status == Status.PASSED else 0.0, status, message, seconds,
                                         criterion.hidden, criterion.source.hidden_kind if criterion.source else ""))
     if result is not None:
         (result.out_dir / "judged.json").write_text(json.dumps({"judge_s": time.perf_counter() - judging}))
@@ -174,8 +201,8 @@ def cut_reason(why: str, problem: str | None) -> str:
 
 
 def not_graded(case: Case, reason: str) -> list[CriterionResult]:
-    """Every criterion of ``case`` as not graded (status ``not_graded``, no points) because of ``reason``."""
-    return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, "not_graded", NOT_GRADED + reason, 0.0,
+    """Every criterion of ``case`` as not graded (``Status.NOT_GRADED``, no points) because of ``reason``."""
+    return [CriterionResult(c.id, c.problem, c.title, c.points, 0.0, Status.NOT_GRADED, NOT_GRADED + reason, 0.0,
                             c.hidden, c.source.hidden_kind if c.source else "") for c in case.criteria]
 
 
@@ -249,5 +276,5 @@ def _judged(case: Case, result: LaunchResult, barred: dict[str, str], hints: dic
     verdict of a case that reached that limit; then ``done``."""
     verdicts = judge_case(case, result, barred, hints)
     if cut and result.timed_out:
-        verdicts = [replace(v, message=f"{v.message}\n{cut}") if v.status == "failed" else v for v in verdicts]
+        verdicts = [replace(v, message=f"{v.message}\n{cut}") if v.status == Status.FAILED else v for v in verdicts]
     return done(case, verdicts, result)

@@ -325,5 +325,5 @@ def test_ranks_that_all_wait_end_early_saying_where_each_waits(tmp_path, servers
 
 def test_a_rank_that_computes_while_the_other_waits_is_not_ended(tmp_path, servers):
     result = launch(f"{PROBES}:rank0_computes_rank1_waits", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
-                    servers=servers, progress=lambda line: None, still_limit_s=3)
+                    servers=servers, progress=lambda line: None, still_limit_s=2)
     assert result.ok and result.still_s == 0, result.failure()

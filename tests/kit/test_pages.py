@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from grading.commands import mutants_report, similarity
+from grading.commands import class_report_page, mutants_report, similarity, similarity_page
 from grading.commands.class_report import write_class_report
 from grading.kit.mutations import Equivalent, Mutant
 from tests.kit.similarity_samples.make import planted_copy, reference_bodies, sample_bodies, write_submission
@@ -145,6 +145,60 @@ def test_every_link_and_image_of_a_page_is_there(pages, name):
     if name == "mutants":      # each graded mutant links to its grade
         assert sum("/report.txt" in t for t in parser.targets) == 3, parser.targets
 
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+class _Text(HTMLParser):
+    """A page's tags and its text as a reader sees it (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _hostile_page(name: str, monkeypatch) -> str:
+    """Page ``name`` with ``HOSTILE`` as the submission names, paths, statuses and messages it shows."""
+    if name == "class report":
+        paths = {kind: Path(f"grades_class_report.{kind}") for kind in ("csv", "png", "scores_csv", "scores_png")}
+        row = {"criterion": "1.1.exact", "title": HOSTILE, "problem": "1", "points": 1, "visibility": "visible",
+               "attempted": 1, "not_attempted": 0, "passed": 0, "pass_rate": "0.000", "failure_1": HOSTILE,
+               "sharing_1": 1, "likely_cause_1": HOSTILE}
+        student = {"submission": HOSTILE, "score": "", "max_score": "1", "status": "failed", "notes": HOSTILE,
+                   "results": f"grades_results/{HOSTILE}/results.json"}
+        return class_report_page.render(paths, [row], [], 1, {HOSTILE: "rejected"}, [student], {})
+    if name == "similarity":
+        entry = similarity_page.Entry(HOSTILE, "1.1", [similarity_page.Piece(HOSTILE, "f", HOSTILE)])
+        other = similarity_page.Entry("b", "1.1", [similarity_page.Piece("x.py", HOSTILE, "y = 1")])
+        report = similarity_page.Report([("1.1", HOSTILE, "b", 0.5)], {"1.1": {HOSTILE: entry, "b": other}},
+                                        [(HOSTILE, HOSTILE)], [HOSTILE], 2, {"1.1": frozenset()})
+        return similarity_page.render_html(report, class_report=HOSTILE)
+    every = [Mutant(f"1.2/f/Op/{k}", "1.2", "x.py", k + 1, "Op", k, "") for k in range(3)]
+    monkeypatch.setattr(mutants_report, "listed_equivalents",
+                        lambda problem: [Equivalent(every[2].id, "", HOSTILE)])
+    records = [{"verdict": verdict, "seconds": 1.0, "passed": [HOSTILE], "failed": [], "status": HOSTILE,
+                "diff": HOSTILE, "notes": HOSTILE} for verdict in ("survived", "error", "survived")]
+    return mutants_report.page(mutants_report.summary(every, every, records, {"seconds": 1.0, "jobs": 1,
+                                                                              "sample": None, "seed": None}))
+
+
+@pytest.mark.parametrize("name", ["class report", "similarity", "mutants"])
+def test_student_text_with_markup_and_quotes_shows_as_text(name, monkeypatch):
+    page = _hostile_page(name, monkeypatch)
+    parser = _Text()
+    parser.feed(page)
+    parser.close()
+    assert "script" not in parser.tags, f"{name}: a submission's '<script>' became a tag (text not escaped)"
+    shown = "".join(parser.text).count(HOSTILE)
+    assert shown >= 3, f"{name}: {HOSTILE!r} shows {shown} time(s) as text, expected in every place it was given"
+    assert 'alert("x")' not in page, f"{name}: a '\"' of student text is not escaped (it could end an attribute)"
 
 def _non_white(path: Path) -> float:
     """The share of pixels of a PNG that are not white (0: a blank image)."""
