@@ -16,8 +16,7 @@ COURSE_RECORD = "grading/course.json"      # relative to the kit root
 COURSE_FILE = KIT_ROOT / COURSE_RECORD
 PROBLEMS_ENV = "GRADING_PROBLEMS"
 PROBLEM_FOLDERS = KIT_ROOT / "grading" / "problems"
-DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points)
-OPTIONAL_PROBLEMS = ("4", "5")            # a course adds them with --problems
+DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points); every other problem is optional
 EXAMPLE_PROBLEMS_FROM = 90                # problems 90, 91, ...: the guide's examples, never a course's
 
 
@@ -98,6 +97,6 @@ def chosen_problems() -> tuple[str, ...]:
         return DEFAULT_PROBLEMS
 
 
-__all__ = ["DEFAULT_PROBLEMS", "EXAMPLE_PROBLEMS_FROM", "OPTIONAL_PROBLEMS", "chosen_problems", "is_example",
+__all__ = ["DEFAULT_PROBLEMS", "EXAMPLE_PROBLEMS_FROM", "chosen_problems", "is_example",
            "parse_problems", "present_problems", "read_record", "record_text", "recorded_analysis_points",
            "recorded_hidden_points"]
