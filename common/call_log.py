@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from common.files import read_regular
 from common.rank_reports import package_path
 
 # The functions of torch.distributed whose calls are logged: every collective and blocking point-to-point call a student
@@ -173,14 +172,7 @@ def read(path: Path, limit_bytes: int = 4_000_000) -> list[Call]:
     """The calls logged in ``path`` (at most its first ``limit_bytes``; [] when it is missing, or is not a regular
     file: a rank may leave a link or a pipe there); lines that are not a logged call are skipped (``parse``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return []
-    try:
-        with open(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return []
-            return parse(stream.read(limit_bytes).decode("utf-8", "replace"))
+        return parse(read_regular(path, limit=limit_bytes).decode("utf-8", "replace"))
     except OSError:
         return []
 

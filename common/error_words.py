@@ -47,6 +47,9 @@ _LIBRARY_PREFIX = re.compile(r"(?:\[rank\d+\]:)?\[(?:[A-Z]\d{4} [\d:.]+ |enforce
 _RANK_NOT_BELOW_SIZE = re.compile(r"^(?:Error: )?rank < size\. (?P<rank>\d+) vs (?P<size>\d+)\s*$")
 # A path of an installed library's source file in a message (".../site-packages/torch/nn/functional.py", line N)
 _LIBRARY_PATH = re.compile(r"/[^\s\"':]*/(?:site|dist)-packages/[^\s\"':]+")
+# gloo's advice after a peer's failure, the same words on every error it raises ("This is typically caused by a
+# remote worker ... GLHF! <emoji>"): the message before it says what happened.
+_LIBRARY_BANNER = re.compile(r"\s*This is typically caused by .*?GLHF!\s*\S*")
 
 
 def likely_cause(kind: str, message: str, where: str = "") -> str:
@@ -78,8 +81,9 @@ def self_contained(message: str) -> str:
 def plain(message: str) -> str:
     """A rank's message as the default table may show it: no C++ source prefix of the communication library
     (``[/__w/pytorch/.../pair.cc:537] ``, ``[enforce fail at .../context.cc:23] ``) and no installed library's
-    source path (a path under ``site-packages`` reads as its module: ``torch.nn``)."""
-    message = _LIBRARY_PREFIX.sub("", message)
+    source path (a path under ``site-packages`` reads as its module: ``torch.nn``), no banner of gloo's (``This is
+    typically caused by ... GLHF!``)."""
+    message = _LIBRARY_BANNER.sub("", _LIBRARY_PREFIX.sub("", message))
     return _LIBRARY_PATH.sub(lambda match: library_of(match.group(0)) or "a library file", message)
 
 

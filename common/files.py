@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +92,19 @@ def read_json(path: str | os.PathLike) -> tuple[object, str | None]:
         return None, f"{path}: cannot read it ({exc.strerror or exc}); skipped"
     except ValueError as exc:
         return None, f"{path}: not valid JSON ({exc}); skipped"
+
+
+def read_regular(path: str | os.PathLike, offset: int = 0, limit: int | None = None,
+                 tail: int | None = None) -> bytes:
+    """The bytes of a regular file another process (a rank: hostile) wrote, never through a link: from byte
+    ``offset`` on, at most ``limit`` of them, or only its last ``tail`` bytes. OSError when it is missing, a
+    symbolic link (a rank could point one at a file only the reader may read) or not a regular file (a pipe that
+    would block the reader)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if tail is not None:
+            offset = max(offset, stream.seek(0, os.SEEK_END) - tail)
+        stream.seek(offset)
+        return stream.read() if limit is None else stream.read(limit)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import time
 from pathlib import Path
 
 import psutil
 
+from common.files import read_regular
 from common.rank_reports import dump_place
 
 DUMP_SIGNAL = signal.SIGUSR1
@@ -105,19 +105,12 @@ class RankWatch:
 
 
 def read_from(path: Path | None, offset: int, limit: int = 200_000) -> str:
-    """At most ``limit`` characters of a file a rank writes, from byte ``offset`` on; "" when it is missing, a
-    symlink or not a regular file (a rank could point one at a file only its launcher may read)."""
-    if path is None:
-        return ""
+    """At most ``limit`` bytes, as text, of a file a rank writes, from byte ``offset`` on; "" when it is missing, a
+    symlink or not a regular file (``common.files.read_regular``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular(path, offset, limit).decode("utf-8", "replace") if path is not None else ""
     except OSError:
         return ""
-    with open(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        stream.seek(offset)
-        return stream.read(limit).decode("utf-8", "replace")
 
 
 def _size(path: Path | None) -> int:

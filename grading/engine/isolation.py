@@ -33,6 +33,8 @@ import stat
 import sys
 from pathlib import Path
 
+from common.files import read_regular
+
 GRADER_ROOT = Path(__file__).resolve().parents[2]   # the tree this grader runs from: its secret, staff files, code
 RANK_USER = "student"                  # the user ranks run as where the grader runs as root
 USER_ENV = "GRADING_RANK_USER"         # another user's name for that ("" or "-": stay root, without capabilities)
@@ -186,26 +188,17 @@ def run_report(runs: Path, cases: list) -> tuple[str, list[str]]:
 
 
 def read_rank_file(path: Path, tail: int) -> str:
-    """The last ``tail`` characters of a file a rank wrote, "" when it is missing, not a regular file, or a symlink
-    (a rank could point one at a file only the grader may read)."""
+    """The last ``tail`` bytes of a file a rank wrote, as text; "" when it is missing, not a regular file, or a
+    symlink (a rank could point one at a file only the grader may read: ``common.files.read_regular``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular(path, tail=tail).decode(errors="replace")
     except OSError:
         return ""
-    with open(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        handle.seek(max(0, handle.seek(0, os.SEEK_END) - tail))
-        return handle.read().decode(errors="replace")
 
 
 def read_rank_bytes(path: Path) -> bytes:
     """The bytes of a regular file a rank wrote; OSError for a symlink or anything else (``read_rank_file``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with open(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        return handle.read()
+    return read_regular(path)
 
 
 def _private_top_level() -> list[Path]:

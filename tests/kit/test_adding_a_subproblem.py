@@ -61,8 +61,7 @@ NEW_FOLDER = f"grading/problems/{marker(NEW_SUB)}_commcost"
 NEW = ((Path(__file__).parent / "new_problem.md").read_text().replace("@PKG@", marker(NEW_SUB))
        .replace("@ID@", NEW_SUB).replace("@N@", NEW_PROBLEM))
 # The kit's tests that enumerate problems, run in the toy copy in one pytest process (cheap ones: five releases,
-# one Gradescope bundle, one `list`, the toys' grades): 34 tests in 13-30 s on 2 busy cores, about 3 s of CPU
-# more than the 18 the list held before the new problem.
+# one Gradescope bundle, one `list`, the toys' grades).
 _HANDOUT = "tests/kit/test_handout.py::test_"
 ENUMERATING = [
     "tests/kit/test_variants_p90.py", "tests/kit/test_variants_p1.py::test_variant_loses_only_its_criteria"

@@ -126,6 +126,9 @@ def test_a_student_frame_comes_first_on_the_line_and_the_library_next_to_it(tmp_
 
 def test_no_library_source_path_reaches_a_message():
     assert plain("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error") == "Read error"
+    assert plain("Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the "
+                 "application. Check the logs of the remote worker before reporting an error. GLHF! \U0001F3D6\uFE0F"
+                 ) == "Connection reset by peer."
     assert plain('bad value in "/usr/lib/python3/site-packages/transformers/models/gpt2/modeling_gpt2.py"') == \
         'bad value in "transformers"'
     assert format_error("RuntimeError", "[enforce fail at /__w/pytorch/third_party/gloo/gloo/context.cc:23] "

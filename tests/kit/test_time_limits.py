@@ -203,7 +203,7 @@ def test_a_case_whose_share_is_under_a_second_is_skipped_in_words(tmp_path):
 
 def test_hangs_in_two_problems_cannot_starve_a_third(tmp_path, fork_servers):
     """Problems 1.1 and 2.1 hang; their limits (40 s each) cannot both fit the total (16 s): each is cut to its
-    share, and Problem 3.2, after them, keeps every point (its share, about 8 s, fits it on a busy machine)."""
+    share, and Problem 3.2, after them, keeps every point (its share of the total fits it on a busy machine)."""
     kit = make_variant_kit(tmp_path / "kit", [("data_parallel/dataset.py", "partition_indices", HANG),
                                               ("pipeline/schedule.py", "clock_cycles", HANG)])
     limits = {"p1_partition": 40.0, "p2_schedule_split": 40.0, "p3_adapter_io": 80.0}
