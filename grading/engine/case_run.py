@@ -265,10 +265,17 @@ class CaseRun:
             if explained:
                 raise CheckFailed(f"{explained}\nno result for '{name}' on rank {rank}: {self.launch.failure()}")
             own = self.launch.ranks[rank] if rank < len(self.launch.ranks) else None
-            ended = [r for r in self.launch.ranks if r.rank != rank and not r.finished and r.returncode is not None]
-            if own is not None and own.error and is_symptom(own.error) and ended:   # a peer's end, seen from here
-                raise CheckFailed(f"rank {ended[0].rank} {peers.ending(ended[0])}\nsymptom: rank {rank} then failed: "
-                                  f"{traceback_error(own.error)}\nno result for '{name}' on rank {rank}")
+            if own is not None and own.error and is_symptom(own.error):    # a peer's doing, seen from this rank
+                symptom = f"symptom: rank {rank} then failed: {traceback_error(own.error)}"
+                for peer in range(self.world_size):     # a peer's own exception in this part (e.g. not implemented)
+                    kind_p, info = self.outcome(name, peer) if peer != rank else ("", None)
+                    if kind_p == "error" and not is_symptom(f"{info.get('type')}: {info.get('message')}"):
+                        raise CheckFailed(f"rank {peer}: {describe_error(info, self.launch.out_dir)}\n{symptom}\n"
+                                          f"no result for '{name}' on rank {rank}")
+                ended = [r for r in self.launch.ranks if r.rank != rank and not r.finished and r.returncode is not None]
+                if ended:                               # a peer that crashed or exited
+                    raise CheckFailed(f"rank {ended[0].rank} {peers.ending(ended[0])}\n{symptom}\n"
+                                      f"no result for '{name}' on rank {rank}")
             if own is not None and own.error and not own.finished and _grader_frame(own.error):
                 raise CheckFailed(f"rank {rank}: no result for '{name}': the grader's probe failed before recording "
                                   f"it: {_probe_error(own.error)}")

@@ -81,3 +81,17 @@ def wrong_world_size(ctx):
 def multi_line_error(ctx):
     """all_reduce of a list: torch's TypeError runs over two lines."""
     ctx.record("reduced", lambda: dist.all_reduce([torch.ones(2)]))
+
+
+def rank1_not_implemented_rank0_cut_off(ctx):
+    """Rank 1 records its own NotImplementedError and finishes; rank 0 then fails with what a rank sees when its
+    peer left during the group's set-up (gloo's words), before recording: the starter's race under load."""
+    import time
+
+    if ctx.rank == 1:
+        def grads():
+            raise NotImplementedError("Problem 1.2: setup_process_group is not implemented yet")
+        ctx.record("grads", grads)
+        return
+    time.sleep(0.5)
+    raise RuntimeError("Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:1")

@@ -73,6 +73,18 @@ def test_ranks_that_both_wait_in_recv_read_as_a_deadlock(tmp_path, fork_servers)
                         rf"from 0\) {PLACE.format('exchange')}", first), first
 
 
+def test_a_peers_own_error_explains_a_rank_cut_off_before_recording(tmp_path, fork_servers):
+    """Rank 0 never recorded because rank 1 left (rank 1 recorded its own NotImplementedError): rank 0's criterion
+    names rank 1's error, so the starter's criterion reads as not implemented, not as a grader failure."""
+    result = launch(f"{PROBES}:rank1_not_implemented_rank0_cut_off", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run",
+                    timeout_s=30, init_group=False, servers=fork_servers)
+    with pytest.raises(CheckFailed) as failed:
+        CaseRun(2, result).part("grads", 0)
+    shown = summary(str(failed.value), width=10_000)
+    assert shown[0].startswith("rank 1: NotImplementedError: Problem 1.2: setup_process_group"), shown
+    assert shown[1].startswith("symptom: rank 0 then failed: RuntimeError: Gloo connectFullMesh failed"), shown
+
+
 def test_a_crashed_peer_is_no_disagreement(tmp_path, fork_servers):
     """Rank 1 dies while rank 0 waits: rank 0's later part names the crash, not calls "out of step"."""
     result = launch(f"{PROBES}:rank1_crashes", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=30,
