@@ -23,6 +23,7 @@ import signal
 import threading
 from pathlib import Path
 
+from common.settings import POOL_ENV, settings
 from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         apply_course_options(args)
+        settings()                  # a bad GRADING_* / KIT_* value: one line naming it, before any work
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.EXIT_USAGE
@@ -57,10 +59,13 @@ def main_warm(argv: list[str]) -> int:
     process is killed, the server kills the grade and everything under it). Any other command, no pool, or a
     pool that does not answer: ``main`` here."""
     from grading.engine.forkserver import ServerSession
-    from grading.engine.run_servers import POOL_ENV, pool_addresses
-    from grading.engine.runner import FORKSERVER_ENV
+    from grading.engine.run_servers import pool_addresses
     pool = pool_addresses(os.environ.get(POOL_ENV, ""))
-    if argv[:1] != ["grade"] or not pool or os.environ.get(FORKSERVER_ENV) == "0":
+    try:
+        cold = not settings().fork_server
+    except ValueError:                  # a bad setting: ``main`` says which
+        cold = True
+    if argv[:1] != ["grade"] or not pool or cold:
         return main(argv)
     try:
         session = ServerSession(pool[0])

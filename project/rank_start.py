@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from common.settings import RANK_START_ENV as RANK_START_ENV     # re-exported: tests name rank_start.RANK_START_ENV
+from common.settings import settings
 from common.startup import SERVER_IMPORTS, adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
-RANK_START_ENV = "KIT_RANK_START"
-RANK_START_CHOICES = ("auto", "spawn", "forkserver")
 _FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)
 
 
@@ -30,9 +30,10 @@ def rank_start_method() -> str:
     ``KIT_RANK_START`` (``auto``, ``spawn`` or ``forkserver``) overrides
     ``auto``; another value raises ConfigError naming the choices.
     """
-    choice = os.environ.get(RANK_START_ENV, "auto") or "auto"
-    if choice not in RANK_START_CHOICES:
-        raise ConfigError(f"{RANK_START_ENV}={choice!r}: expected one of {', '.join(RANK_START_CHOICES)}")
+    try:
+        choice = settings().rank_start          # common.settings checks it is one of auto, spawn, forkserver
+    except ValueError as exc:                   # entry points print a ConfigError without a traceback
+        raise ConfigError(str(exc)) from None
     if choice == "auto":
         return "spawn" if gpu_count() else "forkserver"
     return choice

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from grading.kit.course import PROBLEMS_ENV, parse_problems
-from grading.kit.secret import SECRET_ENV
+from common.settings import PROBLEMS_ENV, SECRET_ENV
+from grading.kit.course import parse_problems
 
 # What a Slurm task of ``batch --slurm`` asks for by default: 2 CPUs let a grade's two ranks run side by side, and
 # 3G leaves room above a full grade's footprint (docs/design.md, "Measurements") for a hungrier submission.
@@ -21,7 +21,8 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_course_options(args: argparse.Namespace) -> None:
-    """Put --problems and --course-secret in the environment, where every case builder (and batch child) reads them.
+    """Put --problems and --course-secret in the environment, where every case builder (and batch child) reads them
+    (``common.settings.settings()`` sees the new problems at its next call: its cache is keyed by the values).
 
     Raises ValueError for an unknown problem. A command that stores the secret itself (``keeps_secret``,
     the Gradescope bundle) leaves the environment alone.

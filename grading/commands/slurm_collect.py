@@ -14,8 +14,9 @@ from pathlib import Path
 from grading.commands.batch import UNSCORED, class_report_inputs, write_grades
 from grading.commands.class_report import write_class_report
 from grading.commands.slurm import ATTEMPT_PREFIX, RESULTS, ROW, SUBMIT, TASKS, array_spec
-from grading.kit.course import PROBLEMS_ENV, parse_problems
+from grading.kit.course import parse_problems
 from common.files import atomic_write
+from common.settings import PROBLEMS_ENV
 
 RERUN_STATUSES = UNSCORED
 RESUBMIT = "resubmit.sh"

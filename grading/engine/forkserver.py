@@ -28,10 +28,10 @@ from pathlib import Path
 import psutil
 
 from grading.engine.sandbox import freeze_and_kill
+from common.settings import SERVER_KIT_ENV     # the folder the server was started in (it leaves a rank's sys.path)
 from common.startup import SERVER_IMPORTS, adopt_environment
 
 KIT_PACKAGES = ("grading", "common")           # imported afresh by every child from the folder it names
-SERVER_KIT_ENV = "GRADING_FORKSERVER_KIT"     # the folder the server was started in (it leaves a rank's sys.path)
 START_TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 

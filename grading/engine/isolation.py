@@ -34,11 +34,10 @@ import sys
 from pathlib import Path
 
 from common.files import read_regular
+from common.settings import HIDE_ENV as HIDE_ENV      # re-exported: tests name isolation.HIDE_ENV
+from common.settings import PROBLEMS_ENV, THREADS_ENV, USER_ENV, settings
 
 GRADER_ROOT = Path(__file__).resolve().parents[2]   # the tree this grader runs from: its secret, staff files, code
-RANK_USER = "student"                  # the user ranks run as where the grader runs as root
-USER_ENV = "GRADING_RANK_USER"         # another user's name for that ("" or "-": stay root, without capabilities)
-HIDE_ENV = "GRADING_HIDE"              # more paths (os.pathsep-separated) ranks must not read, e.g. in /etc
 ACCESS_LOG = "access.log"              # in a rank's folder: the attempts ``watch`` noted, one JSON line each
 MAX_ATTEMPTS = 8                       # the most a rank notes of each kind of attempt
 SANDBOX_FILE = "sandbox.json"          # in a rank's folder: what the worker applied and skipped
@@ -47,7 +46,7 @@ SYSTEM_DIRS = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "
 # A rank's environment: these names and prefixes of the parent's, never one that looks like a credential.
 _ENV_NAMES = {"PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
               "LD_LIBRARY_PATH", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE",
-              "GRADING_THREADS", "GRADING_PROBLEMS", "TOKENIZERS_PARALLELISM"}
+              THREADS_ENV, PROBLEMS_ENV, "TOKENIZERS_PARALLELISM"}
 _ENV_PREFIXES = ("LC_", "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "CUDA", "NCCL_", "NVIDIA_", "TORCH", "PYTORCH_",
                  "GLOO_", "HF_", "TRANSFORMERS_", "DS_")
 _CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -67,7 +66,7 @@ def rank_user() -> tuple[dict | None, str]:
     this interpreter and its libraries (every folder above them searchable, the files readable by it)."""
     if os.geteuid() != 0:
         return None, "the grader is not root"
-    name = os.environ.get(USER_ENV, RANK_USER)
+    name = settings().rank_user
     if name in ("", "-"):
         return None, f"{USER_ENV} asks to stay root"
     try:
@@ -93,8 +92,7 @@ def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> di
     the case). In a root grader the folders a rank writes belong to the ``user`` it switches to."""
     case_dir, code_root = Path(case_dir).resolve(), Path(code_root).resolve()
     keep = [*_interpreter_paths(), code_root, case_dir]
-    named = [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
-    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in named), *_private_top_level()]
+    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in settings().hide), *_private_top_level()]
     hide = _covers(hide_roots, keep)
     user, why = rank_user()
     if user is not None:
@@ -110,7 +108,7 @@ def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> di
             os.chown(folder, user["uid"], user["gid"])
     return {"case_dir": str(case_dir), "hide": hide, "shared": [str(p) for p in shared],
             "guarded": [str(code_root), str(case_dir)], "user": user, "user_reason": why,
-            "enabled": os.environ.get("GRADING_SANDBOX", "1") != "0"}
+            "enabled": settings().sandbox}
 
 
 def _open_the_way(user: dict, paths: list[Path]) -> str:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import psutil
 
-RUN_MARKER = "GRADING_RUN_ID"        # environment variable every rank (and its children) inherits
+from common.settings import RUN_MARKER, settings     # RUN_MARKER: every rank (and its children) inherits it
 
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 _PR_SET_PDEATHSIG = 1
@@ -37,23 +37,15 @@ class Limits:
     network: bool = False
 
 
-def _env_int(name: str, default: int | None) -> int | None:
-    """The number the variable ``name`` holds (0 or less: None), or ``default`` when it is unset or empty."""
-    value = int(os.environ.get(name) or default or 0)
-    return value if value > 0 else None
-
-
 def default_limits(timeout_s: float) -> Limits:
-    """The limits for a case with wall-clock limit ``timeout_s``, with environment overrides:
-    ``GRADING_SANDBOX=0`` disables every limit and namespace; ``GRADING_MEMORY_MB``, ``GRADING_OPEN_FILES``,
-    ``GRADING_FILE_MB`` (0 for none) override the defaults; ``GRADING_NETWORK=1`` keeps the host network."""
-    if os.environ.get("GRADING_SANDBOX", "1") == "0":
+    """The limits for a case with wall-clock limit ``timeout_s``, from ``common.settings``: ``GRADING_SANDBOX=0``
+    disables every limit and namespace; ``GRADING_MEMORY_MB``, ``GRADING_OPEN_FILES``, ``GRADING_FILE_MB`` (0:
+    none) set the limits; ``GRADING_NETWORK=1`` keeps the host network."""
+    chosen = settings()
+    if not chosen.sandbox:
         return Limits(memory_mb=None, cpu_s=None, open_files=None, file_mb=None, network=True)
-    return Limits(memory_mb=_env_int("GRADING_MEMORY_MB", 8192),
-                  cpu_s=int(4 * timeout_s + 30),
-                  open_files=_env_int("GRADING_OPEN_FILES", 4096),
-                  file_mb=_env_int("GRADING_FILE_MB", 256),
-                  network=os.environ.get("GRADING_NETWORK", "0") == "1")
+    return Limits(memory_mb=chosen.memory_mb or None, cpu_s=int(4 * timeout_s + 30),
+                  open_files=chosen.open_files or None, file_mb=chosen.file_mb or None, network=chosen.network)
 
 
 # ------------------------------------------------------------------------------------------ child side

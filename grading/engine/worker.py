@@ -102,6 +102,7 @@ def main(argv: list[str]) -> int:
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     key = _read_key()
+    from common.settings import settings
     from grading.engine import isolation, rank_view
     from grading.engine.sandbox import apply_limits
     limited = apply_limits(spec)
@@ -112,7 +113,7 @@ def main(argv: list[str]) -> int:
         "isolation": isolated}))
     try:
         import torch
-        torch.set_num_threads(int(os.environ.get("GRADING_THREADS", "1")))
+        torch.set_num_threads(settings().threads)
         marks["torch"] = time.time()
         _log_calls(rank_dir)
         device = _device(spec, rank)

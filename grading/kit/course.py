@@ -8,13 +8,13 @@ from ``EXAMPLE_PROBLEMS_FROM`` up are reserved for the examples of ``docs/adding
 from __future__ import annotations
 
 import json
-import os
 
+from common.settings import PROBLEMS_ENV as PROBLEMS_ENV     # re-exported: many callers name course.PROBLEMS_ENV
+from common.settings import settings
 from grading import KIT_ROOT
 
 COURSE_RECORD = "grading/course.json"      # relative to the kit root
 COURSE_FILE = KIT_ROOT / COURSE_RECORD
-PROBLEMS_ENV = "GRADING_PROBLEMS"
 PROBLEM_FOLDERS = KIT_ROOT / "grading" / "problems"
 DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points); every other problem is optional
 EXAMPLE_PROBLEMS_FROM = 90                # problems 90, 91, ...: the guide's examples, never a course's
@@ -89,8 +89,8 @@ def recorded_analysis_points() -> float:
 def chosen_problems() -> tuple[str, ...]:
     """The problems of this course: ``GRADING_PROBLEMS`` (which alone may name an example), else
     ``grading/course.json``, else Problems 1-3."""
-    if os.environ.get(PROBLEMS_ENV):
-        return parse_problems(os.environ[PROBLEMS_ENV], examples=True)
+    if settings().problems:
+        return parse_problems(settings().problems, examples=True)
     try:
         return parse_problems(",".join(json.loads(COURSE_FILE.read_text())["problems"]))
     except (OSError, ValueError, KeyError, TypeError):

@@ -15,7 +15,8 @@ import os
 import random
 from pathlib import Path
 
-SECRET_ENV = "GRADING_COURSE_SECRET"
+from common.settings import SECRET_ENV      # its value is read here only (never held in common.settings.Settings)
+
 STAFF_PACKAGE = "grading.staff"
 SECRET_FILE = Path(__file__).resolve().parent.parent / "staff" / "course_secret.txt"
 
