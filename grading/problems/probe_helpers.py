@@ -1,9 +1,10 @@
 """Small helpers shared by the probes of every problem.
 
 A probe that catches a student exception itself (rather than letting
-``ctx.record`` save it) reports it with ``describe_exception`` (re-exported
-here from ``grading.engine.hints``): ``Type: message (at path:line (in fn))``
-plus the likely cause, exactly as ``record`` reports what it catches.
+``ctx.record`` save it) reports it with ``describe_exception`` (from
+``grading.check``, like everything a check imports of the grader):
+``Type: message (at path:line (in fn))`` plus the likely cause, exactly as
+``record`` reports what it catches; the helpers below report so too.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from grading.engine.hints import describe_exception
 from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS
 
 __all__ = ["COLLECTIVES", "CodeOnLoad", "CollectiveLog", "DEEPSPEED_IMPORTS", "GPT2_IMPORTS", "MESSAGE_CHARS",
-           "OPTIMIZER_IMPORTS", "call_outcome", "describe_call", "describe_exception", "expect_refusals", "labelled",
+           "OPTIMIZER_IMPORTS", "call_outcome", "describe_call", "expect_refusals", "labelled",
            "stage_devices", "unchecked_group"]
 
 MESSAGE_CHARS = 300

@@ -1,4 +1,4 @@
-"""The shape of the code: layers that import one way, no import cycle, small modules.
+"""The shape of the code: layers that import one way, no import cycle (function size: test_function_size.py).
 
 Read from the source with ``ast`` (nothing is imported), so a cycle that only
 bites at import time in some order is still found. Every import counts: at
@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import sys
 import textwrap
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -31,13 +32,9 @@ IN_REPO = (*PACKAGES, *STUDENT_PACKAGES)       # every in-repo package an import
 # where the README documents it: nowhere today, so no exception is listed.)
 NEVER_REACHES = {"project": ("grading",), "grading": ("project",), "common": ("grading", "project"),
                  **{package: ("common", "grading", "project") for package in STUDENT_PACKAGES}}
-MAX_LINES = 350
-# modules whose one concept needs more room (at most ONE_CONCEPT_MAX_LINES), and why
-ONE_CONCEPT = {"grading.problems.p2_2_pipe.checks": "one case: Pipe's probe and the criteria that read its parts",
-               "grading.problems.p4_1_ddp.checks": "one case: BucketedDDP's probe and the criteria that read its parts"}
-ONE_CONCEPT_MAX_LINES = 450
 # grading's layers, then common below them: a module of a layer may import its own layer and those to its right.
-LAYERS = ("grading.commands", "grading.problems", "grading.kit", "grading.engine", "common")
+# ``grading.check``: the one surface through which the problem folders import kit and engine (SURFACE_EXEMPT).
+LAYERS = ("grading.commands", "grading.problems", "grading.check", "grading.kit", "grading.engine", "common")
 
 
 def _modules(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -187,7 +184,7 @@ def test_the_dependency_check_finds_a_planted_violation(tmp_path, case):
 
 
 def test_grading_layers_import_downwards_only():
-    """commands -> problems -> kit -> engine -> common: each knows nothing of the layers above it."""
+    """commands -> problems -> check -> kit -> engine -> common: each knows nothing of the layers above it."""
     wrong = []
     for name, targets in _graph().items():
         mine = _layer(name)
@@ -200,14 +197,6 @@ def test_grading_layers_import_downwards_only():
     assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_no_module_over_the_size_limit():
-    modules = _modules()
-    long = {name: n for name, path in modules.items() if (n := len(path.read_text().splitlines()))
-            > (ONE_CONCEPT_MAX_LINES if name in ONE_CONCEPT else MAX_LINES)}
-    assert not long, f"modules over {MAX_LINES} lines ({ONE_CONCEPT_MAX_LINES} for ONE_CONCEPT): {long}"
-    assert set(ONE_CONCEPT) <= set(modules), sorted(set(ONE_CONCEPT) - set(modules))
-
-
 def test_no_two_modules_named_apart_by_a_plural():
     """``forkserver`` next to ``forkservers`` says nothing about which holds what: name the concept instead."""
     pairs = []
@@ -215,3 +204,58 @@ def test_no_two_modules_named_apart_by_a_plural():
         package, _, stem = name.rpartition(".")
         pairs += [f"{name} / {package}.{stem}{end}" for end in ("s", "es") if f"{package}.{stem}{end}" in _modules()]
     assert not pairs, pairs
+
+
+# The problem folders import the grader through ``grading.check`` only; these modules of grading/problems (names or
+# patterns) may import the layers themselves, and why.
+SURFACE_EXEMPT = {"grading.problems": "discovery: finds the folders and loads their cases for the commands",
+                  "grading.problems.probe_helpers": "the folders' shared helpers, built on the layers",
+                  "*.variants": "buggy variants, staff tooling over grading.commands.variants"}
+BEHIND_THE_SURFACE = ("grading.kit", "grading.engine", "grading.commands")
+
+
+def surface_violations(root: Path = KIT_ROOT) -> list[str]:
+    """``module imports target`` for every import (anywhere in its code, by name too) by which a module of
+    grading/problems, other than ``SURFACE_EXEMPT``'s, reaches past ``grading.check`` into a layer."""
+    modules = _modules(root, ("grading",))
+    found = []
+    for name, path in modules.items():
+        if not name.startswith("grading.problems") or any(fnmatch(name, exempt) for exempt in SURFACE_EXEMPT):
+            continue
+        found += [f"{name} imports {target}" for target in sorted(_imports(name, path, set(modules)))
+                  if target.startswith(tuple(f"{layer}." for layer in BEHIND_THE_SURFACE)) or
+                  target in BEHIND_THE_SURFACE]
+    return found
+
+
+def test_problem_folders_import_the_grader_from_grading_check():
+    wrong = surface_violations()
+    assert not wrong, ("import these from grading.check (the check author's surface; add a name there when a "
+                       "folder needs one):\n" + "\n".join(wrong))
+
+
+SURFACE_PLANTED = {   # an import past the surface, hidden as the checker must still see it -> what it reports
+    "function level": ("def probe(ctx):\n    from grading.kit import seams\n",
+                       "grading.problems.p9_1_x.checks imports grading.kit.seams"),
+    "plain import": ("import grading.engine.expect\n", "grading.problems.p9_1_x.checks imports grading.engine.expect"),
+    "relative": ("from ...engine.expect import expect\n",
+                 "grading.problems.p9_1_x.checks imports grading.engine.expect"),
+    "by name": ("import importlib\nrubric = importlib.import_module('grading.engine.rubric')\n",
+                "grading.problems.p9_1_x.checks imports grading.engine.rubric"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SURFACE_PLANTED))
+def test_the_surface_check_finds_a_planted_import(tmp_path, case):
+    text, found = SURFACE_PLANTED[case]
+    files = {f"{package}/__init__.py": "" for package in ("grading", "grading/kit", "grading/engine",
+                                                          "grading/problems", "grading/problems/p9_1_x")}
+    files.update({"grading/kit/seams.py": "", "grading/engine/expect.py": "", "grading/engine/rubric.py": "",
+                  "grading/check.py": "from grading.kit.seams import *\n",
+                  "grading/problems/p9_1_x/variants.py": "from grading.kit import seams\n",      # exempt
+                  "grading/problems/p9_1_x/checks.py": "from grading.check import expect\n" + text})
+    for rel, body in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    wrong = surface_violations(tmp_path)
+    assert found in wrong and all(line.startswith("grading.problems.p9_1_x.checks ") for line in wrong), wrong

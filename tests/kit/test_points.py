@@ -72,7 +72,7 @@ def test_the_course_grade_table_states_the_hidden_points_earned(starter_record):
 def test_list_and_the_pytest_summary_use_the_same_lines(starter_record):
     from grading.engine.rubric import Criterion
 
-    criteria = [Criterion(r.id, r.title, r.max_score, judge=lambda run: None) for r in PUBLIC]
+    criteria = [Criterion(r.id, r.title, r.max_score, judge=lambda run: None, reads=()) for r in PUBLIC]
     assert points.problem_lines(criteria, points.worth) == [
         "Problem 1: 24 public points + 3 hidden points the course adds when it grades (27 in all)",
         "TOTAL 24 public points + 3 hidden points the course adds when it grades (27 in all)"]

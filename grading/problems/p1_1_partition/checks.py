@@ -12,11 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.kit.compare import describe
-from grading.engine.expect import expect
-from grading.engine.rubric import PUBLIC, SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Recorded, Swap
+from grading.check import PUBLIC, Recorded, SplitRun, SubProblem, Swap, apply, describe, expect
 from grading.problems.probe_helpers import call_outcome
 from grading.problems.p1_1_partition import ID, TITLE
 
@@ -116,8 +112,6 @@ def probe_partition(ctx) -> None:
     random.seed(100 + ctx.rank)
     from torch.utils.data import DataLoader
 
-    from grading.kit import seams
-
     from data_parallel.dataset import Partition, partition_dataset, partition_indices
 
     before = random.getstate()
@@ -131,7 +125,7 @@ def probe_partition(ctx) -> None:
     ctx.record(P_PARTITION_CLASS, lambda: (lambda p: [len(p), [p[i] for i in range(len(p))]])(
         Partition(list("abcdefg"), [3, 1, 4])))
 
-    seams.apply(swaps(*PROBLEM.shipped_expected(ctx)))
+    apply(swaps(*PROBLEM.shipped_expected(ctx)))
 
     def loader_batches(rank, world_size, **seed):
         loader = partition_dataset(rank, world_size, DATASET, GLOBAL_BATCH, collate_fn=_tagged_batch, **seed)
@@ -196,13 +190,13 @@ def _check_sizes(label: str, parts, expected: Parts) -> None:
            "first size % world_size parts)")
 
 
-@CASE.criterion("1.1.coverage", "every index in exactly one part", points=2)
+@CASE.criterion("1.1.coverage", "every index in exactly one part", points=2, reads=(P_PARTITIONS,))
 def check_coverage(run: SplitRun) -> None:
     for config, parts in zip(run.inputs.partitions, run.part(P_PARTITIONS)):
         _check_cover(_label(*config), parts, config[0], config[1])
 
 
-@CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1)
+@CASE.criterion("1.1.sizes", "part sizes size//world (+1 for the first size%world)", points=1, reads=(P_PARTITIONS,))
 def check_sizes(run: SplitRun) -> None:
     expected = run.expected.partitions
     for config, parts in zip(run.inputs.partitions, run.part(P_PARTITIONS)):
@@ -218,6 +212,7 @@ def _check_default_seed(run: SplitRun) -> None:
 
 
 @CASE.criterion("1.1.exact", "the shuffled indices, cut into contiguous slices in rank order", points=1,
+                reads=(P_PARTITIONS, P_DEFAULT_SEED),
                 public_only=(_check_default_seed,))
 def check_exact(run: SplitRun) -> None:
     expected = run.expected.partitions
@@ -231,7 +226,7 @@ def check_exact(run: SplitRun) -> None:
                    "contiguous slice, rank 0 first)")
 
 
-@CASE.criterion("1.1.edge_cases", "empty parts (size < world_size) and size 0", points=1)
+@CASE.criterion("1.1.edge_cases", "empty parts (size < world_size) and size 0", points=1, reads=(P_EDGE,))
 def check_edge_cases(run: SplitRun) -> None:
     expected = run.expected.partitions
     for config, parts in zip(EDGE_CONFIGS, run.part(P_EDGE)):
@@ -239,7 +234,8 @@ def check_edge_cases(run: SplitRun) -> None:
         _check_sizes(_label(*config), parts, expected[config])
 
 
-@CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1)
+@CASE.criterion("1.1.deterministic", "same parts in processes with different global RNG", points=1,
+                reads=(P_PARTITIONS, P_DEFAULT_SEED, P_SEED_PAIR))
 def check_deterministic(run: SplitRun) -> None:
     for name in (P_PARTITIONS, P_DEFAULT_SEED, P_SEED_PAIR):
         a, b = _comparable(run.part(name, 0)), _comparable(run.part(name, 1))
@@ -247,7 +243,7 @@ def check_deterministic(run: SplitRun) -> None:
                f"states differ ('{name}'): it must shuffle with its own random.Random(seed)")
 
 
-@CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1)
+@CASE.criterion("1.1.rng_untouched", "global random state unchanged", points=1, reads=(P_PARTITIONS, P_RNG_STATE))
 def check_rng_untouched(run: SplitRun) -> None:
     for rank in range(run.world_size):
         run.part(P_PARTITIONS, rank)          # only meaningful once partition_indices runs
@@ -256,7 +252,8 @@ def check_rng_untouched(run: SplitRun) -> None:
                "use a private random.Random(seed)")
 
 
-@CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1)
+@CASE.criterion("1.1.seed_sensitivity", "shuffled, and a different seed gives different parts", points=1,
+                reads=(P_SEED_PAIR,))
 def check_seed_sensitivity(run: SplitRun) -> None:
     first, second = _comparable(run.part(P_SEED_PAIR, 0))
     expect(first != second, "partition_indices(100, 2) gives the same parts for seed=1 and seed=2")
@@ -265,13 +262,14 @@ def check_seed_sensitivity(run: SplitRun) -> None:
            "partition_indices(100, 2, seed=1) did not shuffle the indices")
 
 
-@CASE.criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", points=1)
+@CASE.criterion("1.1.value_errors", "ValueError for negative size or world_size < 1", points=1, reads=(P_BAD_ARGS,))
 def check_value_errors(run: SplitRun) -> None:
     for (size, ws), outcome in zip(BAD_ARGS, run.part(P_BAD_ARGS, 0)):
         expect(outcome == "ValueError", f"partition_indices({size}, {ws}) must raise ValueError, got {outcome}")
 
 
-@CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1)
+@CASE.criterion("1.1.partition_class", "Partition len/getitem view the chosen indices", points=1,
+                reads=(P_PARTITION_CLASS,))
 def check_partition_class(run: SplitRun) -> None:
     got = run.part(P_PARTITION_CLASS, 0)
     kinds = sorted({describe(item) for item in got[1]}) if isinstance(got, list) and len(got) == 2 else []
@@ -306,7 +304,8 @@ def _check_loaders(label: str, per_rank: list, world_size: int, expected: Expect
 
 
 @CASE.criterion("1.1.partition_dataset", "per-rank DataLoaders: batch_size // world (a smaller last batch kept), "
-                "the rank's part (of the given seed) in order, the given collate_fn", points=1)
+                "the rank's part (of the given seed) in order, the given collate_fn", points=1,
+                reads=(P_LOADER_2, P_LOADER_3, P_LOADER_SEED))
 def check_partition_dataset(run: SplitRun) -> None:
     expected = run.expected
     _check_loaders("partition_dataset(world_size=2)", run.parts(P_LOADER_2), 2, expected)
@@ -316,7 +315,7 @@ def check_partition_dataset(run: SplitRun) -> None:
 
 
 @CASE.criterion("1.1.partition_dataset_errors", "partition_dataset: ValueError for a bad rank or batch < world; "
-                "batch == world is fine", points=1)
+                "batch == world is fine", points=1, reads=(P_LOADER_ERRORS,))
 def check_partition_dataset_errors(run: SplitRun) -> None:
     *bad, one = run.part(P_LOADER_ERRORS, 0)
     for (rank, ws, batch), outcome in zip(BAD_LOADER_ARGS, bad):

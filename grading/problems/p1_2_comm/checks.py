@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.kit.compare import assert_ranks_close, assert_state_close, describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Swap
+from grading.check import (CheckFailed, SplitRun, SubProblem, Swap, apply, assert_ranks_close, assert_state_close,
+                          describe, expect)
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
 from grading.problems.p1_2_comm import ID, TITLE, setup_checks
 from grading.problems.p1_2_comm import reference as ref
@@ -81,11 +78,10 @@ def probe_comm(ctx) -> None:
 
     A spawn of the hidden inputs alone (their own world size) joins the grader's
     group and records only the averaged gradients (and their all_reduce calls):
-    setup and train_step are ``PROBLEM.without_inputs``, which that spawn skips.
+    setup and train_step are ``PROBLEM.on_public_spawn``, which that spawn skips.
     """
     import torch.distributed as dist
 
-    from grading.kit import seams
     calls = {"all_reduce": 0, "init_timeout": NOT_CALLED, "init_env": NOT_CALLED, "dry_run": False}
     real_all_reduce = dist.all_reduce
 
@@ -99,7 +95,7 @@ def probe_comm(ctx) -> None:
     from data_parallel import comm
 
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
-    PROBLEM.without_inputs(ctx, lambda: setup_checks.record_setup(ctx, comm, calls, real_all_reduce, timeout))
+    PROBLEM.on_public_spawn(ctx, lambda: setup_checks.record_setup(ctx, comm, calls, real_all_reduce, timeout))
     if not dist.is_initialized():            # the student's setup failed (or is not graded in this spawn)
         dist.init_process_group("gloo", init_method=f"file://{ctx.store}.grader", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout)
@@ -119,7 +115,7 @@ def probe_comm(ctx) -> None:
     PROBLEM.each_split(ctx, record_grads)
 
     def train():
-        serial = seams.apply(SWAPS)["data_parallel.comm.average_gradients"]
+        serial = apply(SWAPS)["data_parallel.comm.average_gradients"]
         model = ref.GradProbeNet(seed=0)
         optimizer = torch.optim.SGD(model.parameters(), lr=ref.LEARNING_RATE)
         losses, loss_calls = [], []
@@ -133,7 +129,7 @@ def probe_comm(ctx) -> None:
             serial.batch, serial.shard = (inputs, targets), shard
             losses.append(comm.train_step(model, optimizer, *shard, loss_fn))
         return {"losses": losses, "params": ref.params_of(model), "loss_fn_calls": len(loss_calls)}
-    PROBLEM.without_inputs(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
+    PROBLEM.on_public_spawn(ctx, lambda: ctx.record(P_TRAIN_STEP, train))     # train_step has no hidden criterion
 
 
 CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world_size, init_group=False,
@@ -143,13 +139,16 @@ CASE = PROBLEM.case("p1_comm_2rank", probe_comm, world_size=PROBLEM.inputs.world
 # ---------------------------------------------------------------- criteria
 # The setup_process_group criteria judge the dry runs and the join that setup_checks records.
 CASE.criterion("1.2.setup", "setup_process_group joins as given (nccl: own GPU first); init_method=None: env://, "
-               "MASTER_* kept", points=2)(setup_checks.check_setup)
+               "MASTER_* kept", points=2,
+               reads=(setup_checks.P_SETUP, setup_checks.P_SETUP_DEFAULT, setup_checks.P_SETUP_ENV,
+                      setup_checks.P_SETUP_NCCL, setup_checks.P_SETUP_CPU_BACKEND))(setup_checks.check_setup)
 CASE.criterion("1.2.setup_timeout_default", "setup_process_group: timeout=None means 60 s, timedelta(0) is kept",
-               points=1)(setup_checks.check_setup_timeout_default)
+               points=1, reads=(setup_checks.P_SETUP_DEFAULT, setup_checks.P_SETUP_ZERO))(
+    setup_checks.check_setup_timeout_default)
 
 
 @CASE.criterion("1.2.grads_2rank", "2-rank averaged grads equal serial global-batch grads, a frozen param's too",
-                points=3)
+                points=3, reads=(P_GRADS,))
 def check_grads(run: SplitRun) -> None:
     """Every rank's averaged gradients equal the serial gradients of the global batch, those of a parameter
     frozen after the backward (``requires_grad=False``, holding a grad) included."""
@@ -179,7 +178,7 @@ def _close(got, want) -> bool:
             and torch.allclose(got.double(), want.double(), atol=1e-6, rtol=1e-5))
 
 
-@CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=1)
+@CASE.criterion("1.2.unused_grads_none", "parameters without grad keep grad None", points=1, reads=(P_GRADS,))
 def check_unused_grads_none(run: SplitRun) -> None:
     inputs = run.inputs
     expected = ref.serial_gradients(seed=inputs.model_seed, step=0, batch_seed=inputs.batch_seed)
@@ -192,7 +191,8 @@ def check_unused_grads_none(run: SplitRun) -> None:
                        f"gradient ({describe(got.get(name))}); parameters whose grad is None must stay None")
 
 
-@CASE.criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", points=1)
+@CASE.criterion("1.2.uses_all_reduce", "average_gradients uses torch.distributed.all_reduce", points=1,
+                reads=(P_GRADS, P_ALL_REDUCE_CALLS))
 def check_uses_all_reduce(run: SplitRun) -> None:
     for rank in range(run.world_size):
         run.part(P_GRADS, rank)     # only meaningful once average_gradients runs
@@ -202,7 +202,7 @@ def check_uses_all_reduce(run: SplitRun) -> None:
 
 
 @CASE.criterion("1.2.train_step_updates", "3 train_step updates (with the given loss_fn) equal serial SGD on the "
-                "global batch", points=3)
+                "global batch", points=3, reads=(P_TRAIN_STEP,))
 def check_train_step_updates(run: SplitRun) -> None:
     records = [run.part(P_TRAIN_STEP, rank) for rank in range(run.world_size)]   # a stub fails before the reference
     expected, _ = ref.serial_sgd(seed=0)
@@ -218,7 +218,7 @@ def check_train_step_updates(run: SplitRun) -> None:
                                               "value but another gradient)" if unused else "")) from None
 
 
-@CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1)
+@CASE.criterion("1.2.train_step_loss", "train_step returns the local loss as a float", points=1, reads=(P_TRAIN_STEP,))
 def check_train_step_loss(run: SplitRun) -> None:
     records = [run.part(P_TRAIN_STEP, rank) for rank in range(run.world_size)]
     _, losses = ref.serial_sgd(seed=0)

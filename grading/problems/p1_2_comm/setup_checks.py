@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import inspect
 import os
 from typing import Callable
 
 import torch
 
-from grading.kit.compare import describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
+from grading.check import CheckFailed, SplitRun, describe, expect
 from grading.problems.probe_helpers import call_outcome
 
 PG_TIMEOUT_S = 30        # the process group's collective timeout: a lost peer becomes an error, not a hang
@@ -93,72 +92,88 @@ def record_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime
     rank + 1 and the timeout seen, once joined through a ``file://`` URL while
     MASTER_PORT is unusable).
     """
+    ctx.record(P_SETUP_DEFAULT, lambda: _dry_run_timeout(ctx, comm, calls, None))
+    ctx.record(P_SETUP_ZERO, lambda: _dry_run_timeout(ctx, comm, calls, ZERO_TIMEOUT))
+    ctx.record(P_SETUP_ENV, lambda: _env_defaults(ctx, comm, calls, timeout))
+    ctx.record(P_SETUP_NCCL, lambda: {str(count): _device_dry_run(ctx, comm, calls, timeout, RUNTIME_NCCL, count)
+                                      for count in FAKE_GPU_COUNTS})
+    ctx.record(P_SETUP_CPU_BACKEND, lambda: _cpu_backend_dry_run(ctx, comm, calls, timeout))
+    ctx.record(P_SETUP, lambda: _joined_setup(ctx, comm, calls, all_reduce, timeout))
+
+
+def _join(ctx, comm, calls: dict, timeout: datetime.timedelta | None, dry_run: bool = False) -> None:
+    """The student's setup_process_group through ``file://ctx.store`` while MASTER_PORT is unusable; a
+    ``dry_run`` stops inside ``init_process_group`` (DryRunStop), having noted its arguments."""
+    calls.update(init_timeout=NOT_CALLED, dry_run=dry_run)
+    try:
+        with _master_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": UNUSABLE_PORT}):
+            comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND, init_method=f"file://{ctx.store}",
+                                     timeout=timeout)
+    finally:
+        calls["dry_run"] = False
+
+
+def _dry_run_timeout(ctx, comm, calls: dict, given: datetime.timedelta | None) -> list:
+    """[how a dry run of setup_process_group with ``timeout=given`` ended, the timeout init_process_group saw]."""
+    outcome = call_outcome(lambda: _join(ctx, comm, calls, given, dry_run=True))
+    return [outcome, _timeout_s(calls["init_timeout"])]
+
+
+def _env_dry_run(ctx, comm, calls: dict, timeout: datetime.timedelta, env: dict[str, str]) -> dict:
+    """A dry run of setup_process_group with init_method=None while MASTER_* hold exactly ``env``: how it
+    ended, and the init_method and MASTER_* values that init_process_group saw."""
+    calls.update(init_env=NOT_CALLED, dry_run=True)
+    try:
+        with _master_env(env):
+            outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND,
+                                                                    init_method=None, timeout=timeout))
+    finally:
+        calls["dry_run"] = False
+    return {"outcome": outcome, "init": calls["init_env"]}
+
+
+def _env_defaults(ctx, comm, calls: dict, timeout: datetime.timedelta) -> dict:
+    """``_env_dry_run`` with the caller's MASTER_* set (``"set"``), then with them unset (``"unset"``)."""
+    return {"set": _env_dry_run(ctx, comm, calls, timeout, CALLER_ENV),
+            "unset": _env_dry_run(ctx, comm, calls, timeout, {})}
+
+
+def _note_gpu(selected: list, calls: dict, device) -> None:
+    """``fake_gpus``'s ``set_device``: note ``[index, joined already]`` of the GPU ``device`` selects."""
+    selected.append([_index(device), calls["init_timeout"] != NOT_CALLED])
+
+
+def _device_dry_run(ctx, comm, calls: dict, timeout: datetime.timedelta, backend: str, count: int) -> dict:
+    """A dry run of setup_process_group with ``backend`` while torch.cuda reports ``count`` GPUs: how it ended,
+    whether init_process_group was reached, and each GPU selected ([index, joined already])."""
+    selected: list = []
+    calls.update(init_timeout=NOT_CALLED, dry_run=True)
+    try:
+        with fake_gpus(count, functools.partial(_note_gpu, selected, calls)):
+            outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, backend,
+                                                                    init_method=f"file://{ctx.store}.{backend}",
+                                                                    timeout=timeout))
+    finally:
+        calls["dry_run"] = False
+    return {"outcome": outcome, "joined": calls["init_timeout"] != NOT_CALLED, "selected": selected}
+
+
+def _cpu_backend_dry_run(ctx, comm, calls: dict, timeout: datetime.timedelta) -> dict:
+    """``_device_dry_run`` with the registered CPU backend ``CPU_BACKEND`` while the most GPUs are reported."""
+    register_cpu_backend(CPU_BACKEND)
+    return _device_dry_run(ctx, comm, calls, timeout, CPU_BACKEND, max(FAKE_GPU_COUNTS))
+
+
+def _joined_setup(ctx, comm, calls: dict, all_reduce: Callable, timeout: datetime.timedelta) -> list:
+    """The student's setup joining for real: [rank, world size, backend, the all_reduce of rank + 1, the timeout
+    init_process_group saw]."""
     import torch.distributed as dist
 
-    def join(timeout: datetime.timedelta | None, dry_run: bool = False) -> None:
-        """The student's setup_process_group through ``file://ctx.store`` while MASTER_PORT is unusable; a
-        ``dry_run`` stops inside ``init_process_group`` (DryRunStop), having noted its arguments."""
-        calls.update(init_timeout=NOT_CALLED, dry_run=dry_run)
-        try:
-            with _master_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": UNUSABLE_PORT}):
-                comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND, init_method=f"file://{ctx.store}",
-                                         timeout=timeout)
-        finally:
-            calls["dry_run"] = False
-
-    def env_dry_run(env: dict[str, str]) -> dict:
-        """A dry run of setup_process_group with init_method=None while MASTER_* hold exactly ``env``: how it
-        ended, and the init_method and MASTER_* values that init_process_group saw."""
-        calls.update(init_env=NOT_CALLED, dry_run=True)
-        try:
-            with _master_env(env):
-                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, SETUP_BACKEND,
-                                                                        init_method=None, timeout=timeout))
-        finally:
-            calls["dry_run"] = False
-        return {"outcome": outcome, "init": calls["init_env"]}
-
-    def device_dry_run(backend: str, count: int) -> dict:
-        """A dry run of setup_process_group with ``backend`` while torch.cuda reports ``count`` GPUs: how it ended,
-        whether init_process_group was reached, and each GPU selected ([index, joined already])."""
-        selected: list = []
-
-        def select(device) -> None:
-            selected.append([_index(device), calls["init_timeout"] != NOT_CALLED])
-        calls.update(init_timeout=NOT_CALLED, dry_run=True)
-        try:
-            with fake_gpus(count, select):
-                outcome = call_outcome(lambda: comm.setup_process_group(ctx.rank, ctx.world_size, backend,
-                                                                        init_method=f"file://{ctx.store}.{backend}",
-                                                                        timeout=timeout))
-        finally:
-            calls["dry_run"] = False
-        return {"outcome": outcome, "joined": calls["init_timeout"] != NOT_CALLED, "selected": selected}
-
-    def dry_run_timeout(given: datetime.timedelta | None):
-        outcome = call_outcome(lambda: join(given, dry_run=True))
-        return [outcome, _timeout_s(calls["init_timeout"])]
-
-    def env_defaults():
-        return {"set": env_dry_run(CALLER_ENV), "unset": env_dry_run({})}
-
-    def cpu_backend_dry_run() -> dict:
-        register_cpu_backend(CPU_BACKEND)
-        return device_dry_run(CPU_BACKEND, max(FAKE_GPU_COUNTS))
-
-    def setup():
-        join(timeout)
-        value = torch.tensor([float(ctx.rank + 1)])
-        all_reduce(value)
-        return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(),
-                _timeout_s(calls["init_timeout"])]
-
-    ctx.record(P_SETUP_DEFAULT, lambda: dry_run_timeout(None))
-    ctx.record(P_SETUP_ZERO, lambda: dry_run_timeout(ZERO_TIMEOUT))
-    ctx.record(P_SETUP_ENV, env_defaults)
-    ctx.record(P_SETUP_NCCL, lambda: {str(count): device_dry_run(RUNTIME_NCCL, count) for count in FAKE_GPU_COUNTS})
-    ctx.record(P_SETUP_CPU_BACKEND, cpu_backend_dry_run)
-    ctx.record(P_SETUP, setup)
+    _join(ctx, comm, calls, timeout)
+    value = torch.tensor([float(ctx.rank + 1)])
+    all_reduce(value)
+    return [dist.get_rank(), dist.get_world_size(), str(dist.get_backend()), value.item(),
+            _timeout_s(calls["init_timeout"])]
 
 
 def register_cpu_backend(name: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from grading.kit.problem import Spawn
+from grading.check import Spawn
 from grading.problems.p1_2_comm import checks
 from grading.problems.p1_2_comm.checks import Inputs
 

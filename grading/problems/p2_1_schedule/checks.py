@@ -13,11 +13,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from grading.kit.compare import describe, describe_kind
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.problems.probe_helpers import call_outcome, describe_exception
+from grading.check import CheckFailed, SplitRun, SubProblem, describe, describe_exception, describe_kind, expect
+from grading.problems.probe_helpers import call_outcome
 from grading.problems.p2_1_schedule import ID, TITLE
 
 Schedule = tuple[int, int]                          # (microbatches, stages): one clock_cycles call
@@ -205,21 +202,24 @@ def _compare_schedule(m: int, n: int, got, expected: list[list[tuple[int, int]]]
                       "(all (i, j) with i + j == k, by increasing j)")
 
 
-@CASE.criterion("2.1.clock_cycles", "clock_cycles: every cycle's tasks for many (m >= 1, n)", points=3)
+@CASE.criterion("2.1.clock_cycles", "clock_cycles: every cycle's tasks for many (m >= 1, n)", points=3,
+                reads=(P_SCHEDULES,))
 def check_schedule(run: SplitRun) -> None:
     waves = run.expected.waves
     for (m, n), got in zip(run.inputs.schedules, run.part(P_SCHEDULES)):
         _compare_schedule(m, n, got, waves[m, n])
 
 
-@CASE.criterion("2.1.clock_cycles_empty", "clock_cycles: nothing for zero micro-batches", points=1)
+@CASE.criterion("2.1.clock_cycles_empty", "clock_cycles: nothing for zero micro-batches", points=1,
+                reads=(P_EDGE_SCHEDULES,))
 def check_schedule_empty(run: SplitRun) -> None:
     for (m, n), got in zip(EDGE_SCHEDULE_CONFIGS, run.part(P_EDGE_SCHEDULES)):
         expect(got == [], f"clock_cycles({m}, {n}) must yield nothing (zero micro-batches), "
                + (f"but it {got}" if isinstance(got, str) else f"got {got}"))
 
 
-@CASE.criterion("2.1.clock_cycles_errors", "clock_cycles: ValueError for m < 0 or stages < 1", points=1)
+@CASE.criterion("2.1.clock_cycles_errors", "clock_cycles: ValueError for m < 0 or stages < 1", points=1,
+                reads=(P_SCHEDULE_ERRORS,))
 def check_schedule_errors(run: SplitRun) -> None:
     for (m, n), outcome in zip(BAD_SCHEDULE_ARGS, run.part(P_SCHEDULE_ERRORS)):
         expect(outcome == "ValueError", f"clock_cycles({m}, {n}) must raise ValueError, got {outcome}")
@@ -247,17 +247,20 @@ def _check_split(run: SplitRun, part: str, cases: dict) -> None:
                    f"found {found}")
 
 
-@CASE.criterion("2.1.split_module", "split_module groups consecutive layers by parameter device", points=2)
+@CASE.criterion("2.1.split_module", "split_module groups consecutive layers by parameter device", points=2,
+                reads=(P_SPLIT_PLAIN,))
 def check_split_plain(run: SplitRun) -> None:
     _check_split(run, P_SPLIT_PLAIN, SPLIT_PLAIN)
 
 
-@CASE.criterion("2.1.with_device", "split_module honours WithDevice (moves and unwraps the layer)", points=1)
+@CASE.criterion("2.1.with_device", "split_module honours WithDevice (moves and unwraps the layer)", points=1,
+                reads=(P_SPLIT_WITH_DEVICE,))
 def check_split_with_device(run: SplitRun) -> None:
     _check_split(run, P_SPLIT_WITH_DEVICE, SPLIT_WITH_DEVICE)
 
 
-@CASE.criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", points=1)
+@CASE.criterion("2.1.split_spanning", "split_module: ValueError for a layer spanning two devices", points=1,
+                reads=(P_SPLIT_SPANNING,))
 def check_split_spanning(run: SplitRun) -> None:
     outcome = run.part(P_SPLIT_SPANNING)
     expect(outcome.startswith("ValueError"), "split_module must raise ValueError for a layer whose parameters are "

@@ -11,14 +11,11 @@ import threading
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from grading.kit.compare import assert_state_close, assert_tensor_close, describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.launch import LoadClock
-from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Recorded, Swap
-from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, describe_exception, stage_devices
+from grading.check import (HIDDEN, PUBLIC, CheckFailed, LoadClock, Recorded, SplitRun, SubProblem, Swap, apply,
+                          assert_state_close, assert_tensor_close, describe, describe_exception, expect)
+from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, stage_devices
 from grading.problems.p2_2_pipe import ID, TITLE
 from grading.problems.p2_2_pipe import reference as ref
 from grading.problems.p2_2_pipe.hints import late_binding_hint
@@ -124,6 +121,132 @@ def _pipe_run(Pipe, stages: int, rows: int, split: int, seed: int = 0) -> dict:
 
 
 # ================================================================ probe
+def _forwards(Pipe, configs, seed: int = 0) -> list[dict]:
+    """``_pipe_run`` of each config (``(stages, rows, split_size)``), on batches of ``seed``."""
+    return [_pipe_run(Pipe, *c, seed=seed) for c in configs]
+
+
+def _repeated_outputs(Pipe) -> list:
+    """The outputs of REPEATS calls of one Pipe (3 stages, split_size 2) on batch k of 8 rows for call k."""
+    outputs = []
+    with Pipe(_stages(3), stage_devices(3), 2) as pipe:
+        for k in range(REPEATS):
+            outputs.append(_returned(pipe(ref.batch(8, k)[0])))
+    return outputs
+
+
+def _no_grad_output(Pipe) -> dict:
+    """A Pipe (3 stages, split_size 2) called under ``torch.no_grad()``: its output, and whether it requires grad."""
+    with Pipe(_stages(3), stage_devices(3), 2) as pipe, torch.no_grad():
+        out = pipe(ref.batch(8)[0])
+    return {"output": _returned(out), "requires_grad": getattr(out, "requires_grad", None)}
+
+
+def _output_devices(Pipe) -> dict:
+    """The device of a Pipe's output (3 stages), and of a Pipe's over stages on [cpu, meta] whose meta stage moves
+    its input itself.
+
+    One micro-batch (split_size == batch): one task per cycle; where the meta stage's input ends up is
+    2.2.moves_in_worker's, so only the result's device is at stake.
+    """
+    found = _pipe_run(Pipe, 3, 4, 4)
+    torch.manual_seed(0)
+    stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN),
+              ref.MovesItsInput(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"), "meta")]
+    with Pipe(stages, ["cpu", "meta"], 4) as pipe:
+        try:
+            out = pipe(ref.batch(4)[0])
+        except NotImplementedError as exc:
+            if "meta" not in str(exc):
+                raise
+            raise RuntimeError("the result was moved off the last stage's device (meta): "
+                               f"{describe_exception(exc)}") from None
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(_returned(out))
+    return {"device": found["device"], "output": found["output"], "meta_device": str(out.device),
+            "meta_shape": list(out.shape)}
+
+
+def _device_moves(Pipe) -> dict:
+    """Which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs), and on which device
+    that stage receives its input; one micro-batch (split_size == batch), so one task per cycle and only the move
+    is at stake."""
+    threads, real_to = [], torch.Tensor.to
+
+    def recording_to(tensor, *args, **kwargs):
+        if tensor.device.type != "meta" and any(str(a) == "meta" for a in (*args, *kwargs.values())):
+            threads.append(threading.current_thread().name)
+        return real_to(tensor, *args, **kwargs)
+    torch.manual_seed(0)
+    second = ref.InputDevices(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"))
+    stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), second]
+    failure = ""
+    with Pipe(stages, ["cpu", "meta"], 4) as pipe:
+        workers = [t.name for t in pipe.workers.threads]
+        torch.Tensor.to = recording_to
+        try:
+            pipe(ref.batch(4)[0])
+        except Exception as exc:  # noqa: BLE001 - judged by the other criteria; the moves are recorded
+            failure = describe_exception(exc, limit=300)
+        finally:
+            torch.Tensor.to = real_to
+    return {"threads": threads, "workers": workers, "failure": failure, "received": list(second.received)}
+
+
+def _worker_events(Pipe) -> list:
+    """The StageWorkers events (``[kind, stage]``) of one forward of each of EVENT_CONFIGS."""
+    found = []
+    for stages, rows, split in EVENT_CONFIGS:
+        with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
+            pipe(ref.batch(rows)[0])
+            found.append([[str(kind), int(stage)] for kind, stage in pipe.workers.events])
+    return found
+
+
+def _stage_exception(Pipe) -> dict:
+    """A Pipe whose second of 3 stages raises: what reached the caller, the threads in which the stage ran, the
+    Pipe's workers, and the threads it started that are still alive after it was closed."""
+    before = set(threading.enumerate())
+    stages = _stages(3)
+    stages[1] = failing = ref.FailingStage()
+    outcome = ["no exception", ""]
+    with Pipe(stages, stage_devices(3), 2) as pipe:
+        workers = [t.name for t in pipe.workers.threads]
+        try:
+            pipe(ref.batch(8)[0])
+        except Exception as exc:  # noqa: BLE001
+            outcome = [type(exc).__name__, str(exc), describe_exception(exc)]
+    alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    return {"outcome": outcome, "alive": alive, "called_in": failing.called_in, "workers": workers}
+
+
+def _backward_grads(Pipe) -> dict:
+    """The gradients of the input and of every layer after one backward through a Pipe of BACKWARD_CONFIG."""
+    stages, rows, split = BACKWARD_CONFIG
+    layers = ref.build_layers(0)
+    inputs, targets = ref.batch(rows)
+    inputs.requires_grad_(True)
+    with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
+        ref.loss_fn(pipe(inputs), targets).backward()
+    grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
+             for name, p in nn.Sequential(*layers).named_parameters()}
+    return {"input": inputs.grad, "params": grads}
+
+
+def _sgd_params(Pipe) -> dict:
+    """The layers' parameters after ``ref.SGD_STEPS`` SGD steps through a Pipe of SGD_CONFIG."""
+    stages, rows, split = SGD_CONFIG
+    layers = ref.build_layers(0)
+    with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
+        optimizer = torch.optim.SGD(pipe.parameters(), lr=ref.LEARNING_RATE)
+        for step in range(ref.SGD_STEPS):
+            inputs, targets = ref.batch(rows, step)
+            optimizer.zero_grad()
+            ref.loss_fn(pipe(inputs), targets).backward()
+            optimizer.step()
+    return {name: p.detach().cpu().clone() for name, p in nn.Sequential(*layers).named_parameters()}
+
+
 def probe_pipe(ctx) -> None:
     """Pipe forward/backward with recorded waves as the schedule; the runtime's events; errors; devices.
 
@@ -131,128 +254,23 @@ def probe_pipe(ctx) -> None:
     between devices are seen there too, through a second stage on ``meta``: it notes the device of the input it
     receives, and the probe notes which thread moved a tensor there.
     """
-    from torch import nn
-
-    from grading.kit import seams
     from pipeline import runtime
-    seams.apply(swaps(*PROBLEM.shipped_expected(ctx)))
+    apply(swaps(*PROBLEM.shipped_expected(ctx)))
     runtime.DEFAULT_TIMEOUT = STAGE_TIMEOUT_S * LoadClock.slowdown(recent=True)
     from pipeline.pipe import Pipe
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in (1, 2, 3)})
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_FORWARD, lambda: [
-        _pipe_run(Pipe, *c, seed=inputs.data_seed) for c in inputs.forward]))
-    ctx.record(P_EDGE_FORWARD, lambda: [_pipe_run(Pipe, *c) for c in EDGE_FORWARD_CONFIGS])
-
-    def repeated():
-        outputs = []
-        with Pipe(_stages(3), stage_devices(3), 2) as pipe:
-            for k in range(REPEATS):
-                outputs.append(_returned(pipe(ref.batch(8, k)[0])))
-        return outputs
-    ctx.record(P_REPEATED, repeated)
-
-    def no_grad():
-        with Pipe(_stages(3), stage_devices(3), 2) as pipe, torch.no_grad():
-            out = pipe(ref.batch(8)[0])
-        return {"output": _returned(out), "requires_grad": getattr(out, "requires_grad", None)}
-    ctx.record(P_NO_GRAD, no_grad)
-
-    def output_device():
-        # one micro-batch (split_size == batch): one task per cycle, and a meta stage that moves its input itself
-        # (where its input ends up is 2.2.moves_in_worker's), so only the result's device is at stake
-        found = _pipe_run(Pipe, 3, 4, 4)
-        torch.manual_seed(0)
-        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN),
-                  ref.MovesItsInput(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"), "meta")]
-        with Pipe(stages, ["cpu", "meta"], 4) as pipe:
-            try:
-                out = pipe(ref.batch(4)[0])
-            except NotImplementedError as exc:
-                if "meta" not in str(exc):
-                    raise
-                raise RuntimeError("the result was moved off the last stage's device (meta): "
-                                   f"{describe_exception(exc)}") from None
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(_returned(out))
-        return {"device": found["device"], "output": found["output"], "meta_device": str(out.device),
-                "meta_shape": list(out.shape)}
-    ctx.record(P_OUTPUT_DEVICE, output_device)
-
-    def device_moves():
-        # which threads move tensors to the second stage's device (meta here; cuda:1 on GPUs), and on which device
-        # that stage receives its input; one micro-batch (split_size == batch), so one task per cycle and only the
-        # move is at stake
-        threads, real_to = [], torch.Tensor.to
-
-        def recording_to(tensor, *args, **kwargs):
-            if tensor.device.type != "meta" and any(str(a) == "meta" for a in (*args, *kwargs.values())):
-                threads.append(threading.current_thread().name)
-            return real_to(tensor, *args, **kwargs)
-        torch.manual_seed(0)
-        second = ref.InputDevices(nn.Linear(ref.HIDDEN, ref.OUT_FEATURES, device="meta"))
-        stages = [nn.Linear(ref.IN_FEATURES, ref.HIDDEN), second]
-        failure = ""
-        with Pipe(stages, ["cpu", "meta"], 4) as pipe:
-            workers = [t.name for t in pipe.workers.threads]
-            torch.Tensor.to = recording_to
-            try:
-                pipe(ref.batch(4)[0])
-            except Exception as exc:  # noqa: BLE001 - judged by the other criteria; the moves are recorded
-                failure = describe_exception(exc, limit=300)
-            finally:
-                torch.Tensor.to = real_to
-        return {"threads": threads, "workers": workers, "failure": failure, "received": list(second.received)}
-    ctx.record(P_MOVES, device_moves)
-
-    def events():
-        found = []
-        for stages, rows, split in EVENT_CONFIGS:
-            with Pipe(_stages(stages), stage_devices(stages), split) as pipe:
-                pipe(ref.batch(rows)[0])
-                found.append([[str(kind), int(stage)] for kind, stage in pipe.workers.events])
-        return found
-    ctx.record(P_EVENTS, events)
-
-    def stage_exception():
-        before = set(threading.enumerate())
-        stages = _stages(3)
-        stages[1] = failing = ref.FailingStage()
-        outcome = ["no exception", ""]
-        with Pipe(stages, stage_devices(3), 2) as pipe:
-            workers = [t.name for t in pipe.workers.threads]
-            try:
-                pipe(ref.batch(8)[0])
-            except Exception as exc:  # noqa: BLE001
-                outcome = [type(exc).__name__, str(exc), describe_exception(exc)]
-        alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
-        return {"outcome": outcome, "alive": alive, "called_in": failing.called_in, "workers": workers}
-    ctx.record(P_STAGE_EXCEPTION, stage_exception)
-
-    def backward():
-        stages, rows, split = BACKWARD_CONFIG
-        layers = ref.build_layers(0)
-        inputs, targets = ref.batch(rows)
-        inputs.requires_grad_(True)
-        with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
-            ref.loss_fn(pipe(inputs), targets).backward()
-        grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
-                 for name, p in nn.Sequential(*layers).named_parameters()}
-        return {"input": inputs.grad, "params": grads}
-    ctx.record(P_BACKWARD, backward)
-
-    def sgd():
-        stages, rows, split = SGD_CONFIG
-        layers = ref.build_layers(0)
-        with Pipe(_stages(stages, layers), stage_devices(stages), split) as pipe:
-            optimizer = torch.optim.SGD(pipe.parameters(), lr=ref.LEARNING_RATE)
-            for step in range(ref.SGD_STEPS):
-                inputs, targets = ref.batch(rows, step)
-                optimizer.zero_grad()
-                ref.loss_fn(pipe(inputs), targets).backward()
-                optimizer.step()
-        return {name: p.detach().cpu().clone() for name, p in nn.Sequential(*layers).named_parameters()}
-    ctx.record(P_SGD, sgd)
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_FORWARD, lambda: _forwards(Pipe, inputs.forward,
+                                                                                   inputs.data_seed)))
+    ctx.record(P_EDGE_FORWARD, lambda: _forwards(Pipe, EDGE_FORWARD_CONFIGS))
+    ctx.record(P_REPEATED, lambda: _repeated_outputs(Pipe))
+    ctx.record(P_NO_GRAD, lambda: _no_grad_output(Pipe))
+    ctx.record(P_OUTPUT_DEVICE, lambda: _output_devices(Pipe))
+    ctx.record(P_MOVES, lambda: _device_moves(Pipe))
+    ctx.record(P_EVENTS, lambda: _worker_events(Pipe))
+    ctx.record(P_STAGE_EXCEPTION, lambda: _stage_exception(Pipe))
+    ctx.record(P_BACKWARD, lambda: _backward_grads(Pipe))
+    ctx.record(P_SGD, lambda: _sgd_params(Pipe))
 
 
 CASE = PROBLEM.case("p2_pipe", probe_pipe, init_group=False, timeout_s=180, preload=OPTIMIZER_IMPORTS,
@@ -284,7 +302,7 @@ def _check_repeated_and_no_grad(run: SplitRun) -> None:
 
 
 @CASE.criterion("2.2.forward", "Pipe output equals the plain model (1-3 stages, repeated calls, no_grad)",
-                points=3, public_only=(_check_repeated_and_no_grad,))
+                points=3, reads=(P_FORWARD, P_REPEATED, P_NO_GRAD), public_only=(_check_repeated_and_no_grad,))
 def check_pipe_forward(run: SplitRun) -> None:
     inputs = run.inputs
     for (stages, rows, size), got in zip(inputs.forward, run.part(P_FORWARD)):
@@ -293,14 +311,15 @@ def check_pipe_forward(run: SplitRun) -> None:
 
 
 @CASE.criterion("2.2.forward_uneven", "Pipe output with a smaller last micro-batch, and split_size > batch",
-                points=1)
+                points=1, reads=(P_EDGE_FORWARD,))
 def check_pipe_forward_uneven(run: SplitRun) -> None:
     for (stages, rows, size), got in zip(EDGE_FORWARD_CONFIGS, run.part(P_EDGE_FORWARD)):
         _check_output(run, f"Pipe output ({stages} stage(s), batch {rows}, split_size {size})", got,
                       (stages, rows, size))
 
 
-@CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1)
+@CASE.criterion("2.2.output_on_last_device", "Pipe output is on the last stage's device", points=1,
+                reads=(P_DEVICES, P_OUTPUT_DEVICE))
 def check_pipe_device(run: SplitRun) -> None:
     devices = run.part(P_DEVICES)[3]
     got = run.part(P_OUTPUT_DEVICE)
@@ -313,7 +332,7 @@ def check_pipe_device(run: SplitRun) -> None:
 
 
 @CASE.criterion("2.2.moves_in_worker", "each task moves its input to its stage's device inside the worker",
-                points=1)
+                points=1, reads=(P_MOVES,))
 def check_moves_in_worker(run: SplitRun) -> None:
     got = run.part(P_MOVES)
     raised = f" (the forward raised {got['failure']})" if got["failure"] else ""
@@ -330,7 +349,8 @@ def check_moves_in_worker(run: SplitRun) -> None:
            "its own stage (on GPUs the copy then runs on the stage's own device and stream)")
 
 
-@CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3)
+@CASE.criterion("2.2.wave_dispatch", "each clock cycle: all submits, then receives in the same order", points=3,
+                reads=(P_EVENTS,))
 def check_pipe_waves(run: SplitRun) -> None:
     found = run.part(P_EVENTS)
     expected = run.expected.events
@@ -348,7 +368,8 @@ def check_pipe_waves(run: SplitRun) -> None:
                           f"got      {got[:12]}...\nexpected {want[:12]}...")
 
 
-@CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2)
+@CASE.criterion("2.2.stage_exception", "a stage's exception reaches the caller; no thread left alive", points=2,
+                reads=(P_STAGE_EXCEPTION,))
 def check_pipe_exception(run: SplitRun) -> None:
     got = run.part(P_STAGE_EXCEPTION)
     kind, message, described = (list(got["outcome"]) + [""])[:3]
@@ -361,7 +382,8 @@ def check_pipe_exception(run: SplitRun) -> None:
     expect(not got["alive"], f"threads still alive after the failing Pipe was closed: {got['alive']}")
 
 
-@CASE.criterion("2.2.backward", "input/parameter gradients and 3 SGD steps equal the plain model", points=3)
+@CASE.criterion("2.2.backward", "input/parameter gradients and 3 SGD steps equal the plain model", points=3,
+                reads=(P_BACKWARD, P_SGD))
 def check_pipe_backward(run: SplitRun) -> None:
     stages, rows, size = BACKWARD_CONFIG
     want_input, want_params = ref.sequential_gradients(rows)

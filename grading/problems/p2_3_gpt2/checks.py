@@ -13,11 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from grading.kit.compare import assert_state_close, assert_tensor_close, describe_kind
-from grading.engine.expect import expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Swap
+from grading.check import (SplitRun, SubProblem, Swap, apply, assert_state_close, assert_tensor_close, describe_kind,
+                          expect)
 from grading.problems.probe_helpers import GPT2_IMPORTS, stage_devices
 from grading.problems.p2_3_gpt2 import ID, TITLE
 from grading.problems.p2_3_gpt2 import reference as ref
@@ -106,10 +103,75 @@ def _describe_stages(gpt2, model, count: int, devices: Sequence[str] | None = No
 
 
 # ================================================================ probe
+def _student_stage_kinds(gpt2, count: int) -> list[list[str]]:
+    """The kit class of each module of each stage of the 4-block GPT-2 cut into ``count`` stages, all on the CPU."""
+    return [[_module_kind(gpt2, m) for m in stage.children()] for stage in
+            gpt2.gpt2_stages(ref.tiny_gpt2(), ["cpu"] * count)]
+
+
+def _blocks_output(gpt2, ids) -> dict:
+    """What ``Blocks.forward`` of the first two blocks returns for the embeddings of ``ids``: its kind and shape,
+    and the input's shape."""
+    model = ref.tiny_gpt2("eager")
+    hidden = gpt2.Embeddings(model)(ids)
+    with torch.no_grad():
+        out = gpt2.Blocks(list(model.transformer.h[:2]), model.config)(hidden)
+    return {"kind": describe_kind(out), "shape": list(out.shape) if isinstance(out, torch.Tensor) else None,
+            "input_shape": list(hidden.shape)}
+
+
+def _split_stages(gpt2, inputs: Inputs) -> dict:
+    """``_describe_stages`` of the split's GPT-2 cut into each of its stage counts."""
+    return {n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
+            for n in inputs.stage_counts}
+
+
+def _mode_logits(gpt2, ids, mode: str) -> dict:
+    """The logits (CPU) and their device of the GPT-2 built by ``build_pipeline_gpt2`` in ``mode`` over 3 stages,
+    with each attention implementation."""
+    found = {}
+    for impl in ("sdpa", "eager"):
+        with gpt2.build_pipeline_gpt2(ref.tiny_gpt2(impl), stage_devices(3), mode, ref.GPT2_SPLIT) as net:
+            out = net(ids)
+        found[impl] = {"logits": out.detach().cpu(), "device": str(out.device)}
+    return found
+
+
+def _tuple_blocks_logits(gpt2, ids):
+    """model_parallel logits over 2 stages of a GPT-2 whose blocks return tuples."""
+    model = ref.tiny_gpt2("eager")
+    model.transformer.h = nn.ModuleList(ref.TupleBlock(block) for block in model.transformer.h)
+    with gpt2.build_pipeline_gpt2(model, stage_devices(2), "model_parallel") as net:
+        return net(ids).detach().cpu()
+
+
+def _more_stages_logits(gpt2, ids):
+    """model_parallel logits of the 4-block GPT-2 over MORE_STAGES stages (two of them hold no block)."""
+    with gpt2.build_pipeline_gpt2(ref.tiny_gpt2("eager"), ["cpu"] * MORE_STAGES, "model_parallel") as net:
+        return net(ids).detach().cpu()
+
+
+def _training_step(gpt2, ids) -> dict:
+    """The loss and every parameter's gradient after one pipeline_parallel backward over 3 stages."""
+    model = ref.tiny_gpt2("sdpa")
+    with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+        loss = ref.lm_loss(net(ids), ids)
+        loss.backward()
+    grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
+             for name, p in model.named_parameters()}
+    return {"loss": float(loss.item()), "grads": grads}
+
+
+def _split_logits(gpt2, ids, inputs: Inputs):
+    """pipeline_parallel logits over 3 stages of the split's GPT-2."""
+    model = ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers)
+    with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
+        return net(ids).detach().cpu()
+
+
 def probe_gpt2(ctx) -> None:
     """GPT-2 stages, logits in both modes, one training step; a sequential run stands in for Pipe."""
-    from grading.kit import seams
-    seams.apply(SWAPS)
+    apply(SWAPS)
     from pipeline import gpt2
 
     ctx.record(P_DEVICES, lambda: {n: stage_devices(n) for n in STAGE_COUNTS})
@@ -117,60 +179,16 @@ def probe_gpt2(ctx) -> None:
         gpt2, ref.tiny_gpt2(), len(META_DEVICES), META_DEVICES)])
     ctx.record(P_STAGES_RETURNED, lambda: describe_kind(gpt2.gpt2_stages(ref.tiny_gpt2(), stage_devices(2))))
     for part, count in ((P_ZERO_BLOCK_STAGES, MORE_STAGES), (P_MANY_STAGES, MANY_STAGES)):
-        ctx.record(part, lambda count=count: [[_module_kind(gpt2, m) for m in stage.children()] for stage in
-                                              gpt2.gpt2_stages(ref.tiny_gpt2(), ["cpu"] * count)])
+        ctx.record(part, lambda count=count: _student_stage_kinds(gpt2, count))
     ids = ref.gpt2_batch()
-
-    def blocks_output():
-        model = ref.tiny_gpt2("eager")
-        hidden = gpt2.Embeddings(model)(ids)
-        with torch.no_grad():
-            out = gpt2.Blocks(list(model.transformer.h[:2]), model.config)(hidden)
-        return {"kind": describe_kind(out), "shape": list(out.shape) if isinstance(out, torch.Tensor) else None,
-                "input_shape": list(hidden.shape)}
-    ctx.record(P_BLOCKS_OUTPUT, blocks_output)
-
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES, lambda: {
-        n: _describe_stages(gpt2, ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers), n)
-        for n in inputs.stage_counts}))
-
-    def logits(mode):
-        found = {}
-        for impl in ("sdpa", "eager"):
-            with gpt2.build_pipeline_gpt2(ref.tiny_gpt2(impl), stage_devices(3), mode, ref.GPT2_SPLIT) as net:
-                out = net(ids)
-            found[impl] = {"logits": out.detach().cpu(), "device": str(out.device)}
-        return found
+    ctx.record(P_BLOCKS_OUTPUT, lambda: _blocks_output(gpt2, ids))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES, lambda: _split_stages(gpt2, inputs)))
     for mode in gpt2.MODES:
-        ctx.record(logits_part(mode), lambda mode=mode: logits(mode))
-
-    def tuple_blocks():
-        model = ref.tiny_gpt2("eager")
-        model.transformer.h = nn.ModuleList(ref.TupleBlock(block) for block in model.transformer.h)
-        with gpt2.build_pipeline_gpt2(model, stage_devices(2), "model_parallel") as net:
-            return net(ids).detach().cpu()
-    ctx.record(P_TUPLE_BLOCKS, tuple_blocks)
-
-    def more_stages():
-        with gpt2.build_pipeline_gpt2(ref.tiny_gpt2("eager"), ["cpu"] * MORE_STAGES, "model_parallel") as net:
-            return net(ids).detach().cpu()
-    ctx.record(P_MORE_STAGES, more_stages)
-
-    def training_step():
-        model = ref.tiny_gpt2("sdpa")
-        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
-            loss = ref.lm_loss(net(ids), ids)
-            loss.backward()
-        grads = {name: (p.grad.detach().cpu() if p.grad is not None else None)
-                 for name, p in model.named_parameters()}
-        return {"loss": float(loss.item()), "grads": grads}
-    ctx.record(P_TRAINING_STEP, training_step)
-
-    def split_logits(inputs: Inputs):
-        model = ref.tiny_gpt2(seed=inputs.model_seed, layers=inputs.layers)
-        with gpt2.build_pipeline_gpt2(model, stage_devices(3), "pipeline_parallel", ref.GPT2_SPLIT) as net:
-            return net(ids).detach().cpu()
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES_LOGITS, lambda: split_logits(inputs)))
+        ctx.record(logits_part(mode), lambda mode=mode: _mode_logits(gpt2, ids, mode))
+    ctx.record(P_TUPLE_BLOCKS, lambda: _tuple_blocks_logits(gpt2, ids))
+    ctx.record(P_MORE_STAGES, lambda: _more_stages_logits(gpt2, ids))
+    ctx.record(P_TRAINING_STEP, lambda: _training_step(gpt2, ids))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_STAGES_LOGITS, lambda: _split_logits(gpt2, ids, inputs)))
 
 
 CASE = PROBLEM.case("p2_gpt2", probe_gpt2, init_group=False, timeout_s=120, preload=GPT2_IMPORTS,
@@ -213,7 +231,9 @@ def _check_stages_logits(run: SplitRun) -> None:
 
 @CASE.criterion("2.3.stages", "gpt2_stages: embeddings first, blocks split evenly, head last, each moved to its "
                 "device",
-                points=2, hidden_only=(_check_stages_logits,))
+                points=2,
+                reads=(P_STAGES, P_STAGES_RETURNED, P_STAGES_META, P_STAGES_LOGITS),
+                hidden_only=(_check_stages_logits,))
 def check_gpt2_stages(run: SplitRun) -> None:
     inputs, expected = run.inputs, run.expected.blocks_per_stage
     found = run.part(P_STAGES)
@@ -241,7 +261,7 @@ def _check_logits(run: SplitRun, mode: str) -> None:
 
 
 @CASE.criterion("2.3.model_parallel", "model_parallel logits equal the unsplit GPT-2 (causal, tuple blocks)",
-                points=2)
+                points=2, reads=(P_BLOCKS_OUTPUT, P_DEVICES, logits_part("model_parallel"), P_TUPLE_BLOCKS))
 def check_gpt2_model_parallel(run: SplitRun) -> None:
     got = run.part(P_BLOCKS_OUTPUT)
     expect(got["kind"].startswith("tensor") and got["shape"] == got["input_shape"], "Blocks.forward on hidden "
@@ -252,7 +272,8 @@ def check_gpt2_model_parallel(run: SplitRun) -> None:
                         run.part(P_TUPLE_BLOCKS), ref.gpt2_logits("eager"), atol=1e-5, rtol=1e-4)
 
 
-@CASE.criterion("2.3.pipeline_parallel", "pipeline_parallel logits equal the unsplit GPT-2", points=2)
+@CASE.criterion("2.3.pipeline_parallel", "pipeline_parallel logits equal the unsplit GPT-2", points=2,
+                reads=(P_DEVICES, logits_part("pipeline_parallel")))
 def check_gpt2_pipeline_parallel(run: SplitRun) -> None:
     _check_logits(run, "pipeline_parallel")
 
@@ -265,7 +286,7 @@ def _stage_kinds(count: int) -> list[list[str]]:
 
 
 @CASE.criterion("2.3.more_stages_than_blocks", "stages with zero blocks hold an empty Blocks, which passes its "
-                "input through (6 and 300 stages)", points=1)
+                "input through (6 and 300 stages)", points=1, reads=(P_ZERO_BLOCK_STAGES, P_MORE_STAGES, P_MANY_STAGES))
 def check_more_stages_than_blocks(run: SplitRun) -> None:
     got, want = run.part(P_ZERO_BLOCK_STAGES), _stage_kinds(MORE_STAGES)
     expect(got == want, f"gpt2_stages of the {ref.GPT2_LAYERS}-block GPT-2 over {MORE_STAGES} devices: the stages "
@@ -283,7 +304,7 @@ def check_more_stages_than_blocks(run: SplitRun) -> None:
 
 
 @CASE.criterion("2.3.training_step", "one pipeline_parallel training step's loss and gradients equal the unsplit "
-                "GPT-2", points=2)
+                "GPT-2", points=2, reads=(P_TRAINING_STEP,))
 def check_gpt2_training_step(run: SplitRun) -> None:
     got = run.part(P_TRAINING_STEP)             # first: a rank that failed costs no reference GPT-2 here
     want_loss, want_grads = ref.gpt2_training_step()

@@ -12,10 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.kit.compare import assert_state_close, assert_tensor_close, describe
-from grading.engine.expect import expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
+from grading.check import SplitRun, SubProblem, assert_state_close, assert_tensor_close, describe, expect
 from grading.problems.probe_helpers import CodeOnLoad, call_outcome, expect_refusals, labelled
 from grading.problems.p3_1_lora import reference as ref
 from grading.problems.p3_2_adapter import ID, TITLE
@@ -60,6 +57,143 @@ def _changed(model, before: dict) -> list[str]:
     return sorted(n for n, p in model.named_parameters() if n not in before or not torch.equal(p.detach(), before[n]))
 
 
+def _saved_file(save_adapter, device, folder: Path, saves, inputs: Inputs) -> dict:
+    """save_adapter on a LoRA model holding the split's adapter values: the file's values and their type, device and
+    requires_grad, the parameters the save changed, and a save of a bare LoRALinear (``_bare_save``)."""
+    import torch
+
+    adapters = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
+    model = _kit_lora_model(device, adapters, inputs.targets, inputs.rank)
+    before = _snapshot(model)
+    path = folder / f"student_{next(saves)}.pt"       # a file of its own for each split
+    labelled("save_adapter(model, path)", save_adapter, model, path)
+    loaded = torch.load(path, map_location=None, weights_only=True)
+    meta = ({k: [type(v).__name__, str(v.device) if isinstance(v, torch.Tensor) else "",
+                 bool(getattr(v, "requires_grad", False))] for k, v in loaded.items()}
+            if isinstance(loaded, dict) else {})
+    values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
+               for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
+    return {"values": values, "meta": meta, "model_changed": _changed(model, before),
+            "bare": _bare_save(save_adapter, device, folder, saves, inputs)}
+
+
+def _bare_save(save_adapter, device, folder: Path, saves, inputs: Inputs) -> dict:
+    """save_adapter on a model that is itself a LoRALinear: its adapters are named lora_A and lora_B, no
+    dot; the file's keys and whether each value equals the parameter's."""
+    import torch
+
+    from finetune.lora import LoRALinear
+    with torch.random.fork_rng(devices=[]):        # the global generator as it was afterwards
+        torch.manual_seed(inputs.seed)
+        bare = LoRALinear(torch.nn.Linear(ref.HIDDEN, ref.OUT_FEATURES), inputs.rank).to(device)
+        with torch.no_grad():
+            bare.lora_B.normal_()           # both adapters nonzero: a zero lora_B tells nothing
+    path = folder / f"student_{next(saves)}.pt"
+    labelled("save_adapter(LoRALinear(...), path)", save_adapter, bare, path)
+    loaded = torch.load(path, map_location=None, weights_only=True)
+    if not isinstance(loaded, dict):
+        return {"keys": describe(loaded), "differ": []}
+    params = dict(bare.named_parameters())
+    return {"keys": sorted(str(k) for k in loaded),
+            "differ": sorted(k for k, v in loaded.items() if k in params and not (
+                isinstance(v, torch.Tensor) and torch.equal(v.cpu(), params[k].detach().cpu())))}
+
+
+def _shared_storage_save(save_adapter, folder: Path, saved: dict) -> dict:
+    """save_adapter on a CPU model whose parameters are views of one buffer (vector_to_parameters, so on every
+    machine): for each saved tensor, the bytes of the storage torch.save wrote for it and its own bytes."""
+    import torch
+
+    model = _kit_lora_model("cpu", saved)
+    params = list(model.parameters())
+    torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(params), params)
+    path = folder / "student_shared.pt"
+    labelled("save_adapter(model whose parameters share one buffer, path)", save_adapter, model, path)
+    loaded = torch.load(path, map_location="cpu", weights_only=True)
+    return {k: [v.untyped_storage().nbytes(), v.numel() * v.element_size()] for k, v in loaded.items()
+            if isinstance(v, torch.Tensor)} if isinstance(loaded, dict) else {}
+
+
+def _restored(load_adapter, device, grader_file: Path, saved: dict, other: dict, x) -> dict:
+    """load_adapter of the grader's file (adapters ``saved``) into a model holding ``other``: the outputs on ``x``
+    of a model holding ``saved`` and of the loaded one, and the loaded one's parameters."""
+    import torch
+
+    source = _kit_lora_model(device, saved)
+    model = _kit_lora_model(device, other)
+    with torch.no_grad():
+        want = source(x).cpu()
+    labelled("load_adapter(model, path)", load_adapter, model, grader_file)
+    with torch.no_grad():
+        got = model(x).cpu()
+    return {"source_out": want, "loaded_out": got, "params": {n: t.cpu() for n, t in _snapshot(model).items()}}
+
+
+def _loaded_in_place(load_adapter, device, folder: Path, grader_file: Path, saved: dict, other: dict) -> dict:
+    """load_adapter of the grader's file: the parameter objects it replaced and the adapters it left frozen; then of
+    a float64 copy into a float32 model: the adapters' dtypes afterwards."""
+    import torch
+
+    model = _kit_lora_model(device, other)
+    objects = dict(model.named_parameters())
+    labelled("load_adapter(model, path)", load_adapter, model, grader_file)
+    now = dict(model.named_parameters())
+    double_file = folder / "float64.pt"
+    torch.save({k: v.double() for k, v in saved.items()}, double_file)
+    cast = _kit_lora_model(device, other)
+    labelled("load_adapter(float32 model, float64 file)", load_adapter, cast, double_file)
+    return {
+        "replaced": sorted(n for n, p in objects.items() if now.get(n) is not p),
+        "not_trainable": sorted(n for n, p in now.items() if n in saved and not p.requires_grad),
+        "dtypes": sorted({str(p.dtype) for n, p in cast.named_parameters() if n in saved}),
+    }
+
+
+def _rejections(load_adapter, device, folder: Path, saved: dict, other: dict) -> list[dict]:
+    """load_adapter of each bad file (empty, extra, missing, mis-shaped, not a tensor, int keys): how it ended and
+    the parameters it changed."""
+    import torch
+
+    bad = {
+        "an empty dict": {},
+        "a list of tensors instead of a dict": list(saved.values()),
+        "an extra key (a base weight)": {**saved, "head.base.weight": torch.zeros(ref.OUT_FEATURES, ref.HIDDEN)},
+        "an extra key (lora_A of a layer without LoRA)": {**saved, "blocks.0.fc.lora_A": torch.zeros(2, 8)},
+        "a missing key (head.lora_B)": {k: v for k, v in saved.items() if k != "head.lora_B"},
+        "a mis-shaped last entry (head.lora_B)": {**saved, "head.lora_B": torch.zeros(ref.OUT_FEATURES, 3)},
+        "a mis-shaped entry that would broadcast (head.lora_B, one row)": {**saved,
+                                                                         "head.lora_B": saved["head.lora_B"][:1]},
+        "a value that is not a tensor (head.lora_B: 0)": {**saved, "head.lora_B": 0},
+        # int keys: a file's keys need not be str (sorting them with str keys raises TypeError)
+        "an int key (0) beside every adapter key": {**saved, 0: saved["head.lora_B"]},
+        "an int key (0) in place of a missing key (head.lora_B)": {
+            **{k: v for k, v in saved.items() if k != "head.lora_B"}, 0: saved["head.lora_B"]},
+        "extra keys of two types (0 and head.base.weight)": {
+            **saved, 0: saved["head.lora_B"], "head.base.weight": torch.zeros(ref.OUT_FEATURES, ref.HIDDEN)},
+    }
+    results = []
+    for label, state in bad.items():
+        path = folder / f"bad_{len(results)}.pt"
+        torch.save(state, path)
+        model = _kit_lora_model(device, other)
+        before = _snapshot(model)
+        outcome = call_outcome(lambda: load_adapter(model, path))
+        results.append({"label": label, "outcome": outcome, "changed": _changed(model, before)})
+    return results
+
+
+def _code_on_load(load_adapter, device, folder: Path, other: dict) -> dict:
+    """load_adapter of a file whose pickle runs code: how it ended, whether the code ran, the parameters changed."""
+    import torch
+
+    marker, path = folder / "the_file_ran_code", folder / "runs_code.pt"
+    torch.save(CodeOnLoad(str(marker)), path)
+    model = _kit_lora_model(device, other)
+    before = _snapshot(model)
+    outcome = call_outcome(lambda: load_adapter(model, path))
+    return {"outcome": outcome, "ran": marker.exists(), "changed": _changed(model, before)}
+
+
 def probe_adapter_io(ctx) -> None:
     """save_adapter/load_adapter on grader-built LoRA models and grader-written files."""
     import torch
@@ -71,120 +205,15 @@ def probe_adapter_io(ctx) -> None:
     grader_file = folder / "grader.pt"
     torch.save(saved, grader_file)
     x = ref.inputs(1).to(device)
+    saves = itertools.count()        # numbers the student's files: one of their own for each save
 
-    saves = itertools.count()
-
-    def save(inputs: Inputs) -> dict:
-        adapters = ref.adapter_state(inputs.seed, list(inputs.targets), inputs.rank)
-        model = _kit_lora_model(device, adapters, inputs.targets, inputs.rank)
-        before = _snapshot(model)
-        path = folder / f"student_{next(saves)}.pt"       # a file of its own for each split
-        labelled("save_adapter(model, path)", save_adapter, model, path)
-        loaded = torch.load(path, map_location=None, weights_only=True)
-        meta = ({k: [type(v).__name__, str(v.device) if isinstance(v, torch.Tensor) else "",
-                     bool(getattr(v, "requires_grad", False))] for k, v in loaded.items()}
-                if isinstance(loaded, dict) else {})
-        values = ({k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else describe(v)
-                   for k, v in loaded.items()} if isinstance(loaded, dict) else describe(loaded))
-        return {"values": values, "meta": meta, "model_changed": _changed(model, before), "bare": save_bare(inputs)}
-
-    def save_bare(inputs: Inputs) -> dict:
-        """save_adapter on a model that is itself a LoRALinear: its adapters are named lora_A and lora_B, no
-        dot; the file's keys and whether each value equals the parameter's."""
-        from finetune.lora import LoRALinear
-        with torch.random.fork_rng(devices=[]):        # the global generator as it was afterwards
-            torch.manual_seed(inputs.seed)
-            bare = LoRALinear(torch.nn.Linear(ref.HIDDEN, ref.OUT_FEATURES), inputs.rank).to(device)
-            with torch.no_grad():
-                bare.lora_B.normal_()           # both adapters nonzero: a zero lora_B tells nothing
-        path = folder / f"student_{next(saves)}.pt"
-        labelled("save_adapter(LoRALinear(...), path)", save_adapter, bare, path)
-        loaded = torch.load(path, map_location=None, weights_only=True)
-        if not isinstance(loaded, dict):
-            return {"keys": describe(loaded), "differ": []}
-        params = dict(bare.named_parameters())
-        return {"keys": sorted(str(k) for k in loaded),
-                "differ": sorted(k for k, v in loaded.items() if k in params and not (
-                    isinstance(v, torch.Tensor) and torch.equal(v.cpu(), params[k].detach().cpu())))}
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SAVE, lambda: save(inputs)))
-
-    def save_shared() -> dict:
-        """save_adapter on a CPU model whose parameters are views of one buffer (vector_to_parameters, so on every
-        machine): for each saved tensor, the bytes of the storage torch.save wrote for it and its own bytes."""
-        model = _kit_lora_model("cpu", saved)
-        params = list(model.parameters())
-        torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(params), params)
-        path = folder / "student_shared.pt"
-        labelled("save_adapter(model whose parameters share one buffer, path)", save_adapter, model, path)
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-        return {k: [v.untyped_storage().nbytes(), v.numel() * v.element_size()] for k, v in loaded.items()
-                if isinstance(v, torch.Tensor)} if isinstance(loaded, dict) else {}
-    ctx.record(P_SAVE_SHARED, save_shared)
-
-    def restore():
-        source = _kit_lora_model(device, saved)
-        model = _kit_lora_model(device, other)
-        with torch.no_grad():
-            want = source(x).cpu()
-        labelled("load_adapter(model, path)", load_adapter, model, grader_file)
-        with torch.no_grad():
-            got = model(x).cpu()
-        return {"source_out": want, "loaded_out": got, "params": {n: t.cpu() for n, t in _snapshot(model).items()}}
-    ctx.record(P_RESTORE, restore)
-
-    def in_place():
-        model = _kit_lora_model(device, other)
-        objects = dict(model.named_parameters())
-        labelled("load_adapter(model, path)", load_adapter, model, grader_file)
-        now = dict(model.named_parameters())
-        double_file = folder / "float64.pt"
-        torch.save({k: v.double() for k, v in saved.items()}, double_file)
-        cast = _kit_lora_model(device, other)
-        labelled("load_adapter(float32 model, float64 file)", load_adapter, cast, double_file)
-        return {
-            "replaced": sorted(n for n, p in objects.items() if now.get(n) is not p),
-            "not_trainable": sorted(n for n, p in now.items() if n in saved and not p.requires_grad),
-            "dtypes": sorted({str(p.dtype) for n, p in cast.named_parameters() if n in saved}),
-        }
-    ctx.record(P_IN_PLACE, in_place)
-
-    def rejects():
-        bad = {
-            "an empty dict": {},
-            "a list of tensors instead of a dict": list(saved.values()),
-            "an extra key (a base weight)": {**saved, "head.base.weight": torch.zeros(ref.OUT_FEATURES, ref.HIDDEN)},
-            "an extra key (lora_A of a layer without LoRA)": {**saved, "blocks.0.fc.lora_A": torch.zeros(2, 8)},
-            "a missing key (head.lora_B)": {k: v for k, v in saved.items() if k != "head.lora_B"},
-            "a mis-shaped last entry (head.lora_B)": {**saved, "head.lora_B": torch.zeros(ref.OUT_FEATURES, 3)},
-            "a mis-shaped entry that would broadcast (head.lora_B, one row)": {**saved,
-                                                                             "head.lora_B": saved["head.lora_B"][:1]},
-            "a value that is not a tensor (head.lora_B: 0)": {**saved, "head.lora_B": 0},
-            # int keys: a file's keys need not be str (sorting them with str keys raises TypeError)
-            "an int key (0) beside every adapter key": {**saved, 0: saved["head.lora_B"]},
-            "an int key (0) in place of a missing key (head.lora_B)": {
-                **{k: v for k, v in saved.items() if k != "head.lora_B"}, 0: saved["head.lora_B"]},
-            "extra keys of two types (0 and head.base.weight)": {
-                **saved, 0: saved["head.lora_B"], "head.base.weight": torch.zeros(ref.OUT_FEATURES, ref.HIDDEN)},
-        }
-        results = []
-        for label, state in bad.items():
-            path = folder / f"bad_{len(results)}.pt"
-            torch.save(state, path)
-            model = _kit_lora_model(device, other)
-            before = _snapshot(model)
-            outcome = call_outcome(lambda: load_adapter(model, path))
-            results.append({"label": label, "outcome": outcome, "changed": _changed(model, before)})
-        return results
-    ctx.record(P_REJECTS, rejects)
-
-    def code_on_load():
-        marker, path = folder / "the_file_ran_code", folder / "runs_code.pt"
-        torch.save(CodeOnLoad(str(marker)), path)
-        model = _kit_lora_model(device, other)
-        before = _snapshot(model)
-        outcome = call_outcome(lambda: load_adapter(model, path))
-        return {"outcome": outcome, "ran": marker.exists(), "changed": _changed(model, before)}
-    ctx.record(P_CODE_ON_LOAD, code_on_load)
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_SAVE, lambda: _saved_file(save_adapter, device, folder, saves,
+                                                                                  inputs)))
+    ctx.record(P_SAVE_SHARED, lambda: _shared_storage_save(save_adapter, folder, saved))
+    ctx.record(P_RESTORE, lambda: _restored(load_adapter, device, grader_file, saved, other, x))
+    ctx.record(P_IN_PLACE, lambda: _loaded_in_place(load_adapter, device, folder, grader_file, saved, other))
+    ctx.record(P_REJECTS, lambda: _rejections(load_adapter, device, folder, saved, other))
+    ctx.record(P_CODE_ON_LOAD, lambda: _code_on_load(load_adapter, device, folder, other))
 
 
 CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=False, timeout_s=60,
@@ -193,7 +222,7 @@ CASE = PROBLEM.case("p3_adapter_io", probe_adapter_io, world_size=1, init_group=
 
 # ---------------------------------------------------------------- criteria
 @CASE.criterion("3.2.save_contents", "only lora_A/lora_B saved (no shared buffer), CPU, detached, weights_only "
-                "loadable", points=3)
+                "loadable", points=3, reads=(P_SAVE, P_SAVE_SHARED))
 def check_save(run: SplitRun) -> None:
     inputs = run.inputs
     got = run.part(P_SAVE)
@@ -224,7 +253,8 @@ def check_save(run: SplitRun) -> None:
                "too; save a copy of each adapter (.to('cpu', copy=True) or .clone())")
 
 
-@CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2)
+@CASE.criterion("3.2.load_restores", "loading restores outputs exactly; base weights unchanged", points=2,
+                reads=(P_RESTORE,))
 def check_restore(run: SplitRun) -> None:
     got = run.part(P_RESTORE)
     assert_tensor_close("load_adapter: outputs after loading the adapter of another model (must equal that "
@@ -233,7 +263,8 @@ def check_restore(run: SplitRun) -> None:
     assert_state_close("load_adapter: parameter after loading", got["params"], expected, atol=0.0, rtol=0.0)
 
 
-@CASE.criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", points=2)
+@CASE.criterion("3.2.load_in_place", "parameter objects stay registered (copied in place)", points=2,
+                reads=(P_IN_PLACE,))
 def check_in_place(run: SplitRun) -> None:
     got = run.part(P_IN_PLACE)
     expect(not got["replaced"], f"load_adapter replaced the Parameter objects {got['replaced']}; copy into the "
@@ -244,7 +275,7 @@ def check_in_place(run: SplitRun) -> None:
 
 
 @CASE.criterion("3.2.load_rejects", "empty/extra/missing/mis-shaped/non-tensor/int-key files: ValueError before any "
-                "change; a file that runs code is refused unrun", points=3)
+                "change; a file that runs code is refused unrun", points=3, reads=(P_REJECTS, P_CODE_ON_LOAD))
 def check_rejects(run: SplitRun) -> None:
     expect_refusals(run.part(P_REJECTS), "load_adapter on a file with",
                     {"changed": "check the whole file before copying anything"})

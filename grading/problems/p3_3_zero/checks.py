@@ -12,11 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from grading.kit.compare import assert_state_close, describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import PUBLIC, SplitRun
-from grading.kit.problem import SubProblem
-from grading.problems.probe_helpers import DEEPSPEED_IMPORTS, call_outcome, describe_exception, labelled
+from grading.check import (PUBLIC, CheckFailed, SplitRun, SubProblem, assert_state_close, describe, describe_exception,
+                          expect)
+from grading.problems.probe_helpers import DEEPSPEED_IMPORTS, call_outcome, labelled
 from grading.problems.p3_1_lora import reference as lora_ref
 from grading.problems.p3_3_zero import ID, TITLE
 from grading.problems.p3_3_zero import reference as ref
@@ -196,7 +194,7 @@ def _check_student_engine(run: SplitRun) -> None:
 
 
 @CASE.criterion("3.3.config", "config values for several sizes/precisions; a live 2-rank ZeRO-2 engine from it",
-                points=6, public_only=(_check_student_engine,))
+                points=6, reads=(P_CONFIG_VALUES, P_STUDENT_ENGINE), public_only=(_check_student_engine,))
 def check_config(run: SplitRun) -> None:
     configs, expected = run.inputs.configs, run.expected.entries
     for (w, m, a, p), config in zip(configs, run.part(P_CONFIG_VALUES)):
@@ -214,14 +212,15 @@ def check_config(run: SplitRun) -> None:
                    f"{device!r}; ZeRO-2 here runs without offload")
 
 
-@CASE.criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", points=2)
+@CASE.criterion("3.3.config_errors", "ValueError for bad sizes or unknown precision", points=2,
+                reads=(P_CONFIG_ERRORS,))
 def check_config_errors(run: SplitRun) -> None:
     for args, outcome in zip(BAD_CONFIGS, run.part(P_CONFIG_ERRORS)):
         expect(outcome == "ValueError", f"build_config{args} must raise ValueError, got {outcome}")
 
 
 @CASE.criterion("3.3.update", "3 steps x 2 micro-batches per rank through train_microbatch equal serial SGD; "
-                "base frozen; global_steps == 3", points=6)
+                "base frozen; global_steps == 3", points=6, reads=(P_TRAIN,))
 def check_update(run: SplitRun) -> None:
     records = [run.part(P_TRAIN, rank) for rank in range(run.world_size)]     # a stub fails before the reference
     expected_adapters, expected_losses = ref.serial_sgd()
@@ -246,7 +245,7 @@ def check_update(run: SplitRun) -> None:
 
 
 @CASE.criterion("3.3.engine_calls", "each train_microbatch calls engine.backward(loss) and engine.step() "
-                "exactly once", points=1)
+                "exactly once", points=1, reads=(P_ENGINE_CALLS, P_TRAIN))
 def check_engine_calls(run: SplitRun) -> None:
     for rank in range(run.world_size):
         calls = run.part(P_ENGINE_CALLS, rank)
@@ -275,7 +274,7 @@ def _number(value) -> float | None:
 
 
 @CASE.criterion("3.3.returns_loss", "train_microbatch returns the micro-batch loss as a Python float, as loss_fn "
-                "gave it", points=1)
+                "gave it", points=1, reads=(P_TRAIN,))
 def check_returns_loss(run: SplitRun) -> None:
     records = [run.part(P_TRAIN, rank) for rank in range(run.world_size)]
     _, expected_losses = ref.serial_sgd()

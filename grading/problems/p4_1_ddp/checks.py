@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grading.kit.compare import assert_state_close, assert_tensor_close, describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
+from grading.check import CheckFailed, SplitRun, SubProblem, assert_state_close, assert_tensor_close, describe, expect
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
@@ -77,117 +74,143 @@ def _backward(ctx, wrapper, step: int) -> None:
     ref.loss_fn(wrapper(x), y).backward()
 
 
+def _broadcast_state(ctx, BucketedDDP) -> dict:
+    """This rank's parameters and buffers after wrapping its model of seed BROADCAST_SEED + rank."""
+    model = ref.DDPProbeNet(seed=BROADCAST_SEED + ctx.rank)
+    BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
+    return ref.state_of(model)
+
+
+def _split_buckets(BucketedDDP, inputs: Inputs) -> list:
+    """``BucketedDDP(DDPProbeNet(seed=0), bucket_mb).buckets`` for each cap of the split's inputs."""
+    return [BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes]
+
+
+def _bucket_grads(ctx, BucketedDDP, events: list, wrappers: dict, label: str, mb: float) -> dict:
+    """One backward through a wrapper of cap ``mb``: the gradients after finish_gradient_synchronization, the
+    hook/launch events during backward and after it, and the buckets. The model and wrapper are kept in
+    ``wrappers[label]`` for the reset part; with OVERLAP_BUCKET each parameter notes when its gradient is ready."""
+    model = GRAD_MODELS.get(label, ref.DDPProbeNet)(seed=0)
+    if label == OVERLAP_BUCKET:
+        for name, param in model.named_parameters():
+            if param.requires_grad:     # registered before the student's hooks, so they fire first
+                param.register_post_accumulate_grad_hook(lambda p, name=name: events.append(["ready", name]))
+    wrapper = BucketedDDP(model, bucket_mb=mb)
+    events.clear()
+    _backward(ctx, wrapper, 0)
+    during_backward = [list(e) for e in events]
+    wrapper.finish_gradient_synchronization()
+    wrappers[label] = (model, wrapper)
+    return {"grads": ref.grads_of(model), "events": during_backward, "after": events[len(during_backward):],
+            "buckets": wrapper.buckets}
+
+
+def _reset_grads(ctx, wrappers: dict) -> dict:
+    """The OVERLAP_BUCKET wrapper's gradients, then those of a second backward on the same batch and weights."""
+    model, wrapper = wrappers[OVERLAP_BUCKET]
+    first = ref.grads_of(model)
+    model.zero_grad(set_to_none=True)
+    _backward(ctx, wrapper, 0)              # same batch, same weights: a fresh state gives the same grads
+    wrapper.finish_gradient_synchronization()
+    return {"first": first, "second": ref.grads_of(model)}
+
+
+def _launch_order(ctx, BucketedDDP, events: list) -> dict:
+    """ShuffledNet, one bucket per parameter: the buckets and the all-reduce sizes in launch order."""
+    model = ref.ShuffledNet(seed=0)
+    wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
+    events.clear()
+    _backward(ctx, wrapper, 0)
+    wrapper.finish_gradient_synchronization()
+    return {"buckets": wrapper.buckets, "launches": [e[2] for e in events if e[0] == "all_reduce"]}
+
+
+def _unused_error(ctx, BucketedDDP, unused_state: dict) -> dict | None:
+    """What finish_gradient_synchronization raised after a backward that left UNUSED without a gradient (None:
+    nothing); the model and wrapper are kept in ``unused_state`` for the after-error part."""
+    model = ref.ShuffledNet(seed=0)
+    wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
+    unused_state.update(model=model, wrapper=wrapper)
+    model.skip_gate = True
+    _backward(ctx, wrapper, 0)
+    try:
+        wrapper.finish_gradient_synchronization()
+    except Exception as exc:  # noqa: BLE001 - a submission may raise anything
+        return {"type": type(exc).__name__, "runtime": isinstance(exc, RuntimeError), "message": str(exc)[:800]}
+    return None
+
+
+def _after_error_grads(ctx, BucketedDDP, unused_state: dict) -> dict:
+    """The gradients of a full backward on the wrapper that raised, and of the same backward on a new wrapper."""
+    model, wrapper = unused_state["model"], unused_state["wrapper"]
+    model.skip_gate = False
+    model.zero_grad(set_to_none=True)
+    _backward(ctx, wrapper, 0)
+    wrapper.finish_gradient_synchronization()
+    fresh = ref.ShuffledNet(seed=0)           # the same backward through a new wrapper
+    fresh_wrapper = BucketedDDP(fresh, bucket_mb=PER_PARAMETER)
+    _backward(ctx, fresh_wrapper, 0)
+    fresh_wrapper.finish_gradient_synchronization()
+    return {"after": ref.grads_of(model), "fresh": ref.grads_of(fresh)}
+
+
+def _trained_params(ctx, BucketedDDP, optimizer_name: str) -> dict:
+    """The parameters after ``ref.TRAIN_STEPS`` steps of ``optimizer_name`` through a wrapper of the mid cap."""
+    model = ref.DDPProbeNet(seed=0)
+    wrapper = BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
+    optimizer = ref.make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
+    for step in range(ref.TRAIN_STEPS):
+        optimizer.zero_grad()
+        _backward(ctx, wrapper, step)
+        wrapper.finish_gradient_synchronization()
+        optimizer.step()
+    return ref.params_of(model)
+
+
+def _many_scalar_grads(ctx, BucketedDDP) -> dict:
+    """ManyScalarsNet's gradients (stacked, in registration order) for each cap of MANY_BUCKETS."""
+    found = {}
+    for label, mb in MANY_BUCKETS.items():
+        model = ref.ManyScalarsNet(seed=0)
+        wrapper = BucketedDDP(model, bucket_mb=mb)
+        _backward(ctx, wrapper, 0)
+        wrapper.finish_gradient_synchronization()
+        found[label] = ref.stacked_grads(model)
+    return found
+
+
+def _record_public_parts(ctx, BucketedDDP, events: list, wrappers: dict) -> None:
+    """The parts only public criteria read: many scalars, reset (when its wrapper was built), launch order, the
+    unused parameter's error and the backward after it (when its wrapper was built), training."""
+    unused_state: dict = {}
+    ctx.record(P_MANY, lambda: _many_scalar_grads(ctx, BucketedDDP))
+    if OVERLAP_BUCKET in wrappers:
+        ctx.record(P_RESET, lambda: _reset_grads(ctx, wrappers))
+    ctx.record(P_ORDER, lambda: _launch_order(ctx, BucketedDDP, events))
+    ctx.record(P_UNUSED, lambda: {"raised": _unused_error(ctx, BucketedDDP, unused_state)})
+    if unused_state:
+        ctx.record(P_AFTER_ERROR, lambda: _after_error_grads(ctx, BucketedDDP, unused_state))
+    ctx.record(P_TRAIN, lambda: {name: _trained_params(ctx, BucketedDDP, name) for name in ("sgd", "adam")})
+
+
 def probe_ddp(ctx) -> None:
     """Record broadcast, buckets, gradients (with the hook/launch event order, never times), reset and training.
 
     Broadcast, reset, launch order, the unused parameter and training are read
-    by public criteria only: they are recorded inside ``PROBLEM.without_inputs``, which
+    by public criteria only: they are recorded inside ``PROBLEM.on_public_spawn``, which
     the hidden spawn (on another world size) skips.
     """
     events: list = []
     DeferredAllReduce(events).install()         # before the student module binds any name
     from data_parallel.ddp import BucketedDDP
 
-    def broadcast():
-        model = ref.DDPProbeNet(seed=BROADCAST_SEED + ctx.rank)
-        BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
-        return ref.state_of(model)
-    PROBLEM.without_inputs(ctx, lambda: ctx.record(P_BROADCAST, broadcast))
-
-    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_BUCKETS, lambda: [
-        BucketedDDP(ref.DDPProbeNet(seed=0), bucket_mb=mb).buckets for mb in inputs.bucket_sizes]))
-
-    wrappers = {}
+    PROBLEM.on_public_spawn(ctx, lambda: ctx.record(P_BROADCAST, lambda: _broadcast_state(ctx, BucketedDDP)))
+    PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_BUCKETS, lambda: _split_buckets(BucketedDDP, inputs)))
+    wrappers: dict = {}          # label -> (model, wrapper) of each gradient part that got that far
     for label, mb in GRAD_BUCKETS.items():
-        def grads(label=label, mb=mb):
-            model = GRAD_MODELS.get(label, ref.DDPProbeNet)(seed=0)
-            if label == OVERLAP_BUCKET:
-                for name, param in model.named_parameters():
-                    if param.requires_grad:     # registered before the student's hooks, so they fire first
-                        param.register_post_accumulate_grad_hook(lambda p, name=name: events.append(["ready", name]))
-            wrapper = BucketedDDP(model, bucket_mb=mb)
-            events.clear()
-            _backward(ctx, wrapper, 0)
-            during_backward = [list(e) for e in events]
-            wrapper.finish_gradient_synchronization()
-            wrappers[label] = (model, wrapper)
-            return {"grads": ref.grads_of(model), "events": during_backward, "after": events[len(during_backward):],
-                    "buckets": wrapper.buckets}
-        ctx.record(grads_part(label), grads)
-
-    def reset():
-        model, wrapper = wrappers[OVERLAP_BUCKET]
-        first = ref.grads_of(model)
-        model.zero_grad(set_to_none=True)
-        _backward(ctx, wrapper, 0)              # same batch, same weights: a fresh state gives the same grads
-        wrapper.finish_gradient_synchronization()
-        return {"first": first, "second": ref.grads_of(model)}
-
-    def order():
-        model = ref.ShuffledNet(seed=0)
-        wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
-        events.clear()
-        _backward(ctx, wrapper, 0)
-        wrapper.finish_gradient_synchronization()
-        return {"buckets": wrapper.buckets, "launches": [e[2] for e in events if e[0] == "all_reduce"]}
-
-    unused_state = {}
-
-    def unused():
-        model = ref.ShuffledNet(seed=0)
-        wrapper = BucketedDDP(model, bucket_mb=PER_PARAMETER)
-        unused_state.update(model=model, wrapper=wrapper)
-        model.skip_gate = True
-        _backward(ctx, wrapper, 0)
-        try:
-            wrapper.finish_gradient_synchronization()
-        except Exception as exc:  # noqa: BLE001 - a submission may raise anything
-            return {"type": type(exc).__name__, "runtime": isinstance(exc, RuntimeError), "message": str(exc)[:800]}
-        return None
-
-    def after_error():
-        model, wrapper = unused_state["model"], unused_state["wrapper"]
-        model.skip_gate = False
-        model.zero_grad(set_to_none=True)
-        _backward(ctx, wrapper, 0)
-        wrapper.finish_gradient_synchronization()
-        fresh = ref.ShuffledNet(seed=0)           # the same backward through a new wrapper
-        fresh_wrapper = BucketedDDP(fresh, bucket_mb=PER_PARAMETER)
-        _backward(ctx, fresh_wrapper, 0)
-        fresh_wrapper.finish_gradient_synchronization()
-        return {"after": ref.grads_of(model), "fresh": ref.grads_of(fresh)}
-
-    def train(optimizer_name: str):
-        model = ref.DDPProbeNet(seed=0)
-        wrapper = BucketedDDP(model, bucket_mb=GRAD_BUCKETS["mid"])
-        optimizer = ref.make_optimizer(optimizer_name, [p for p in model.parameters() if p.requires_grad])
-        for step in range(ref.TRAIN_STEPS):
-            optimizer.zero_grad()
-            _backward(ctx, wrapper, step)
-            wrapper.finish_gradient_synchronization()
-            optimizer.step()
-        return ref.params_of(model)
-
-    def many_scalars():
-        found = {}
-        for label, mb in MANY_BUCKETS.items():
-            model = ref.ManyScalarsNet(seed=0)
-            wrapper = BucketedDDP(model, bucket_mb=mb)
-            _backward(ctx, wrapper, 0)
-            wrapper.finish_gradient_synchronization()
-            found[label] = ref.stacked_grads(model)
-        return found
-
-    def record_public_parts():
-        ctx.record(P_MANY, many_scalars)
-        if OVERLAP_BUCKET in wrappers:
-            ctx.record(P_RESET, reset)
-        ctx.record(P_ORDER, order)
-        ctx.record(P_UNUSED, lambda: {"raised": unused()})
-        if unused_state:
-            ctx.record(P_AFTER_ERROR, after_error)
-        ctx.record(P_TRAIN, lambda: {name: train(name) for name in ("sgd", "adam")})
-    PROBLEM.without_inputs(ctx, record_public_parts)
+        ctx.record(grads_part(label), lambda label=label, mb=mb: _bucket_grads(ctx, BucketedDDP, events, wrappers,
+                                                                               label, mb))
+    PROBLEM.on_public_spawn(ctx, lambda: _record_public_parts(ctx, BucketedDDP, events, wrappers))
 
 
 CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS,
@@ -195,7 +218,8 @@ CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_
 
 
 # ---------------------------------------------------------------- criteria (grader side)
-@CASE.criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", points=2)
+@CASE.criterion("4.1.broadcast", "construction broadcasts parameters and buffers from rank 0", points=2,
+                reads=(P_BROADCAST,))
 def check_broadcast(run: SplitRun) -> None:
     """Every rank's parameters and buffers after construction equal rank 0's model (seed BROADCAST_SEED)."""
     expected = ref.state_of(ref.DDPProbeNet(seed=BROADCAST_SEED))
@@ -204,7 +228,8 @@ def check_broadcast(run: SplitRun) -> None:
                            run.part(P_BROADCAST, rank), expected, atol=0, rtol=0)
 
 
-@CASE.criterion("4.1.buckets", "bucket assignment: reverse order, byte cap, frozen excluded", points=2)
+@CASE.criterion("4.1.buckets", "bucket assignment: reverse order, byte cap, frozen excluded", points=2,
+                reads=(P_BUCKETS,))
 def check_buckets(run: SplitRun) -> None:
     """Each rank's ``buckets`` for each cap of the split's inputs equal ``Expected.buckets`` of that cap."""
     sizes, expected = run.inputs.bucket_sizes, run.expected.buckets
@@ -238,7 +263,8 @@ def _serial_many():
 
 
 @CASE.criterion("4.1.grads", "grads equal serial global-batch grads (1 per param, 3, 1 bucket; a frozen one amid; "
-                f"{ref.MANY_SCALARS} parameters)", points=3, public_only=(_check_many_scalars,))
+                f"{ref.MANY_SCALARS} parameters)", points=3,
+                reads=(*(grads_part(label) for label in GRAD_BUCKETS), P_MANY), public_only=(_check_many_scalars,))
 def check_grads(run: SplitRun) -> None:
     """After ``finish_gradient_synchronization`` every rank holds the serial gradients of the global batch."""
     for label, mb in GRAD_BUCKETS.items():
@@ -257,7 +283,8 @@ def check_grads(run: SplitRun) -> None:
                 raise CheckFailed(f"{failure}{hint}") from None
 
 
-@CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2)
+@CASE.criterion("4.1.overlap", "a bucket's async all-reduce launches before backward ends", points=2,
+                reads=(grads_part(OVERLAP_BUCKET),))
 def check_overlap(run: SplitRun) -> None:
     """An async all-reduce is launched during backward, before the last gradient hook fires."""
     for rank in range(run.world_size):
@@ -276,7 +303,8 @@ def check_overlap(run: SplitRun) -> None:
                "last gradient hook fired: launch each bucket as soon as its last gradient is ready")
 
 
-@CASE.criterion("4.1.reset", "a second backward after finish gives the same grads", points=1)
+@CASE.criterion("4.1.reset", "a second backward after finish gives the same grads", points=1,
+                reads=(grads_part(OVERLAP_BUCKET), P_RESET))
 def check_reset(run: SplitRun) -> None:
     """A second backward on the same batch and weights gives the first backward's gradients."""
     for rank in range(run.world_size):
@@ -287,7 +315,7 @@ def check_reset(run: SplitRun) -> None:
                            atol=1e-7, rtol=1e-6)
 
 
-@CASE.criterion("4.1.train", "5 SGD and 5 Adam steps equal serial training", points=2)
+@CASE.criterion("4.1.train", "5 SGD and 5 Adam steps equal serial training", points=2, reads=(P_TRAIN,))
 def check_train(run: SplitRun) -> None:
     """Five SGD and five Adam steps through BucketedDDP equal serial training on the global batches."""
     for name in ("sgd", "adam"):
@@ -308,7 +336,8 @@ def _bucket_numels(buckets, model) -> list[int] | None:
         return None
 
 
-@CASE.criterion("4.1.one_buffer", "one all-reduce per bucket, of the bucket's whole flat buffer", points=1)
+@CASE.criterion("4.1.one_buffer", "one all-reduce per bucket, of the bucket's whole flat buffer", points=1,
+                reads=(grads_part(OVERLAP_BUCKET),))
 def check_one_buffer(run: SplitRun) -> None:
     """With three buckets on DDPProbeNet, each rank issues one all-reduce per bucket, sized like the bucket."""
     for rank in range(run.world_size):
@@ -322,7 +351,8 @@ def check_one_buffer(run: SplitRun) -> None:
                "each bucket's gradients into one flat buffer and all-reduce it once")
 
 
-@CASE.criterion("4.1.launch_order", "buckets launch in index order when layers run in another order", points=1)
+@CASE.criterion("4.1.launch_order", "buckets launch in index order when layers run in another order", points=1,
+                reads=(P_ORDER,))
 def check_launch_order(run: SplitRun) -> None:
     """On ShuffledNet (computed in another order than registered), all-reduces follow the bucket index order."""
     for rank in range(run.world_size):
@@ -335,7 +365,8 @@ def check_launch_order(run: SplitRun) -> None:
                "launch bucket i only after bucket i - 1, even when a later bucket completes first")
 
 
-@CASE.criterion("4.1.unused_raises", "a parameter without gradient: RuntimeError naming exactly it", points=1)
+@CASE.criterion("4.1.unused_raises", "a parameter without gradient: RuntimeError naming exactly it", points=1,
+                reads=(P_UNUSED,))
 def check_unused_raises(run: SplitRun) -> None:
     """A backward without ShuffledNet's gate: finish raises RuntimeError naming 'gate.scale' and no other parameter."""
     others = [n for n, _ in ref.ShuffledNet(seed=0).named_parameters() if n != UNUSED]
@@ -351,7 +382,7 @@ def check_unused_raises(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.1.after_error", "after that RuntimeError the next backward synchronises as a fresh one",
-                points=1)
+                points=1, reads=(P_UNUSED, P_AFTER_ERROR))
 def check_after_error(run: SplitRun) -> None:
     """After the RuntimeError of an incomplete backward, a full backward gives a fresh wrapper's gradients."""
     for rank in range(run.world_size):

@@ -5,7 +5,7 @@ import random
 
 from torch import nn
 
-from grading.kit.problem import Spawn
+from grading.check import Spawn
 from grading.problems.p4_1_ddp import checks
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_1_ddp.checks import Expected, Inputs

@@ -12,10 +12,7 @@ import math
 
 import torch
 
-from grading.kit.compare import assert_state_close, describe
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
+from grading.check import CheckFailed, SplitRun, SubProblem, assert_state_close, describe, expect
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, CollectiveLog, describe_call
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_1_ddp.hints import close_to
@@ -89,7 +86,7 @@ def probe_zero(ctx) -> None:
     without its gate; None counts as zeros), bf16, Adam (odd P).
 
     All but the first three are read by public criteria only: they are recorded
-    inside ``PROBLEM.without_inputs``, which the hidden spawn (on 3 ranks) skips.
+    inside ``PROBLEM.on_public_spawn``, which the hidden spawn (on 3 ranks) skips.
     """
     import torch.distributed as dist
 
@@ -135,7 +132,7 @@ def probe_zero(ctx) -> None:
         ctx.record(P_BF16, bf16)
         # last: a padding bug can leave the ranks' collectives out of step, which must not cost the parts above
         ctx.record(P_UNEVEN, lambda: ref.params_of(_train(ctx, ODD_SIZES, "adam")[0]))
-    PROBLEM.without_inputs(ctx, record_public_parts)
+    PROBLEM.on_public_spawn(ctx, record_public_parts)
 
 
 CASE = PROBLEM.case("p4_zero", probe_zero, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS)
@@ -154,7 +151,7 @@ def _every_rank_trained_like(run: SplitRun, part: str, expected: dict, setting: 
 
 
 @CASE.criterion("4.2.steps", "5 Adam and 5 SGD steps (and one on one trainable tensor) equal serial torch.optim "
-                "on the global batch", points=3)
+                "on the global batch", points=3, reads=(P_STEPS, P_SINGLE))
 def check_steps(run: SplitRun) -> None:
     """Every rank's parameters after 5 Adam and 5 SGD steps equal serial training on the global batches; so do
     those of a model with a single trainable tensor after one Adam step."""
@@ -196,7 +193,7 @@ def _scale_hint(got, name: str, world_size: int) -> str:
     return ""
 
 
-@CASE.criterion("4.2.uneven", "a parameter count not divisible by the world size works", points=2)
+@CASE.criterion("4.2.uneven", "a parameter count not divisible by the world size works", points=2, reads=(P_UNEVEN,))
 def check_uneven(run: SplitRun) -> None:
     """Adam on 55 parameters (divisible by neither 2 nor 3) equals serial training on every rank."""
     expected = _serial(ODD_SIZES, "adam")
@@ -205,7 +202,8 @@ def check_uneven(run: SplitRun) -> None:
                              f"on {numel} parameters over {run.world_size} ranks (not divisible)")
 
 
-@CASE.criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", points=3)
+@CASE.criterion("4.2.memory", "per-rank optimizer state is 12 bytes x shard length (12P/N)", points=3,
+                reads=(P_MEMORY,))
 def check_memory(run: SplitRun) -> None:
     """Each rank holds a 1-D fp32 master shard of ceil(P / N) and 12 x that many bytes of optimizer state."""
     numel = ref.flat_numel(_model(EVEN_SIZES))
@@ -227,7 +225,7 @@ def check_memory(run: SplitRun) -> None:
                f"N = {run.world_size})")
 
 
-@CASE.criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", points=2)
+@CASE.criterion("4.2.bf16", "a bf16 model trains with fp32 master shards", points=2, reads=(P_BF16,))
 def check_bf16(run: SplitRun) -> None:
     """A bf16 model keeps bf16 parameters, an fp32 master that is not bf16-rounded, and tracks fp32 Adam."""
     expected = {k: v.to(torch.bfloat16) for k, v in _serial(EVEN_SIZES, "adam").items()}
@@ -249,7 +247,8 @@ def check_bf16(run: SplitRun) -> None:
 
 
 
-@CASE.criterion("4.2.none_grads", "a trainable parameter whose grad is None counts as zeros", points=1)
+@CASE.criterion("4.2.none_grads", "a trainable parameter whose grad is None counts as zeros", points=1,
+                reads=(P_NONE_GRADS,))
 def check_none_grads(run: SplitRun) -> None:
     """ShuffledNet without its gate in forward (gate.scale.grad stays None): Adam equals serial training."""
     model = ref.ShuffledNet(seed=0)
@@ -265,7 +264,7 @@ def check_none_grads(run: SplitRun) -> None:
                              "on a model whose trainable 'gate.scale' (before 'mid') gets no gradient")
 
 
-@CASE.criterion("4.2.master_grad_none", "master.grad is None after step()", points=1)
+@CASE.criterion("4.2.master_grad_none", "master.grad is None after step()", points=1, reads=(P_MEMORY, P_MASTER_GRAD))
 def check_master_grad_none(run: SplitRun) -> None:
     """After ``step()`` the master shard holds no gradient (``master.grad is None``)."""
     for rank in range(run.world_size):
@@ -276,7 +275,7 @@ def check_master_grad_none(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.2.collectives", "each step() reduce-scatters the gradient into this rank's shard and all-gathers "
-                "the updated shards, once each; no all-reduce", points=2)
+                "the updated shards, once each; no all-reduce", points=2, reads=(P_MEMORY, P_COLLECTIVES))
 def check_collectives(run: SplitRun) -> None:
     """Each of the 5 Adam steps of the memory run calls one reduce-scatter whose output is this rank's shard (S
     elements, of N x S) and then one all-gather of the S updated elements into N x S; no other collective."""

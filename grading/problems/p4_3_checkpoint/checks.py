@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grading.kit.compare import assert_state_close, describe
-from grading.engine.expect import expect
+from grading.check import SplitRun, SubProblem, assert_state_close, describe, expect
 from common.error_words import self_contained
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
 from grading.problems.p4_3_checkpoint.damage import (ALL_DAMAGE, CODE_DAMAGE, COLLECTIVES, CORRUPTIONS, MANIFEST,
@@ -30,16 +27,16 @@ PROBLEM = SubProblem(ID, TITLE, __package__)
 
 def probe_resumed(ctx) -> None:
     """The second phase, in new processes: the exact resume and a crashing save (not in a hidden-only spawn)."""
-    PROBLEM.without_inputs(ctx, lambda: probe.probe_resumed(ctx))
+    PROBLEM.on_public_spawn(ctx, lambda: probe.probe_resumed(ctx))
 
 
 CASE = PROBLEM.case("p4_checkpoint", probe.probe_checkpoint, world_size=2, timeout_s=120,
-                    preload=OPTIMIZER_IMPORTS, then=(probe_resumed,))
+                    preload=OPTIMIZER_IMPORTS, next_phases=(probe_resumed,))
 
 
 # ---------------------------------------------------------------- criteria (grader side)
 @CASE.criterion("4.3.roundtrip", "a round trip restores model, optimizer shard state and extra bit for bit",
-                points=2)
+                points=2, reads=(P_STRAIGHT, P_ROUNDTRIP))
 def check_roundtrip(run: SplitRun) -> None:
     """``load_sharded`` gives every rank back its own step, extra, model and optimizer state, bit for bit."""
     for rank in range(run.world_size):
@@ -59,7 +56,7 @@ def check_roundtrip(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.3.manifest", "manifest: step, world size, every file's sha256 and size; save_sharded returns "
-                "its path", points=2)
+                "its path", points=2, reads=(P_STRAIGHT, P_MANIFEST))
 def check_manifest(run: SplitRun) -> None:
     """manifest.json holds the step, the world size and every file's digest; no stray files remain; every rank's
     save_sharded returned the manifest's path as a pathlib.Path."""
@@ -120,7 +117,7 @@ def _judge_refusals(run: SplitRun, kinds: dict) -> None:
 
 @CASE.criterion("4.3.refuse", "flipped byte, missing shard, other world size/step, torn manifest: "
                 "CheckpointError naming the file; a file whose pickle runs code: refused, the code never run",
-                points=3)
+                points=3, reads=(P_STRAIGHT, P_REFUSALS))
 def check_refuse(run: SplitRun) -> None:
     """Every damaged checkpoint raises CheckpointError (a ValueError) whose message names the file; a model.pt or
     shard whose pickle runs code when loaded (digests that match) is refused without running it."""
@@ -128,7 +125,7 @@ def check_refuse(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.3.refuse_manifest", "no manifest, format 2 or true, step as text, a shard not listed: "
-                "CheckpointError", points=1)
+                "CheckpointError", points=1, reads=(P_STRAIGHT, P_REFUSALS))
 def check_refuse_manifest(run: SplitRun) -> None:
     """A missing manifest, format 2 or JSON true, a step written as text (the shards agreeing, digests refreshed),
     or a manifest that does not list shard_00001.pt is refused on every rank."""
@@ -136,21 +133,22 @@ def check_refuse_manifest(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.3.refuse_shard_fields", "valid-looking shards of another rank or step: CheckpointError",
-                points=1)
+                points=1, reads=(P_STRAIGHT, P_REFUSALS))
 def check_refuse_shard_fields(run: SplitRun) -> None:
     """Digests that match, but each shard holds another rank's state (or an older step's): refused."""
     _judge_refusals(run, SHARD_DAMAGE)
 
 
 @CASE.criterion("4.3.refuse_model", "valid-looking model.pt with a missing key, another shape or an int key: "
-                "CheckpointError", points=1)
+                "CheckpointError", points=1, reads=(P_STRAIGHT, P_REFUSALS))
 def check_refuse_model(run: SplitRun) -> None:
     """Digests that match, but model.pt misses a key, holds another shape, or an extra key (a name, or an int
     beside a name): refused, naming model.pt."""
     _judge_refusals(run, MODEL_DAMAGE)
 
 
-@CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=1)
+@CASE.criterion("4.3.untouched", "a refused load leaves model and optimizer untouched", points=1,
+                reads=(P_STRAIGHT, P_REFUSALS))
 def check_untouched(run: SplitRun) -> None:
     """A refused ``load_sharded`` changed neither the model nor the optimizer."""
     run.part(P_STRAIGHT, 0)
@@ -166,7 +164,8 @@ def check_untouched(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.3.refuse_optimizer", "a shard whose optimizer state does not fit the optimizer: "
-                "CheckpointError naming the shard, model and optimizer untouched", points=1)
+                "CheckpointError naming the shard, model and optimizer untouched", points=1,
+                reads=(P_STRAIGHT, P_REFUSALS))
 def check_refuse_optimizer(run: SplitRun) -> None:
     """Valid-looking shards whose optimizer state has one parameter more per group (``optimizer.load_state_dict``
     refuses it): CheckpointError naming this rank's shard, and neither the model nor the optimizer changed."""
@@ -180,7 +179,8 @@ def check_refuse_optimizer(run: SplitRun) -> None:
                    "changing anything), then load the model")
 
 
-@CASE.criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", points=3)
+@CASE.criterion("4.3.resume", "20 steps == 10 + save + new processes + load + 10 (bitwise)", points=3,
+                reads=(P_STRAIGHT, P_RESUME))
 def check_resume(run: SplitRun) -> None:
     """Save, new processes, load and the remaining steps reproduce the straight run's losses and weights."""
     for rank in range(run.world_size):
@@ -195,7 +195,8 @@ def check_resume(run: SplitRun) -> None:
                            straight["params"], atol=0, rtol=0)
 
 
-@CASE.criterion("4.3.crash_no_manifest", "a save that crashes midway leaves no manifest", points=1)
+@CASE.criterion("4.3.crash_no_manifest", "a save that crashes midway leaves no manifest", points=1,
+                reads=(P_STRAIGHT, P_CRASH))
 def check_crash_no_manifest(run: SplitRun) -> None:
     """A save that fails in every rank's torch.save, into a folder with a complete checkpoint (which the save
     before it created, parents too): no manifest.json."""
@@ -220,7 +221,7 @@ def check_crash_no_manifest(run: SplitRun) -> None:
 
 @CASE.criterion("4.3.barriers", "a barrier before any file is written; an all_gather_object; the last call a "
                 "barrier after the manifest; no rank reads a file another rank writes without a collective between",
-                points=1)
+                points=1, reads=(P_ACCESSES, P_STRAIGHT, P_EVENTS))
 def check_barriers(run: SplitRun) -> None:
     """No rank reads a file that another rank writes in the same stretch between collectives of a save; every
     rank enters a barrier before it writes a file, gathers the digests with all_gather_object, and returns right
@@ -247,7 +248,7 @@ def check_barriers(run: SplitRun) -> None:
 
 
 @CASE.criterion("4.3.manifest_atomic", "manifest.json is os.replace-d into place by rank 0 alone, from a "
-                "temporary in the folder", points=1)
+                "temporary in the folder", points=1, reads=(P_STRAIGHT, P_EVENTS))
 def check_manifest_atomic(run: SplitRun) -> None:
     """Rank 0 put manifest.json in place with os.replace (or os.rename) of a file in the same folder; no other
     rank moved anything onto it."""
@@ -275,7 +276,7 @@ def _model_writes(events: list[list]) -> list[str]:
 
 
 @CASE.criterion("4.3.file_format", "model.pt (written by rank 0 alone) and each shard hold what the format says "
-                "(weights_only)", points=1)
+                "(weights_only)", points=1, reads=(P_STRAIGHT, P_EVENTS, P_FILES))
 def check_file_format(run: SplitRun) -> None:
     """torch.load(weights_only=True) of model.pt gives the model's state_dict, of shard r its step/rank/...;
     no rank but rank 0 wrote model.pt (the ranks' own calls, seen whether or not they share a folder)."""

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -80,11 +81,33 @@ def _write_manifest(dest: Path, manifest: dict, refresh: bool = False) -> None:
     (dest / MANIFEST).write_text(json.dumps(manifest))
 
 
+@dataclass(frozen=True)
+class _Copy:
+    """A fresh copy of a good checkpoint to damage: its folder ``dest``, the checkpoint it copies (``source``), an
+    older one (``early``), its manifest as read, and the shards the manifest lists."""
+
+    source: Path
+    dest: Path
+    early: Path
+    manifest: dict
+    shards: list[str]
+
+
 def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
     """Copy the checkpoint ``source`` to ``dest`` and damage it as ``kind`` says (``early``: an older one)."""
     shutil.copytree(source, dest)
     manifest = _manifest(dest)
     shards = sorted(name for name in manifest.get("files", {}) if name.startswith("shard_"))
+    damager = _damage_files if kind.startswith("flipped_byte") else _DAMAGERS.get(kind)
+    if damager is None:
+        raise ValueError(kind)
+    damager(_Copy(source, dest, early, manifest, shards), kind)
+
+
+def _damage_files(copy: _Copy, kind: str) -> None:
+    """Files that break the manifest's promise: a flipped byte, a missing shard, the older manifest, a truncated
+    manifest, no manifest."""
+    dest = copy.dest
     if kind.startswith("flipped_byte"):
         target = dest / CORRUPTIONS[kind]
         data = bytearray(target.read_bytes())
@@ -92,80 +115,122 @@ def damage(source: Path, dest: Path, kind: str, early: Path) -> None:
         target.write_bytes(bytes(data))
     elif kind == "missing_shard":
         (dest / CORRUPTIONS[kind]).unlink()
-    elif kind == "other_world_size":
-        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) + 1})
-    elif kind == "smaller_world_size":       # every file still listed: only the recorded world size is wrong
-        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) - 1})
     elif kind == "other_step_manifest":
-        shutil.copy(early / MANIFEST, dest / MANIFEST)
+        shutil.copy(copy.early / MANIFEST, dest / MANIFEST)
     elif kind == "truncated_manifest":
         text = (dest / MANIFEST).read_text()
         (dest / MANIFEST).write_text(text[:len(text) // 2])
     elif kind == "no_manifest":
         (dest / MANIFEST).unlink()
+
+
+def _damage_manifest_fields(copy: _Copy, kind: str) -> None:
+    """A manifest field changed (world size, format) or a shard left out of its files; the digests as they were."""
+    dest, manifest = copy.dest, copy.manifest
+    if kind == "other_world_size":
+        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) + 1})
+    elif kind == "smaller_world_size":       # every file still listed: only the recorded world size is wrong
+        _write_manifest(dest, {**manifest, "world_size": manifest.get("world_size", 2) - 1})
     elif kind == "other_format":
         _write_manifest(dest, {**manifest, "format": 2})
     elif kind == "older_format":
         _write_manifest(dest, {**manifest, "format": 0})
     elif kind == "format_true":
         _write_manifest(dest, {**manifest, "format": True})
-    elif kind == "step_as_text":             # the shards agree with the manifest: only the step's type is wrong
-        for name in shards:
-            try:                                 # a submission's shard of another layout: left as it is
-                shard = torch.load(dest / name, weights_only=True)
-            except Exception:  # noqa: BLE001 - 4.3.file_format judges the format
-                continue
-            if isinstance(shard, dict) and "step" in shard:
-                torch.save({**shard, "step": str(shard["step"])}, dest / name)
-        _write_manifest(dest, {**manifest, "step": str(manifest.get("step"))}, refresh=True)
     elif kind == "shard_not_listed":
         del manifest["files"]["shard_00001.pt"]
         _write_manifest(dest, manifest)
-    elif kind == "rotated_shards":           # shard r holds rank r + 1's state: every rank gets another's
-        for name, following in zip(shards, shards[1:] + shards[:1]):
-            shutil.copy(source / following, dest / name)
-        _write_manifest(dest, manifest, refresh=True)
-    elif kind == "other_step_shards":        # every shard from the older save, the manifest of this one
-        for name in shards:
-            shutil.copy(early / name, dest / name)
-        _write_manifest(dest, manifest, refresh=True)
-    elif kind in MODEL_DAMAGE:
-        state = torch.load(dest / "model.pt", weights_only=True)
-        last = sorted(name for name in state if name.endswith(".weight"))[-1]
-        if kind == "model_missing_key":
-            del state[last[:-len("weight")] + "bias"]
-        elif kind == "model_extra_key":
-            state["unexpected.weight"] = torch.zeros(1)
-        elif kind == "model_int_key":
-            state.update({0: torch.zeros(1), "unexpected.weight": torch.zeros(1)})
-        else:
-            state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
-            state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
-        torch.save(state, dest / "model.pt")
-        _write_manifest(dest, manifest, refresh=True)
-    elif kind == "shard_without_extra":      # step, rank, world size and optimizer fit; no "extra" to return
-        for name in shards:
-            try:
-                shard = torch.load(dest / name, weights_only=True)
-                del shard["extra"]
-            except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
-                continue
-            torch.save(shard, dest / name)
-        _write_manifest(dest, manifest, refresh=True)
-    elif kind in CODE_DAMAGE:
-        for name in [MODEL_FILE] if kind == "model_runs_code" else shards:
-            torch.save(CodeOnLoad(str(dest / RAN_CODE)), dest / name)
-        _write_manifest(dest, manifest, refresh=True)
-    elif kind == "optimizer_other_group_size":   # every shard: step, rank and model fit; the optimizer does not
-        for name in shards:
-            try:                                 # a submission's shard of another layout: grown where it can be
-                shard = torch.load(dest / name, weights_only=True)
-            except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
-                continue
-            torch.save(_grow_groups(shard), dest / name)
-        _write_manifest(dest, manifest, refresh=True)
+
+
+def _step_as_text(copy: _Copy, kind: str) -> None:
+    """The step as text in the manifest and every shard: the shards agree with the manifest, only the step's type is
+    wrong (valid-looking)."""
+    dest = copy.dest
+    for name in copy.shards:
+        try:                                 # a submission's shard of another layout: left as it is
+            shard = torch.load(dest / name, weights_only=True)
+        except Exception:  # noqa: BLE001 - 4.3.file_format judges the format
+            continue
+        if isinstance(shard, dict) and "step" in shard:
+            torch.save({**shard, "step": str(shard["step"])}, dest / name)
+    _write_manifest(dest, {**copy.manifest, "step": str(copy.manifest.get("step"))}, refresh=True)
+
+
+def _swap_shards(copy: _Copy, kind: str) -> None:
+    """Shards of another rank or save under this manifest (valid-looking): ``rotated_shards`` gives shard r rank
+    r + 1's state, so every rank gets another's; ``other_step_shards`` every shard from the older save."""
+    if kind == "rotated_shards":
+        for name, following in zip(copy.shards, copy.shards[1:] + copy.shards[:1]):
+            shutil.copy(copy.source / following, copy.dest / name)
     else:
-        raise ValueError(kind)
+        for name in copy.shards:
+            shutil.copy(copy.early / name, copy.dest / name)
+    _write_manifest(copy.dest, copy.manifest, refresh=True)
+
+
+def _damage_model(copy: _Copy, kind: str) -> None:
+    """model.pt with a key missing, an extra key, an int key beside a name, or its last layer of another shape
+    (valid-looking)."""
+    state = torch.load(copy.dest / "model.pt", weights_only=True)
+    last = sorted(name for name in state if name.endswith(".weight"))[-1]
+    if kind == "model_missing_key":
+        del state[last[:-len("weight")] + "bias"]
+    elif kind == "model_extra_key":
+        state["unexpected.weight"] = torch.zeros(1)
+    elif kind == "model_int_key":
+        state.update({0: torch.zeros(1), "unexpected.weight": torch.zeros(1)})
+    else:
+        state[last] = torch.zeros(state[last].shape[0] + 1, *state[last].shape[1:])
+        state[last[:-len("weight")] + "bias"] = torch.zeros(state[last].shape[0])
+    torch.save(state, copy.dest / "model.pt")
+    _write_manifest(copy.dest, copy.manifest, refresh=True)
+
+
+def _drop_extra(copy: _Copy, kind: str) -> None:
+    """Every shard without its "extra": step, rank, world size and optimizer fit; no "extra" to return
+    (valid-looking)."""
+    for name in copy.shards:
+        try:
+            shard = torch.load(copy.dest / name, weights_only=True)
+            del shard["extra"]
+        except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
+            continue
+        torch.save(shard, copy.dest / name)
+    _write_manifest(copy.dest, copy.manifest, refresh=True)
+
+
+def _code_running_files(copy: _Copy, kind: str) -> None:
+    """model.pt (``model_runs_code``) or every shard as a pickle that runs code when loaded without weights_only
+    (valid-looking)."""
+    for name in [MODEL_FILE] if kind == "model_runs_code" else copy.shards:
+        torch.save(CodeOnLoad(str(copy.dest / RAN_CODE)), copy.dest / name)
+    _write_manifest(copy.dest, copy.manifest, refresh=True)
+
+
+def _grow_optimizer_groups(copy: _Copy, kind: str) -> None:
+    """Every shard's optimizer state over one more parameter: step, rank and model fit; the optimizer does not
+    (valid-looking)."""
+    for name in copy.shards:
+        try:                                 # a submission's shard of another layout: grown where it can be
+            shard = torch.load(copy.dest / name, weights_only=True)
+        except Exception:  # noqa: BLE001 - left as it is (4.3.file_format judges the format)
+            continue
+        torch.save(_grow_groups(shard), copy.dest / name)
+    _write_manifest(copy.dest, copy.manifest, refresh=True)
+
+
+# kind -> the function that damages a copy so (the flipped_byte_* kinds: _damage_files)
+_DAMAGERS = {
+    **dict.fromkeys(("missing_shard", "other_step_manifest", "truncated_manifest", "no_manifest"), _damage_files),
+    **dict.fromkeys(("other_world_size", "smaller_world_size", "other_format", "older_format", "format_true",
+                     "shard_not_listed"), _damage_manifest_fields),
+    "step_as_text": _step_as_text,
+    **dict.fromkeys(("rotated_shards", "other_step_shards"), _swap_shards),
+    **dict.fromkeys(MODEL_DAMAGE, _damage_model),
+    "shard_without_extra": _drop_extra,
+    **dict.fromkeys(CODE_DAMAGE, _code_running_files),
+    "optimizer_other_group_size": _grow_optimizer_groups,
+}
 
 
 class SaveLog:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from grading.engine.hints import student_frame
+from grading.check import student_frame
 from grading.problems.p4_3_checkpoint.damage import COLLECTIVES
 
 WAIT_S = 30.0                 # the longest an access waits for a lower rank, then it fails with the reason

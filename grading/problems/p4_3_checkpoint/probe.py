@@ -1,6 +1,6 @@
 """Problem 4.3 probes (rank side): train, save, inspect, load damaged copies; resume in new processes, crash.
 
-The case runs in two phases (``Case.then``); the checkpoint goes from one to the other through the case's shared
+The case runs in two phases (``Case.next_phases``); the checkpoint goes from one to the other through the case's shared
 folder (``ctx.handoff_dir``)::
 
     phase 1, rank r:  train 10 steps, save ─> shared/checkpoints/step_10, ..., inspect, load, refuse damage
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from grading.kit.compare import describe_kind
+from grading.check import describe_kind
 from grading.problems.probe_helpers import unchecked_group
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.p4_3_checkpoint.damage import ALL_DAMAGE, MANIFEST, RAN_CODE, SaveLog, damage, digest
@@ -103,6 +104,110 @@ def _ordered(ctx, phase: str) -> FileOrder:
 
 
 # ---------------------------------------------------------------- probes (rank side)
+@dataclass
+class _Phase1:
+    """What phase 1's parts share: this rank's model and optimizer (one training run through every part), the
+    grader's group, the checkpoint folders, and what the straight run noted at its save of step SAVE_STEP."""
+
+    model: torch.nn.Module
+    optimizer: OwnerAdam
+    grader: object                      # unchecked_group(): the grader's traffic
+    root: Path                          # the shared checkpoints folder
+    saved: Path                         # the save of step SAVE_STEP
+    early: Path                         # the save of step EARLY_STEP
+    at_save: dict = field(default_factory=dict)
+
+
+def _straight_run(ctx, run: _Phase1, order: FileOrder, log: SaveLog, save_sharded) -> dict:
+    """TOTAL_STEPS steps with saves at EARLY_STEP (into a folder holding a stale shard of more ranks) and SAVE_STEP
+    (watched by ``log``; the state, extra and what it returned kept in ``run.at_save``): the losses and the final
+    parameters."""
+    model, optimizer, grader, early, saved = run.model, run.optimizer, run.grader, run.early, run.saved
+    stale = early / stale_shard(ctx.world_size)
+    losses = _steps(model, optimizer, 0, EARLY_STEP)
+    if ctx.rank == 0:                       # the folder already holds a shard of an earlier save by more ranks
+        early.mkdir(parents=True, exist_ok=True)
+        torch.save({"step": 0, "rank": ctx.world_size, "world_size": ctx.world_size + 1}, stale)
+    dist.barrier(group=grader)              # every rank's save starts with that folder in place
+    with order.saving(early):
+        save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
+    dist.barrier(group=grader)
+    losses += _steps(model, optimizer, EARLY_STEP, SAVE_STEP)
+    run.at_save.update(_snapshot(model, optimizer), extra=_extra(SAVE_STEP),
+                       state_dict=copy.deepcopy(optimizer.state_dict()))
+    log.watch(saved)
+    try:
+        with order.saving(saved):
+            run.at_save["returned"] = save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
+    finally:
+        run.at_save["events"] = log.stop()
+    dist.barrier(group=grader)
+    losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
+    return {"losses": losses, "params": ref.params_of(model)}
+
+
+def _manifests(run: _Phase1) -> dict:
+    """The manifest of the save of SAVE_STEP, the digest of each of its files, the files the EARLY_STEP manifest
+    lists, and what save_sharded returned."""
+    early, saved = run.early, run.saved
+    listed = json.loads((early / "manifest.json").read_text()).get("files")
+    return {"manifest": json.loads((saved / "manifest.json").read_text()),
+            "files": {p.name: digest(p) for p in sorted(saved.iterdir()) if p.is_file()},
+            "early_listed": sorted(listed) if isinstance(listed, dict) else describe_kind(listed),
+            "returned": _path_returned(run.at_save["returned"], saved / "manifest.json")}
+
+
+def _read_file(path: Path) -> dict:
+    """``{"value": torch.load(path, weights_only=True)}``, or ``{"error": ...}`` naming what that raised."""
+    try:
+        return {"value": torch.load(path, weights_only=True)}
+    except Exception as exc:  # noqa: BLE001 - a submission may write anything
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _saved_files(ctx, run: _Phase1) -> dict:
+    """This rank's shard and model.pt of the save of SAVE_STEP as torch.load reads them, and what was saved."""
+    saved, at_save = run.saved, run.at_save
+    return {"shard": _read_file(saved / f"shard_{ctx.rank:05d}.pt"), "model": _read_file(saved / "model.pt"),
+            "saved_model": at_save["model"], "saved_optimizer": at_save["state_dict"],
+            "saved_extra": at_save["extra"]}
+
+
+def _roundtrip(run: _Phase1, load_sharded) -> dict:
+    """load_sharded of the save of SAVE_STEP into the trained model: what it returned, the state it loaded and the
+    state that was saved."""
+    returned = _returned(load_sharded(run.saved, run.model, run.optimizer))
+    return {**returned, "loaded": _snapshot(run.model, run.optimizer),
+            "saved": {k: run.at_save[k] for k in ("model", "optimizer", "extra")}}
+
+
+def _refusals(ctx, run: _Phase1, load_sharded) -> dict:
+    """load_sharded of each damaged copy (rank 0 makes them, ``ALL_DAMAGE``), each from the same state that no
+    checkpoint holds: what it raised, whether the state stayed untouched, whether the file's code ran."""
+    model, optimizer, root = run.model, run.optimizer, run.root
+    _steps(model, optimizer, 0, 1)          # a state that differs from every checkpoint
+    if ctx.rank == 0:
+        for kind in ALL_DAMAGE:
+            damage(run.saved, root / kind, kind, run.early)
+    dist.barrier()
+    off_model, off_optimizer = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
+    outcomes = {}
+    for kind in ALL_DAMAGE:                 # each from the same state, one no checkpoint holds: a load shows
+        model.load_state_dict(off_model)
+        optimizer.load_state_dict(copy.deepcopy(off_optimizer))
+        before = _snapshot(model, optimizer)
+        try:
+            load_sharded(root / kind, model, optimizer)
+            outcome = {"raised": None}
+        except Exception as exc:  # noqa: BLE001 - a submission may raise anything
+            outcome = {"raised": type(exc).__name__, "value_error": isinstance(exc, ValueError),
+                       "message": str(exc)[:500]}
+        outcome["untouched"] = same(before, _snapshot(model, optimizer))
+        outcome["ran_code"] = (root / kind / RAN_CODE).exists()
+        outcomes[kind] = outcome
+    return outcomes
+
+
 def probe_checkpoint(ctx) -> None:
     """Phase 1: the straight run with its saves, the saved files, a round trip and the damaged copies.
 
@@ -114,90 +219,21 @@ def probe_checkpoint(ctx) -> None:
     from data_parallel.checkpoint import load_sharded, save_sharded
 
     root = ctx.handoff_dir / "checkpoints"
-    saved, early = root / f"step_{SAVE_STEP}", root / f"step_{EARLY_STEP}"
     torch.manual_seed(10 + ctx.rank)
     model = _model()
     grader = unchecked_group()                  # the grader's traffic
-    optimizer = OwnerAdam(model, ref.ADAM_LR, group=grader)
-    at_save: dict = {}
+    run = _Phase1(model, OwnerAdam(model, ref.ADAM_LR, group=grader), grader, root,
+                  saved=root / f"step_{SAVE_STEP}", early=root / f"step_{EARLY_STEP}")
 
-    stale = early / stale_shard(ctx.world_size)
-
-    def straight():
-        losses = _steps(model, optimizer, 0, EARLY_STEP)
-        if ctx.rank == 0:                       # the folder already holds a shard of an earlier save by more ranks
-            early.mkdir(parents=True, exist_ok=True)
-            torch.save({"step": 0, "rank": ctx.world_size, "world_size": ctx.world_size + 1}, stale)
-        dist.barrier(group=grader)              # every rank's save starts with that folder in place
-        with order.saving(early):
-            save_sharded(early, EARLY_STEP, model, optimizer, extra=_extra(EARLY_STEP))
-        dist.barrier(group=grader)
-        losses += _steps(model, optimizer, EARLY_STEP, SAVE_STEP)
-        at_save.update(_snapshot(model, optimizer), extra=_extra(SAVE_STEP),
-                       state_dict=copy.deepcopy(optimizer.state_dict()))
-        log.watch(saved)
-        try:
-            with order.saving(saved):
-                at_save["returned"] = save_sharded(saved, SAVE_STEP, model, optimizer, extra=_extra(SAVE_STEP))
-        finally:
-            at_save["events"] = log.stop()
-        dist.barrier(group=grader)
-        losses += _steps(model, optimizer, SAVE_STEP, TOTAL_STEPS)
-        return {"losses": losses, "params": ref.params_of(model)}
-    done = ctx.record(P_STRAIGHT, straight)
+    done = ctx.record(P_STRAIGHT, lambda: _straight_run(ctx, run, order, log, save_sharded))
     ctx.record(P_ACCESSES, lambda: order.log)   # also when a save failed: the race may be why
     if done is None:
         return
-    ctx.record(P_EVENTS, lambda: {"events": at_save["events"], "directory": str(saved.resolve())})
-
-    def manifest():
-        listed = json.loads((early / "manifest.json").read_text()).get("files")
-        return {"manifest": json.loads((saved / "manifest.json").read_text()),
-                "files": {p.name: digest(p) for p in sorted(saved.iterdir()) if p.is_file()},
-                "early_listed": sorted(listed) if isinstance(listed, dict) else describe_kind(listed),
-                "returned": _path_returned(at_save["returned"], saved / "manifest.json")}
-    ctx.record(P_MANIFEST, manifest)
-
-    def files():
-        def read(path: Path):
-            try:
-                return {"value": torch.load(path, weights_only=True)}
-            except Exception as exc:  # noqa: BLE001 - a submission may write anything
-                return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        return {"shard": read(saved / f"shard_{ctx.rank:05d}.pt"), "model": read(saved / "model.pt"),
-                "saved_model": at_save["model"], "saved_optimizer": at_save["state_dict"],
-                "saved_extra": at_save["extra"]}
-    ctx.record(P_FILES, files)
-
-    def roundtrip():
-        returned = _returned(load_sharded(saved, model, optimizer))
-        return {**returned, "loaded": _snapshot(model, optimizer),
-                "saved": {k: at_save[k] for k in ("model", "optimizer", "extra")}}
-    ctx.record(P_ROUNDTRIP, roundtrip)
-
-    def refusals():
-        _steps(model, optimizer, 0, 1)          # a state that differs from every checkpoint
-        if ctx.rank == 0:
-            for kind in ALL_DAMAGE:
-                damage(saved, root / kind, kind, early)
-        dist.barrier()
-        off_model, off_optimizer = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
-        outcomes = {}
-        for kind in ALL_DAMAGE:                 # each from the same state, one no checkpoint holds: a load shows
-            model.load_state_dict(off_model)
-            optimizer.load_state_dict(copy.deepcopy(off_optimizer))
-            before = _snapshot(model, optimizer)
-            try:
-                load_sharded(root / kind, model, optimizer)
-                outcome = {"raised": None}
-            except Exception as exc:  # noqa: BLE001 - a submission may raise anything
-                outcome = {"raised": type(exc).__name__, "value_error": isinstance(exc, ValueError),
-                           "message": str(exc)[:500]}
-            outcome["untouched"] = same(before, _snapshot(model, optimizer))
-            outcome["ran_code"] = (root / kind / RAN_CODE).exists()
-            outcomes[kind] = outcome
-        return outcomes
-    ctx.record(P_REFUSALS, refusals)
+    ctx.record(P_EVENTS, lambda: {"events": run.at_save["events"], "directory": str(run.saved.resolve())})
+    ctx.record(P_MANIFEST, lambda: _manifests(run))
+    ctx.record(P_FILES, lambda: _saved_files(ctx, run))
+    ctx.record(P_ROUNDTRIP, lambda: _roundtrip(run, load_sharded))
+    ctx.record(P_REFUSALS, lambda: _refusals(ctx, run, load_sharded))
 
 
 def probe_resumed(ctx) -> None:

@@ -11,12 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.kit.compare import assert_tensor_close, describe
-from grading.engine.expect import CheckFailed, expect
+from grading.check import CheckFailed, SplitRun, SubProblem, Swap, apply, assert_tensor_close, describe, expect
 from common.startup import GRADIENT_IMPORTS
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Swap, apply
 from grading.problems.p5_1_layers import ID, TITLE, probes
 from grading.problems.p5_1_layers import reference as ref
 from grading.problems.p5_1_layers.probes import (BAD_CHUNKS, P_BAD_CHUNKS, P_CHUNKS, P_GRADS, P_GROUP, P_MLP_COMM,
@@ -101,7 +97,7 @@ def _layer(run: SplitRun, name: str, rank: int) -> dict:
 
 
 @CASE.criterion("5.1.region_functions", "copy_to (identity / all-reduce grad), reduce_from (all-reduce / "
-                "identity)", points=3)
+                "identity)", points=3, reads=(P_GROUP, P_REGION_FUNCTIONS))
 def check_region_functions(run: SplitRun) -> None:
     """copy_to: identity forward, summed gradient; reduce_from: summed forward, identity backward; input kept."""
     members = group_members(run)
@@ -126,7 +122,7 @@ def check_region_functions(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.column_forward", "ColumnParallelLinear output is the rank's slice of the full layer's",
-                points=3)
+                points=3, reads=(P_GROUP, P_OUT["column"]))
 def check_column_forward(run: SplitRun) -> None:
     """Each rank's ColumnParallelLinear output is its slice of the full layer's output."""
     full, members = ref.serial_column()["out"], group_members(run)
@@ -140,7 +136,7 @@ def check_column_forward(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.row_forward", "RowParallelLinear output equals the full layer's (bias added once)",
-                points=3)
+                points=3, reads=(P_GROUP, P_OUT["row"]))
 def check_row_forward(run: SplitRun) -> None:
     """Every rank's RowParallelLinear output is the full layer's output (bias added once)."""
     full, members = ref.serial_row()["out"], group_members(run)
@@ -154,7 +150,7 @@ def check_row_forward(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.weight_grads", "each rank's weight/bias gradient is its slice of the serial gradient",
-                points=3)
+                points=3, reads=(P_GROUP, P_GRADS["column"], P_GRADS["row"]))
 def check_weight_grads(run: SplitRun) -> None:
     """Each rank's weight/bias gradients are its slice of the full layer's (row bias: the whole one)."""
     members = group_members(run)
@@ -187,7 +183,8 @@ def _split_bias_hint(got, want: torch.Tensor, world: int) -> str:
             f"each rank's bias gradient is 1/{world} of the full layer's); add the whole bias once, after the sum")
 
 
-@CASE.criterion("5.1.input_grads", "input gradients equal the serial ones", points=3)
+@CASE.criterion("5.1.input_grads", "input gradients equal the serial ones", points=3,
+                reads=(P_GROUP, P_GRADS["column"], P_GRADS["row"]))
 def check_input_grads(run: SplitRun) -> None:
     """Column: every rank's input gradient is the full one; row: the matching slice of the full one."""
     members = group_members(run)
@@ -201,7 +198,8 @@ def check_input_grads(run: SplitRun) -> None:
                             ref.rank_slice(row["input"], index, len(members)), atol=ATOL, rtol=RTOL)
 
 
-@CASE.criterion("5.1.comm_counts", "column -> row MLP: one all-reduce forward, one backward", points=2)
+@CASE.criterion("5.1.comm_counts", "column -> row MLP: one all-reduce forward, one backward", points=2,
+                reads=(P_GROUP, P_MLP_COMM))
 def check_comm_counts(run: SplitRun) -> None:
     """The student's column -> row MLP makes exactly one all_reduce forward and one backward."""
     for _, rank, who in group_members(run):
@@ -212,7 +210,8 @@ def check_comm_counts(run: SplitRun) -> None:
                    f" in the {phase} pass; expected exactly one all_reduce and no other collective")
 
 
-@CASE.criterion("5.1.uneven_split", "uneven splits raise ValueError naming the sizes", points=1)
+@CASE.criterion("5.1.uneven_split", "uneven splits raise ValueError naming the sizes", points=1,
+                reads=(P_GROUP, P_UNEVEN))
 def check_uneven_split(run: SplitRun) -> None:
     """from_linear on sizes that do not split raises ValueError naming them; even sizes are accepted."""
     members = group_members(run)
@@ -234,7 +233,8 @@ def check_uneven_split(run: SplitRun) -> None:
 
 
 
-@CASE.criterion("5.1.bad_chunks", "ColumnParallelLinear.from_linear with chunks < 1 raises ValueError", points=1)
+@CASE.criterion("5.1.bad_chunks", "ColumnParallelLinear.from_linear with chunks < 1 raises ValueError", points=1,
+                reads=(P_GROUP, P_BAD_CHUNKS))
 def check_bad_chunks(run: SplitRun) -> None:
     """``chunks`` of 0 or below is refused with ValueError."""
     got = _layer(run, P_BAD_CHUNKS, group_members(run)[0][1])
@@ -244,7 +244,7 @@ def check_bad_chunks(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.column_chunks", "ColumnParallelLinear with chunks = c: the rank's slice of every block, "
-                "in block order", points=2)
+                "in block order", points=2, reads=(P_GROUP, P_CHUNKS))
 def check_column_chunks(run: SplitRun) -> None:
     """``from_linear(..., chunks=c)``: weight, bias and output are the rank's slice of each of the c blocks."""
     members = group_members(run)
@@ -265,7 +265,7 @@ def check_column_chunks(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.shard_copies", "the shards are copies: from_linear and changes to a shard leave the "
-                "source layer unchanged", points=1)
+                "source layer unchanged", points=1, reads=(P_GROUP, P_SHARD_COPIES))
 def check_shard_copies(run: SplitRun) -> None:
     """Building a shard changes nothing in ``linear``; changing the shard in place changes nothing either."""
     for _, rank, who in group_members(run):
@@ -280,7 +280,7 @@ def check_shard_copies(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.shard_dtype_device", "shards keep the source's dtype and device and are trainable "
-                "parameters", points=1)
+                "parameters", points=1, reads=(P_GROUP, P_SHARD_TENSORS))
 def check_shard_dtype_device(run: SplitRun) -> None:
     """From a float64 layer: float64 shards; from a 'meta' layer: 'meta' shards; from a frozen layer: trainable."""
     wants = {"float64": "torch.float64, cpu, requires_grad=True, leaf=True",
@@ -299,7 +299,7 @@ def check_shard_dtype_device(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.no_bias", "layers without bias: bias None, outputs those of the same layer with a zero "
-                "bias", points=1)
+                "bias", points=1, reads=(P_GROUP, P_NO_BIAS))
 def check_no_bias(run: SplitRun) -> None:
     """From ``nn.Linear(..., bias=False)``: ``bias is None``; the output equals the same layer's with a zero bias.
 
@@ -317,7 +317,7 @@ def check_no_bias(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.copy_forward_view", "copy_to_parallel_region's forward returns a view of its input "
-                "(no copy)", points=1)
+                "(no copy)", points=1, reads=(P_GROUP, P_REGION_MEMORY))
 def check_copy_forward_view(run: SplitRun) -> None:
     """f's forward output shares the input's memory."""
     for _, rank, who in group_members(run):
@@ -326,7 +326,7 @@ def check_copy_forward_view(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.1.grad_kept", "copy_to_parallel_region's backward leaves the incoming gradient unchanged",
-                points=1)
+                points=1, reads=(P_GROUP, P_REGION_MEMORY))
 def check_grad_kept(run: SplitRun) -> None:
     """f's backward all-reduces a copy: the gradient tensor autograd hands it is unchanged afterwards."""
     for _, rank, who in group_members(run):

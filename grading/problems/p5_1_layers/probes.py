@@ -13,7 +13,7 @@ import inspect
 from contextlib import contextmanager
 from typing import Iterator
 
-from grading.kit.compare import describe_kind
+from grading.check import describe_kind
 from grading.problems.probe_helpers import call_outcome
 from grading.problems.p5_1_layers import reference as ref
 
@@ -221,70 +221,90 @@ def record_layers(ctx, layers, group, rank: int, world: int) -> None:
 
 def record_shards(ctx, layers, group, world: int, chunks: int) -> None:
     """The chunked column layout, whether shards are copies, their dtype/device/trainability, layers without bias."""
+    ctx.record(P_CHUNKS, lambda: _chunked_layer(layers, group, world, chunks))
+    ctx.record(P_SHARD_COPIES, lambda: _shard_copies(layers, group, world))
+    ctx.record(P_SHARD_TENSORS, lambda: _shard_tensors(layers, group, world))
+    ctx.record(P_NO_BIAS, lambda: _no_bias_outputs(layers, group, world))
+
+
+def _chunked_layer(layers, group, world: int, chunks: int) -> dict:
+    """A column layer of ``chunks`` chunks: its weight and bias shards, and its output."""
+    layer = built(layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks),
+                  layers.ColumnParallelLinear)
+    return {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone(),
+            "out": forwarded(layer(ref.data("x", ref.IN_FEATURES)), type(layer), "(..., out/N)").detach()}
+
+
+def _source_linear(kind: str, world: int, bias: bool = True):
+    """The full nn.Linear a shard layer of ``kind`` (one of SHARD_KINDS) is built from."""
+    if kind == "row":
+        return ref.make_linear(ref.HIDDEN, ref.OUT_FEATURES, seed=12, bias=bias)
+    return ref.make_linear(ref.IN_FEATURES, 6 * world if kind == "column_chunks3" else ref.HIDDEN, 11, bias=bias)
+
+
+def _build_layer(layers, group, kind: str, linear):
+    """The student's layer of ``kind`` (one of SHARD_KINDS) built by ``from_linear`` from ``linear``."""
+    if kind == "row":
+        return built(layers.RowParallelLinear.from_linear(linear, group), layers.RowParallelLinear)
+    chunks = 3 if kind == "column_chunks3" else 1
+    return built(layers.ColumnParallelLinear.from_linear(linear, group, chunks=chunks), layers.ColumnParallelLinear)
+
+
+def _shard_copies(layers, group, world: int) -> dict:
+    """For each of SHARD_KINDS: the source's entries that ``from_linear`` changed, and those an in-place change of
+    the shards changed."""
     import torch
 
-    def chunked():
-        layer = built(layers.ColumnParallelLinear.from_linear(ref.chunked_linear(chunks, world), group, chunks=chunks),
-                      layers.ColumnParallelLinear)
-        return {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone(),
-                "out": forwarded(layer(ref.data("x", ref.IN_FEATURES)), type(layer), "(..., out/N)").detach()}
-    ctx.record(P_CHUNKS, chunked)
+    out = {}
+    for kind in SHARD_KINDS:
+        linear = _source_linear(kind, world)
+        before = {name: value.clone() for name, value in linear.state_dict().items()}
+        layer = _build_layer(layers, group, kind, linear)
+        built = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
+        with torch.no_grad():           # change the shard in place, then look at the source
+            for param in (layer.weight, layer.bias):
+                param.add_(1.0)
+        mutated = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
+        out[kind] = {"changed_by_from_linear": built, "changed_by_shard_update": mutated}
+    return out
 
-    def source(kind: str, bias: bool = True):
-        if kind == "row":
-            return ref.make_linear(ref.HIDDEN, ref.OUT_FEATURES, seed=12, bias=bias)
-        return ref.make_linear(ref.IN_FEATURES, 6 * world if kind == "column_chunks3" else ref.HIDDEN, 11, bias=bias)
 
-    def build(kind: str, linear):
-        if kind == "row":
-            return built(layers.RowParallelLinear.from_linear(linear, group), layers.RowParallelLinear)
-        chunks = 3 if kind == "column_chunks3" else 1
-        return built(layers.ColumnParallelLinear.from_linear(linear, group, chunks=chunks), layers.ColumnParallelLinear)
+def _described_shards(layers, group, world: int, kind: str, prepare) -> list[str]:
+    """The dtype, device, requires_grad and leaf-ness of the weight and bias of a layer of ``kind`` built from a
+    source changed by ``prepare``."""
+    layer = _build_layer(layers, group, kind, prepare(_source_linear(kind, world)))
+    return [f"{p.dtype}, {p.device.type}, requires_grad={p.requires_grad}, leaf={p.is_leaf}"
+            for p in (layer.weight, layer.bias)]
 
-    def copies():
-        out = {}
-        for kind in SHARD_KINDS:
-            linear = source(kind)
-            before = {name: value.clone() for name, value in linear.state_dict().items()}
-            layer = build(kind, linear)
-            built = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
-            with torch.no_grad():           # change the shard in place, then look at the source
-                for param in (layer.weight, layer.bias):
-                    param.add_(1.0)
-            mutated = [name for name, value in linear.state_dict().items() if not torch.equal(value, before[name])]
-            out[kind] = {"changed_by_from_linear": built, "changed_by_shard_update": mutated}
-        return out
-    ctx.record(P_SHARD_COPIES, copies)
 
-    def tensors():
-        out = {}
-        for kind in SHARD_KINDS:
-            def described(prepare, kind=kind):
-                layer = build(kind, prepare(source(kind)))
-                return [f"{p.dtype}, {p.device.type}, requires_grad={p.requires_grad}, leaf={p.is_leaf}"
-                        for p in (layer.weight, layer.bias)]
-            out[kind] = {what: _described_or_error(lambda prepare=prepare: described(prepare))
-                         for what, prepare in (("float64", lambda lin: lin.double()),
-                                               ("meta", lambda lin: lin.to("meta")),
-                                               ("frozen", lambda lin: lin.requires_grad_(False)))}
-        return out
-    ctx.record(P_SHARD_TENSORS, tensors)
+def _shard_tensors(layers, group, world: int) -> dict:
+    """For each of SHARD_KINDS: ``_described_shards`` from a float64, a meta and a frozen source (or the error)."""
+    out = {}
+    for kind in SHARD_KINDS:
+        out[kind] = {what: _described_or_error(lambda prepare=prepare: _described_shards(layers, group, world, kind,
+                                                                                         prepare))
+                     for what, prepare in (("float64", lambda lin: lin.double()),
+                                           ("meta", lambda lin: lin.to("meta")),
+                                           ("frozen", lambda lin: lin.requires_grad_(False)))}
+    return out
 
-    def no_bias():
-        """Each layer built without bias, and with a zero bias (same weight): the outputs must be equal."""
-        out = {}
-        for kind in SHARD_KINDS:
-            x = (ref.rank_slice(ref.data("h", ref.HIDDEN), dist_rank(group), world) if kind == "row"
-                 else ref.data("x", ref.IN_FEATURES))
-            zero_bias = source(kind, bias=True)
-            with torch.no_grad():
-                zero_bias.bias.zero_()
-            layer = build(kind, source(kind, bias=False))
-            shape = "(..., out)" if kind == "row" else "(..., out/N)"
-            out[kind] = {"bias_is_none": layer.bias is None, "out": forwarded(layer(x), type(layer), shape).detach(),
-                         "zero_bias_out": build(kind, zero_bias)(x).detach()}
-        return out
-    ctx.record(P_NO_BIAS, no_bias)
+
+def _no_bias_outputs(layers, group, world: int) -> dict:
+    """Each layer built without bias, and with a zero bias (same weight): the outputs must be equal."""
+    import torch
+
+    out = {}
+    for kind in SHARD_KINDS:
+        x = (ref.rank_slice(ref.data("h", ref.HIDDEN), dist_rank(group), world) if kind == "row"
+             else ref.data("x", ref.IN_FEATURES))
+        zero_bias = _source_linear(kind, world, bias=True)
+        with torch.no_grad():
+            zero_bias.bias.zero_()
+        layer = _build_layer(layers, group, kind, _source_linear(kind, world, bias=False))
+        shape = "(..., out)" if kind == "row" else "(..., out/N)"
+        out[kind] = {"bias_is_none": layer.bias is None, "out": forwarded(layer(x), type(layer), shape).detach(),
+                     "zero_bias_out": _build_layer(layers, group, kind, zero_bias)(x).detach()}
+    return out
 
 
 def dist_rank(group) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from grading.kit.problem import Spawn
+from grading.check import Spawn
 from grading.problems.p5_1_layers import checks
 from grading.problems.p5_1_layers.checks import Inputs
 

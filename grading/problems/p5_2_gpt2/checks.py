@@ -13,11 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from grading.kit.compare import assert_tensor_close, describe, describe_kind
-from grading.engine.expect import CheckFailed, expect
-from grading.engine.rubric import SplitRun
-from grading.kit.problem import SubProblem
-from grading.kit.seams import Swap, apply
+from grading.check import (CheckFailed, SplitRun, SubProblem, Swap, apply, assert_tensor_close, describe, describe_kind,
+                          expect)
 from grading.problems.probe_helpers import GPT2_IMPORTS, call_outcome
 from grading.problems.p5_1_layers.checks import group_members, join_group
 from grading.problems.p5_1_layers.probes import P_GROUP
@@ -202,7 +199,7 @@ def _qkv_hinted(run: SplitRun):
 
 
 @CASE.criterion("5.2.value_errors", "heads or inner size not divisible: ValueError naming the sizes, "
-                "block unchanged", points=1)
+                "block unchanged", points=1, reads=(P_GROUP, P_VALUE_ERRORS))
 def check_value_errors(run: SplitRun) -> None:
     """Heads or MLP inner size that do not split: ValueError naming the sizes, the block left unchanged."""
     members = group_members(run)
@@ -219,7 +216,8 @@ def check_value_errors(run: SplitRun) -> None:
                f"{' ...' if len(changed) > 4 else ''} (check every size first)")
 
 
-@CASE.criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", points=4)
+@CASE.criterion("5.2.forward", "every block split: logits and loss equal the unsplit GPT-2's", points=4,
+                reads=(P_GROUP, P_SPLIT, P_FORWARD, P_GRADS))
 def check_forward(run: SplitRun) -> None:
     """Every rank's logits and loss of the split GPT-2 equal the unsplit model's."""
     _split(run)
@@ -232,7 +230,8 @@ def check_forward(run: SplitRun) -> None:
                    f"{who} loss {got['loss']:.6g}, unsplit model {serial['loss']:.6g}")
 
 
-@CASE.criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", points=4)
+@CASE.criterion("5.2.grads", "the ranks' gradients make up the unsplit GPT-2's", points=4,
+                reads=(P_GROUP, P_SPLIT, P_GRADS))
 def check_grads(run: SplitRun) -> None:
     """The ranks' gradients make up the unsplit model's (see ``assert_split_close``)."""
     _split(run)
@@ -240,7 +239,8 @@ def check_grads(run: SplitRun) -> None:
         assert_split_close("split GPT-2: gradient of", run, P_GRADS, ref.serial_gpt2()["grads"])
 
 
-@CASE.criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", points=2)
+@CASE.criterion("5.2.sgd_steps", "three SGD steps stay equal to the unsplit model's", points=2,
+                reads=(P_GROUP, P_SPLIT, P_SGD, P_SGD_PARAMS, P_GRADS))
 def check_sgd(run: SplitRun) -> None:
     """Losses and parameters over three SGD steps stay equal to the unsplit model's."""
     _split(run)
@@ -254,7 +254,8 @@ def check_sgd(run: SplitRun) -> None:
                            serial["params"], initial=serial["initial"])
 
 
-@CASE.criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", points=2)
+@CASE.criterion("5.2.param_bytes", "each rank holds 1/N of the blocks' matrix parameters", points=2,
+                reads=(P_GROUP, P_SPLIT))
 def check_param_bytes(run: SplitRun) -> None:
     """Each rank would hold 1/N of the blocks' matrix bytes with real parallel layers."""
     _split(run)
@@ -269,7 +270,8 @@ def check_param_bytes(run: SplitRun) -> None:
 
 
 
-@CASE.criterion("5.2.returns_block", "parallelize_block returns the block it split (in place)", points=1)
+@CASE.criterion("5.2.returns_block", "parallelize_block returns the block it split (in place)", points=1,
+                reads=(P_GROUP, P_SPLIT))
 def check_returns_block(run: SplitRun) -> None:
     """``parallelize_block(block, group) is block`` for every block."""
     _split(run)
@@ -281,7 +283,7 @@ def check_returns_block(run: SplitRun) -> None:
 
 
 @CASE.criterion("5.2.attention_sizes", "the attention's num_heads, embed_dim, split_size become the ints H/N, E/N, "
-                "E/N; head_dim unchanged", points=1)
+                "E/N; head_dim unchanged", points=1, reads=(P_GROUP, P_SPLIT))
 def check_attention_sizes(run: SplitRun) -> None:
     """Every split block's attention reports its local sizes."""
     _split(run)
