@@ -123,7 +123,7 @@ def criterion_params(problem: str | None = None) -> list:
 
 @pytest.fixture(scope="session")
 def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
-    """(kit copy with this folder's region bodies spliced in, what the splice found: notes, barred problems, hints)."""
+    """(kit copy with this folder's region bodies spliced in, what the splice found: notes, refused problems, hints)."""
     dest = tmp_path_factory.mktemp("graded") / "kit"
     splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     _NOTES.extend(splice.notes())
@@ -158,7 +158,7 @@ def grade(tmp_path_factory, graded_copy, fork_servers):
         case = cases[criterion_id]
         if case.name not in results:
             results[case.name] = {v.id: replace(v, message=splice.student_lines(v.message))
-                                  for v in run_case(case, code_root, work, barred=splice.barred, hints=splice.hints,
+                                  for v in run_case(case, code_root, work, refused=splice.refused, hints=splice.hints,
                                                     servers=fork_servers)}
         return results[case.name][criterion_id]
     return verdict

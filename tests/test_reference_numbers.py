@@ -46,7 +46,7 @@ def _kit(name: str, tmp: Path) -> Path:
     """The kit with ``name``'s region bodies spliced in (the reference: the kit itself)."""
     if name == "reference":
         return KIT_ROOT
-    from tests.kit.variants import make_variant_kit
+    from grading.kit.variants import make_variant_kit
 
     return make_variant_kit(tmp / name, IMPLEMENTATIONS[name])
 

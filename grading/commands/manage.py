@@ -159,6 +159,28 @@ def _batch_collect(args: argparse.Namespace) -> int:
     return 0 if found.complete else report.EXIT_FAIL
 
 
+def generated_pages() -> dict[Path, str]:
+    """The staff pages written from the kit's own declarations: path -> text."""
+    from grading.commands.settings_page import settings_markdown
+    from grading.commands.variants import clause_map
+    return {KIT_ROOT / "docs" / "clauses.md": clause_map(), KIT_ROOT / "docs" / "settings.md": settings_markdown()}
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    if (refused := _staff_only("docs")) is not None:
+        return refused
+    stale = []
+    for target, text in generated_pages().items():
+        if args.check:
+            fresh = target.is_file() and target.read_text() == text
+            print(f"{target}: {'up to date' if fresh else 'stale: run python -m grading docs'}")
+            stale += [] if fresh else [target]
+        else:
+            target.write_text(text)
+            print(f"wrote {target}")
+    return report.EXIT_FAIL if stale else 0
+
+
 def cmd_mutants(args: argparse.Namespace) -> int:
     if (refused := _staff_only("mutants")) is not None:
         return refused
@@ -174,8 +196,19 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     print(f"report: {Path(args.out) / HTML_NAME}")
     return 0 if result["complete"] else report.EXIT_FAIL
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``release``, ``gradescope``, ``fixtures`` and ``batch`` to the CLI."""
+    """Add ``release``, ``gradescope``, ``fixtures``, ``docs``, ``batch`` and ``mutants`` to the CLI."""
+    _add_release(subparsers)
+    _add_gradescope(subparsers)
+    _add_fixtures(subparsers)
+    _add_docs(subparsers)
+    _add_batch(subparsers)
+    _add_mutants(subparsers)
+
+
+def _add_release(subparsers: argparse._SubParsersAction) -> None:
+    """``release OUT_DIR``: the student starter."""
     rel = subparsers.add_parser("release", help="write the student starter (staff)")
     rel.add_argument("out_dir")
     rel.add_argument("--problems", default="1,2,3", help="the problems this course hands out (default 1,2,3)")
@@ -185,6 +218,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="points the course gives the written analysis (submit_figures/analysis.md), graded by "
                      "the staff; stated in the handout (default 0: ungraded unless the staff say so)")
     rel.set_defaults(func=cmd_release)
+
+
+def _add_gradescope(subparsers: argparse._SubParsersAction) -> None:
+    """``gradescope OUT_DIR``: the Gradescope autograder."""
     bundle = subparsers.add_parser("gradescope", help="write the Gradescope autograder (setup.sh, run_autograder, zip)")
     bundle.add_argument("out_dir")
     bundle.add_argument("--total_timeout", type=int, default=540,
@@ -194,9 +231,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bundle.add_argument("--course-secret", help="derive the hidden inputs from this secret (stored in the bundle "
                         f"only, never in a starter); default: ${SECRET_ENV}")
     bundle.set_defaults(func=cmd_gradescope, keeps_secret=True)
+
+
+def _add_fixtures(subparsers: argparse._SubParsersAction) -> None:
+    """``fixtures``: the public expected values."""
     fixtures = subparsers.add_parser("fixtures", help="write the public expected values from the staff answers (staff)")
     fixtures.add_argument("--check", action="store_true", help="only check that they are up to date")
     fixtures.set_defaults(func=cmd_fixtures)
+
+
+def _add_docs(subparsers: argparse._SubParsersAction) -> None:
+    """``docs``: the generated staff pages (docs/clauses.md, docs/settings.md)."""
+    docs = subparsers.add_parser("docs", help="write docs/clauses.md (the contract clause map, from every "
+                                 "sub-problem's variants) and docs/settings.md (from common/settings.py) (staff)")
+    docs.add_argument("--check", action="store_true", help="only check that they are up to date")
+    docs.set_defaults(func=cmd_docs)
+
+
+def _add_batch(subparsers: argparse._SubParsersAction) -> None:
+    """``batch SUBMISSIONS_DIR``: grade a class here, or as a Slurm array (``_add_slurm_options``)."""
     batch = subparsers.add_parser("batch", help="grade every submission (folder or zip) in a folder into a CSV "
                                   "(here, or as a Slurm array job)")
     batch.add_argument("submissions_dir", nargs="?", help="folder of submissions (not needed with --collect)")
@@ -209,6 +262,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     batch.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     add_course_options(batch)
     batch.add_argument("--similarity", metavar="DIR", help="also write the similarity report (pairs.csv, index.html)")
+    _add_slurm_options(batch)
+    batch.set_defaults(func=cmd_batch)
+
+
+def _add_slurm_options(batch: argparse.ArgumentParser) -> None:
+    """``batch``'s options for a Slurm array job (``slurm.write_array``), its tasks and their collection."""
     slurm = batch.add_argument_group("Slurm array job (one task per submission)")
     slurm.add_argument("--slurm", metavar="OUT_DIR", help="write OUT_DIR/grade.sbatch and the task list instead of "
                        "grading here; prints the sbatch command")
@@ -225,7 +284,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "the missing and failed ones, write OUT_DIR/resubmit.sh for them")
     slurm.add_argument("--run-task", nargs=2, metavar=("OUT_DIR", "ID"), help="grade one task of OUT_DIR "
                        "(what grade.sbatch runs)")
-    batch.set_defaults(func=cmd_batch)
+
+
+def _add_mutants(subparsers: argparse._SubParsersAction) -> None:
+    """``mutants --out DIR``: grade the reference's in-region mutants."""
     mutants = subparsers.add_parser("mutants", help="grade the reference's in-region mutants: how strong each "
                                     "sub-problem's checks are (staff; needs requirements-staff.txt)")
     mutants.add_argument("--out", required=True, help="folder for the report (mutants.html, mutants.json), the "

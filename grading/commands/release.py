@@ -29,6 +29,8 @@ RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grad
                    "docs", "scripts/bench_grading.py", "scripts/measure_footprint.py",   # staff guides and tools
                    "requirements-staff.txt", "grading/commands/mutants.py", "grading/commands/mutants_report.py",
                    "grading/commands/templates/mutants.html", "grading/kit/mutations.py",
+                   "grading/commands/variants.py", "grading/problems/*/variants.py",   # buggy variants
+                   "grading/commands/settings_page.py",
                    "grading/problems/*/equivalent_mutants.json")     # mutation analysis
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).
 STUDENT_TESTS = ("tests/__init__.py", "tests/conftest.py", "tests/test_problems.py")
@@ -153,17 +155,32 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
     """
     problems = parse_problems(",".join(problems))
     kit_root, out_dir = Path(kit_root).resolve(), Path(out_dir).resolve()
+    _check_target(kit_root, out_dir)
+    preface_text = read_preface(preface) if preface is not None else ""
+    analysis_points = check_analysis_points(analysis_points)
+    student_files(kit_root)                   # validates every marker first
+    record: dict = {"problems": list(problems), "student_files": {}, "provided_files": {}}
+    staged = _stage_kit_files(kit_root, problems, record["student_files"])
+    staged |= _generated_files(kit_root, problems, preface_text, analysis_points)
+    _write_staged(kit_root, out_dir, staged, record)
+    return record
+
+
+def _check_target(kit_root: Path, out_dir: Path) -> None:
+    """ValueError for a release target inside the kit, FileExistsError for one that is not empty."""
     if out_dir == kit_root or kit_root in out_dir.parents:
         raise ValueError(f"release target {out_dir} must be outside the kit {kit_root}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"release target {out_dir} is not empty")
-    preface_text = read_preface(preface) if preface is not None else ""
-    analysis_points = check_analysis_points(analysis_points)
-    student_files(kit_root)                   # validates every marker first
+
+
+def _stage_kit_files(kit_root: Path, problems: tuple[str, ...], student_record: dict) -> dict[str, bytes]:
+    """``{rel: bytes}`` of every kit file ``released`` keeps: each student file with its region bodies stubbed
+    (its regions go into ``student_record``), the others as they are; the student packages also under
+    ``PRISTINE_DIR``."""
     students = set(student_files(kit_root, problems))
     files = [p for p in sorted(kit_root.rglob("*")) if p.is_file()
              and released(p.relative_to(kit_root).as_posix(), problems)]
-    record: dict = {"problems": list(problems), "student_files": {}, "provided_files": {}}
     staged: dict[str, bytes] = {}
     for file in files:
         rel = file.relative_to(kit_root).as_posix()
@@ -174,17 +191,30 @@ def release(kit_root: Path, out_dir: Path, problems: tuple[str, ...] = DEFAULT_P
             regions = parse_regions(text, rel)
             starter = replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(regions)})
             staged[rel] = staged[f"{PRISTINE_DIR}/{rel}"] = starter.encode()
-            record["student_files"][rel] = {"regions": [r.id for r in regions]}
+            student_record[rel] = {"regions": [r.id for r in regions]}
         else:
             staged[rel] = file.read_bytes()
             if rel.split("/")[0] in STUDENT_PACKAGES:
                 staged[f"{PRISTINE_DIR}/{rel}"] = staged[rel]
-    staged["README.md"] = student_readme(kit_root, problems, preface_text, analysis_points).encode()
-    staged[f"{FIGURES_DIR}/{ANALYSIS_NAME}"] = analysis.template(problems, analysis_points).encode()
+    return staged
+
+
+def _generated_files(kit_root: Path, problems: tuple[str, ...], preface_text: str,
+                     analysis_points: float) -> dict[str, bytes]:
+    """``{rel: bytes}`` of what the release writes fresh: the handout README, the analysis template, each chosen
+    folder's ``expected.json`` and the course record."""
+    generated = {"README.md": student_readme(kit_root, problems, preface_text, analysis_points).encode(),
+                 f"{FIGURES_DIR}/{ANALYSIS_NAME}": analysis.template(problems, analysis_points).encode()}
     for rel, text in expected.rendered(problems).items():
-        staged[rel] = text.encode()
+        generated[rel] = text.encode()
     hidden = {sub: row.tally.hidden for sub, row in sub_points(problems).items()}
-    staged[COURSE_RECORD] = record_text(problems, hidden, analysis_points).encode()
+    generated[COURSE_RECORD] = record_text(problems, hidden, analysis_points).encode()
+    return generated
+
+
+def _write_staged(kit_root: Path, out_dir: Path, staged: dict[str, bytes], record: dict) -> None:
+    """Write ``staged`` into ``out_dir`` (with the kit file's mode where there is one), the SHA-256 of every
+    provided file into ``record`` and ``record`` into ``PROTECTED_RECORD``."""
     for rel, data in staged.items():
         if rel not in record["student_files"] and not rel.startswith(PRISTINE_DIR + "/"):
             record["provided_files"][rel] = hashlib.sha256(data).hexdigest()

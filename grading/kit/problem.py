@@ -1,10 +1,14 @@
 """A sub-problem of the assignment, as its folder ``grading/problems/pX_Y_name/`` declares it (``SubProblem``).
 
-    __init__.py     ID ("2.2") and TITLE: all the kit needs to list the sub-problem
-    checks.py       PROBLEM = SubProblem(...), the probe(s) and the criteria (one style for all)
+    __init__.py     ID ("2.2"), TITLE and PLAN (its step of the handout's suggested order): plain data
+    checks.py       PROBLEM = SubProblem(...), the probe(s) and the criteria (one style for all; the grader is
+                    imported from ``grading.check`` only)
     reference.py    the serial computation the criteria compare with (never a student function's answer)
     expected.json   the expected values of the public inputs, as data (written by ``grading fixtures``)
+    faq.md          the handout's FAQ entry for each likely cause its checks print (where they print one)
     staff.py        staff only, never released: the answers, the hidden inputs, which criteria run hidden
+    variants.py     staff only, never released: buggy variants, the criteria each loses and the contract
+                    clauses each breaks (``grading.kit.variants``; ``docs/clauses.md`` is written from them)
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from grading.engine.rubric import HIDDEN, PUBLIC, Case, twin
+from grading.engine.rubric import HIDDEN, PUBLIC, Case, recorded_name
 from grading.kit.secret import course_secret, secret_rng
 from grading.kit.typed import from_data, to_data
 
@@ -58,7 +62,7 @@ class SubProblem:
 
     That is the one mechanism for hidden criteria: the same judge, run on the HIDDEN split, as ``<id>_hidden``
     worth the given points. Neither a probe nor a criterion handles splits: a probe records inside
-    ``each_split`` and ``without_inputs``, and a criterion judges a ``SplitRun`` (``grading.engine.rubric``)
+    ``each_split`` and ``on_public_spawn``, and a criterion judges a ``SplitRun`` (``grading.engine.rubric``)
     whose ``run.part(name)``, ``run.inputs`` and ``run.expected`` are its split's. So a criterion is followed
     from its region to its expected value in two steps: the probe in ``checks.py`` calls the region's function
     on ``inputs``; the criterion compares ``run.part(...)`` with ``run.expected`` (``expected.json`` publicly,
@@ -150,16 +154,16 @@ class SubProblem:
     def each_split(self, ctx, record: Callable[[Any], None]) -> None:
         """In a rank: call ``record(inputs)`` once per split this spawn runs (public, and hidden on the staff
         side), with that split's typed inputs; the parts it records are the case's ``split_parts``, each
-        written under its split's name (``twin``). Any other name raises ValueError (a grader bug)."""
+        written under its split's name (``recorded_name``). Any other name raises ValueError (a grader bug)."""
         allowed = ctx.args.get("split_parts")      # absent only in a hand-made public run (names unchanged)
         for split in ctx.args.get("splits", [PUBLIC]):
             data = ctx.args.get("inputs", {}).get(split)
             inputs = self.inputs if data is None else from_data(type(self.inputs), data)
-            with ctx.recording_as(functools.partial(twin, split=split),
+            with ctx.recording_as(functools.partial(recorded_name, split=split),
                                   None if allowed is None else frozenset(allowed)):
                 record(inputs)
 
-    def without_inputs(self, ctx, record: Callable[[], None]) -> None:
+    def on_public_spawn(self, ctx, record: Callable[[], None]) -> None:
         """In a rank: call ``record()`` (the parts that do not depend on the inputs) unless this spawn runs the
         hidden split alone (``HIDDEN_SPAWN``), where no criterion reads them."""
         if PUBLIC in ctx.args.get("splits", [PUBLIC]):

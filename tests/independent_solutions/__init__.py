@@ -1,6 +1,6 @@
 """Correct solutions of Problems 1-3 other than the reference, as region bodies to splice into a copy of the kit.
 
-``IMPLEMENTATIONS`` maps a name to its edits, ``(path, function, body)`` as ``tests.kit.variants`` takes them:
+``IMPLEMENTATIONS`` maps a name to its edits, ``(path, function, body)`` as ``grading.commands.variants`` takes them:
 - ``docstring_only``: written from the docstrings alone, without reading the reference's regions;
 - ``rng_order``: the reference with the choices the docstrings leave open made otherwise (LoRA adapters drawn
   in another order, gradients all-reduced in another order, stages built in another order).

@@ -1,7 +1,7 @@
 """A correct solution of Problems 1-3 written from the docstrings alone, without reading the reference's regions.
 
 Each entry of ``EDITS`` is ``(path, function, body)``: the region that ``function`` names in ``path``
-(``tests.kit.variants.find_region``: ``"name"`` or ``"name#k"``) gets ``body``. It exists to check that the
+(``grading.commands.variants.find_region``: ``"name"`` or ``"name#k"``) gets ``body``. It exists to check that the
 numbers the handout states are met by correct code other than the reference (``tests/test_reference_numbers.py``).
 """
 from __future__ import annotations

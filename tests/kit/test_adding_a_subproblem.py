@@ -2,22 +2,23 @@
 
 The test reads every file block of ``docs/adding-a-subproblem.md`` (``File `PATH`:`` followed by a fenced
 block: the whole file; ``(append)``: added at its end; ``(table row)``: a row of the README's problem table,
-in id order), writes them into a temporary copy of the kit and checks what the guide promises: the expected
-values are written by ``grading fixtures``, the reference scores full marks (the hidden criterion included), a
-released starter scores zero and holds neither the staff part nor anything shaped like the answer, and the
-guide's variants lose exactly their criteria. The copy also gets a second toy of another shape in an
-*existing* problem (``SECOND``: the next free id of Problem 1, two ranks, in ``data_parallel/comm.py`` beside
-Problem 1.2's regions), written with the same kinds of block (and ``(into NAME)``: added at the end of the
-literal list or dict ``NAME``) into the files the guide names only, and a new optional problem *number*
+in problem order; ``(into NAME)``: added at the end of the literal list or dict ``NAME``), writes them into a
+temporary copy of the kit and checks what the guide promises: the expected values are written by ``grading
+fixtures``, the reference scores full marks (the hidden criterion included), a released starter scores zero
+and holds neither the staff part nor anything shaped like the answer, and the guide's variants lose exactly
+their criteria. The copy also gets a second toy of another shape in an *existing* problem (``SECOND``: the
+next free id of Problem 1, two ranks, in ``data_parallel/comm.py`` beside Problem 1.2's regions), written
+with the same kinds of block into its student file and its folder only, and a new optional problem *number*
 (``NEW``: the next free number, e.g. Problem 6, with one sub-problem in a new student file, its handout
-section, suggested order and time, written-analysis questions and optional files), so the guide's list of
-files is all a sub-problem or a problem needs: with all three present, the kit's tests that enumerate problems
-(variants, clause map, the handout's sections, points, plurals, markers, plan and analysis, the starter's
-data, the Gradescope bundle, exception locations, hidden inputs, partial submissions, README) pass in the
-copy, so a fact a test holds by hand fails here first. The tests that grade a whole problem (the starter's
-``grade --problem 1`` in test_handout.py, the bundle's run on Problem 1 in test_gradescope.py) derive their
-markers and totals from the same rubric and run in the kit only: too slow to repeat here. The reserved ids
-(``grading.kit.course.is_example``) are refused as a course's choice.
+section, README row, written-analysis questions and optional files), so the guide's list of files is all a
+sub-problem or a problem needs: with all three present and the clause map written, the kit's tests that
+enumerate problems (the variant groups holding the toys' variants and the variants' checks over every folder,
+the clause map, the handout's sections, points, plurals, markers, plan, FAQ and analysis, the starter's data,
+the Gradescope bundle, exception locations, hidden inputs, partial submissions, README) pass in the copy, so a
+fact a test holds by hand fails here first. The tests that grade a whole problem (the starter's ``grade
+--problem 1`` in test_handout.py, the bundle's run on Problem 1 in test_gradescope.py, the kit's other variant
+groups) derive their markers and totals from the same rubric and run in the kit only: too slow to repeat here.
+The reserved ids (``grading.kit.course.is_example``) are refused as a course's choice.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ GUIDE = KIT_ROOT / "docs" / "adding-a-subproblem.md"
 TOY = "90.1"
 TOY_FOLDER = "grading/problems/p90_1_chunks"
 TOY_FILE, TOY_FUNCTION = "data_parallel/dataset.py", "chunk_sizes"
-README_ROW = re.compile(r"^\| (\d+)\.(\d+) \|")
+README_ROW = re.compile(r"^\| (\d+) \|")          # a row of the README's problem table: one per problem
 
 SECOND_TOY = f"1.{max(int(sub.split('.')[1]) for sub in titles() if sub.split('.')[0] == '1') + 1}"   # 1.3
 SECOND_FOLDER = f"grading/problems/{marker(SECOND_TOY)}_allsum"
@@ -61,14 +62,16 @@ NEW_FOLDER = f"grading/problems/{marker(NEW_SUB)}_commcost"
 NEW = ((Path(__file__).parent / "new_problem.md").read_text().replace("@PKG@", marker(NEW_SUB))
        .replace("@ID@", NEW_SUB).replace("@N@", NEW_PROBLEM))
 # The kit's tests that enumerate problems, run in the toy copy in one pytest process (cheap ones: five releases,
-# one Gradescope bundle, one `list`, the toys' grades).
+# one Gradescope bundle, one `list`, the toys' grades). Of tests/kit/test_variants.py only what ``VARIANTS_K``
+# selects: the variant groups that hold a toy's variant and the tests that grade nothing.
 _HANDOUT = "tests/kit/test_handout.py::test_"
+VARIANTS_TEST = "tests/kit/test_variants.py"
+GRADING_TESTS = ("test_variant_loses_only_its_criteria", "test_starter_loses_every_criterion_as_not_implemented")
 ENUMERATING = [
-    "tests/kit/test_variants_p90.py", "tests/kit/test_variants_p1.py::test_variant_loses_only_its_criteria"
-    "[own_value_only]", f"tests/kit/test_variants_p{NEW_PROBLEM}.py", "tests/kit/test_clauses.py",
+    VARIANTS_TEST,
     "tests/kit/test_docs.py::test_readme_is_the_map_of_at_most_200_lines",
     "tests/kit/test_docs.py::test_readme_tables_list_the_default_problems",
-    "tests/kit/test_docs.py::test_readme_states_the_default_assignments_points",
+    "tests/kit/test_docs.py::test_readme_problem_rows_name_the_files_of_their_regions",
     "tests/kit/test_docs.py::test_pytest_commands_name_real_markers_and_files",
     f"{_HANDOUT}a_section_per_chosen_problem_with_the_rubric_points",       # [everything] and [default]
     f"{_HANDOUT}default_release_mentions_no_optional_problem",
@@ -111,18 +114,34 @@ def guide_files(text: str | None = None) -> list[tuple[str, str, str]]:
     return [(m.group("path"), m.group("kind") or "", m.group("code")) for m in blocks]
 
 
+def toy_variants() -> list[str]:
+    """The names of the toys' buggy variants, as their ``variants.py`` blocks declare them."""
+    names = []
+    for path, _, code in guide_files() + guide_files(SECOND) + guide_files(NEW):
+        if path.endswith("/variants.py"):
+            names += [node.args[0].value for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Call)
+                      and ast.unparse(node.func) == "Variant"]
+    return names
+
+
+def variants_k() -> str:
+    """The ``-k`` of the nested run: every test of ``ENUMERATING`` but, of ``VARIANTS_TEST``, only the variant
+    groups that hold a toy's variant (a group's id joins its variants' names) and the tests that grade nothing."""
+    return f"not ({' or '.join(GRADING_TESTS)}) or " + " or ".join(toy_variants())
+
+
 def _add_row(text: str, row: str) -> str:
     """``text`` with the table ``row`` (one or more lines) inserted: a problem table row among the problem table's
-    rows, in id order; any other row after the last row of the text's last table."""
+    rows, in problem order; any other row after the last row of the text's last table."""
     lines = text.splitlines(keepends=True)
     row = row if row.endswith("\n") else row + "\n"
     if not README_ROW.match(row):
         last = max(k for k, line in enumerate(lines) if line.startswith("|"))
         return "".join(lines[:last + 1] + [row] + lines[last + 1:])
-    key = [int(n) for n in README_ROW.match(row).groups()]
+    key = int(README_ROW.match(row)[1])
     rows = [k for k, line in enumerate(lines) if README_ROW.match(line)]
     assert rows, "README.md has no problem table"
-    after = [k for k in rows if [int(n) for n in README_ROW.match(lines[k]).groups()] < key]
+    after = [k for k in rows if int(README_ROW.match(lines[k])[1]) < key]
     lines.insert((after[-1] if after else rows[0] - 1) + 1, row)
     return "".join(lines)
 
@@ -204,13 +223,15 @@ def toy_kit(tmp_path_factory) -> Path:
     assert written == {(kit / folder / "expected.json").resolve() for folder in (TOY_FOLDER, SECOND_FOLDER,
                                                                                   NEW_FOLDER)}, \
         done.stdout                                    # the kit's own expected values were already up to date
+    done = _run(kit, "docs")                           # step 6: the clause map, with the toys' clauses
+    assert done.returncode == 0 and "wrote " in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     return kit
 
 
 def test_the_guide_has_a_block_for_every_file_it_names():
     paths = [path for path, _, _ in guide_files()]
     assert paths == [TOY_FILE, f"{TOY_FOLDER}/__init__.py", f"{TOY_FOLDER}/checks.py", f"{TOY_FOLDER}/staff.py",
-                     "README.md", "tests/kit/test_variants_p90.py", "tests/kit/CLAUSES.md"]
+                     f"{TOY_FOLDER}/variants.py"]
     table = GUIDE.read_text().split("## Every file a new sub-problem touches")[1].split("\n## ")[0]
     for path, _, _ in guide_files() + guide_files(SECOND) + guide_files(NEW):    # every file a toy writes, in
         if path.split("/")[0] in STUDENT_PACKAGES:                                  # general form
@@ -255,6 +276,35 @@ def test_the_guides_criteria_judge_one_split_run():
             assert [(a.arg, ast.unparse(a.annotation)) for a in node.args.args] == [("run", "SplitRun")], node.name
         for old in ("split_part", "rank_inputs", "rank_expected", "splits", "inputs_for", "expected_for"):
             assert not re.search(rf"\b{old}\b", code), f"a toy's checks.py uses {old}: leave splits to the framework"
+
+
+def test_a_judge_reading_a_part_its_criterion_does_not_name_is_a_grader_error(tmp_path):
+    """``reads=`` stays true: a judge that reads a part its criterion does not declare fails as a bug in the checks
+    (a grader error naming the criterion and the part), never as the student's; a declared read goes on to the
+    run's own verdict. ``reads`` is required, and a bare string is refused."""
+    from grading.engine.case_run import LaunchResult
+    from grading.engine.rubric import Case
+    from grading.engine.runner import Status, judge_case
+
+    case = Case("toy_reads", probe=lambda ctx: None)
+
+    @case.criterion("90.1.declared", "reads the part it declares", points=1, reads=("sizes",))
+    def check_declared(run) -> None:
+        run.part("sizes")
+
+    @case.criterion("90.1.undeclared", "reads a part it does not declare", points=1, reads=("sizes",))
+    def check_undeclared(run) -> None:
+        run.parts("errors")
+
+    declared, undeclared = judge_case(case, LaunchResult(tmp_path, 1))     # a run that recorded nothing
+    assert declared.status == Status.FAILED and "no result for 'sizes'" in declared.message, declared.message
+    assert undeclared.status == Status.GRADER_ERROR and undeclared.score == 0, undeclared.message
+    assert ("ValueError: criterion 90.1.undeclared read the part 'errors', which its reads= does not name ('sizes')"
+            in undeclared.message), undeclared.message
+    with pytest.raises(TypeError, match="reads"):
+        case.criterion("90.1.unstated", "states no reads", points=1)
+    with pytest.raises(ValueError, match="reads= must be a tuple of part names"):
+        case.criterion("90.1.string", "reads a bare string", points=1, reads="sizes")
 
 
 def test_fixtures_write_the_expected_values(toy_kit):
@@ -310,22 +360,34 @@ def test_a_starter_with_the_new_problem_states_its_one_point_and_one_hour_in_the
     assert not wrong, f"the handout says {wrong}"
 
 
-def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_kit):
-    """The variants (each toy's variant graded as ``variant.problem``: the second toy's although its file holds
-    1.2's regions), the clause map, the handout's sections, points, totals, plurals, markers, plan and written
-    analysis (the new optional problem's among them), the starters' data and files and the Gradescope bundle's
-    (the new problem's left out unless chosen), the exception locations (the toys' own regions), the hidden
-    inputs and their kind, the README table, points and markers, and what the partial-submission test fills
-    (every region of Problem 1, the new one too), all in the copy holding both toys and the new problem."""
+def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_kit, fork_servers):
+    """The variants (each toy's variants graded in their groups, the second toy's with Problem 1's although its
+    file holds 1.2's regions, and the checks over every folder's variants), the clause map, the handout's
+    sections, points, totals, plurals, markers, plan, FAQ and written analysis (the new optional problem's among
+    them), the starters' data and files and the Gradescope bundle's (the new problem's left out unless chosen),
+    the exception locations (the toys' own regions), the hidden inputs and their kind, the README table, points
+    and markers, and what the partial-submission test fills (every region of Problem 1, the new one too), all in
+    the copy holding both toys and the new problem."""
     env = _clean_env()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENUMERATING],
-                          cwd=toy_kit, env=env, capture_output=True, text=True, timeout=1200,
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-k", variants_k(),
+                           *ENUMERATING], cwd=toy_kit, env=env, capture_output=True, text=True, timeout=1200,
                           stdin=subprocess.DEVNULL)
     tail = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
-    passed = re.search(r"(\d+) passed", done.stdout)
-    assert passed and int(passed.group(1)) >= len(ENUMERATING), tail     # a file or parametrised id: several
-    assert not re.search(r"\d+ (?:skipped|xfailed|deselected)", done.stdout), tail
+    assert not re.search(r"\d+ (?:skipped|xfailed)", done.stdout), tail
+    passed = re.findall(r"^PASSED (\S+)", done.stdout, flags=re.MULTILINE)
+    for node in (n for n in ENUMERATING if n != VARIANTS_TEST):       # each passed (a parametrised id: each case)
+        assert [p for p in passed if p == node or p.startswith(node + "[")], f"{node} did not pass:\n{tail}"
+    group_test = f"{VARIANTS_TEST}::{GRADING_TESTS[0]}["
+    groups = [p[len(group_test):-1].split("+") for p in passed if p.startswith(group_test)]
+    assert sorted(n for g in groups for n in g if n in toy_variants()) == sorted(toy_variants()), (groups, tail)
+    assert all(set(g) & set(toy_variants()) for g in groups), f"a group without a toy's variant ran: {groups}"
+    tree = ast.parse((KIT_ROOT / VARIANTS_TEST).read_text())
+    grading_nothing = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+                       and n.name not in GRADING_TESTS]
+    for name in grading_nothing:
+        assert f"{VARIANTS_TEST}::{name}" in passed, f"{VARIANTS_TEST}::{name} did not pass:\n{tail}"
+    assert not [p for p in passed if GRADING_TESTS[1] in p], "the nested run graded a starter"
     partial = subprocess.run([sys.executable, "-c", PARTIAL], cwd=toy_kit, env=env, capture_output=True, text=True,
                              timeout=300, stdin=subprocess.DEVNULL)
     assert partial.returncode == 0 and "partial ok" in partial.stdout, partial.stdout + partial.stderr[-2000:]

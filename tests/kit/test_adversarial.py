@@ -1,7 +1,7 @@
 """Adversarial submissions: the grader cuts each off, blames only the affected criteria, and cleans up.
 
 Each submission is a copy of the kit with region bodies replaced (the way
-``tests/kit/variants.py`` builds buggy variants). For every one: the run ends
+``grading/kit/variants.py`` builds buggy variants). For every one: the run ends
 within its (short) limits, only the criteria whose results the misbehaviour
 touched lose points, the reason names what happened, and no process that the
 grading started survives it (checked through a marker variable that every
@@ -29,7 +29,8 @@ from grading.engine.forkserver import descendants
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.submission import build_grading_copy
 from tests.kit.launcher_probes import alive_since
-from tests.kit.variants import KIT_ROOT, make_variant_kit
+from grading import KIT_ROOT
+from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
 
@@ -287,7 +288,7 @@ for param in model.parameters():        # wrong: summed, never divided
     report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
     assert any("average_gradients" in note and "torch.allclose =" in note for note in report.suspicious)
     assert any(note.startswith("flagged for staff review") for note in report.notes())
-    assert "reaches into the grader ('grading')" in report.barred["1.2"]     # and the course scores 1.2 zero
+    assert "reaches into the grader ('grading')" in report.refused["1.2"]     # and the course scores 1.2 zero
 
 
 # ------------------------------------------------------------------------------------------ (g) fake results

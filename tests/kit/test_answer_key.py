@@ -28,7 +28,8 @@ from grading.kit.submission import build_grading_copy, grader_access
 from grading.staff import expected as expected_files
 from grading.problems import all_cases, folders, sub_problem
 from tests.kit.shapes import MIN_NODES, node_count, shape
-from tests.kit.variants import KIT_ROOT, make_variant_kit
+from grading import KIT_ROOT
+from grading.kit.variants import make_variant_kit
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
@@ -99,9 +100,9 @@ def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_p
             "return staff.partition_indices(size, world_size, seed)")
     kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
     splice = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
-    assert set(splice.barred) == {"1.1"}
-    assert "data_parallel/dataset.py:" in splice.barred["1.1"] and "reaches into the grader" in splice.barred["1.1"]
-    verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", barred=splice.barred,
+    assert set(splice.refused) == {"1.1"}
+    assert "data_parallel/dataset.py:" in splice.refused["1.1"] and "reaches into the grader" in splice.refused["1.1"]
+    verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", refused=splice.refused,
                          servers=fork_servers)
     assert verdicts and all(v.score == 0 and "reaches into the grader" in v.message for v in verdicts)
 

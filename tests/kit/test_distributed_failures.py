@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from grading.commands.report import summary
-from tests.kit.variants import Variant, edited, grade_variant
+from grading.kit.variants import Variant, edited
+from grading.commands.variants import grade_variant
 
 COMM, DDP, ZERO1, LAYERS, CHECKPOINT = ("data_parallel/comm.py", "data_parallel/ddp.py", "data_parallel/zero1.py",
                                         "tensor_parallel/layers.py", "data_parallel/checkpoint.py")

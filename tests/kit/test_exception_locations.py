@@ -22,7 +22,7 @@ from common.regions import parse_regions, student_files
 from grading.kit.splice import replace_bodies
 from grading.kit.submission import build_grading_copy
 from grading.problems import all_cases, folders
-from tests.kit.variants import make_variant_kit
+from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
 
@@ -77,7 +77,7 @@ def _graded(problem: str, cache: dict, tmp_path_factory, servers) -> tuple[Path,
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(PROBLEMS_ENV, problem)                     # splice an optional problem's regions too
             splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
-            for verdict in run_cases(all_cases((problem,)), work / "graded", work / "runs", barred=splice.barred,
+            for verdict in run_cases(all_cases((problem,)), work / "graded", work / "runs", refused=splice.refused,
                                      hints=splice.hints, servers=servers):
                 by_sub.setdefault(verdict.problem, []).append(verdict)
         cache[problem] = (work / "graded", by_sub)

@@ -19,7 +19,8 @@ from grading.kit.course import DEFAULT_PROBLEMS
 from common.regions import student_files
 from grading.commands.release import release
 from tests.commands import run_kit_command
-from tests.kit.variants import KIT_ROOT, with_body
+from grading import KIT_ROOT
+from grading.kit.variants import with_body
 
 pytestmark = pytest.mark.kit
 
@@ -130,9 +131,8 @@ def test_zip_slip_is_rejected(tmp_path):
 
 def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path, fork_servers):
     from grading.commands import report
-    from tests.kit.test_variants_p1 import VARIANTS
-    from tests.kit.variants import grade_variant
-    variant = next(v for v in VARIANTS if v.name == "sum_without_dividing")
+    from grading.commands.variants import declared, grade_variant
+    variant = next(v for v in declared("1.2") if v.name == "sum_without_dividing")
     table = report.table(list(grade_variant(variant, "1.2", tmp_path, fork_servers).values()))
     assert "likely cause: a sum without the division by the world size (every gradient is 2 x the expected one)" \
         in " ".join(line.strip() for line in table.splitlines()), table

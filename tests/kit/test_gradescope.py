@@ -14,7 +14,8 @@ from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from common.regions import parse_regions, student_files
 from grading.problems import all_cases
-from tests.kit.variants import KIT_ROOT, make_variant_kit
+from grading import KIT_ROOT
+from grading.kit.variants import make_variant_kit
 from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit

@@ -206,7 +206,8 @@ def test_faq_holds_every_exception_hint_and_a_section_per_folder_with_likely_cau
         folder = Path(package.__file__).parent
         if any("likely cause:" in (folder / name).read_text() for name in ("checks.py", "hints.py")
                if (folder / name).is_file()):
-            assert sub in written, f"{folder.name} prints likely causes: give it a '## {sub}' section in faq.md"
+            assert sub in written and written[sub], f"{folder.name} prints likely causes: give it their entries " \
+                                                    f"in {folder.name}/{faq.FOLDER_FAQ}"
 
 
 def test_gpipe_figure_follows_the_schedule_contract():
@@ -243,7 +244,7 @@ def test_the_starters_list_states_each_problems_points_as_its_handout_does(defau
         assert f"**Points:** {tally}." in sections[problem]
 
 
-def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_starter, default):
+def test_the_starters_grade_ends_with_the_total_the_handout_quotes(default_starter, default, fork_servers):
     """The starter's own ``grade``, and pytest's summary, state the hidden points it cannot run, from the course
     record."""
     quoted = re.search(r"`python -m grading grade --problem 1` ends with\n  `(TOTAL [^`]+)`", default)
@@ -351,19 +352,25 @@ def test_every_section_says_what_to_observe_and_the_suggested_order_and_time(whi
 
 
 def test_a_problems_plan_is_its_sub_problems_steps_in_id_order(monkeypatch):
-    """A sub-problem added to Problem 1 joins its order and time by its step alone; one without a step is
-    refused, naming the file a TA writes it in."""
+    """A sub-problem added to Problem 1 joins its order and time by its step (``PLAN`` in its folder) alone; one
+    without a step is refused, and a malformed step too, each naming the folder's file a TA writes it in."""
     subs = [sub for sub in plan.titles() if sub.split(".")[0] == "1"]
     extra = f"1.{max(int(s.split('.')[1]) for s in subs) + 1}"
+    steps = plan.steps()
     monkeypatch.setattr(plan, "titles", lambda: {**{s: "" for s in subs}, extra: "toy"})
-    with pytest.raises(ValueError, match=rf"no suggested order and time for {re.escape(extra)}: add a Step to "
-                                         rf"STEPS in {re.escape(plan.PLAN_FILE)}"):
+    with pytest.raises(ValueError, match=rf"no suggested order and time for {re.escape(extra)}: set PLAN = "
+                                         rf"\(\"what to write, in order\", \(low, high\)\) in "
+                                         rf"grading/problems/p1_{extra.split('.')[1]}_<name>/__init__.py$"):
         plan.line("1")
-    monkeypatch.setitem(plan.STEPS, extra, plan.Step("`toy`", (1, 2)))
+    monkeypatch.setattr(plan, "steps", lambda: {**steps, extra: plan.Step("`toy`", (1, 2))})
     added = plan.plan("1")
     assert added.order.endswith(f", then {extra} (`toy`)")
-    assert added.order.startswith(" ".join(f"{s} ({plan.STEPS[s].what})," for s in subs))
-    assert added.hours == (sum(plan.STEPS[s].hours[0] for s in subs) + 1, sum(plan.STEPS[s].hours[1] for s in subs) + 2)
+    assert added.order.startswith(" ".join(f"{s} ({steps[s].what})," for s in subs))
+    assert added.hours == (sum(steps[s].hours[0] for s in subs) + 1, sum(steps[s].hours[1] for s in subs) + 2)
+    monkeypatch.undo()
+    monkeypatch.setattr(folders()[subs[0]], "PLAN", ("`toy`", (2, 1)))
+    with pytest.raises(ValueError, match=rf"^{re.escape(plan.init_file(subs[0]))}: PLAN must be"):
+        plan.line("1")
 
 
 def test_hours_agree_with_their_number_and_a_range_of_equal_ends_is_one_number(monkeypatch):
@@ -371,7 +378,7 @@ def test_hours_agree_with_their_number_and_a_range_of_equal_ends_is_one_number(m
     assert [plan.hours(*h) for h in ((1, 1), (2, 2), (1, 2), (0, 1))] == ["1 hour", "2 hours", "1-2 hours", "0-1 hours"]
     new = str(max(int(p) for p in ALL) + 1)
     monkeypatch.setattr(plan, "titles", lambda: {f"{new}.1": "toy"})
-    monkeypatch.setitem(plan.STEPS, f"{new}.1", plan.Step("`toy`", (1, 1)))
+    monkeypatch.setattr(plan, "steps", lambda: {f"{new}.1": plan.Step("`toy`", (1, 1))})
     assert plan.line(new) == f"**Suggested order and time.** {new}.1 (`toy`); about 1 hour."
     low, high = plan.WRITE_UP.hours
     assert plan.table((new,)).splitlines()[2:] == [

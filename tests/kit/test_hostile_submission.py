@@ -273,9 +273,9 @@ def test_torch_caches_go_to_the_ranks_own_folder(tmp_path, monkeypatch, fork_ser
     environment holds."""
     from grading.engine.runner import run_cases
     from grading.problems import sub_problem
-    from tests.kit.test_variants_p5 import VARIANTS
-    from tests.kit.variants import assert_verdicts, make_variant_kit
-    variant = next(v for v in VARIANTS if v.name == "column_weight_view")
+    from grading.kit.variants import assert_verdicts, make_variant_kit
+    from grading.commands.variants import declared
+    variant = next(v for v in declared("5.1") if v.name == "column_weight_view")
     kit = make_variant_kit(tmp_path / "kit", variant.edits)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "grader_cache"))
     verdicts = run_cases(sub_problem("5.1").graded_cases()[:1], kit, tmp_path / "run", servers=fork_servers)

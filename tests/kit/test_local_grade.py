@@ -21,7 +21,7 @@ from grading.commands.release import release
 from grading.kit.course import PROBLEMS_ENV
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
@@ -112,7 +112,7 @@ def test_local_and_course_grades_agree_on_every_public_criterion(edited_starter,
         assert "file not in the kit (ignored; only region bodies are graded): data_parallel/helpers.py" in text
 
 
-def test_the_reference_regions_score_full_public_marks_in_a_starter(tmp_path):
+def test_the_reference_regions_score_full_public_marks_in_a_starter(tmp_path, fork_servers):
     """A starter whose regions hold the reference: every public criterion passes, graded where students grade."""
     starter = tmp_path / "starter"
     release(KIT_ROOT, starter)

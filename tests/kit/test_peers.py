@@ -20,7 +20,7 @@ from grading.engine.case_run import CaseRun
 from grading.engine.expect import CheckFailed
 from common.error_words import format_error, plain
 from grading.engine.launch import launch
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 PROBES = "tests.kit.peer_probes"

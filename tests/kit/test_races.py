@@ -16,17 +16,26 @@ import pytest
 
 from grading.engine.runner import run_cases
 from grading.problems import sub_problem
-from tests.kit.test_variants_p4 import RACES
-from tests.kit.variants import make_variant_kit
+from grading.kit.variants import make_variant_kit
+from grading.commands.variants import declared
 
 pytestmark = pytest.mark.kit
 RUNS, BUSY_RUNS = 5, (1, 3)         # the runs (counted from 0) with busy loops beside
+# The races, by sub-problem and variant name (each marked alone in its folder's variants.py: graded on its own there)
+RACE_NAMES = {"4.1": "never_waits", "4.3": "hashes_shards_without_gather"}
+RACES = [v for problem, name in RACE_NAMES.items() for v in declared(problem) if v.name == name]
+
 
 def _busy_loops() -> list[subprocess.Popen]:
     """A spinning process per core, at nice 5: it takes about a quarter of each core from the ranks (and from
     the other tests running beside this one, which it would otherwise slow to half speed)."""
     spin = "import os, time\nos.nice(5)\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
     return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
+
+
+def test_every_race_is_declared_and_graded_alone():
+    assert [(v.problem, v.name) for v in RACES] == list(RACE_NAMES.items())
+    assert all(v.alone for v in RACES), [v.name for v in RACES if not v.alone]
 
 
 @pytest.mark.parametrize("variant", RACES, ids=[v.name for v in RACES])

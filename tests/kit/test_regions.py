@@ -11,7 +11,7 @@ from common.regions import RegionError, parse_regions, student_files
 from grading.kit.splice import protected_text
 from grading.commands.release import release
 from grading.kit.submission import build_grading_copy
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 

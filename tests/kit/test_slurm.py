@@ -28,13 +28,13 @@ from grading.commands.slurm_collect import collect
 from grading.kit.secret import SECRET_ENV
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies, stub_body
-from tests.kit.test_variants_p1 import VARIANTS
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
+from grading.commands.variants import declared
 
 pytestmark = pytest.mark.kit
 DATASET = "data_parallel/dataset.py"
 FORMULA = '=HYPERLINK("x")'
-DROPS_LAST = next(v for v in VARIANTS if v.name == "drops_last_short_batch")
+DROPS_LAST = next(v for v in declared("1.1") if v.name == "drops_last_short_batch")
 
 
 def _with_body(function: str | None, body: str | None = None) -> str:
@@ -58,7 +58,7 @@ def _class(tmp_path: Path) -> Path:
     failure comes with a likely cause), the starter, a rejected zip whose name starts with ``@`` (a formula in a
     spreadsheet too)."""
     subs = tmp_path / "submissions"
-    seeded = next(v for v in VARIANTS if v.name == "global_random_seeded")
+    seeded = next(v for v in declared("1.1") if v.name == "global_random_seeded")
     _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())
     _folder(subs / FORMULA, _with_body("partition_indices", seeded.body))
     _folder(subs / "-dash", _with_body("partition_dataset", DROPS_LAST.body))

@@ -21,7 +21,7 @@ import pytest
 from grading.commands.release import release, released
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from project import readiness
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 

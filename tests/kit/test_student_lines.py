@@ -18,7 +18,7 @@ from grading.__main__ import main as grading_main
 from grading.kit.student_lines import line_map, outside_note
 from grading.kit.submission import SpliceReport, build_grading_copy
 from grading.problems import all_cases
-from tests.kit.variants import with_body
+from grading.kit.variants import with_body
 
 pytestmark = pytest.mark.kit
 
@@ -109,7 +109,7 @@ def test_a_change_that_defines_no_new_name_names_its_first_line_and_a_broken_fil
 
 # ------------------------------------------------------------------------------------------ through the splice
 def test_notes_and_static_hints_name_the_submitted_lines(tmp_path):
-    """A longer first region and a helper move every later line; the barred region's line, the late-binding
+    """A longer first region and a helper move every later line; the refused region's line, the late-binding
     hint and the syntax error are all named on the submitted file's lines."""
     sub = tmp_path / "sub"
     setup = "import os\n" * 4 + "dist.init_process_group(backend, init_method=init_method, rank=rank, " \

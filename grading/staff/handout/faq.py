@@ -4,9 +4,9 @@
   one entry each, for the hints whose file belongs to a chosen problem;
 - ``grading.kit.region_hints.static_hints``: one entry showing what it prints for
   a late-binding closure, produced by running it on a small example;
-- ``faq.md`` (next to this file): hand-written entries, a ``## common``
-  section and one ``## <sub-problem>`` section per sub-problem whose checks
-  print their own likely causes (code, not data).
+- ``faq.md`` (next to this file): the hand-written entries every course gets;
+- ``faq.md`` in a sub-problem's folder (``grading/problems/p1_2_comm/faq.md``): the hand-written entries of a
+  folder whose checks print their own likely causes (code, not data), shown when the course hands it out.
 """
 from __future__ import annotations
 
@@ -15,21 +15,29 @@ from pathlib import Path
 
 from common import error_words
 from grading.kit.region_hints import static_hints
+from grading.problems import folders
 
 FAQ_FILE = Path(__file__).resolve().parent / "faq.md"
+FOLDER_FAQ = "faq.md"                     # a sub-problem's own entries, in its folder
 _CLOSURE_EXAMPLE = """\
 for j, stage in enumerate(stages):
     tasks.append(lambda: stage(x))
 """
 
 
+def _entries(path: Path) -> str:
+    """The entries (markdown) of a FAQ file, comments dropped."""
+    return re.sub(r"<!--.*?-->", "", path.read_text(), flags=re.DOTALL).strip()
+
+
 def sections() -> dict[str, str]:
-    """``faq.md`` as section key ("common", "1.2", ...) -> its entries (markdown), comments dropped."""
-    text = re.sub(r"<!--.*?-->", "", FAQ_FILE.read_text(), flags=re.DOTALL)
-    found: dict[str, str] = {}
-    for block in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
-        key, _, body = block.partition("\n")
-        found[key.strip()] = body.strip()
+    """The hand-written entries by key: "common" (``faq.md`` here), then each sub-problem id ("1.2", ...) whose
+    folder holds a ``faq.md``, in rubric order."""
+    found = {"common": _entries(FAQ_FILE)}
+    for sub, package in folders().items():
+        path = Path(package.__file__).parent / FOLDER_FAQ
+        if path.is_file():
+            found[sub] = _entries(path)
     return found
 
 

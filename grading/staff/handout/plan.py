@@ -1,9 +1,13 @@
-"""The suggested order and time per problem: one table here, shown in the overview and in each problem's section.
+"""The suggested order and time per problem: shown in the overview and in each problem's section.
 
 A problem's plan is derived from its sub-problems (the kit's folders, in id
 order): "1.1 (...), then 1.2 (...)", its hours the sum of theirs. What staff
-write is one ``Step`` per sub-problem (what to write first, and a time
-estimate in hours) and, where it helps, a closing note per problem. Times
+write is one step per sub-problem, in its folder's ``__init__.py``::
+
+    PLAN = ("`Partition`, `partition_indices`, then `partition_dataset`", (1, 2))
+
+(what to write, in order, in markdown, and a time estimate in hours, low and
+high) and here, where it helps, a closing note per problem (``NOTES``). Times
 are rough estimates for a student new to ``torch.distributed``, for writing
 and checking the code; the training runs' own time comes on
 top. A sub-problem without a step is refused when the handout is written.
@@ -11,10 +15,10 @@ top. A sub-problem without a step is refused when the handout is written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from grading.problems import titles
-
-PLAN_FILE = "grading/staff/handout/plan.py"
+from grading import KIT_ROOT
+from grading.problems import folders, titles
 
 
 @dataclass(frozen=True)
@@ -43,23 +47,35 @@ def hours(low: int, high: int) -> str:
     return f"{span} hour{'' if span == '1' else 's'}"
 
 
-STEPS = {
-    "1.1": Step("`Partition`, `partition_indices`, then `partition_dataset`", (1, 2)),
-    "1.2": Step("`setup_process_group`, `average_gradients`, then `train_step`, which calls it", (2, 3)),
-    "2.1": Step("`clock_cycles`, then `split_module`", (1, 2)),
-    "2.2": Step("`Pipe.forward` on the provided stage workers", (2, 3)),
-    "2.3": Step("`Blocks.forward`, then `gpt2_stages`", (2, 3)),
-    "3.1": Step("`apply_lora`", (1, 2)),
-    "3.2": Step("`save_adapter`, `load_adapter`", (1, 2)),
-    "3.3": Step("`build_config`, `train_microbatch`", (2, 2)),
-    "4.1": Step("`BucketedDDP`", (3, 4)),
-    "4.2": Step("`ShardedOptimizer`", (2, 4)),
-    "4.3": Step("`save_sharded`, `load_sharded`", (3, 4)),
-    "5.1": Step("the two autograd functions, then the column and row parallel layers", (3, 5)),
-    "5.2": Step("`parallelize_block`", (2, 3)),
-}
 NOTES = {"4": "`run_capstone.py` needs all three"}       # closes the problem's order, after its last step
 WRITE_UP = Plan("after the problems: `scripts/run_benchmarks.py`, then the written analysis", (2, 4))
+
+
+def init_file(sub: str) -> str:
+    """The kit-relative ``__init__.py`` of sub-problem ``sub``'s folder, where its ``PLAN`` is set
+    (``grading/problems/p1_3_<name>/__init__.py`` for a sub-problem without a folder yet)."""
+    package = folders().get(sub)
+    if package is None:
+        return f"grading/problems/p{sub.replace('.', '_')}_<name>/__init__.py"
+    return Path(package.__file__).resolve().relative_to(KIT_ROOT.resolve()).as_posix()
+
+
+def steps() -> dict[str, Step]:
+    """Sub-problem id -> its ``Step``, for every folder that sets ``PLAN``; ValueError, naming the folder's
+    ``__init__.py``, for a ``PLAN`` that is not ("what to write", (low, high)) with whole hours 0 <= low <= high."""
+    found = {}
+    for sub, package in folders().items():
+        if not hasattr(package, "PLAN"):
+            continue
+        declared = package.PLAN
+        shaped = isinstance(declared, tuple) and len(declared) == 2 and isinstance(declared[1], tuple)
+        what, span = declared if shaped else ("", ())
+        if not (isinstance(what, str) and what.strip() and len(span) == 2
+                and all(isinstance(h, int) for h in span) and 0 <= span[0] <= span[1]):
+            raise ValueError(f"{init_file(sub)}: PLAN must be (\"what to write, in order\", (low, high)) with whole "
+                             f"hours 0 <= low <= high, not {declared!r}")
+        found[sub] = Step(what, span)
+    return found
 
 
 def _listed(parts: list[str]) -> str:
@@ -73,14 +89,15 @@ def plan(problem: str) -> Plan:
     subs = [sub for sub in titles() if sub.split(".")[0] == problem]
     if not subs:
         raise ValueError(f"no suggested order and time for Problem {problem}: it has no sub-problem")
-    missing = [sub for sub in subs if sub not in STEPS]
+    declared = steps()
+    missing = [sub for sub in subs if sub not in declared]
     if missing:
-        raise ValueError(f"no suggested order and time for {', '.join(missing)}: add a Step to STEPS in "
-                         f"{PLAN_FILE}")
-    order = _listed([f"{sub} ({STEPS[sub].what})" for sub in subs])
+        raise ValueError(f"no suggested order and time for {', '.join(missing)}: set PLAN = (\"what to write, in "
+                         f"order\", (low, high)) in {', '.join(init_file(sub) for sub in missing)}")
+    order = _listed([f"{sub} ({declared[sub].what})" for sub in subs])
     if problem in NOTES:
         order += f"; {NOTES[problem]}"
-    return Plan(order, (sum(STEPS[s].hours[0] for s in subs), sum(STEPS[s].hours[1] for s in subs)))
+    return Plan(order, (sum(declared[s].hours[0] for s in subs), sum(declared[s].hours[1] for s in subs)))
 
 
 def line(problem: str) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from common.regions import parse_regions, student_files
 from grading.kit.splice import kit_text, replace_bodies, stub_body
+from grading.commands.variants import all_variants
 
 KIT_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = Path(__file__).resolve().parent
@@ -166,15 +167,8 @@ def write_submission(dest: Path, bodies: Bodies, kit_root: Path = KIT_ROOT, as_z
 
 
 def _variant_bodies() -> list[tuple[str, str]]:
-    """(function, body) of the kit's buggy variants (tests/kit/test_variants_p*.py)."""
-    out = []
-    for module in ("test_variants_p1", "test_variants_p2", "test_variants_p3"):
-        try:
-            variants = __import__(f"tests.kit.{module}", fromlist=["VARIANTS"]).VARIANTS
-        except (ImportError, AttributeError):
-            continue
-        out += [(v.function, textwrap.dedent(v.body)) for v in variants]
-    return out
+    """(function, body) of the buggy variants of Problems 1-3 (each sub-problem folder's ``variants.py``)."""
+    return [(v.function, textwrap.dedent(v.body)) for v in all_variants() if v.problem.split(".")[0] in ("1", "2", "3")]
 
 
 def generate_batch(out_dir: Path, count: int = 200, seed: int = 0) -> list[Path]:

@@ -1,27 +1,23 @@
-"""Buggy variants: grade a copy of the kit in which one region body is replaced by plausible wrong code.
+"""Buggy variants (staff only, never released): plausible wrong code for a region, the criteria it loses, the
+clauses it breaks.
 
-Used by ``tests/kit/test_variants_p*.py`` to prove that each bug costs the
-intended criteria and only those. The copy is built with the grader's own
-splice (``build_grading_copy``), then the chosen region bodies are rewritten.
-A variant names its region by the function around it (``"forward#2"``: the
-third region inside a function of that name, in file order, where several
-share it) and takes its sub-problem from that region's BEGIN_STUDENT marker
-(``Variant.problem``), so no test maps files to problems by hand.
+Each sub-problem's folder declares its variants in ``variants.py`` (``VARIANTS``, and ``NOT_GRADED``: the
+contract sentences no criterion judges, each with its reason), built from what this module offers. A variant
+names its region by the function around it (``"forward#2"``: the third region inside a function of that name, in
+file order, where several share it) and takes its sub-problem from that region's BEGIN_STUDENT marker
+(``Variant.problem``), so nothing maps files to problems by hand. ``grading.commands.variants`` grades them and
+writes the clause map.
 """
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from grading import KIT_ROOT
-from grading.kit.course import PROBLEMS_ENV
-from grading.problems import all_cases
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies
-from grading.engine.runner import CriterionResult, run_cases
+from grading.engine.runner import CriterionResult
 from grading.kit.submission import build_grading_copy
 
 
@@ -61,12 +57,25 @@ def region_problem(path: str, function: str, root: Path = KIT_ROOT) -> str:
 
 
 @dataclass(frozen=True)
+class Clause:
+    """A sentence of a student contract: its row ``id`` in the clause map ("12i2"), the ``function`` whose
+    docstring states it, its ``text``, and the ``criterion`` that fails when it is broken."""
+
+    id: str
+    function: str
+    text: str
+    criterion: str
+
+
+@dataclass(frozen=True)
 class Variant:
     """A named bug: ``body`` replaces the region ``function`` names in ``path`` (``find_region``); ``fails`` lists
-    criterion ids.
+    criterion ids; ``breaks`` the contract clauses it breaks (each names one of ``fails``; none for a variant
+    the contract allows, which keeps full marks).
 
     A bug that spans regions (a blocking all-reduce changes the hook and what finish waits for) lists its
-    other region edits in ``also`` as (path, function, body).
+    other region edits in ``also`` as (path, function, body). ``alone``: graded in a copy of its own (its edit
+    changes what another variant's criteria are judged on, or it is a race graded again by the race test).
     """
 
     name: str
@@ -76,6 +85,8 @@ class Variant:
     fails: frozenset[str]
     hint: str = ""          # text a failed criterion's message must contain (a likely cause, a file:line)
     also: tuple[tuple[str, str, str], ...] = ()
+    breaks: tuple[Clause, ...] = ()
+    alone: bool = False
 
     @property
     def problem(self) -> str:
@@ -101,18 +112,6 @@ def with_body(text: str, path: str, function: str, body: str) -> str:
     index = find_region(text, path, function)
     indent = parse_regions(text, path)[index].indent
     return replace_bodies(text, path, {index: textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", indent)})
-
-
-def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> dict[str, CriterionResult]:
-    """Grade ``problem`` (usually ``variant.problem``) on a copy of the kit carrying ``variant`` (ranks forked by
-    ``servers``, the session's ``fork_servers``, when given); verdicts by criterion id."""
-    kit = make_variant_kit(work / "kit", variant.edits)
-    with pytest.MonkeyPatch.context() as patch:     # splice the graded problem's regions even when it is optional
-        patch.setenv(PROBLEMS_ENV, problem.split(".")[0])
-        splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
-    return {v.id: replace(v, message=splice.student_lines(v.message))
-            for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
-                               barred=splice.barred, hints=splice.hints, servers=servers)}
 
 
 def failed_ids(verdicts: dict[str, CriterionResult]) -> set[str]:
