@@ -194,55 +194,102 @@ def _sentence(rng: random.Random) -> tuple[str, str]:
     kind = rng.choices(["svo", "adverb", "perfect", "yesterday", "negation", "kein", "dass", "give",
                         "question", "modal"], weights=[4, 2, 2, 1, 1, 1, 2, 2, 1, 2])[0]
     subj = _subject(rng)
-    p = subj.person
     if kind == "give":
-        verb = rng.choice(GIVE_VERBS)
-        dat = _noun_phrase(rng, "dat", animate=True)
-        acc = _noun_phrase(rng, "acc")
-        de = f"{subj.de} {_conj(verb, p)} {dat.de} {acc.de}"
-        en = f"{subj.en} {_en_verb(verb, p)} {dat.en} {acc.en}"
+        de, en = _give(rng, subj)
         return _cap(de) + " .", _cap(en) + " ."
     verb = rng.choice(VERBS)
     obj = _noun_phrase(rng, "acc", determiner="kein" if kind == "kein" else None)
     pp = _pp(rng) if kind in ("svo", "adverb", "perfect") and rng.random() < 0.4 else None
-    tail_de = f" {pp.de}" if pp else ""
-    tail_en = f" {pp.en}" if pp else ""
-    if kind in ("svo", "kein"):
-        de = f"{subj.de} {_conj(verb, p)} {obj.de}{tail_de}"
-        en = f"{subj.en} {_en_verb(verb, p)} {obj.en}{tail_en}"
-    elif kind == "adverb":
-        adv_de, adv_en, where = rng.choice(ADVERBS)
-        de = f"{adv_de} {_conj(verb, p)} {subj.de} {obj.de}{tail_de}"
-        if where == "front":
-            en = f"{adv_en} {subj.en} {_en_verb(verb, p)} {obj.en}{tail_en}"
-        else:
-            en = f"{subj.en} {adv_en} {_en_verb(verb, p)} {obj.en}{tail_en}"
-    elif kind == "perfect":
-        de = f"{subj.de} {_conj(('haben', 'hast', 'hat'), p)} {obj.de}{tail_de} {verb[3]}"
-        en = f"{subj.en} {_en_have(p)} {verb[7]} {obj.en}{tail_en}"
-    elif kind == "yesterday":
-        de = f"Gestern {_conj(('haben', 'hast', 'hat'), p)} {subj.de} {obj.de} {verb[3]}"
-        en = f"yesterday {subj.en} {verb[6]} {obj.en}"
-    elif kind == "negation":
-        obj = _noun_phrase(rng, "acc", determiner=rng.choice(["def", "mein"]))
-        de = f"{subj.de} {_conj(verb, p)} {obj.de} nicht"
-        en = f"{subj.en} {_en_do(p)} not {verb[4]} {obj.en}"
-    elif kind == "dass":
-        think = rng.choice(THINK_VERBS)
-        head_de, head_en, head_p = rng.choice(PRONOUNS)
-        forms = {"1s": think[0], "2s": think[1], "3s": think[2], "1p": think[3], "3p": think[3], "2p": think[4]}
-        de = f"{head_de} {forms[head_p]} , dass {subj.de} {obj.de} {_conj(verb, p)}"
-        en = f"{head_en} {think[6] if head_p == '3s' else think[5]} that {subj.en} {_en_verb(verb, p)} {obj.en}"
-    elif kind == "question":
-        de = f"{_conj(verb, p)} {subj.de} {obj.de}"
-        en = f"{_en_do(p)} {subj.en} {verb[4]} {obj.en}"
-        return _cap(de) + " ?", _cap(en) + " ?"
-    else:  # modal
-        modal = rng.choice(MODALS)
-        forms = {"1s": modal[0], "2s": modal[1], "3s": modal[2], "1p": modal[3], "3p": modal[3], "2p": modal[4]}
-        de = f"{subj.de} {forms[p]} {obj.de} {verb[0]}"
-        en = f"{subj.en} {modal[6] if p == '3s' else modal[5]} {verb[4]} {obj.en}"
-    return _cap(de) + " .", _cap(en) + " ."
+    de, en = _CONSTRUCTIONS[kind](rng, subj, verb, obj, pp)
+    end = " ?" if kind == "question" else " ."
+    return _cap(de) + end, _cap(en) + end
+
+
+def _give(rng: random.Random, subj: _Phrase) -> tuple[str, str]:
+    """A giving verb with a dative (animate) and an accusative object: ``er gibt dem Mann einen Apfel``."""
+    verb, p = rng.choice(GIVE_VERBS), subj.person
+    dat = _noun_phrase(rng, "dat", animate=True)
+    acc = _noun_phrase(rng, "acc")
+    return (f"{subj.de} {_conj(verb, p)} {dat.de} {acc.de}", f"{subj.en} {_en_verb(verb, p)} {dat.en} {acc.en}")
+
+
+# Each construction of a transitive verb (``_CONSTRUCTIONS``): (rng, subject, verb, accusative object, prepositional
+# phrase or None) -> (German, English), neither capitalised nor punctuated; those that take no prepositional phrase
+# get None.
+def _tails(pp: _Phrase | None) -> tuple[str, str]:
+    """The (German, English) ending a prepositional phrase adds: `` im Garten`` / `` in the garden``, or nothing."""
+    return (f" {pp.de}", f" {pp.en}") if pp else ("", "")
+
+
+def _plain(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: _Phrase | None) -> tuple[str, str]:
+    """Subject, verb, object: ``der Hund sieht den Ball`` (also with ``kein``: ``keinen Ball`` -> ``no ball``)."""
+    p, (tail_de, tail_en) = subj.person, _tails(pp)
+    return (f"{subj.de} {_conj(verb, p)} {obj.de}{tail_de}", f"{subj.en} {_en_verb(verb, p)} {obj.en}{tail_en}")
+
+
+def _fronted_adverb(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase,
+                    pp: _Phrase | None) -> tuple[str, str]:
+    """Verb second after a fronted adverb: ``Heute sieht der Hund ...`` -> ``today the dog sees ...`` (or ``the
+    dog often sees ...`` for an adverb English puts mid-sentence)."""
+    p, (tail_de, tail_en) = subj.person, _tails(pp)
+    adv_de, adv_en, where = rng.choice(ADVERBS)
+    de = f"{adv_de} {_conj(verb, p)} {subj.de} {obj.de}{tail_de}"
+    if where == "front":
+        return de, f"{adv_en} {subj.en} {_en_verb(verb, p)} {obj.en}{tail_en}"
+    return de, f"{subj.en} {adv_en} {_en_verb(verb, p)} {obj.en}{tail_en}"
+
+
+def _perfect(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: _Phrase | None) -> tuple[str, str]:
+    """The perfect, participle last: ``er hat den Ball gesehen`` -> ``he has seen the ball``."""
+    p, (tail_de, tail_en) = subj.person, _tails(pp)
+    return (f"{subj.de} {_conj(('haben', 'hast', 'hat'), p)} {obj.de}{tail_de} {verb[3]}",
+            f"{subj.en} {_en_have(p)} {verb[7]} {obj.en}{tail_en}")
+
+
+def _yesterday(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: None) -> tuple[str, str]:
+    """``gestern`` + perfect, verb second -> English simple past: ``Gestern hat er ... gesehen`` -> ``yesterday he
+    saw ...``."""
+    p = subj.person
+    return (f"Gestern {_conj(('haben', 'hast', 'hat'), p)} {subj.de} {obj.de} {verb[3]}",
+            f"yesterday {subj.en} {verb[6]} {obj.en}")
+
+
+def _negation(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: None) -> tuple[str, str]:
+    """``nicht`` after a definite or possessive object (drawn afresh): ``er sieht den Ball nicht`` -> ``he does not
+    see the ball``."""
+    p = subj.person
+    obj = _noun_phrase(rng, "acc", determiner=rng.choice(["def", "mein"]))
+    return f"{subj.de} {_conj(verb, p)} {obj.de} nicht", f"{subj.en} {_en_do(p)} not {verb[4]} {obj.en}"
+
+
+def _dass_clause(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: None) -> tuple[str, str]:
+    """Verb last in a ``dass`` clause: ``ich weiß , dass er den Ball sieht`` -> ``I know that he sees the ball``."""
+    p = subj.person
+    think = rng.choice(THINK_VERBS)
+    head_de, head_en, head_p = rng.choice(PRONOUNS)
+    forms = {"1s": think[0], "2s": think[1], "3s": think[2], "1p": think[3], "3p": think[3], "2p": think[4]}
+    return (f"{head_de} {forms[head_p]} , dass {subj.de} {obj.de} {_conj(verb, p)}",
+            f"{head_en} {think[6] if head_p == '3s' else think[5]} that {subj.en} {_en_verb(verb, p)} {obj.en}")
+
+
+def _question(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: None) -> tuple[str, str]:
+    """A question by inversion: ``sieht der Hund den Ball`` -> ``does the dog see the ball``."""
+    p = subj.person
+    return f"{_conj(verb, p)} {subj.de} {obj.de}", f"{_en_do(p)} {subj.en} {verb[4]} {obj.en}"
+
+
+def _modal(rng: random.Random, subj: _Phrase, verb: tuple, obj: _Phrase, pp: None) -> tuple[str, str]:
+    """A modal, infinitive last: ``er will den Ball sehen`` -> ``he wants to see the ball``."""
+    p = subj.person
+    modal = rng.choice(MODALS)
+    forms = {"1s": modal[0], "2s": modal[1], "3s": modal[2], "1p": modal[3], "3p": modal[3], "2p": modal[4]}
+    return (f"{subj.de} {forms[p]} {obj.de} {verb[0]}",
+            f"{subj.en} {modal[6] if p == '3s' else modal[5]} {verb[4]} {obj.en}")
+
+
+_CONSTRUCTIONS = {"svo": _plain, "kein": _plain, "adverb": _fronted_adverb, "perfect": _perfect,
+                  "yesterday": _yesterday, "negation": _negation, "dass": _dass_clause, "question": _question,
+                  "modal": _modal}
 
 
 def generate_pairs(n: int, seed: int = 0) -> list[dict]:

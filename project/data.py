@@ -77,55 +77,80 @@ def load_translation_splits(dataset: str, workdir: Path, n_train: int | None = N
     Raises ConfigError for a missing folder, a hub name that cannot be
     loaded, rows without ``translation.de``/``translation.en``, or an empty split.
     """
-    import datasets
-
     if dataset == EMBEDDED:
-        n_train = DEFAULT_N_TRAIN if n_train is None else n_train
-        n_valid = DEFAULT_N_VALID if n_valid is None else n_valid
-        folder = Path(workdir) / "data" / f"embedded-seed{seed}-n{n_train}-v{n_valid}"
-        raw = datasets.load_dataset("json", data_files=write_embedded_corpus(folder, n_train, n_valid, seed),
-                                    cache_dir=str(Path(workdir) / "hf_datasets"))
-    elif Path(dataset).expanduser().is_dir():
-        try:
-            raw = datasets.load_dataset("json", data_files=_local_data_files(Path(dataset).expanduser()),
-                                        cache_dir=str(Path(workdir) / "hf_datasets"))
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files
-            cause = exc.__cause__ or exc
-            raise ConfigError(f"--dataset: could not read dataset folder {dataset!r}: {type(cause).__name__}: {cause}. "
-                              f"Rows must be {{\"translation\": {{\"de\": ..., \"en\": ...}}}}") from None
+        raw = _embedded_dataset(workdir, n_train, n_valid, seed)
+        return {split: _pairs(dataset, raw, split, None) for split in ("train", "validation")}
+    if Path(dataset).expanduser().is_dir():
+        raw = _folder_dataset(dataset, workdir)
     elif _looks_like_path(dataset):
         raise ConfigError(f"--dataset {dataset!r} not found: give 'embedded', a folder of train/validation .jsonl "
                           f"files, or a hub name like bbaaaa/iwslt14-de-en-preprocess")
     else:
-        try:
-            raw = datasets.load_dataset(dataset)
-        except Exception as exc:  # noqa: BLE001 - any failure here means "cannot use this dataset"
-            raise ConfigError(f"--dataset: could not load dataset {dataset!r} ({type(exc).__name__}: {exc}). "
-                              f"Without network, use the default --dataset embedded or a local folder of .jsonl "
-                              f"files") from None
-        if "validation" not in raw and "test" in raw:
-            raw["validation"] = raw["test"]
-    splits = {}
-    for split, limit in (("train", n_train), ("validation", n_valid)):
-        if split not in raw:
-            raise ConfigError(f"dataset {dataset!r} has no {split!r} split (it has {sorted(raw)})")
-        rows = raw[split]
-        if limit is not None and dataset != EMBEDDED:
-            rows = rows.select(range(min(limit, len(rows))))
-        if "translation" not in rows.column_names:
-            raise ConfigError(f"dataset {dataset!r} split {split!r} has no 'translation' column "
-                              f"(columns: {rows.column_names})")
-        pairs = []
-        for pair in rows["translation"]:
-            if not isinstance(pair, dict) or SRC_LANG not in pair or TGT_LANG not in pair:
-                raise ConfigError(f"dataset {dataset!r}: a {split} row is not {{'de': ..., 'en': ...}}: {pair!r}")
-            pairs.append({SRC_LANG: pair[SRC_LANG], TGT_LANG: pair[TGT_LANG]})
-        if not pairs:
-            raise ConfigError(f"dataset {dataset!r} split {split!r} is empty")
-        splits[split] = pairs
-    return splits
+        raw = _hub_dataset(dataset)
+    return {split: _pairs(dataset, raw, split, limit) for split, limit in (("train", n_train), ("validation", n_valid))}
+
+
+def _embedded_dataset(workdir: Path, n_train: int | None, n_valid: int | None, seed: int):
+    """The generated corpus (``n_train``/``n_valid`` pairs, default 4000/200), written once under ``workdir``."""
+    import datasets
+
+    n_train = DEFAULT_N_TRAIN if n_train is None else n_train
+    n_valid = DEFAULT_N_VALID if n_valid is None else n_valid
+    folder = Path(workdir) / "data" / f"embedded-seed{seed}-n{n_train}-v{n_valid}"
+    return datasets.load_dataset("json", data_files=write_embedded_corpus(folder, n_train, n_valid, seed),
+                                 cache_dir=str(Path(workdir) / "hf_datasets"))
+
+
+def _folder_dataset(dataset: str, workdir: Path):
+    """A local folder of JSON-lines files; ConfigError when they cannot be read as one dataset."""
+    import datasets
+
+    try:
+        return datasets.load_dataset("json", data_files=_local_data_files(Path(dataset).expanduser()),
+                                     cache_dir=str(Path(workdir) / "hf_datasets"))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"--dataset: could not read dataset folder {dataset!r}: {type(cause).__name__}: {cause}. "
+                          f"Rows must be {{\"translation\": {{\"de\": ..., \"en\": ...}}}}") from None
+
+
+def _hub_dataset(dataset: str):
+    """A hub dataset, its ``test`` split standing in for a missing ``validation``; ConfigError when it cannot be
+    loaded."""
+    import datasets
+
+    try:
+        raw = datasets.load_dataset(dataset)
+    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot use this dataset"
+        raise ConfigError(f"--dataset: could not load dataset {dataset!r} ({type(exc).__name__}: {exc}). "
+                          f"Without network, use the default --dataset embedded or a local folder of .jsonl "
+                          f"files") from None
+    if "validation" not in raw and "test" in raw:
+        raw["validation"] = raw["test"]
+    return raw
+
+
+def _pairs(dataset: str, raw, split: str, limit: int | None) -> list[dict[str, str]]:
+    """The first ``limit`` (all when None) ``{"de", "en"}`` pairs of ``raw[split]``; ConfigError for a missing
+    split, no ``translation`` column, a malformed row or no row at all."""
+    if split not in raw:
+        raise ConfigError(f"dataset {dataset!r} has no {split!r} split (it has {sorted(raw)})")
+    rows = raw[split]
+    if limit is not None:
+        rows = rows.select(range(min(limit, len(rows))))
+    if "translation" not in rows.column_names:
+        raise ConfigError(f"dataset {dataset!r} split {split!r} has no 'translation' column "
+                          f"(columns: {rows.column_names})")
+    pairs = []
+    for pair in rows["translation"]:
+        if not isinstance(pair, dict) or SRC_LANG not in pair or TGT_LANG not in pair:
+            raise ConfigError(f"dataset {dataset!r}: a {split} row is not {{'de': ..., 'en': ...}}: {pair!r}")
+        pairs.append({SRC_LANG: pair[SRC_LANG], TGT_LANG: pair[TGT_LANG]})
+    if not pairs:
+        raise ConfigError(f"dataset {dataset!r} split {split!r} is empty")
+    return pairs
 
 
 def _train_bpe(texts: list[str], vocab_size: int):

@@ -3,7 +3,8 @@
 Every rank process of the kit is started by ``spawn_ranks``, with a pipe back to the parent for its reply;
 ``launch`` is the entry points' front end (a torchrun rank, one rank in this process, or spawned ranks that meet
 over a file store). A rank joins its group with ``project.devices.join_group``; how it starts is
-``project.rank_start``'s.
+``project.rank_start``'s; how its ranks are watched until they end (limits, the still watchdog, a failure's grace)
+is ``common.rank_launch``'s, the core the grader's launcher shares.
 """
 from __future__ import annotations
 
@@ -11,32 +12,27 @@ import argparse
 import contextlib
 import faulthandler
 import json
-import math
 import os
 import signal
 import sys
 import tempfile
 import time
 import traceback
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
 from common import call_log
 from common.error_words import traceback_error, traceback_hint
+from common.rank_launch import Limits, peer_grace, supervise
 from common.rank_reports import is_symptom, rank_at_fault
-from common.rank_watch import DUMP_SIGNAL, PROGRESS_S, SAMPLE_S, STILL_LIMIT_S, RankWatch
+from common.rank_watch import DUMP_SIGNAL, STILL_LIMIT_S, RankWatch
 from common.regions import STUDENT_PACKAGES
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import RankEnv, resolve_backend
 from project.output import write_json
 from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
-
-# How long a failure waits for the other ranks' reports before the rank at fault is judged (``Ranks.replies``): a
-# symptom of another rank's failure waits for that rank's report, a rank's own fault only for reports under way.
-PEER_GRACE_S = 5.0
-OWN_GRACE_S = 1.0
 
 
 def _death(exitcode: int | None) -> str:
@@ -77,6 +73,35 @@ def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart, wa
     _reply(env.conn, ("ok", value))
 
 
+class _Member:
+    """Spawned rank ``rank`` as ``common.rank_launch.supervise`` sees it: its process and the parent's end of its
+    pipe, on which it replies ``("ok", value)`` or ``("error", traceback)``; ending without a reply is its error."""
+
+    def __init__(self, rank: int, proc, conn: Connection):
+        self.rank, self.pid, self.proc, self.conn = rank, proc.pid, proc, conn
+
+    def poll(self) -> int | None:
+        return self.proc.exitcode
+
+    def said(self) -> tuple[str, Any] | None:
+        if self.conn.poll():
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):
+                pass
+        elif self.proc.exitcode is None:
+            return None
+        self.proc.join(1)
+        return "died", _death(self.proc.exitcode)
+
+    def wakers(self) -> list:
+        return [self.conn, self.proc.sentinel]
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+
 class Ranks:
     """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's pipe ``conns[r]``; with a
     ``watch_dir``, the folder where each rank leaves its stack dumps and its collective calls (``_rank_main``)."""
@@ -93,63 +118,32 @@ class Ranks:
     def replies(self, what: str, timeout_s: float | None = None) -> list:
         """One ``("ok", value)`` reply from every rank: the values, in rank order.
 
-        Watches all ranks at once and raises RankError naming ``what`` when a
+        Watches all ranks at once (``common.rank_launch.supervise``) and raises RankError naming ``what`` when a
         rank replied with an error or died, or when a rank gave no answer
         within ``timeout_s`` (None: no limit). A failure waits for the other ranks' reports (``PEER_GRACE_S``
-        after a symptom of another rank's failure, ``OWN_GRACE_S`` after a rank's own fault), so that the message's
-        first line names the rank at fault judged from all of them (``_failure``), not the first to report. With a
-        ``watch_dir`` and ``still_limit_s`` set, ranks that all wait at once (``RankWatch``) get a line on stderr
-        every ``PROGRESS_S`` saying where they are, and after ``still_limit_s`` the run ends with a RankError
-        naming where each rank waits and the call on which their collective calls part.
+        after a symptom of another rank's failure, ``OWN_GRACE_S`` after a rank's own fault: ``peer_grace``), so
+        that the message's first line names the rank at fault judged from all of them (``_failure``), not the first
+        to report. With a ``watch_dir`` and ``still_limit_s`` set, ranks that all wait at once (``RankWatch``) get
+        a line on stderr every ``PROGRESS_S`` saying where they are, and after ``still_limit_s`` the run ends with a
+        RankError naming where each rank waits and the call on which their collective calls part.
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        values: list = [None] * len(self.procs)
-        failures: dict[int, str] = {}
-        pending = list(range(len(self.procs)))
-        grace_end = math.inf
-        watch = self._watch()
-        said = 0
-        while pending and time.monotonic() < grace_end:
-            ends = [t for t in (deadline, grace_end) if t is not None and t != math.inf]
-            left = max(0.0, min(ends) - time.monotonic()) if ends else None
-            if deadline is not None and left == 0 and not failures:
-                raise RankError(f"{what}: {self.name} rank {pending[0]} gave no answer within {timeout_s:g} s")
-            if watch is not None and not failures:
-                still = watch.still_s(pending)
-                if still >= self.still_limit_s:
-                    raise self._stuck(what, watch, pending, still)
-                if still >= PROGRESS_S * (said + 1):
-                    said += 1
-                    print(watch.progress_line(f"{self.name}s waiting", still, pending), file=sys.stderr, flush=True)
-                elif still < PROGRESS_S:
-                    said = 0
-                left = SAMPLE_S if left is None else min(left, SAMPLE_S)
-            ready = wait([handle for r in pending for handle in (self.conns[r], self.procs[r].sentinel)], left)
-            for rank in list(pending):
-                conn, proc = self.conns[rank], self.procs[rank]
-                if conn.poll():
-                    try:
-                        status, value = conn.recv()
-                    except (EOFError, OSError):
-                        status, value = "died", None
-                elif proc.sentinel in ready:
-                    status, value = "died", None
-                else:
-                    continue
-                pending.remove(rank)
-                if status == "ok":
-                    values[rank] = value
-                    continue
-                if status == "died":
-                    proc.join(1)
-                    value = _death(proc.exitcode)
-                failures[rank] = value
-                grace_end = min(grace_end, time.monotonic() + (PEER_GRACE_S if is_symptom(value) else OWN_GRACE_S))
-            if deadline is not None and time.monotonic() >= deadline and failures:
-                break
-        if failures:
-            raise self._failure(what, failures)
-        return values
+        watched = self.watch_dir is not None and self.still_limit_s is not None
+        out = supervise([_Member(r, proc, conn) for r, (proc, conn) in enumerate(zip(self.procs, self.conns))],
+                        Limits(limit_s=timeout_s, grace=peer_grace,
+                               still_limit_s=self.still_limit_s if watched else None,
+                               stacks={r: self.watch_dir / f"rank{r}.stack" for r in range(len(self.procs))}
+                               if watched else None,
+                               progress=self._progress if watched else None))
+        if out.failures:
+            raise self._failure(what, out.failures)
+        if out.stuck:
+            raise self._stuck(what, out.watch, out.waiting, out.still_s)
+        if out.timed_out:
+            raise RankError(f"{what}: {self.name} rank {out.waiting[0]} gave no answer within {timeout_s:g} s")
+        return [end.said for end in out.ends]
+
+    def _progress(self, watch: RankWatch, waiting: list[int], still_s: float) -> None:
+        print(watch.progress_line(f"{self.name}s waiting", still_s, waiting), file=sys.stderr, flush=True)
 
     def _failure(self, what: str, failures: dict[int, str]) -> RankError:
         """The RankError for ``failures`` (rank -> its traceback, or how it died): a first line naming the rank at
@@ -169,12 +163,6 @@ class Ranks:
         lines = [prefix + f"{who} {fault} {_one_line(failures[fault], hint=True)}"]
         lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items()) if r != fault]
         return RankError("\n".join([*lines, failures[fault].rstrip()]))
-
-    def _watch(self) -> RankWatch | None:
-        if self.watch_dir is None or self.still_limit_s is None:
-            return None
-        return RankWatch({r: proc.pid for r, proc in enumerate(self.procs)},
-                         {r: self.watch_dir / f"rank{r}.stack" for r in range(len(self.procs))}, STUDENT_PACKAGES)
 
     def _parting(self, waiting: dict[int, str] | None = None) -> str | None:
         """What the ranks' logged collective calls show (``call_log.parting``), or None."""

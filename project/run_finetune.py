@@ -19,8 +19,9 @@ import argparse
 import logging
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as `python project/run_finetune.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,6 +36,8 @@ from project.options import (add_common_args, add_launch_args, add_training_args
 from project.output import print_header, print_outcome, quiet_libraries, summarize, write_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from project.devices import RankEnv
@@ -153,28 +156,70 @@ def optimizer_state_bytes(engine) -> tuple[int, int]:
 def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     """One rank, top to bottom: group, data, LoRA model, optimizer and DeepSpeed engine, the training loop,
     evaluation, outputs (rank 0 also saves the adapter and checks it reloads)."""
-    import torch
     import torch.distributed as dist
 
     from data_parallel.dataset import partition_dataset
-    from finetune.lora import adapter_parameters, load_adapter, save_adapter
-    from finetune.peft_io import export_peft_adapter
-    from finetune.zero import build_config, init_engine, train_microbatch
-    from project.devices import all_reduce_sum, join_group, thread_facts
-    from project.loop import REDUCED_BY_ENGINE, LoopParts, make_scheduler, prepare_run, train
-    from project.model import count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
-    from project.zero_engine import DeepSpeedUpdate, gathered, zero_config
+    from project.devices import join_group
+    from project.model import validation_loss
 
-    quiet_libraries()
-    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*",
-                            category=FutureWarning)
+    _quiet_rank_logs()
     join_group(env, config.backend)   # process group: your setup_process_group (Problem 1.2)
     rank, world_size = env.rank, env.world_size
     quiet = config.quiet or rank != 0
 
     train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
     loader = partition_dataset(rank, world_size, train_set, world_size * config.micro_batch, collate)
+    run = _lora_engine(config, tokenizer, world_size, len(loader))                      # model, optimizer, engine
+
+    def val_loss(net: torch.nn.Module) -> float:
+        return validation_loss(net, valid, collate, run.device, quiet)
+
+    before, result = _train_adapters(config, env, run, loader, val_loss)                # the loop
+    after = val_loss(run.engine.module)                                                 # evaluation
+    metrics = _rank_metrics(config, env, run, before, result, after)                    # outputs
+    reloaded = _save_and_reload_adapter(config, tokenizer, run, rank, val_loss)
+    if reloaded is not None:
+        metrics["adapter"] = reloaded
+    write_json(config.out_dir / f"metrics_rank{rank}.json", metrics)
+    dist.barrier()   # every rank's metrics file is written
+    dist.destroy_process_group()
+
+
+def _quiet_rank_logs() -> None:
+    """A rank's output is its progress and report: no library chatter, DeepSpeed's warnings only, and not the
+    FutureWarnings of torch's renamed collectives."""
+    quiet_libraries()
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*",
+                            category=FutureWarning)
+
+
+@dataclass
+class _LoraEngine:
+    """One rank's DeepSpeed engine over the LoRA model, with what the loop and the report need of its making."""
+
+    engine: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    ds_config: dict
+    adapters: list                     # the adapters' parameters, as the optimizer holds them
+    layers: dict[str, list[int]]       # wrapped_layers
+    trainable: int                     # parameters counted before ZeRO-3 partitions them
+    parameters: int
+    device: torch.device
+
+
+def _lora_engine(config: RunConfig, tokenizer, world_size: int, batches_per_epoch: int) -> _LoraEngine:
+    """The LoRA model (your apply_lora), an AdamW over its adapters with the run's scheduler, and the DeepSpeed
+    engine made from your build_config."""
+    import torch
+
+    from finetune.lora import adapter_parameters
+    from finetune.zero import build_config, init_engine
+    from project.loop import make_scheduler
+    from project.model import count_parameters, enable_activation_checkpointing
+    from project.zero_engine import zero_config
+
     model = lora_model(config, tokenizer)                                               # model: your apply_lora
     if config.grad_ckpt:
         enable_activation_checkpointing(model)
@@ -182,51 +227,79 @@ def finetune_rank(env: RankEnv, config: RunConfig, data: tuple) -> None:
     layers = wrapped_layers(model)
     adapters = list(adapter_parameters(model).values())
     optimizer = torch.optim.AdamW(adapters, lr=config.lr)                               # optimizer, engine
-    scheduler = make_scheduler(optimizer, config, len(loader))
+    scheduler = make_scheduler(optimizer, config, batches_per_epoch)
     ds_config = zero_config(build_config(world_size, config.micro_batch, config.grad_accum, config.precision),
                             config.zero_stage, config.offload)                          # your build_config
     engine = init_engine(model, optimizer, ds_config)
-    device = next(engine.module.parameters()).device
+    return _LoraEngine(engine, optimizer, scheduler, ds_config, adapters, layers, trainable, n_params,
+                       next(engine.module.parameters()).device)
 
-    def val_loss(net: torch.nn.Module) -> float:
-        return validation_loss(net, valid, collate, device, quiet)
 
-    spec, step_log, before = prepare_run(config, rank, lambda: val_loss(engine.module))   # the loop
-    update = DeepSpeedUpdate(engine, lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), device)
-    parts = LoopParts(model=engine.module, optimizer=optimizer, scheduler=scheduler, loader=loader, device=device,
-                      update=update, reduce_grads=REDUCED_BY_ENGINE, rank=rank, world_size=world_size,
-                      all_reduce_sum=all_reduce_sum, barrier=dist.barrier, step_log=step_log)
+def _train_adapters(config: RunConfig, env: RankEnv, run: _LoraEngine, loader,
+                    val_loss: Callable[[torch.nn.Module], float]) -> tuple[float, dict]:
+    """``(validation loss before, train's result)``: the shared training loop over the engine, stepped by your
+    train_microbatch (DeepSpeed reduces the gradients)."""
+    import torch.distributed as dist
+
+    from finetune.zero import train_microbatch
+    from project.devices import all_reduce_sum
+    from project.loop import REDUCED_BY_ENGINE, LoopParts, prepare_run, train
+    from project.model import lm_loss
+    from project.zero_engine import DeepSpeedUpdate
+
+    engine = run.engine
+    spec, step_log, before = prepare_run(config, env.rank, lambda: val_loss(engine.module))
+    update = DeepSpeedUpdate(engine, lambda eng, x, y: train_microbatch(eng, x, y, lm_loss), run.device)
+    parts = LoopParts(model=engine.module, optimizer=run.optimizer, scheduler=run.scheduler, loader=loader,
+                      device=run.device, update=update, reduce_grads=REDUCED_BY_ENGINE, rank=env.rank,
+                      world_size=env.world_size, all_reduce_sum=all_reduce_sum, barrier=dist.barrier,
+                      step_log=step_log)
     dist.barrier()
     result = train(parts, spec)
     step_log.close()
-    after = val_loss(engine.module)                                                     # evaluation
+    return before, result
 
-    folder = config.out_dir                                                             # outputs
-    state_bytes, partition = optimizer_state_bytes(engine)
-    metrics = {"rank": rank, "world_size": world_size, "backend": config.backend, "device": str(device),
-               "preset": config.preset, "precision": config.precision, "parameters": n_params,
-               "trainable_parameters": trainable, "lora_rank": config.lora_rank, "lora_alpha": config.lora_alpha,
-               "lora_layers": layers, "zero_stage": config.zero_stage, "offload": config.offload,
-               "grad_accum": config.grad_accum, "grad_ckpt": config.grad_ckpt, "deepspeed_config": ds_config,
-               **thread_facts(), "val_loss_before": before, "epochs": result["epochs"],
-               "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
-               "stopped_early": result["stopped_early"], "val_loss_after": after,
-               "zero": {"optimizer_state_bytes": state_bytes, "fp32_partition_elements": partition,
-                        "formula_state_bytes": ADAM_STATE_BYTES * trainable / world_size,
-                        "unsharded_state_bytes": ADAM_STATE_BYTES * trainable}}
+
+def _rank_metrics(config: RunConfig, env: RankEnv, run: _LoraEngine, before: float, result: dict,
+                  after: float) -> dict:
+    """``metrics_rank<r>.json`` but the adapter check: the run's options, the model and its adapters, the losses
+    before and after, the loop's outcome, and this rank's optimizer-state bytes against the ZeRO formula."""
+    from project.devices import thread_facts
+
+    state_bytes, partition = optimizer_state_bytes(run.engine)
+    return {"rank": env.rank, "world_size": env.world_size, "backend": config.backend, "device": str(run.device),
+            "preset": config.preset, "precision": config.precision, "parameters": run.parameters,
+            "trainable_parameters": run.trainable, "lora_rank": config.lora_rank, "lora_alpha": config.lora_alpha,
+            "lora_layers": run.layers, "zero_stage": config.zero_stage, "offload": config.offload,
+            "grad_accum": config.grad_accum, "grad_ckpt": config.grad_ckpt, "deepspeed_config": run.ds_config,
+            **thread_facts(), "val_loss_before": before, "epochs": result["epochs"],
+            "optimizer_steps": result["steps"], "rollbacks": result["rollbacks"],
+            "stopped_early": result["stopped_early"], "val_loss_after": after,
+            "zero": {"optimizer_state_bytes": state_bytes, "fp32_partition_elements": partition,
+                     "formula_state_bytes": ADAM_STATE_BYTES * run.trainable / env.world_size,
+                     "unsharded_state_bytes": ADAM_STATE_BYTES * run.trainable}}
+
+
+def _save_and_reload_adapter(config: RunConfig, tokenizer, run: _LoraEngine, rank: int,
+                             val_loss: Callable[[torch.nn.Module], float]) -> dict | None:
+    """Rank 0 saves the adapter (your save_adapter, plus a PEFT-format copy), loads it into a fresh model (your
+    load_adapter) and returns its path, size and validation loss there; None on the other ranks, which only
+    take part in gathering ZeRO-3's shards of the adapters."""
+    from finetune.lora import load_adapter, save_adapter
+    from finetune.peft_io import export_peft_adapter
+    from project.zero_engine import gathered
+
+    folder, engine = config.out_dir, run.engine
     adapter = folder / "adapter.pt"
-    with gathered(engine, adapters):   # ZeRO-3 holds a shard of each adapter per rank: gather, on every rank
-        if rank == 0:   # save the adapter (your save_adapter), load it into a fresh model, compare the losses
+    with gathered(engine, run.adapters):   # ZeRO-3 holds a shard of each adapter per rank: gather, on every rank
+        if rank == 0:
             save_adapter(engine.module, adapter)
             export_peft_adapter(engine.module, folder / "peft_adapter", base_model_name_or_path=config.pretrained)
-    if rank == 0:
-        fresh = lora_model(config, tokenizer).to(device)
-        load_adapter(fresh, adapter)
-        metrics["adapter"] = {"path": str(adapter), "bytes": adapter.stat().st_size,
-                              "val_loss_reloaded": val_loss(fresh)}
-    write_json(folder / f"metrics_rank{rank}.json", metrics)
-    dist.barrier()   # every rank's metrics file is written
-    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    fresh = lora_model(config, tokenizer).to(run.device)
+    load_adapter(fresh, adapter)
+    return {"path": str(adapter), "bytes": adapter.stat().st_size, "val_loss_reloaded": val_loss(fresh)}
 
 
 def summarize_finetune(per_rank: list[dict]) -> dict:

@@ -113,25 +113,15 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
     evaluation, outputs; each batch runs as ``n_chunk`` micro-batches."""
     import torch
 
-    from pipeline.gpt2 import build_pipeline_gpt2
     from project import microbatch
-    from project.bench.memory import parameters_per_stage, stages_of
-    from project.devices import thread_facts
     from project.loop import SINGLE_REPLICA, LoopParts, make_scheduler, prepare_run, train
-    from project.model import build_model, count_parameters, enable_activation_checkpointing, lm_loss, validation_loss
+    from project.model import validation_loss
 
     mode, size = config.model_parallel_mode, microbatch.split_size(config.batch_size, n_chunk)
     train_set, valid, tokenizer, collate = data                                         # data (main prepared it)
     loader = torch.utils.data.DataLoader(train_set, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
                                          generator=torch.Generator().manual_seed(config.seed))
-    model = build_model(config.preset, tokenizer, config.pretrained, config.seed)       # model
-    if config.n_stages > model.config.n_layer:
-        raise ConfigError(f"--n_stages {config.n_stages} is more than the model's {model.config.n_layer} blocks")
-    if config.grad_ckpt:
-        enable_activation_checkpointing(model)
-    net = build_pipeline_gpt2(model, devices, mode, split_size=size)   # your Pipe (Problem 2) over the stages
-    counts = parameters_per_stage(stages_of(net))   # what each stage registers (the tied head weight: stage 0)
-    print(f"  parameters_per_stage {', '.join(f'{n:,}' for n in counts)} (stage 0 first; sum {sum(counts):,})")
+    model, net = _staged_model(config, tokenizer, devices, size)                       # model
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)                    # optimizer
     scheduler = make_scheduler(optimizer, config, len(loader))
     timeline = microbatch.stage_timeline(net)
@@ -140,23 +130,9 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
         return validation_loss(model, valid, collate, devices[0], config.quiet, forward=net,
                                batch_size=config.batch_size)
 
-    metrics = {"mode": mode, "devices": [str(d) for d in devices], "n_chunk": n_chunk, "split_size": size,
-               "micro_batches_per_batch": microbatch.count(config.batch_size, size),
-               "micro_batch_rule": "split_size = ceil(batch_size / n_chunk); micro-batches = ceil(rows / split_size)",
-               "preset": config.preset, "parameters": count_parameters(model), "batch_size": config.batch_size,
-               "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
-               **thread_facts(), "timeline": []}
+    metrics = _run_facts(config, model, devices, n_chunk, size)
     spec, step_log, metrics["val_loss_before"] = prepare_run(config, 0, val_loss)   # loop
-
-    def loss_of(batch: dict, epoch: int, index: int) -> torch.Tensor:
-        timeline.clear()
-        start = time.perf_counter()
-        loss = lm_loss(net(batch["input_ids"].to(devices[0])), batch["labels"])
-        if index < config.timeline_steps:
-            metrics["timeline"] += [{**t, "epoch": epoch, "step": index, "start": t["start"] - start,
-                                     "end": t["end"] - start} for t in timeline]
-        return loss
-
+    loss_of = _timed_loss(net, devices[0], timeline, config.timeline_steps, metrics["timeline"])
     parts = LoopParts(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_of=loss_of,
                       device=devices[0], reduce_grads=SINGLE_REPLICA, step_log=step_log)
     with net:
@@ -170,6 +146,57 @@ def train_stages(config: RunConfig, data: tuple, devices: list, n_chunk: int) ->
                 "stopped_early": result["stopped_early"]}
     write_json(config.out_dir / f"metrics_{mode}.json", metrics)
     return metrics
+
+
+def _staged_model(config: RunConfig, tokenizer, devices: list, size: int) -> tuple:
+    """``(model, net)``: the GPT-2 of ``config`` and your Pipe (Problem 2) over its stages on ``devices``, each
+    batch cut into micro-batches of ``size`` rows; prints each stage's parameters. ConfigError for more stages
+    than blocks."""
+    from pipeline.gpt2 import build_pipeline_gpt2
+    from project.bench.memory import parameters_per_stage, stages_of
+    from project.model import build_model, enable_activation_checkpointing
+
+    model = build_model(config.preset, tokenizer, config.pretrained, config.seed)
+    if config.n_stages > model.config.n_layer:
+        raise ConfigError(f"--n_stages {config.n_stages} is more than the model's {model.config.n_layer} blocks")
+    if config.grad_ckpt:
+        enable_activation_checkpointing(model)
+    net = build_pipeline_gpt2(model, devices, config.model_parallel_mode, split_size=size)
+    counts = parameters_per_stage(stages_of(net))   # what each stage registers (the tied head weight: stage 0)
+    print(f"  parameters_per_stage {', '.join(f'{n:,}' for n in counts)} (stage 0 first; sum {sum(counts):,})")
+    return model, net
+
+
+def _run_facts(config: RunConfig, model, devices: list, n_chunk: int, size: int) -> dict:
+    """The metrics known before training: mode, devices, how a batch is cut, model and run options, threads; an
+    empty ``timeline`` that ``_timed_loss`` fills."""
+    from project import microbatch
+    from project.devices import thread_facts
+    from project.model import count_parameters
+
+    return {"mode": config.model_parallel_mode, "devices": [str(d) for d in devices], "n_chunk": n_chunk,
+            "split_size": size, "micro_batches_per_batch": microbatch.count(config.batch_size, size),
+            "micro_batch_rule": "split_size = ceil(batch_size / n_chunk); micro-batches = ceil(rows / split_size)",
+            "preset": config.preset, "parameters": count_parameters(model), "batch_size": config.batch_size,
+            "grad_accum": config.grad_accum, "precision": config.precision, "grad_ckpt": config.grad_ckpt,
+            **thread_facts(), "timeline": []}
+
+
+def _timed_loss(net, device, timeline: list, timeline_steps: int, records: list):
+    """The loop's ``loss_of(batch, epoch, index)``: the loss of ``net`` on ``batch``; for the first
+    ``timeline_steps`` steps of an epoch it appends each stage's ``timeline`` entries to ``records``, times from the
+    step's start."""
+    from project.model import lm_loss
+
+    def loss_of(batch: dict, epoch: int, index: int):
+        timeline.clear()
+        start = time.perf_counter()
+        loss = lm_loss(net(batch["input_ids"].to(device)), batch["labels"])
+        if index < timeline_steps:
+            records.extend({**t, "epoch": epoch, "step": index, "start": t["start"] - start,
+                            "end": t["end"] - start} for t in timeline)
+        return loss
+    return loss_of
 
 
 if __name__ == "__main__":

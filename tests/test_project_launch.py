@@ -128,7 +128,7 @@ def test_rank_start_method_is_forkserver_without_a_gpu_and_can_be_forced(monkeyp
     monkeypatch.setenv(RANK_START_ENV, "spawn")
     assert rank_start_method() == "spawn"
     monkeypatch.setenv(RANK_START_ENV, "fork")
-    with pytest.raises(ConfigError, match="KIT_RANK_START='fork': expected one of auto, spawn, forkserver"):
+    with pytest.raises(ConfigError, match="KIT_RANK_START must be auto, spawn or forkserver, not 'fork'"):
         rank_start_method()
 
 
@@ -240,3 +240,57 @@ def test_a_rank_that_computes_while_the_other_waits_is_not_ended(tmp_path):
     from project.launch import launch
 
     launch(_slow_rank_0, 2, tmp_path, (file_rendezvous(tmp_path, "store"),), still_limit_s=2)
+
+
+class _Sleeper:
+    """A stand-in rank for ``common.rank_launch.supervise``: a ``sleep`` process that says ``news``."""
+
+    def __init__(self, rank: int, news: tuple | None = None):
+        import subprocess
+
+        self.proc = subprocess.Popen(["sleep", "60"])
+        self.rank, self.pid, self.news = rank, self.proc.pid, news
+
+    def poll(self):
+        return self.proc.poll()
+
+    def said(self):
+        return self.news
+
+    def wakers(self):
+        return []
+
+    def signal_group(self, sig):
+        self.proc.send_signal(sig)
+
+
+def test_the_supervision_core_ends_a_watch_at_each_of_its_limits(tmp_path):
+    """``common.rank_launch.supervise``, which both launchers watch their ranks with: progress lines on the
+    ranks' still time, then the still limit; a time limit; a failure's grace for its peers; a finished rank that
+    lingers is killed. It kills nothing else."""
+    import signal
+
+    from common.rank_launch import OWN_GRACE_S, Limits, peer_grace, supervise
+
+    ranks = [_Sleeper(0), _Sleeper(1)]
+    try:
+        seen = []
+        out = supervise(ranks, Limits(still_limit_s=2.5, stacks={r.rank: tmp_path / f"{r.rank}.stack" for r in ranks},
+                                      progress=lambda watch, waiting, s: seen.append((waiting, s)), progress_s=1))
+        assert out.stuck and out.still_s >= 2.5 and out.waiting == [0, 1] and not out.timed_out, out
+        assert [waiting for waiting, _ in seen] == [[0, 1], [0, 1]] and seen[0][1] >= 1, seen
+        assert out.watch.places([0]) == {0: "no stack dump"}       # ``sleep`` catches no dump signal: not asked
+        out = supervise(ranks, Limits(limit_s=0.3, poll_s=0.05))
+        assert out.timed_out and out.waiting == [0, 1] and [end.code for end in out.ends] == [None, None], out
+        ranks[0].news = ("error", "ValueError: rank 0 gives up")
+        began = time.monotonic()
+        out = supervise(ranks, Limits(grace=peer_grace, poll_s=0.05))
+        assert out.failures == {0: "ValueError: rank 0 gives up"} and out.waiting == [1], out
+        assert OWN_GRACE_S <= time.monotonic() - began < OWN_GRACE_S + 2
+        ranks[0].news = ranks[1].news = ("ok", 7)
+        out = supervise(ranks, Limits(linger_s=0.2, poll_s=0.05))
+        assert [(end.code, end.finished, end.said) for end in out.ends] == [(-signal.SIGKILL, True, 7)] * 2, out
+    finally:
+        for r in ranks:
+            r.proc.kill()
+            r.proc.wait()

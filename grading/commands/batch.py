@@ -120,10 +120,10 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
                 stderr.write(f"{not_started}\n".encode())
     finally:
         _remove(scratch)
-    return settle(entry.name, out, code, not_started, limit_s, time.monotonic() - start)
+    return finished_row(entry.name, out, code, not_started, limit_s, time.monotonic() - start)
 
 
-def settle(name: str, out: Path, code: int | None, not_started: str, limit_s: float, seconds: float) -> dict:
+def finished_row(name: str, out: Path, code: int | None, not_started: str, limit_s: float, seconds: float) -> dict:
     """The grades.csv row of the grade of ``name`` into folder ``out`` that ended with ``code`` (None: killed at
     ``limit_s``) after ``seconds``. A grade stopped before its end gets its results.json finished (``_verdict``)
     and the end of its table appended to ``report.txt`` (``report.stopped_lines``): one verdict in all three."""

@@ -8,9 +8,12 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from common.settings import STARTED_ENV as STARTED_ENV     # re-exported: ``__main__`` and tests name grade.STARTED_ENV
+from common.settings import PROBLEMS_ENV
 from grading import KIT_ROOT
 from grading.commands import benchmarks, profile, report, results_json
 from grading.commands.options import add_course_options
@@ -20,7 +23,7 @@ from grading.commands.result_tests import verdict
 from grading.engine.runner import (MIN_CASE_S, NOT_GRADED, CriterionResult, Status, TotalTime, not_graded,
                                    run_cases, warm_servers)
 from grading.kit import points
-from grading.kit.course import PROBLEMS_ENV, chosen_problems
+from grading.kit.course import chosen_problems
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.splice import PROTECTED_RECORD
 from grading.kit.submission import build_grading_copy, scratch_dir
@@ -62,7 +65,6 @@ def _deadline(total_s: float | None, started: float) -> TotalTime | None:
 
 
 END_RESERVE_S = 20.0
-STARTED_ENV = "GRADING_PROCESS_STARTED"     # when `python -m grading grade` began (epoch seconds; ``__main__``)
 
 
 def process_started() -> float:
@@ -125,66 +127,10 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
     scratch = scratch_dir()
     notes = _self_check_notes(KIT_ROOT)
     try:
-        try:
-            submission_root = (KIT_ROOT if args.submission is None
-                               else open_submission(Path(args.submission), KIT_ROOT, scratch))
-        except SubmissionError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            if args.json:
-                reason = f"submission rejected: {exc}"
-                results_json.write_json(Path(args.json), _all_failed(Status.FAILED, reason, problem), [reason])
+        submission_root = _open_or_reject(args, problem, scratch)
+        if submission_root is None:
             return report.EXIT_USAGE
-        code_root = scratch / "kit"
-        splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
-        servers = warm_servers(code_root)           # they import torch while this process loads the checks
-        if servers is not None:
-            servers.warm_up()
-        try:
-            notes += splice.notes()
-            if args.submission is not None:
-                notes += benchmarks.figures_notes(submission_root)
-            cases = all_cases()
-            if args.timeout is not None:
-                cases = [replace(case, timeout_s=args.timeout) for case in cases]
-            listed = [v for case in cases for v in not_graded(case, results_json.PENDING)
-                      if selects(problem, v.problem)]
-            partial = (results_json.PartialReport(Path(args.json), listed, notes, splice.student_lines)
-                       if args.json else None)
-            live = report.LiveTable(listed, notes, verbose=args.verbose, public=args.public_table,
-                                    transform=splice.student_lines)
-            hit_limit: list[str] = []
-
-            def progress(case) -> None:
-                if not args.quiet:
-                    print(f"... running {case.name} ({case.world_size} rank(s))", file=sys.stderr)
-                if partial is not None:
-                    partial.running(case.criteria[0].problem, [c.id for c in case.criteria])
-
-            def judged(case, verdicts, result) -> None:
-                if result is not None and result.timed_out:
-                    hit_limit.append(f"{case.name} (Problem {case.criteria[0].problem}) hit its limit of "
-                                     f"{result.limit_s:.1f} s")
-                if partial is not None:
-                    partial.judged(verdicts)
-                live.judged(verdicts)           # the staff table's rows, as each case ends
-
-            if servers is not None and cases:
-                servers.warm_up(max(case.world_size for case in cases))
-            results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=progress,
-                                barred=splice.barred, hints=splice.hints, servers=servers, total=total, judged=judged)
-            results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
-            protection, flags = isolation.run_report(scratch / "runs", cases)
-            notes += flags
-            if "NOT applied" in protection or "no isolation" in protection:
-                notes.append(f"warning: {protection}")
-            if args.json:              # first, while the margin of the total time lasts (``_deadline``)
-                extra = {**({results_json.HIT_LIMIT: hit_limit} if hit_limit else {}),
-                         **({results_json.PROTECTION: protection} if protection else {})}
-                results_json.write_json(Path(args.json), results, [*notes, *_not_graded_notes(results)], extra or None)
-            live.close(results, notes, [f"protection: {protection}"] if protection else [])
-        finally:
-            if servers is not None:
-                servers.close()
+        results = _grade_copy(args, problem, total, submission_root, scratch, notes)
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")
             print(profile.table(scratch / "runs"))
@@ -194,6 +140,95 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
             shutil.rmtree(scratch, ignore_errors=True)
         else:
             print(f"(kept the grading folder {scratch})", file=sys.stderr)
+
+
+def _open_or_reject(args: argparse.Namespace, problem: str | None, scratch: Path) -> Path | None:
+    """The submission's root (this kit without one), or None once its rejection is said on stderr (and, with
+    ``--json``, written as every criterion failed)."""
+    try:
+        return KIT_ROOT if args.submission is None else open_submission(Path(args.submission), KIT_ROOT, scratch)
+    except SubmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.json:
+            reason = f"submission rejected: {exc}"
+            results_json.write_json(Path(args.json), _all_failed(Status.FAILED, reason, problem), [reason])
+        return None
+
+
+def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime | None, submission_root: Path,
+                scratch: Path, notes: list[str]) -> list[CriterionResult]:
+    """Splice ``submission_root`` into ``scratch/kit``, run its cases on warm fork servers (closed at the end) and
+    report the verdicts (``_report``); ``notes`` gains the splice's and the isolation's notes."""
+    code_root = scratch / "kit"
+    splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
+    servers = warm_servers(code_root)           # they import torch while this process loads the checks
+    if servers is not None:
+        servers.warm_up()
+    try:
+        notes += splice.notes()
+        if args.submission is not None:
+            notes += benchmarks.figures_notes(submission_root)
+        cases = all_cases()
+        if args.timeout is not None:
+            cases = [replace(case, timeout_s=args.timeout) for case in cases]
+        live = _LiveReport(args, problem, cases, notes, splice.student_lines)
+        if servers is not None and cases:
+            servers.warm_up(max(case.world_size for case in cases))
+        results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=live.progress,
+                            refused=splice.refused, hints=splice.hints, servers=servers, total=total,
+                            judged=live.judged)
+        results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
+        _report(args, results, notes, live, *isolation.run_report(scratch / "runs", cases))
+        return results
+    finally:
+        if servers is not None:
+            servers.close()
+
+
+class _LiveReport:
+    """What a grade shows while its cases run: a progress line per case (unless ``--quiet``), the staff table's
+    rows as each case ends (``report.LiveTable``), with ``--json`` a ``results_json.PartialReport``; it keeps the
+    cases that hit their limit (``hit_limit``)."""
+
+    def __init__(self, args: argparse.Namespace, problem: str | None, cases: list, notes: list[str],
+                 student_lines: Callable[[str], str]) -> None:
+        listed = [v for case in cases for v in not_graded(case, results_json.PENDING) if selects(problem, v.problem)]
+        self.quiet = args.quiet
+        self.partial = (results_json.PartialReport(Path(args.json), listed, notes, student_lines)
+                        if args.json else None)
+        self.table = report.LiveTable(listed, notes, verbose=args.verbose, public=args.public_table,
+                                      transform=student_lines)
+        self.hit_limit: list[str] = []
+
+    def progress(self, case) -> None:
+        """``run_cases``'s ``progress``: a case's ranks are about to start."""
+        if not self.quiet:
+            print(f"... running {case.name} ({case.world_size} rank(s))", file=sys.stderr)
+        if self.partial is not None:
+            self.partial.running(case.criteria[0].problem, [c.id for c in case.criteria])
+
+    def judged(self, case, verdicts, result) -> None:
+        """``run_cases``'s ``judged``: a case's verdicts are known."""
+        if result is not None and result.timed_out:
+            self.hit_limit.append(f"{case.name} (Problem {case.criteria[0].problem}) hit its limit of "
+                                  f"{result.limit_s:.1f} s")
+        if self.partial is not None:
+            self.partial.judged(verdicts)
+        self.table.judged(verdicts)           # the staff table's rows, as each case ends
+
+
+def _report(args: argparse.Namespace, results: list[CriterionResult], notes: list[str], live: _LiveReport,
+            protection: str, flags: list[str]) -> None:
+    """Write the final report: ``--json`` first, then the table's end; ``notes`` gains the isolation's ``flags``
+    and a warning when the protection (``isolation.run_report``) was not applied."""
+    notes += flags
+    if "NOT applied" in protection or "no isolation" in protection:
+        notes.append(f"warning: {protection}")
+    if args.json:              # first, while the margin of the total time lasts (``_deadline``)
+        extra = {**({results_json.HIT_LIMIT: live.hit_limit} if live.hit_limit else {}),
+                 **({results_json.PROTECTION: protection} if protection else {})}
+        results_json.write_json(Path(args.json), results, [*notes, *_not_graded_notes(results)], extra or None)
+    live.table.close(results, notes, [f"protection: {protection}"] if protection else [])
 
 
 def _not_graded_notes(results: list[CriterionResult]) -> list[str]:

@@ -25,9 +25,9 @@ from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, default_limit_s, gr
 from grading.commands.grades_csv import RowStatus, criterion_cells
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
-from grading.kit.course import PROBLEMS_ENV
 from common.files import atomic_write
-from grading.kit.secret import SECRET_ENV, course_secret
+from common.settings import PROBLEMS_ENV, SECRET_ENV, settings
+from grading.kit.secret import course_secret
 
 TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"
 SUBMIT = "submit.sh"
@@ -135,6 +135,33 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     """
     grade_args = list(grade_args or [])
     out_dir, submissions_dir = Path(out_dir).resolve(), Path(submissions_dir).resolve()
+    _check_array_options(out_dir, partition, account, gpus_per_task, max_parallel, cpus_per_task, mem)
+    entries = submissions_in(submissions_dir)
+    if not entries:
+        raise ValueError(f"{submissions_dir}: no submissions (folders or .zip files)")
+    time_limit, grade_limit, bench_limit = _task_limits(grade_args, benchmarks, time_limit)
+    env = {PROBLEMS_ENV: settings().problems} if settings().problems else {}
+    tasks = _task_list(submissions_dir, entries, grade_args, grade_limit, benchmarks, bench_limit, env, max_parallel,
+                       python)
+    (out_dir / LOGS).mkdir(parents=True, exist_ok=True)
+    (out_dir / RESULTS).mkdir(exist_ok=True)
+    atomic_write(out_dir / TASKS, json.dumps(tasks, indent=1) + "\n")
+    warnings = node_local(shared_paths(python, submissions_dir, out_dir))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    submit = _write_submit_step(out_dir, python)
+    sbatch_lines = _sbatch_directives(len(entries), out_dir, time_limit, max_parallel, cpus_per_task, mem, partition,
+                                      account, gpus_per_task)
+    lines = [*_script_header(len(entries), submissions_dir, out_dir, python, warnings), *sbatch_lines,
+             *_script_body(len(entries), out_dir, python)]
+    script = atomic_write(out_dir / SCRIPT, "\n".join(lines) + "\n")
+    os.chmod(script, 0o755)
+    return ArrayJob(script, out_dir / TASKS, len(entries), f"bash {shlex.quote(str(submit))}")
+
+
+def _check_array_options(out_dir: Path, partition: str | None, account: str | None, gpus_per_task: int,
+                         max_parallel: int | None, cpus_per_task: int, mem: str) -> None:
+    """ValueError naming the first option of ``write_array`` that cannot go into ``grade.sbatch``."""
     if re.search(r"[\s%]", str(out_dir)):
         raise ValueError(f"{out_dir}: an OUT_DIR path with whitespace or '%' cannot go into #SBATCH lines")
     if partition is not None and not _PARTITION.fullmatch(partition):
@@ -148,9 +175,11 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     if not _MEMORY.fullmatch(str(mem)):
         raise ValueError(f"--mem: not a Slurm memory size (a number with an optional K, M, G or T, e.g. 3G or 3000M): "
                          f"{mem!r}")
-    entries = submissions_in(submissions_dir)
-    if not entries:
-        raise ValueError(f"{submissions_dir}: no submissions (folders or .zip files)")
+
+
+def _task_limits(grade_args: list[str], benchmarks: bool, time_limit: str | None) -> tuple[str, float, float]:
+    """``(--time, grade limit s, benchmark limit s)`` of one task: ``time_limit`` (default: both limits plus
+    ``START_SLACK_S``), with the limits cut to fit it; ValueError when it leaves under a minute to grade."""
     grade_limit = default_limit_s(grade_args)
     bench_limit = BENCH_LIMIT_S if benchmarks else 0.0
     if time_limit is None:
@@ -162,19 +191,24 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
     if grade_limit < 60:
         raise ValueError(f"--time {time_limit} leaves {grade_limit:.0f} s to grade; give at least "
                          f"{format_time(60 + bench_limit + START_SLACK_S)}")
+    return time_limit, grade_limit, bench_limit
+
+
+def _task_list(submissions_dir: Path, entries: list[Path], grade_args: list[str], grade_limit: float,
+               benchmarks: bool, bench_limit: float, env: dict[str, str], max_parallel: int | None,
+               python: str) -> dict:
+    """The content of ``tasks.json``: one task per entry, what each task runs with, and a salted fingerprint of
+    this process's course secret (``secret_mismatch``)."""
     salt = secrets.token_hex(8)
-    env = {PROBLEMS_ENV: os.environ[PROBLEMS_ENV]} if os.environ.get(PROBLEMS_ENV) else {}
-    tasks = {"batch": secrets.token_hex(8), "submissions_dir": str(submissions_dir), "grade_args": grade_args,
-             "limit_s": grade_limit, "benchmarks": benchmarks, "benchmark_limit_s": bench_limit, "env": env,
-             "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()),
-             "secret_used": bool(course_secret()), "max_parallel": max_parallel, "python": python,
-             "tasks": [{"id": k, "submission": e.name, "path": str(e)} for k, e in enumerate(entries)]}
-    (out_dir / LOGS).mkdir(parents=True, exist_ok=True)
-    (out_dir / RESULTS).mkdir(exist_ok=True)
-    atomic_write(out_dir / TASKS, json.dumps(tasks, indent=1) + "\n")
-    warnings = node_local(shared_paths(python, submissions_dir, out_dir))
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    return {"batch": secrets.token_hex(8), "submissions_dir": str(submissions_dir), "grade_args": grade_args,
+            "limit_s": grade_limit, "benchmarks": benchmarks, "benchmark_limit_s": bench_limit, "env": env,
+            "secret_salt": salt, "secret": secret_fingerprint(salt, course_secret()),
+            "secret_used": bool(course_secret()), "max_parallel": max_parallel, "python": python,
+            "tasks": [{"id": k, "submission": e.name, "path": str(e)} for k, e in enumerate(entries)]}
+
+
+def _write_submit_step(out_dir: Path, python: str) -> Path:
+    """Write the executable ``submit.sh``: ``submit`` (the secret check, then ``sbatch``) with its arguments."""
     submit = atomic_write(out_dir / SUBMIT, "\n".join([
         "#!/bin/bash",
         f"# Submits {SCRIPT} (extra arguments go to sbatch) once this shell's course secret is the array's.",
@@ -182,31 +216,44 @@ def write_array(submissions_dir: Path, out_dir: Path, grade_args: list[str] | No
         f'exec "${{GRADING_PYTHON:-{shlex.quote(python)}}}" -m grading.commands.slurm submit '
         f'{shlex.quote(str(out_dir))} "$@"']) + "\n")
     os.chmod(submit, 0o755)
-    lines = ["#!/bin/bash",
-             f"# Grades the {len(entries)} submissions of {submissions_dir.name}/, one per array task (see {TASKS}).",
-             f"# Submit: bash {out_dir / SUBMIT} (checks the course secret, then sbatch {out_dir / SCRIPT})",
-             f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
-             "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
-             "# Every node must see, at these paths (a shared filesystem): the kit, its Python environment,",
-             f"# the submissions and this folder: {KIT_ROOT}, {python}, {submissions_dir}, {out_dir}",
-             *(f"# WARNING: {warning}" for warning in warnings),
-             "#SBATCH --job-name=a5-grade", f"#SBATCH --array={array_spec(list(range(len(entries))), max_parallel)}",
-             "#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --mem={mem}",
-             f"#SBATCH --time={time_limit}",
-             f"#SBATCH --output={out_dir / LOGS}/task-%a.out", f"#SBATCH --error={out_dir / LOGS}/task-%a.err",
-             *([f"#SBATCH --partition={partition}"] if partition else []),
-             *([f"#SBATCH --account={account}"] if account else []),
-             *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else []),
-             "set -euo pipefail",
-             'if [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then',
-             f'  echo "set SLURM_ARRAY_TASK_ID to the task to grade (0-{len(entries) - 1})" >&2; exit 2',
-             "fi",
-             f'PYTHON="${{GRADING_PYTHON:-{shlex.quote(python)}}}"',
-             f"cd {shlex.quote(str(KIT_ROOT))}",
-             f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
-    script = atomic_write(out_dir / SCRIPT, "\n".join(lines) + "\n")
-    os.chmod(script, 0o755)
-    return ArrayJob(script, out_dir / TASKS, len(entries), f"bash {shlex.quote(str(submit))}")
+    return submit
+
+
+def _script_header(count: int, submissions_dir: Path, out_dir: Path, python: str, warnings: list[str]) -> list[str]:
+    """The comment lines that open ``grade.sbatch``: what it grades, how to submit it or run one task, the paths
+    every node must share and the warnings about them."""
+    return [
+        "#!/bin/bash",
+        f"# Grades the {count} submissions of {submissions_dir.name}/, one per array task (see {TASKS}).",
+        f"# Submit: bash {out_dir / SUBMIT} (checks the course secret, then sbatch {out_dir / SCRIPT})",
+        f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
+        "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
+        "# Every node must see, at these paths (a shared filesystem): the kit, its Python environment,",
+        f"# the submissions and this folder: {KIT_ROOT}, {python}, {submissions_dir}, {out_dir}",
+        *(f"# WARNING: {warning}" for warning in warnings)]
+
+
+def _sbatch_directives(count: int, out_dir: Path, time_limit: str, max_parallel: int | None, cpus_per_task: int,
+                       mem: str, partition: str | None, account: str | None, gpus_per_task: int) -> list[str]:
+    """The ``#SBATCH`` lines of an array of ``count`` tasks (partition, account and GPUs only when given)."""
+    return ["#SBATCH --job-name=a5-grade", f"#SBATCH --array={array_spec(list(range(count)), max_parallel)}",
+            "#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --mem={mem}",
+            f"#SBATCH --time={time_limit}",
+            f"#SBATCH --output={out_dir / LOGS}/task-%a.out", f"#SBATCH --error={out_dir / LOGS}/task-%a.err",
+            *([f"#SBATCH --partition={partition}"] if partition else []),
+            *([f"#SBATCH --account={account}"] if account else []),
+            *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else [])]
+
+
+def _script_body(count: int, out_dir: Path, python: str) -> list[str]:
+    """The commands of ``grade.sbatch``: nothing Slurm-only, ``run_task`` of ``$SLURM_ARRAY_TASK_ID``."""
+    return ["set -euo pipefail",
+            'if [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then',
+            f'  echo "set SLURM_ARRAY_TASK_ID to the task to grade (0-{count - 1})" >&2; exit 2',
+            "fi",
+            f'PYTHON="${{GRADING_PYTHON:-{shlex.quote(python)}}}"',
+            f"cd {shlex.quote(str(KIT_ROOT))}",
+            f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
 
 
 def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
@@ -224,7 +271,7 @@ def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
     if problem:
         print(f"error: not submitted: {problem}", file=sys.stderr)
         return 2
-    python = os.environ.get("GRADING_PYTHON") or str(tasks.get("python", sys.executable))
+    python = settings().python or str(tasks.get("python", sys.executable))
     for warning in node_local(shared_paths(python, tasks["submissions_dir"], out_dir)):
         print(f"warning: {warning}", file=sys.stderr)
     try:

@@ -48,18 +48,18 @@ class LaunchResult:
     wall_s: float = 0.0
     limit_s: float = 0.0            # the case's limit, in load-discounted seconds (``launch.LoadClock``)
     key: bytes = b""                # the run's signing key (parts.log and done HMACs)
-    lost: str = ""                  # why no result of this run counts (a rank killed its fork server)
+    server_gone: str = ""                  # why no result of this run counts (a rank killed its fork server)
     still_s: float = 0.0            # ended early: how long every rank had been waiting then (0: not ended so)
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and not self.lost and all(r.finished for r in self.ranks)
+        return not self.timed_out and not self.server_gone and all(r.finished for r in self.ranks)
 
     def failure(self) -> str:
         """One human-readable reason why the run did not finish cleanly ("" when it did)."""
         if self.ok:
             return ""
-        reasons = [self.lost] if self.lost else []
+        reasons = [self.server_gone] if self.server_gone else []
         if self.timed_out and self.still_s:
             stuck = [r for r in self.ranks if r.returncode is None]
             reasons.append(f"ended after {self.wall_s:.0f} s: every rank still running "
@@ -251,8 +251,8 @@ class CaseRun:
         ``parts.log``): a file planted by student code, or changed after it was
         recorded, is rejected with a message that says so.
         """
-        if self.launch.lost:
-            raise CheckFailed(f"no result for '{name}': {self.launch.lost}")
+        if self.launch.server_gone:
+            raise CheckFailed(f"no result for '{name}': {self.launch.server_gone}")
         rank_dir = self.launch.out_dir / f"rank{rank}"
         where = f"rank {rank}: " if self.world_size > 1 else ""
         kind, data = self._read(name, rank)

@@ -3,7 +3,9 @@
 Each rank is a fresh process in its own session, forked by a fork server (``grading.engine.forkserver``) or a
 cold ``python -m grading.engine.worker`` (the same ``worker.main``), its stdout and stderr in files, meeting the
 others over a file store in the run folder (no port), in the sandbox (``grading.engine.sandbox``), signing its
-results with the run's key.
+results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
+entry points' launcher (``project.launch``) shares; what the grader adds on top is how they start (its fork servers,
+cold workers), the sandbox, signed records and phases.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import contextlib
 import json
 import os
 import secrets
-import select
 import signal
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from common.rank_launch import Limits, supervise
 from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
-from common.regions import STUDENT_PACKAGES
 from grading.engine import isolation, sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import available_cpus
@@ -31,7 +32,6 @@ from grading.engine.recording import DONE_MARKER, is_finished, rank_key
 
 WORKER = "grading.engine.worker"      # the module every rank runs, cold (``python -m``) or forked
 STDERR_TAIL_CHARS = 2000
-STACK_DUMP_WAIT_S = 1.0
 POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
 LINGER_S = 2.0                # how long a finished rank may take to exit by itself (_Phase.run)
 
@@ -83,15 +83,15 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
-           preload: tuple[str, ...] = (), then: tuple[str, ...] = (), collective_checks: bool = True,
+           preload: tuple[str, ...] = (), next_phases: tuple[str, ...] = (), collective_checks: bool = True,
            kit_root: Path | None = None, progress=_to_stderr, progress_s: float = PROGRESS_S,
            still_limit_s: float = STILL_LIMIT_S) -> LaunchResult:
-    """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``then``.
+    """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``next_phases``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
     kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
-    forked warm (``preload``: what the servers import first); without, each is a cold worker. ``then``: further
+    forked warm (``preload``: what the servers import first); without, each is a cold worker. ``next_phases``: further
     targets, each run by new rank processes once every rank of the one before has finished and what it left
     running is killed; they sign into the same results and find the case's ``handoff`` folder
     (``RankContext.handoff_dir``). ``timeout_s`` bounds every phase together, on an idle machine's clock
@@ -99,7 +99,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     ``collective_checks`` every process group of a rank checks each collective call against the other ranks'
     (torch's ``DebugLevel.DETAIL``): calls that differ fail at once on every rank, naming each rank's call
     (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
-    string hash order as ``torchrun``'s do (``ForkServers``' ``apart``). ``out_dir`` must not
+    string hash order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
     the run survives it. Each rank sees the machine as ``grading.engine.isolation.plan`` allows: ``kit_root``
     (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
@@ -119,32 +119,33 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             "namespaces": namespaces.paths or {"refused": namespaces.reason},
             "collective_checks": collective_checks, "isolation": view,
             "handoff": str(out_dir / "handoff")}
-    apart = collective_checks and world_size > 1
-    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, apart, namespaces,
+    distinct_hashes = collective_checks and world_size > 1
+    phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, distinct_hashes, namespaces,
                    _Watching(progress, progress_s, still_limit_s))
     start = time.monotonic()
-    preload_s, lost = 0.0, ""
+    preload_s, server_gone = 0.0, ""
     try:
         if servers is not None:
-            servers.settle(apart, preload)
-            servers.preload(world_size, preload, apart)
+            servers.stop_unneeded_server(distinct_hashes, preload)
+            servers.preload(world_size, preload, distinct_hashes)
         preload_s = time.monotonic() - start
         clock = LoadClock()
-        for number, phase_target in enumerate((target, *then)):
+        for number, phase_target in enumerate((target, *next_phases)):
             suffix = str(number or "")
             store = str(out_dir / "shared" / f"store{suffix}")
             (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store}))
             for rank in range(world_size):            # a rank of this phase has finished once it says so again
                 (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
             phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)
-            lost = phase.clean_up()
-            if phase.timed_out or lost or not all(is_finished(out_dir / f"rank{r}", key, r) for r in range(world_size)):
+            server_gone = phase.clean_up()
+            if phase.timed_out or server_gone or \
+                    not all(is_finished(out_dir / f"rank{r}", key, r) for r in range(world_size)):
                 break
     finally:
         phase.clean_up()
         namespaces.close()
     result = LaunchResult(out_dir, world_size, timed_out=phase.timed_out, wall_s=time.monotonic() - start,
-                          limit_s=timeout_s, key=key, lost=lost, still_s=phase.still_s)
+                          limit_s=timeout_s, key=key, server_gone=server_gone, still_s=phase.still_s)
     (out_dir / "launch.json").write_text(json.dumps({"spawned": phase.spawned, "wall_s": result.wall_s,
                                                      "preload_s": preload_s, "warm": servers is not None,
                                                      "started_cold": phase.cold_reasons}))
@@ -171,12 +172,12 @@ class _Watching:
 class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
-    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None, apart: bool,
-                 namespaces: sandbox.Namespaces, watching: _Watching):
+    def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None,
+                 distinct_hashes: bool, namespaces: sandbox.Namespaces, watching: _Watching):
         self.out_dir, self.key, self.run_id, self.cwd, self.servers = out_dir, key, run_id, cwd, servers
         self.watching = watching
         self.namespaces = namespaces                # the case's: whatever is left in its PID namespace is killed
-        self.apart = apart                          # ranks forked by servers of different hash seeds
+        self.distinct_hashes = distinct_hashes      # ranks forked by servers of different hash seeds
         self.ranks: list[_Rank] = []
         self.codes: list[int | None] = []
         self.spawned: list[float] = []
@@ -211,51 +212,32 @@ class _Phase:
         for rank in range(world_size):
             self.spawned.append(time.time())
             argv, started = [str(spec), str(rank)], None
+            done = self.out_dir / f"rank{rank}" / DONE_MARKER
             with open(self.out_dir / f"rank{rank}.stdout", "ab" if append else "wb") as stdout, \
                     open(self.out_dir / f"rank{rank}.stderr", "ab" if append else "wb") as stderr:
                 if self.servers is not None:
                     try:
-                        session = self.servers.session(rank, self.apart)
+                        session = self.servers.session(rank, self.distinct_hashes)
                         pid = session.start(WORKER, argv, self.cwd, self.environment(),
                                             (stdout.fileno(), stderr.fileno()), rank_key(self.key, rank))
-                        started = _Rank(rank, pid, session=session)
+                        started = _Rank(rank, pid, done, session=session)
                     except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
                         self.cold_reasons.append(f"rank {rank}: {exc}")
                 self.ranks.append(started or _Rank.cold(argv, rank_key(self.key, rank), (stdout, stderr), self.cwd,
-                                                        self.environment()))
-        finished_at: dict[int, float] = {}
-        watch = RankWatch({r.rank: r.pid for r in self.ranks},
-                          {r.rank: self.out_dir / f"rank{r.rank}.stack" for r in self.ranks}, STUDENT_PACKAGES)
-        next_line = max(self.started + self.watching.every_s, time.monotonic() + 1.0)
-        while running := [r for r in self.ranks if r.poll() is None]:
-            if clock.elapsed() > timeout_s:
-                self.timed_out = True
-                break
-            waiting = [r.rank for r in running if r.rank not in finished_at]
-            if waiting and watch.still_s(waiting) >= self.watching.still_limit_s:
-                self.timed_out, self.still_s = True, watch.still_s(waiting)
-                break
-            if waiting and time.monotonic() >= next_line:
-                next_line += self.watching.every_s
-                self._say(watch, waiting)
-            now = time.monotonic()
-            for r in running:
-                if (self.out_dir / f"rank{r.rank}" / DONE_MARKER).exists() and \
-                        now - finished_at.setdefault(r.rank, now) > LINGER_S:
-                    r.signal_group(signal.SIGKILL)
-            try:                          # until a session reports an exit (cold ranks: polled)
-                select.select(list({id(r.session): r.session for r in running if r.session}.values()), [], [], POLL_S)
-            except (OSError, ValueError):                 # a server's socket closed meanwhile
-                time.sleep(POLL_S)
-        self.codes = [r.poll() for r in self.ranks]     # at the limit: one that our stack dump signal ends still ran
-        if self.timed_out:
-            for r in (r for r, code in zip(self.ranks, self.codes) if code is None):
-                r.signal_group(signal.SIGUSR1)
-            time.sleep(STACK_DUMP_WAIT_S)
+                                                        self.environment(), done))
+        out = supervise(self.ranks, Limits(
+            limit_s=timeout_s, clock=clock.elapsed, still_limit_s=self.watching.still_limit_s,
+            stacks={r.rank: self.out_dir / f"rank{r.rank}.stack" for r in self.ranks}, progress=self._say,
+            progress_s=self.watching.every_s, progress_since=self.started, linger_s=LINGER_S, poll_s=POLL_S,
+            dump_stacks=True))
+        self.codes = [end.code for end in out.ends]    # at the limit: one that our stack dump signal ends still ran
+        self.timed_out = out.timed_out or out.stuck
+        if out.stuck:
+            self.still_s = out.still_s
 
-    def _say(self, watch: RankWatch, ranks: list[int]) -> None:
+    def _say(self, watch: RankWatch, ranks: list[int], elapsed_s: float) -> None:
         """Give ``progress`` the line of where ``ranks`` are; their dumps are not the stack of their end."""
-        self.watching.say(watch.progress_line(self.out_dir.name, time.monotonic() - self.started, ranks))
+        self.watching.say(watch.progress_line(self.out_dir.name, elapsed_s, ranks))
         for rank in ranks:
             self.stack_read[rank] = _size(self.out_dir / f"rank{rank}.stack")
 
@@ -268,7 +250,7 @@ class _Phase:
         for r in self.ranks:
             r.wait(10)
         sessions = {id(r.session): r.session for r in self.ranks if r.session}.values()
-        lost = "" if all(session.alive() for session in sessions) else (
+        server_gone = "" if all(session.alive() for session in sessions) else (
             "the process that started the ranks (a fork server) ended during the run, which ends every rank at an "
             "unpredictable point: no result of this run is counted")
         for session in sessions:                    # it ends, killing what the ranks left behind
@@ -277,17 +259,19 @@ class _Phase:
             sandbox.kill_marked(self.run_id)
             sandbox.freeze_and_kill(self.namespaces.members)
         self.ranks = []
-        return lost
+        return server_gone
 
 
 class _Rank:
-    """One rank process, cold (a child of ours) or forked by a fork server (a child of the server)."""
+    """One rank process, cold (a child of ours) or forked by a fork server (a child of the server), whose worker
+    writes ``done`` as its last act: a ``common.rank_launch.RankProcess``."""
 
-    def __init__(self, rank: int, pid: int, proc: subprocess.Popen | None = None, session: ServerSession | None = None):
-        self.rank, self.pid, self.proc, self.session = rank, pid, proc, session
+    def __init__(self, rank: int, pid: int, done: Path, proc: subprocess.Popen | None = None,
+                 session: ServerSession | None = None):
+        self.rank, self.pid, self.done, self.proc, self.session = rank, pid, done, proc, session
 
     @classmethod
-    def cold(cls, argv: list[str], key: bytes, streams: tuple, cwd: Path, env: dict[str, str]) -> _Rank:
+    def cold(cls, argv: list[str], key: bytes, streams: tuple, cwd: Path, env: dict[str, str], done: Path) -> _Rank:
         """A fresh ``python -m grading.engine.worker SPEC RANK`` (``argv``) writing to the open files ``streams``;
         the key goes over its stdin."""
         proc = subprocess.Popen([sys.executable, "-m", WORKER, *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
@@ -295,7 +279,7 @@ class _Rank:
         for send in (lambda: proc.stdin.write(key + b"\n"), proc.stdin.close):
             with contextlib.suppress(OSError):       # a rank that died at once: its exit tells why
                 send()
-        return cls(int(argv[1]), proc.pid, proc=proc)
+        return cls(int(argv[1]), proc.pid, done, proc=proc)
 
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or None while it runs."""
@@ -305,6 +289,14 @@ class _Rank:
         if code is None and not self.session.alive():
             return -signal.SIGKILL                   # its session died, and it with it (PR_SET_PDEATHSIG)
         return code
+
+    def said(self) -> tuple[str, None] | None:
+        """("ok", None) once the rank wrote its ``done`` marker (whether it is genuine, the parent judges later)."""
+        return ("ok", None) if self.done.exists() else None
+
+    def wakers(self) -> list:
+        """Its session's socket (readable when the server reports an exit); a cold rank is polled."""
+        return [self.session] if self.session is not None else []
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the rank's process group (it leads its own session)."""

@@ -73,7 +73,8 @@ def is_finished(rank_dir: Path, run_key: bytes, rank: int) -> bool:
 
 class RankContext:
     """What a probe gets: its rank, the case arguments, and ``record`` to save results. ``handoff_dir`` is one folder
-    for every rank and phase of the case (``Case.then``), where a phase leaves files for the next (a checkpoint)."""
+    for every rank and phase of the case (``Case.next_phases``), where a phase leaves files for the next (a
+    checkpoint)."""
 
     def __init__(self, rank: int, world_size: int, args: dict, out_dir: Path, backend: str, device: str,
                  store: str, handoff_dir: Path, key: bytes = b""):

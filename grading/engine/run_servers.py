@@ -2,10 +2,11 @@
 
 A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``): rank r
 of a case is forked by server r % 2 where two are kept; where one is kept, a
-second one is started for a case that needs its ranks' string hash orders
-apart, and stopped before a case without that need has the first server
-import more libraries (``ForkServers.settle``). ``batch`` shares its servers with its grades
-through ``POOL_ENV`` (``ForkServers.pool_env``).
+second one is started for a case whose ranks' string hash orders must differ
+(``distinct_hashes``), and stopped before a case without that need has the
+first server import more libraries (``ForkServers.stop_unneeded_server``).
+``batch`` shares its servers with its grades through ``POOL_ENV``
+(``ForkServers.pool_env``).
 """
 from __future__ import annotations
 
@@ -16,12 +17,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+from common.settings import SERVERS_ENV as SERVERS_ENV     # re-exported: tests name run_servers.SERVERS_ENV
+from common.settings import POOL_ENV, SERVER_KIT_ENV, settings_from
 from grading.engine.isolation import rank_environment
-from grading.engine.forkserver import SERVER_KIT_ENV, ServerSession, start_server
+from grading.engine.forkserver import ServerSession, start_server
 from grading.engine.sandbox import signal_group
-
-SERVERS_ENV = "GRADING_FORKSERVERS"
-POOL_ENV = "GRADING_FORKSERVER_POOL"      # servers another process keeps (``ForkServers.pool_env``), to connect to
 
 
 def pool_addresses(pool: str) -> list[str]:
@@ -33,22 +33,21 @@ def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
     ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
     once, for Gradescope's small containers; ``run_autograder`` sets it: a second server is added for the cases
-    whose ranks must differ in hash seed, ``ForkServers.settle``). Raises ValueError for any other value."""
-    value = (os.environ if env is None else env).get(SERVERS_ENV, "2")
-    if value not in ("1", "2"):
-        raise ValueError(f"{SERVERS_ENV} must be 1 or 2, not {value!r}")
-    return int(value)
+    whose ranks must differ in hash seed, ``ForkServers.stop_unneeded_server``; ``common.settings``). Raises
+    ValueError for any other value (an empty one means the default)."""
+    return settings_from(os.environ if env is None else env).fork_servers
 
 
 class ForkServers:
     """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
-    server r % ``holders(apart)``. The servers are this run's own, started when first needed in ``cwd`` (a kit copy
+    server r % ``holders(distinct_hashes)``. The servers are this run's own, started when first needed in ``cwd``
+    (a kit copy
     whose ``grading`` runs them; ``env``: the environment they start from, default this process's, of which they
     keep what a rank may see (``isolation.rank_environment``: a forked rank's ``/proc/self/environ`` is its
     server's); ``server_count`` of them),
     or those of ``pool`` (``POOL_ENV``'s value: a ``batch``'s, shared by its grades) while they answer.
 
-    ``apart``: the case's ranks must differ in string hash order, as the fresh interpreters of ``torchrun`` do
+    ``distinct_hashes``: the case's ranks must differ in string hash order, as the fresh interpreters of ``torchrun`` do
     (a case whose ranks must agree on their collectives: one that iterates a set of names on one rank in another
     order than on the next is caught), so they are spread over two servers even where one is kept."""
 
@@ -65,9 +64,9 @@ class ForkServers:
         self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
 
-    def holders(self, apart: bool = False) -> int:
-        """How many servers fork the ranks of a case: all that are kept, and at least two with ``apart``."""
-        return max(self.servers, 2 if apart else 1)
+    def holders(self, distinct_hashes: bool = False) -> int:
+        """How many servers fork the ranks of a case: all that are kept, and at least two with ``distinct_hashes``."""
+        return max(self.servers, 2 if distinct_hashes else 1)
 
     @property
     def running(self) -> int:
@@ -84,9 +83,9 @@ class ForkServers:
             self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
         return self._started[index][1]
 
-    def session(self, rank: int, apart: bool = False) -> ServerSession:
+    def session(self, rank: int, distinct_hashes: bool = False) -> ServerSession:
         """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
-        index = rank % self.holders(apart)
+        index = rank % self.holders(distinct_hashes)
         if index not in self._sessions or not self._sessions[index].alive():
             self._open(index)
         return self._sessions[index]
@@ -117,28 +116,29 @@ class ForkServers:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
-    def settle(self, apart: bool, preload: tuple[str, ...] = ()) -> None:
-        """Before a case: with one server kept, a case that is not ``apart`` and that has the first server import
-        libraries it has not imported yet (``preload``) stops the second server a case before started, so that
-        the libraries are held once (what one server saves); nothing otherwise."""
+    def stop_unneeded_server(self, distinct_hashes: bool, preload: tuple[str, ...] = ()) -> None:
+        """Before a case: with one server kept, a case that needs no ``distinct_hashes`` and that has the first
+        server import libraries it has not imported yet (``preload``) stops the second server a case before
+        started, so that the libraries are held once (what one server saves); nothing otherwise."""
         extra = self.servers
-        if apart or extra >= 2 or set(preload) <= self._preloaded or \
+        if distinct_hashes or extra >= 2 or set(preload) <= self._preloaded or \
                 extra not in self._sessions and extra not in self._started:
             return
         if session := self._sessions.pop(extra, None):
             session.close()
         self._stop(extra)
 
-    def preload(self, world_size: int, modules: tuple[str, ...], apart: bool = False) -> None:
-        """Start the sessions of ranks 0 .. ``world_size``-1 (``apart``: as ``session`` spreads them) from servers
-        that have imported ``modules`` (side by side), and wait for them. Nothing where CUDA is visible. A server
-        that a preload left unable to fork has ended and is left; the run preloads nothing more (``refused``)."""
+    def preload(self, world_size: int, modules: tuple[str, ...], distinct_hashes: bool = False) -> None:
+        """Start the sessions of ranks 0 .. ``world_size``-1 (``distinct_hashes``: as ``session`` spreads them) from
+        servers that have imported ``modules`` (side by side), and wait for them. Nothing where CUDA is visible. A
+        server that a preload left unable to fork has ended and is left; the run preloads nothing more
+        (``refused``)."""
         if self.preloads_allowed is None:
             import torch
             self.preloads_allowed = not torch.cuda.is_available()
         if not (self.preloads_allowed and modules):
             return
-        indexes = range(min(world_size, self.holders(apart)))
+        indexes = range(min(world_size, self.holders(distinct_hashes)))
         for index in indexes:
             self._open(index, modules)
         self._preloaded.update(modules)

@@ -13,16 +13,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from common.settings import FORKSERVER_ENV as FORKSERVER_ENV     # re-exported: tests name runner.FORKSERVER_ENV
+from common.settings import POOL_ENV, settings
 from grading.engine.expect import CheckFailed
 from grading.engine.case_run import CaseRun
-from grading.engine.run_servers import POOL_ENV, ForkServers
+from grading.engine.run_servers import ForkServers
 from grading.engine.hidden_view import student_view
 from grading.engine.launch import LaunchResult, LoadClock, launch, pick_backend
 from grading.engine.rubric import Case, selects
 
 # The starter's stub message ("NotImplementedError: Problem 1.2: ..."); a bare NotImplementedError raised
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
-FORKSERVER_ENV = "GRADING_FORKSERVER"        # "0": every rank a cold interpreter (e.g. to compare)
 NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
 NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (``Status.NOT_GRADED``)
 GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
@@ -47,7 +48,7 @@ class Status(TextEnum):
     ("passed"). results.json's test ``status`` is Gradescope's own two values (``result_tests.GRADESCOPE_PASSED``)."""
 
     PASSED = "passed"                    # the criterion held: full points
-    FAILED = "failed"                    # a check failed (or the problem is barred, the submission rejected)
+    FAILED = "failed"                    # a check failed (or the problem is refused, the submission rejected)
     NOT_IMPLEMENTED = "not_implemented"  # the starter's stub raised (``NOT_IMPLEMENTED``): work not done yet
     GRADER_ERROR = "grader_error"        # the criterion's own code raised: a grader bug, not the submission's fault
     NOT_GRADED = "not_graded"            # its case never ran or was not judged (message starts with ``NOT_GRADED``)
@@ -88,48 +89,48 @@ class CriterionResult:
 
 
 def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
-             backend: str = "auto", barred: dict[str, str] | None = None,
+             backend: str = "auto", refused: dict[str, str] | None = None,
              hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None) -> list[CriterionResult]:
     """Spawn ``case`` with ``kit_root`` as the code under test and judge each criterion.
 
     ``work_dir`` receives the run folder (a fresh temporary one when None).
     ``servers`` are the run's fork servers for ``kit_root`` (``warm_servers``); without, every rank starts cold.
-    ``barred`` maps a problem ("1.2") to the reason it scores zero (its region
+    ``refused`` maps a problem ("1.2") to the reason it scores zero (its region
     code reaches into the grader): its criteria fail with that reason, and a
-    case whose criteria are all barred is not run. ``hints`` maps a problem to
+    case whose criteria are all refused is not run. ``hints`` maps a problem to
     likely causes read from its code; they are added to its failed criteria. Never raises for anything
     the submission does; an exception inside a criterion's own code is
     reported as ``Status.GRADER_ERROR``.
     """
-    if all(c.problem in (barred or {}) for c in case.criteria):
-        return judge_case(case, None, barred)
+    if all(c.problem in (refused or {}) for c in case.criteria):
+        return judge_case(case, None, refused)
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, barred, hints, servers)
-    return judge_case(case, _launch(case, kit_root, work_dir, timeout_scale, backend, servers), barred, hints)
+            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, refused, hints, servers)
+    return judge_case(case, _launch(case, kit_root, work_dir, timeout_scale, backend, servers), refused, hints)
 
 
 def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, backend: str,
             servers: ForkServers | None) -> LaunchResult:
     """Run ``case``'s ranks on ``kit_root`` into ``work_dir/<case name>``."""
-    first, *then = case.phases
+    first, *next_phases = case.phases
     return launch(first, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                   backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload,
-                  then=tuple(then), collective_checks=case.collective_checks)
+                  next_phases=tuple(next_phases), collective_checks=case.collective_checks)
 
 
-def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] | None = None,
+def judge_case(case: Case, result: LaunchResult | None, refused: dict[str, str] | None = None,
                hints: dict[str, list[str]] | None = None) -> list[CriterionResult]:
-    """Judge every criterion of ``case`` on its finished launch ``result`` (None: every criterion is barred;
+    """Judge every criterion of ``case`` on its finished launch ``result`` (None: every criterion is refused;
     see ``run_case``); never raises."""
-    barred = barred or {}
+    refused = refused or {}
     run = CaseRun(case.world_size, result)
     judging = time.perf_counter()
     verdicts = []
     for criterion in case.criteria:
-        if criterion.problem in barred:
-            status, message = Status.FAILED, barred[criterion.problem]
+        if criterion.problem in refused:
+            status, message = Status.FAILED, refused[criterion.problem]
         else:
             try:
                 criterion.evaluate(run)
@@ -141,7 +142,7 @@ def judge_case(case: Case, result: LaunchResult | None, barred: dict[str, str] |
                 message = "\n".join([message, *extra, *filter(None, [run.calls_note(message)])])
             except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
                 status, message = Status.GRADER_ERROR, "grader error while judging:\n" + traceback.format_exc()[-1500:]
-        seconds = result.wall_s if result is not None and criterion.problem not in barred else 0.0
+        seconds = result.wall_s if result is not None and criterion.problem not in refused else 0.0
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
                                         criterion.points if status == Status.PASSED else 0.0, status, message, seconds,
                                         criterion.hidden, criterion.source.hidden_kind if criterion.source else ""))
@@ -154,7 +155,7 @@ def warm_servers(kit_root: Path) -> ForkServers | None:
     """Fork servers for a grading run on ``kit_root`` (close them after the run): those ``GRADING_FORKSERVER_POOL``
     names (a ``batch``'s) while they answer, else the run's own; None when ``GRADING_FORKSERVER=0`` asks for cold
     rank processes."""
-    if os.environ.get(FORKSERVER_ENV, "1") == "0":
+    if not settings().fork_server:
         return None
     return ForkServers(kit_root, pool=os.environ.get(POOL_ENV, ""))
 
@@ -207,7 +208,7 @@ def not_graded(case: Case, reason: str) -> list[CriterionResult]:
 
 
 def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
-              timeout_scale: float = 1.0, progress=None, barred: dict[str, str] | None = None,
+              timeout_scale: float = 1.0, progress=None, refused: dict[str, str] | None = None,
               hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None,
               total: TotalTime | None = None,
               judged: Callable[[Case, list[CriterionResult], LaunchResult | None], None] | None = None
@@ -226,43 +227,35 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     """
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, barred, hints, servers,
+            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, refused, hints, servers,
                              total, judged)
-    barred = barred or {}
+    refused = refused or {}
     chosen = [case for case in cases if any(selects(problem, c.problem) for c in case.criteria)]
-    to_run = {id(case) for case in chosen if not all(c.problem in barred for c in case.criteria)}
+    to_run = {id(case) for case in chosen if not all(c.problem in refused for c in case.criteria)}
     pending_s = sum(case.timeout_s * timeout_scale for case in chosen if id(case) in to_run)
     owned = servers is None
     servers = warm_servers(kit_root) if owned else servers
     pending, started = [], set()
-
-    def done(case: Case, verdicts: list[CriterionResult], result: LaunchResult | None = None) -> list[CriterionResult]:
-        if judged is not None:
-            judged(case, verdicts, result)
-        return verdicts
-
+    done = _reporting_to(judged)
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judges:
             for case in chosen:
                 if id(case) not in to_run:
-                    pending.append(done(case, judge_case(case, None, barred)))
+                    pending.append(done(case, judge_case(case, None, refused)))
                     continue
                 full_s = case.timeout_s * timeout_scale
-                limit_s, pending_s = full_s, pending_s - full_s
-                if total is not None:
-                    share_s = total.share_s(full_s, pending_s + full_s)
-                    if share_s < MIN_CASE_S:     # not started: the reason, in words
-                        problem_now = case.criteria[0].problem
-                        pending.append(done(case, not_graded(case, total.ran_out(problem_now, problem_now in started))))
-                        continue
-                    limit_s = min(full_s, share_s / LoadClock.slowdown(recent=True))
+                pending_s -= full_s
+                limit_s = _case_limit_s(full_s, pending_s + full_s, total)
+                if limit_s is None:     # not started: the reason, in words
+                    problem_now = case.criteria[0].problem
+                    pending.append(done(case, not_graded(case, total.ran_out(problem_now, problem_now in started))))
+                    continue
                 started.add(case.criteria[0].problem)
                 if progress:
                     progress(case)
                 result = _launch(replace(case, timeout_s=limit_s), kit_root, work_dir, 1.0, "auto", servers)
-                cut = "" if limit_s >= full_s else (f"this case's limit was cut from {full_s:g} s to {limit_s:.1f} s "
-                                                    f"to fit the grade's total time of {total.total_s:g} s")
-                pending.append(judges.submit(_judged, case, result, barred, hints, cut, done))
+                cut = _cut_note(full_s, limit_s, total)
+                pending.append(judges.submit(_judged, case, result, refused, hints, cut, done))
     finally:
         if owned and servers is not None:
             servers.close()
@@ -270,11 +263,39 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     return [v for v in verdicts if selects(problem, v.problem)]
 
 
-def _judged(case: Case, result: LaunchResult, barred: dict[str, str], hints: dict[str, list[str]] | None, cut: str,
+def _reporting_to(judged: Callable[[Case, list[CriterionResult], LaunchResult | None], None] | None
+                  ) -> Callable[..., list[CriterionResult]]:
+    """``done(case, verdicts, result=None)``: tells ``judged`` (when given) a case's verdicts, returns them."""
+    def done(case: Case, verdicts: list[CriterionResult], result: LaunchResult | None = None) -> list[CriterionResult]:
+        if judged is not None:
+            judged(case, verdicts, result)
+        return verdicts
+    return done
+
+
+def _case_limit_s(full_s: float, pending_s: float, total: TotalTime | None) -> float | None:
+    """A case's limit: ``full_s``, or with ``total`` its share of the time left (``pending_s``: the limits still to
+    run, its own included) on the load clock, at most ``full_s``; None when that share is under ``MIN_CASE_S``
+    (the case is not started)."""
+    if total is None:
+        return full_s
+    share_s = total.share_s(full_s, pending_s)
+    if share_s < MIN_CASE_S:
+        return None
+    return min(full_s, share_s / LoadClock.slowdown(recent=True))
+
+
+def _cut_note(full_s: float, limit_s: float, total: TotalTime | None) -> str:
+    """What a case's verdicts say when its limit was cut below ``full_s`` to fit ``total``; "" when it was not."""
+    return "" if limit_s >= full_s else (f"this case's limit was cut from {full_s:g} s to {limit_s:.1f} s "
+                                         f"to fit the grade's total time of {total.total_s:g} s")
+
+
+def _judged(case: Case, result: LaunchResult, refused: dict[str, str], hints: dict[str, list[str]] | None, cut: str,
             done: Callable[..., list[CriterionResult]]) -> list[CriterionResult]:
     """``judge_case``, with ``cut`` (why the case ran under a shorter limit than its own) added to every failed
     verdict of a case that reached that limit; then ``done``."""
-    verdicts = judge_case(case, result, barred, hints)
+    verdicts = judge_case(case, result, refused, hints)
     if cut and result.timed_out:
         verdicts = [replace(v, message=f"{v.message}\n{cut}") if v.status == Status.FAILED else v for v in verdicts]
     return done(case, verdicts, result)

@@ -47,7 +47,7 @@ COPY_LEAVES_OUT = {"tests", "docs", ".ci"}
 class SpliceReport:
     """What was taken from the submission and what was ignored.
 
-    A ``path:line`` in ``syntax_errors``, ``barred`` and ``hints`` is a line of the grading copy (the spliced
+    A ``path:line`` in ``syntax_errors``, ``refused`` and ``hints`` is a line of the grading copy (the spliced
     file the ranks run), like every location a rank reports; ``student_lines`` rewrites such a text to the
     lines of the files the student submitted, and ``notes`` does so itself. ``malformed`` and
     ``outside_regions`` name the submitted file's lines already.
@@ -62,7 +62,7 @@ class SpliceReport:
     extra_files: list[str] = field(default_factory=list)      # .py files in student packages the kit lacks
     syntax_errors: list[str] = field(default_factory=list)    # "path:line: message" of the spliced files
     suspicious: list[str] = field(default_factory=list)       # "path: region 1.2 (fn) mentions 'ctypes'"
-    barred: dict[str, str] = field(default_factory=dict)      # problem -> why it scores zero (grader access)
+    refused: dict[str, str] = field(default_factory=dict)      # problem -> why it scores zero (grader access)
     hints: dict[str, list[str]] = field(default_factory=dict) # problem -> likely causes read from its regions
     outside_regions: dict[str, str] = field(default_factory=dict)  # tampered path -> "path: what was dropped"
     line_maps: dict[str, tuple[int, ...]] = field(default_factory=dict)  # where they differ: path -> line_map
@@ -80,7 +80,7 @@ class SpliceReport:
         lines += [f"file not in the kit (ignored; only region bodies are graded): {f}" for f in self.extra_files]
         lines += [f"flagged for staff review (no points deducted): {f}" for f in self.suspicious]
         lines += [self.student_lines(f"Problem {problem} scores 0: {why}")
-                  for problem, why in sorted(self.barred.items())]
+                  for problem, why in sorted(self.refused.items())]
         return lines
 
     def student_lines(self, message: str) -> str:
@@ -110,88 +110,115 @@ def build_grading_copy(kit_root: Path, submission_root: Path, dest: Path) -> Spl
     their bytecode (``grading.kit.bytecode``).
     """
     kit_root, submission_root = Path(kit_root), Path(submission_root)
-
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        top = {n for n in names if n in COPY_LEAVES_OUT} if Path(folder) == kit_root else set()
-        return set(COPY_IGNORE(folder, names)) | set(STAFF_IGNORE(folder, names)) | top
-    shutil.copytree(kit_root, dest, ignore=ignore, symlinks=False)
+    _copy_kit(kit_root, dest)
     pristine_root = kit_root / PRISTINE_DIR
-    if pristine_root.is_dir():          # a starter: the student packages come back exactly as released
-        for package in STUDENT_PACKAGES:
-            shutil.rmtree(dest / package, ignore_errors=True)
-            if (pristine_root / package).is_dir():
-                shutil.copytree(pristine_root / package, dest / package, ignore=COPY_IGNORE)
     report = SpliceReport()
     students = student_files(kit_root, chosen_problems())
     if pristine_root.is_dir() or submission_root.resolve() != kit_root.resolve():
         _compare_provided(pristine_root if pristine_root.is_dir() else kit_root, submission_root, students, report)
     for rel in students:
-        pristine = kit_text(kit_root, rel)
-        kit_regions = parse_regions(pristine, rel)
-        starter = {k: stub_body(r) for k, r in enumerate(kit_regions)}
-        submitted = submission_root / rel
-        if not submitted.is_file() or _through_symlink(submission_root, rel):
-            report.missing_files.append(rel + (" (a symlink: ignored)" if submitted.exists() else ""))
-            (dest / rel).write_text(replace_bodies(pristine, rel, starter))
-            continue
-        report.files.append(rel)
-        try:
-            if submitted.stat().st_size > MAX_STUDENT_FILE_BYTES:
-                raise RegionError(f"{rel}: larger than {MAX_STUDENT_FILE_BYTES} bytes")
-            sub_text = submitted.read_text(errors="replace")
-            sub_regions = parse_regions(sub_text, rel)
-        except RegionError as exc:
-            report.malformed.append(str(exc))
-            (dest / rel).write_text(replace_bodies(pristine, rel, starter))
-            continue
-        if protected_text(sub_text, rel) != protected_text(pristine, rel):
-            report.tampered.append(rel)
-        by_key: dict[tuple, str] = {}
-        counts: dict[tuple, int] = {}
-        for region in sub_regions:
-            key = (region.id, region.function)
-            by_key[key + (counts.get(key, 0),)] = region.body
-            counts[key] = counts.get(key, 0) + 1
-        bodies, counts = {}, {}
-        shift = 0               # how far the grading copy's lines have moved from the kit's, before region k
-        for k, region in enumerate(kit_regions):
-            key = (region.id, region.function)
-            occurrence = counts.get(key, 0)
-            counts[key] = occurrence + 1
-            body = by_key.get(key + (occurrence,))
-            if body is None:
-                report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
-                body = starter[k]
-            bodies[k] = body
-            begin = region.begin_line + shift      # its BEGIN marker's line in the grading copy
-            shift += len(body.splitlines()) - len(region.body.splitlines())
-            if body is not starter[k]:
-                access = grader_access(body)
-                if access and region.id not in report.barred:
-                    offset, text = access
-                    report.barred[region.id] = (f"{rel}:{begin + offset}: region {region.id} "
-                                                f"({region.function}) reaches into the grader ('{text}'); "
-                                                "region code may use only the student packages, torch and the "
-                                                "libraries the kit installs")
-                found_hints = static_hints(body, begin + 1, rel)
-                if found_hints:
-                    report.hints.setdefault(region.id, []).extend(found_hints)
-            found = sorted({m.group(0) for m in SUSPICIOUS.finditer(body)}) if body is not starter[k] else []
-            if found:
-                report.suspicious.append(f"{rel}: region {region.id} ({region.function}) mentions "
-                                         + ", ".join(f"'{text}'" for text in found[:5]))
-        spliced = replace_bodies(pristine, rel, bodies)
-        (dest / rel).write_text(spliced)
-        if rel in report.tampered:
-            report.outside_regions[rel] = outside_note(rel, pristine, spliced, sub_text)
-        if spliced != sub_text:
-            report.line_maps[rel] = line_map(spliced, sub_text)
-        try:
-            compile(spliced, rel, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-            report.syntax_errors.append(f"{rel}:{getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}")
+        _splice_file(kit_root, submission_root, dest, rel, report)
     write_bytecode(dest, RANK_PACKAGES)
     return report
+
+
+def _copy_kit(kit_root: Path, dest: Path) -> None:
+    """The kit at ``dest`` without what a grading copy leaves out; in a starter, the student packages as
+    released (its ``PRISTINE_DIR``)."""
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = {n for n in names if n in COPY_LEAVES_OUT} if Path(folder) == kit_root else set()
+        return set(COPY_IGNORE(folder, names)) | set(STAFF_IGNORE(folder, names)) | top
+    shutil.copytree(kit_root, dest, ignore=ignore, symlinks=False)
+    pristine_root = kit_root / PRISTINE_DIR
+    if pristine_root.is_dir():
+        for package in STUDENT_PACKAGES:
+            shutil.rmtree(dest / package, ignore_errors=True)
+            if (pristine_root / package).is_dir():
+                shutil.copytree(pristine_root / package, dest / package, ignore=COPY_IGNORE)
+
+
+def _splice_file(kit_root: Path, submission_root: Path, dest: Path, rel: str, report: SpliceReport) -> None:
+    """Write ``dest/rel``: the kit's text of the student file ``rel`` with the submission's region bodies (the
+    starter's where the file or a region is missing or malformed), noting in ``report`` what happened."""
+    pristine = kit_text(kit_root, rel)
+    kit_regions = parse_regions(pristine, rel)
+    starter = {k: stub_body(r) for k, r in enumerate(kit_regions)}
+    submitted = submission_root / rel
+    if not submitted.is_file() or _through_symlink(submission_root, rel):
+        report.missing_files.append(rel + (" (a symlink: ignored)" if submitted.exists() else ""))
+        (dest / rel).write_text(replace_bodies(pristine, rel, starter))
+        return
+    report.files.append(rel)
+    try:
+        if submitted.stat().st_size > MAX_STUDENT_FILE_BYTES:
+            raise RegionError(f"{rel}: larger than {MAX_STUDENT_FILE_BYTES} bytes")
+        sub_text = submitted.read_text(errors="replace")
+        sub_regions = parse_regions(sub_text, rel)
+    except RegionError as exc:
+        report.malformed.append(str(exc))
+        (dest / rel).write_text(replace_bodies(pristine, rel, starter))
+        return
+    if protected_text(sub_text, rel) != protected_text(pristine, rel):
+        report.tampered.append(rel)
+    bodies = _matched_bodies(rel, kit_regions, sub_regions, starter, report)
+    spliced = replace_bodies(pristine, rel, bodies)
+    (dest / rel).write_text(spliced)
+    if rel in report.tampered:
+        report.outside_regions[rel] = outside_note(rel, pristine, spliced, sub_text)
+    if spliced != sub_text:
+        report.line_maps[rel] = line_map(spliced, sub_text)
+    try:
+        compile(spliced, rel, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        report.syntax_errors.append(f"{rel}:{getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}")
+
+
+def _matched_bodies(rel: str, kit_regions: list, sub_regions: list, starter: dict[int, str],
+                    report: SpliceReport) -> dict[int, str]:
+    """Region index -> the body the grading copy gets: the submission's region of the same (problem, function,
+    occurrence), else the starter's; each submitted body is inspected (``_inspect_body``) at its line in the
+    grading copy."""
+    by_key: dict[tuple, str] = {}
+    counts: dict[tuple, int] = {}
+    for region in sub_regions:
+        key = (region.id, region.function)
+        by_key[key + (counts.get(key, 0),)] = region.body
+        counts[key] = counts.get(key, 0) + 1
+    bodies, counts = {}, {}
+    shift = 0               # how far the grading copy's lines have moved from the kit's, before region k
+    for k, region in enumerate(kit_regions):
+        key = (region.id, region.function)
+        occurrence = counts.get(key, 0)
+        counts[key] = occurrence + 1
+        body = by_key.get(key + (occurrence,))
+        if body is None:
+            report.missing_regions.append(f"{rel}: region {region.id} ({region.function})")
+            body = starter[k]
+        bodies[k] = body
+        begin = region.begin_line + shift      # its BEGIN marker's line in the grading copy
+        shift += len(body.splitlines()) - len(region.body.splitlines())
+        if body is not starter[k]:
+            _inspect_body(rel, region, body, begin, report)
+    return bodies
+
+
+def _inspect_body(rel: str, region, body: str, begin: int, report: SpliceReport) -> None:
+    """Note in ``report`` what a submitted region ``body`` (BEGIN marker at line ``begin`` of the grading copy)
+    reaches for: the grader (its problem then scores zero), static hints, suspicious names."""
+    access = grader_access(body)
+    if access and region.id not in report.refused:
+        offset, text = access
+        report.refused[region.id] = (f"{rel}:{begin + offset}: region {region.id} "
+                                    f"({region.function}) reaches into the grader ('{text}'); "
+                                    "region code may use only the student packages, torch and the "
+                                    "libraries the kit installs")
+    found_hints = static_hints(body, begin + 1, rel)
+    if found_hints:
+        report.hints.setdefault(region.id, []).extend(found_hints)
+    found = sorted({m.group(0) for m in SUSPICIOUS.finditer(body)})
+    if found:
+        report.suspicious.append(f"{rel}: region {region.id} ({region.function}) mentions "
+                                 + ", ".join(f"'{text}'" for text in found[:5]))
 
 
 def grader_access(body: str) -> tuple[int, str] | None:

@@ -186,7 +186,7 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     in grader mode on 2 GPUs, 2 a group could not run (its error is in the
     summary; the other groups are still measured).
     """
-    from project.bench import figures, memory
+    from project.bench import figures
 
     opts = opts.resolved()
     skipped = skipped_parts(opts)
@@ -194,36 +194,13 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     echo = lambda text: plain(f"[{time.perf_counter() - t_start:6.1f} s] {text}")  # noqa: E731
     folder = new_run_folder(Path(opts.workdir) / "perf")
     log_path = folder / "runs.jsonl"
-    problem1 = "data_parallel" not in skipped   # else no student code joins the groups or splits the data
-    spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir,
-                        student_split=problem1)
     echo(f"benchmark ({opts.mode}{', quick' if opts.quick else ''}{', peers' if opts.peers else ''}): "
          f"raw logs in {folder}")
     for part, why in skipped.items():
         echo(f"skipping {part}: {why}")
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
-    echo("starting the worker processes (solo + pair) ...")
-    with Pool(folder, opts.threads, opts.timeout_s, student_setup=problem1) as pool:
-        echo("building the workload (data, tokenizer, model) ...")
-        workload = pool.call("solo", "build", spec=asdict(spec), path=str(folder / "workload.pt"))[0]
-
-        def restart() -> None:
-            pool.restart()
-            pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
-        pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
-        summary = _measure(pool, restart, opts, workload, log_path, echo, skipped)
-    echo("measuring one step's peak memory with and without activation checkpointing (fresh processes) ...")
-    try:
-        summary["memory"] = memory.measure(opts.preset, opts.batch_size, opts.max_len, opts.threads, opts.timeout_s)
-    except RuntimeError as exc:
-        summary["errors"]["memory"] = str(exc)
-    if "pipeline" in summary:
-        echo("measuring each pipeline stage's parameters and saved activations per micro-batch count ...")
-        try:
-            summary["pipeline"]["stages"] = memory.pipeline_stages(folder / "workload.pt", opts.n_chunks,
-                                                                   opts.threads, opts.timeout_s)
-        except RuntimeError as exc:
-            summary["errors"]["pipeline_stages"] = str(exc)
+    summary = _measure_in_workers(opts, folder, log_path, echo, skipped)
+    _measure_memory(summary, opts, folder, echo)
     summary["raw_log"] = str(log_path)
     summary["hardware"]["load_average_before_after"] = [load_before, os.getloadavg() if load_before else None]
     summary["wall_time_s"] = time.perf_counter() - t_start
@@ -237,6 +214,44 @@ def run(opts: Options, echo: Callable[[str], None] = print) -> tuple[dict, int]:
     for line in publish(folder, Path(opts.figures_dir), SUMMARY_NAME, summary["figures"], figures.FIGURE_FILES):
         echo(line)
     return summary, report.exit_code(summary)
+
+
+def _measure_in_workers(opts: Options, folder: Path, log_path: Path, echo: Callable[[str], None],
+                        skipped: dict[str, str]) -> dict:
+    """Start the worker pool (solo + pair), build the workload in ``folder`` and load it in both, then
+    ``_measure``; returns the summary so far (the pool is closed)."""
+    problem1 = "data_parallel" not in skipped   # else no student code joins the groups or splits the data
+    spec = WorkloadSpec(opts.preset, opts.batch_size, opts.max_len, opts.steps, opts.seed, workdir=opts.workdir,
+                        student_split=problem1)
+    echo("starting the worker processes (solo + pair) ...")
+    with Pool(folder, opts.threads, opts.timeout_s, student_setup=problem1) as pool:
+        echo("building the workload (data, tokenizer, model) ...")
+        workload = pool.call("solo", "build", spec=asdict(spec), path=str(folder / "workload.pt"))[0]
+
+        def restart() -> None:
+            pool.restart()
+            pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
+        pool.call_both({role: ("load", {"path": str(folder / "workload.pt")}) for role in ("solo", "pair")})
+        return _measure(pool, restart, opts, workload, log_path, echo, skipped)
+
+
+def _measure_memory(summary: dict, opts: Options, folder: Path, echo: Callable[[str], None]) -> None:
+    """Add one step's peak memory with and without activation checkpointing and, with a pipeline group, each
+    stage's parameters and saved activations to ``summary`` (fresh processes); a failure goes to its ``errors``."""
+    from project.bench import memory
+
+    echo("measuring one step's peak memory with and without activation checkpointing (fresh processes) ...")
+    try:
+        summary["memory"] = memory.measure(opts.preset, opts.batch_size, opts.max_len, opts.threads, opts.timeout_s)
+    except RuntimeError as exc:
+        summary["errors"]["memory"] = str(exc)
+    if "pipeline" in summary:
+        echo("measuring each pipeline stage's parameters and saved activations per micro-batch count ...")
+        try:
+            summary["pipeline"]["stages"] = memory.pipeline_stages(folder / "workload.pt", opts.n_chunks,
+                                                                   opts.threads, opts.timeout_s)
+        except RuntimeError as exc:
+            summary["errors"]["pipeline_stages"] = str(exc)
 
 
 def _measure(pool: Pool, restart: Callable[[], None], opts: Options, workload: dict, log_path: Path,

@@ -20,7 +20,8 @@ from grading.commands.benchmarks import NOT_SCORED
 from grading.kit.course import chosen_problems
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies, stub_body
-from tests.kit.variants import KIT_ROOT, make_variant_kit
+from grading import KIT_ROOT
+from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
 DATASET = "data_parallel/dataset.py"
@@ -171,7 +172,7 @@ def test_a_grade_killed_midway_leaves_its_table_and_one_verdict(tmp_path, fork_s
     time.sleep(0.5)                                  # its fork server ends the grade it forked
     table = (out / "report.txt").read_text()
     assert "Problem 1.1" in table and "PASS" in table and "1.2." not in table.split("NOTE: the grade")[0], table
-    row = batch.settle("grace", out, None, "", 600.0, 1.0)
+    row = batch.finished_row("grace", out, None, "", 600.0, 1.0)
     data = json.loads((out / "results.json").read_text())
     assert row["status"] == "timeout" and row["score"] == row["problem_1.1"] == "13" and data["score"] == 13, row
     assert row["notes"].startswith("partial score (timeout): ") and not any(k.startswith("1.2.") for k in row)

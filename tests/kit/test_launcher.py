@@ -1,7 +1,8 @@
 """The rank launcher: hangs, crashes and exceptions become reports, never a hung test run.
 
-Every test runs twice: ranks forked warm by the run's fork servers (how grading runs them) and cold
-``python -m grading.engine.worker`` processes (``GRADING_FORKSERVER=0``); both must behave the same.
+Tests of what the two ways a rank starts do differently (``run``) run twice: ranks forked warm by the run's fork
+servers (how grading runs them) and cold ``python -m grading.engine.worker`` processes (``GRADING_FORKSERVER=0``);
+both must behave the same. The others (``warm_run``) run warm only.
 """
 import json
 import os
@@ -19,7 +20,7 @@ from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
 from tests.kit.launcher_probes import alive_since
-from tests.kit.variants import KIT_ROOT
+from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 PROBES = "tests.kit.launcher_probes"
@@ -166,20 +167,21 @@ def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_p
     """``then``: each rank of the second phase is a new process, finds what its predecessor left in the handoff
     folder, and records into the same signed results; a first phase that does not finish ends the case there."""
     result = warm_run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
-                 then=(f"{PROBES}:takes_the_file",))
+                 next_phases=(f"{PROBES}:takes_the_file",))
     assert result.ok, result.failure()
     run_view = CaseRun(2, result)
     for rank in range(2):
         first, second = run_view.part("first", rank), run_view.part("second", rank)
         assert second["left"] == first != second["pid"]
     stopped = warm_run(tmp_path / "b", "exits_early", world_size=1, timeout_s=60, init_group=False,
-                  then=(f"{PROBES}:takes_the_file",))
+                  next_phases=(f"{PROBES}:takes_the_file",))
     assert "rank 0 exited with code 0 before finishing" in stopped.failure()
     assert not list((tmp_path / "b" / "run" / "rank0").glob("second.*"))         # no second phase ran
 
 
-def test_spawned_grandchild_is_killed(tmp_path, run):
-    result = run(tmp_path, "spawns_sleeper", world_size=1, timeout_s=30, init_group=False)
+def test_spawned_grandchild_is_killed(tmp_path, warm_run):
+    """Warm only: a daemon that leaves the rank's session, the harder case, is killed both ways (next test)."""
+    result = warm_run(tmp_path, "spawns_sleeper", world_size=1, timeout_s=30, init_group=False)
     assert result.ok, result.failure()
     started = (tmp_path / "run" / "rank0" / "child_pid.txt").read_text()
     time.sleep(0.2)
@@ -228,16 +230,15 @@ def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
     assert all(s["modules"] == [] for s in states)
 
 
-def test_preloads_are_imported_by_the_fork_servers_before_the_ranks_start(tmp_path, run, request):
-    """Warm ranks find a case's preloads already imported (a missing module is skipped); cold ranks do not."""
+def test_preloads_are_imported_by_the_fork_servers_before_the_ranks_start(tmp_path, warm_run):
+    """Warm ranks find a case's preloads already imported (a missing module is skipped)."""
     names = ["colorsys", "no_such_module_for_the_grader"]
-    result = run(tmp_path, "reports_preloaded", world_size=2, timeout_s=60, init_group=False,
+    result = warm_run(tmp_path, "reports_preloaded", world_size=2, timeout_s=60, init_group=False,
                  args={"names": names}, preload=tuple(names))
     assert result.ok, result.failure()
-    warm = request.node.callspec.params["run"] == "warm"
     for rank in range(2):
         seen = torch.load(tmp_path / "run" / f"rank{rank}" / "preloaded.pt", weights_only=True)
-        assert seen == {"colorsys": warm, "no_such_module_for_the_grader": False}
+        assert seen == {"colorsys": True, "no_such_module_for_the_grader": False}
 
 
 def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):

@@ -16,7 +16,7 @@ from grading.commands.result_tests import is_not_graded, verdict
 from grading.engine import cpus
 from grading.engine.runner import NOT_GRADED, CriterionResult, TotalTime, out_of_time, run_cases
 from grading.problems import all_cases
-from tests.kit.variants import make_variant_kit
+from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
 HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
@@ -100,7 +100,7 @@ def test_each_criterion_not_graded_names_its_own_reason(tmp_path):
 
 def _killed_row(tmp_path, judged: list[CriterionResult]) -> tuple[dict, dict, str]:
     """A grade of 1.1 and 1.2 killed at its limit (95 s) while 1.2 ran, after ``judged``: (its grades.csv row,
-    its results.json, its report.txt), as ``batch.settle`` leaves them."""
+    its results.json, its report.txt), as ``batch.finished_row`` leaves them."""
     out = tmp_path / "alice"
     out.mkdir()
     partial = results_json.PartialReport(out / "results.json", _pending("1.1.a", "1.1.b", "1.2.c"), [])
@@ -111,7 +111,7 @@ def _killed_row(tmp_path, judged: list[CriterionResult]) -> tuple[dict, dict, st
     live.judged(judged)
     partial.running("1.2", ["1.2.c"])
     (out / "report.txt").write_text(live_out.getvalue())
-    row = batch.settle("alice", out, None, "", 95.0, 96.0)
+    row = batch.finished_row("alice", out, None, "", 95.0, 96.0)
     return row, json.loads((out / "results.json").read_text()), (out / "report.txt").read_text()
 
 
