@@ -133,75 +133,110 @@ def supervise(procs: Sequence[RankProcess], limits: Limits) -> Supervised:
     seconds later (the other ranks' reports arrive meanwhile; the still limit is not judged then). Never kills
     a rank except a lingering one: ending the others is the caller's.
     """
-    start = time.monotonic()
-    clock = limits.clock or (lambda: time.monotonic() - start)
-    said: dict[int, tuple[str, Any]] = {}
-    failures: dict[int, str] = {}
-    finished_at: dict[int, float] = {}
-    grace_end = math.inf
-    watch = None if limits.stacks is None else RankWatch(
-        {p.rank: p.pid for p in procs}, limits.stacks, STUDENT_PACKAGES)
-    lines = 0
-    next_line = None if limits.progress_since is None else \
-        max(limits.progress_since + limits.progress_s, start + 1.0)
-    timed_out = stuck = False
-    still_s = 0.0
-    while True:
-        for p in procs:
-            if p.rank in said:
+    return _Watch(procs, limits).run()
+
+
+class _Watch:
+    """The state of one ``supervise`` call: what each rank said, the grace, the progress lines."""
+
+    def __init__(self, procs: Sequence[RankProcess], limits: Limits):
+        self.procs, self.limits = procs, limits
+        self.start = time.monotonic()
+        self.clock = limits.clock or (lambda: time.monotonic() - self.start)
+        self.said: dict[int, tuple[str, Any]] = {}
+        self.failures: dict[int, str] = {}
+        self.finished_at: dict[int, float] = {}
+        self.grace_end = math.inf
+        self.watch = None if limits.stacks is None else RankWatch(
+            {p.rank: p.pid for p in procs}, limits.stacks, STUDENT_PACKAGES)
+        self.lines = 0
+        self.next_line = None if limits.progress_since is None else \
+            max(limits.progress_since + limits.progress_s, self.start + 1.0)
+        self.timed_out = self.stuck = False
+        self.still_s = 0.0
+
+    def run(self) -> Supervised:
+        """Watch until the ranks are done or a limit ends it; then the stack dumps (at a limit) and the ends."""
+        limits = self.limits
+        while True:
+            self._hear()
+            running = [p for p in self.procs if p.poll() is None]
+            waiting = [p.rank for p in running if p.rank not in self.said]
+            if not (running if limits.linger_s is not None else waiting) or self._limit_reached(waiting):
+                break
+            if limits.linger_s is not None:
+                self._kill_lingering(running)
+            _wake(running if limits.linger_s is not None else [p for p in running if p.rank in waiting],
+                  _timeout(limits, self.clock, self.grace_end))
+        ends = [RankEnd(p.rank, p.poll(), self.said.get(p.rank, ("",))[0] == "ok",
+                        self.said.get(p.rank, (None, None))[1]) for p in self.procs]
+        if (self.timed_out or self.stuck) and limits.dump_stacks:
+            self._dump_stacks([p for p, end in zip(self.procs, ends) if end.code is None])
+        return Supervised(ends, self.failures, waiting, self.timed_out, self.stuck, self.still_s, self.watch)
+
+    def _hear(self) -> None:
+        """Take what each rank that has not spoken yet says now; a failure starts its peers' grace."""
+        for p in self.procs:
+            if p.rank in self.said:
                 continue
             ended = p.poll() is not None           # before ``said``: a rank that said nothing before it ended
             news = p.said()
             if news is None:
                 if ended:
-                    said[p.rank] = ("ended", None)
+                    self.said[p.rank] = ("ended", None)
                 continue
-            said[p.rank] = news
+            self.said[p.rank] = news
             if news[0] != "ok":
-                failures[p.rank] = news[1]
-                if limits.grace is not None:
-                    grace_end = min(grace_end, time.monotonic() + limits.grace(news[1]))
-        running = [p for p in procs if p.poll() is None]
-        waiting = [p.rank for p in running if p.rank not in said]
-        if not (running if limits.linger_s is not None else waiting):
-            break
+                self.failures[p.rank] = news[1]
+                if self.limits.grace is not None:
+                    self.grace_end = min(self.grace_end, time.monotonic() + self.limits.grace(news[1]))
+
+    def _limit_reached(self, waiting: list[int]) -> bool:
+        """Whether the grace, the time limit or the still limit ends the watch now (a progress line meanwhile)."""
+        limits = self.limits
+        if time.monotonic() >= self.grace_end:
+            return True
+        if limits.limit_s is not None and self.clock() > limits.limit_s:
+            self.timed_out = True
+            return True
+        if self.watch is None or not waiting or self.grace_end != math.inf:
+            return False
+        still = self.watch.still_s(waiting)
+        if limits.still_limit_s is not None and still >= limits.still_limit_s:
+            self.stuck, self.still_s = True, still
+            return True
+        if limits.progress is not None:
+            self._progress(waiting, still)
+        return False
+
+    def _progress(self, waiting: list[int], still: float) -> None:
+        """A progress line every ``progress_s`` of still time, or of wall time from ``progress_since``."""
+        limits = self.limits
+        if self.next_line is None:
+            if still >= limits.progress_s * (self.lines + 1):
+                self.lines += 1
+                limits.progress(self.watch, waiting, still)
+            elif still < limits.progress_s:
+                self.lines = 0
+        elif time.monotonic() >= self.next_line:
+            self.next_line += limits.progress_s
+            limits.progress(self.watch, waiting, time.monotonic() - limits.progress_since)
+
+    def _kill_lingering(self, running: list[RankProcess]) -> None:
+        """Kill a rank that finished ``linger_s`` ago and still runs (a stray thread keeps its interpreter)."""
         now = time.monotonic()
-        if now >= grace_end:
-            break
-        if limits.limit_s is not None and clock() > limits.limit_s:
-            timed_out = True
-            break
-        if watch is not None and waiting and grace_end == math.inf:
-            still = watch.still_s(waiting)
-            if limits.still_limit_s is not None and still >= limits.still_limit_s:
-                stuck, still_s = True, still
-                break
-            if limits.progress is not None:
-                if next_line is None:                               # every progress_s of still time
-                    if still >= limits.progress_s * (lines + 1):
-                        lines += 1
-                        limits.progress(watch, waiting, still)
-                    elif still < limits.progress_s:
-                        lines = 0
-                elif time.monotonic() >= next_line:                 # every progress_s of wall time
-                    next_line += limits.progress_s
-                    limits.progress(watch, waiting, time.monotonic() - limits.progress_since)
-        if limits.linger_s is not None:
-            now = time.monotonic()
-            for p in running:
-                if said.get(p.rank, ("",))[0] == "ok" and now - finished_at.setdefault(p.rank, now) > limits.linger_s:
-                    p.signal_group(signal.SIGKILL)
-        _wake(running if limits.linger_s is not None else [p for p in running if p.rank in waiting],
-              _timeout(limits, clock, grace_end))
-    ends = [RankEnd(p.rank, p.poll(), said.get(p.rank, ("",))[0] == "ok", said.get(p.rank, (None, None))[1])
-            for p in procs]
-    if (timed_out or stuck) and limits.dump_stacks:
-        live = [p for p, end in zip(procs, ends) if end.code is None]
+        for p in running:
+            if self.said.get(p.rank, ("",))[0] == "ok" and \
+                    now - self.finished_at.setdefault(p.rank, now) > self.limits.linger_s:
+                p.signal_group(signal.SIGKILL)
+
+    @staticmethod
+    def _dump_stacks(live: list[RankProcess]) -> None:
+        """Ask the ranks still running at a limit for their stacks, and give them the time to write them."""
         for p in live:
             p.signal_group(DUMP_SIGNAL)
         if live:
             time.sleep(STACK_DUMP_WAIT_S)
-    return Supervised(ends, failures, waiting, timed_out, stuck, still_s, watch)
 
 
 def _timeout(limits: Limits, clock: Callable[[], float], grace_end: float) -> float | None:

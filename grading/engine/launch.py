@@ -129,18 +129,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             servers.stop_unneeded_server(distinct_hashes, preload)
             servers.preload(world_size, preload, distinct_hashes)
         preload_s = time.monotonic() - start
-        clock = LoadClock()
-        for number, phase_target in enumerate((target, *next_phases)):
-            suffix = str(number or "")
-            store = str(out_dir / "shared" / f"store{suffix}")
-            (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store}))
-            for rank in range(world_size):            # a rank of this phase has finished once it says so again
-                (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
-            phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)
-            server_gone = phase.clean_up()
-            if phase.timed_out or server_gone or \
-                    not all(is_finished(out_dir / f"rank{r}", key, r) for r in range(world_size)):
-                break
+        server_gone = _run_phases(phase, spec, (target, *next_phases), world_size, timeout_s)
     finally:
         phase.clean_up()
         namespaces.close()
@@ -149,14 +138,39 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     (out_dir / "launch.json").write_text(json.dumps({"spawned": phase.spawned, "wall_s": result.wall_s,
                                                      "preload_s": preload_s, "warm": servers is not None,
                                                      "started_cold": phase.cold_reasons}))
+    result.ranks.extend(_outcomes(phase, out_dir, key))
+    return result
+
+
+def _run_phases(phase: _Phase, spec: dict, targets: tuple[str, ...], world_size: int, timeout_s: float) -> str:
+    """Run each of ``targets`` in turn by new ranks until one does not finish cleanly; why a fork server was lost
+    ("" when none was)."""
+    out_dir, server_gone, clock = phase.out_dir, "", LoadClock()
+    for number, phase_target in enumerate(targets):
+        suffix = str(number or "")
+        store = str(out_dir / "shared" / f"store{suffix}")
+        (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store}))
+        for rank in range(world_size):            # a rank of this phase has finished once it says so again
+            (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
+        phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)
+        server_gone = phase.clean_up()
+        if phase.timed_out or server_gone or \
+                not all(is_finished(out_dir / f"rank{r}", phase.key, r) for r in range(world_size)):
+            break
+    return server_gone
+
+
+def _outcomes(phase: _Phase, out_dir: Path, key: bytes) -> list[RankOutcome]:
+    """How each rank of the last phase ended, as its folder and streams tell."""
+    outcomes = []
     for rank, code in enumerate(phase.codes):
         rank_dir = out_dir / f"rank{rank}"
-        result.ranks.append(RankOutcome(
+        outcomes.append(RankOutcome(
             rank=rank, returncode=code, finished=is_finished(rank_dir, key, rank),
             error=isolation.read_rank_file(rank_dir / "error.txt", 8000),
             stack=phase.last_stack(rank),
             stderr_tail=isolation.read_rank_file(out_dir / f"rank{rank}.stderr", STDERR_TAIL_CHARS)))
-    return result
+    return outcomes
 
 
 @dataclass(frozen=True)
