@@ -2,20 +2,23 @@
 
 ``write_class_report`` reads every graded submission's ``results.json`` and writes, per criterion, the pass rate
 among the submissions that attempted it and the largest failure groups with their likely causes
-(``criterion_stats``), per chosen problem the score distribution (``score_distribution``), and one page of it all
-(``class_report_page``).
+(``criterion_stats``: a CSV and a figure), per chosen problem the score distribution with its public and hidden
+subtotals (``problem_scores``: a CSV and histograms), and one static page of it all (``render``), what to act on
+first.
 """
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.commands import class_report_page, score_distribution
 from grading.commands.csv_cells import write_csv
 from grading.commands.result_tests import (GRADESCOPE_PASSED, criterion_id, is_hidden, judged_tests, not_attempted,
                                            scored_tests)
+from grading.commands.templates import render as render_template
+from grading.kit.course import chosen_problems
 from common.files import atomic_path, atomic_write
 from grading.problems import titles
 
@@ -23,8 +26,24 @@ TOP_GROUPS = 3
 COLUMNS = ["criterion", "problem", "title", "points", "visibility", "graded", "not_attempted", "attempted",
            "passed", "pass_rate",
            *[f"{name}_{k}" for k in range(1, TOP_GROUPS + 1) for name in ("failure", "likely_cause", "sharing")]]
+SCORE_COLUMNS = ["problem", "sub_problems", "graded", "not_attempted", "attempted", "public_max", "public_mean",
+                 "hidden_max", "hidden_mean", "max_score", "mean", "median", "full_marks"]
 _NUMBERS = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
 _CAUSE = "likely cause:"
+_STUDENT_COLUMNS = ("score", "max_score", "status")
+
+
+def report_paths(out_csv: Path) -> dict[str, Path]:
+    """The class report's files for ``out_csv``, next to it (``<stem>_class_report``): ``csv``, ``png`` and
+    ``html``, and the score distributions ``scores_csv`` and ``scores_png``."""
+    out_csv = Path(out_csv)
+    base = out_csv.with_name(out_csv.stem + "_class_report")
+    scores = out_csv.with_name(out_csv.stem + "_class_report_scores")
+    return {**{kind: base.with_suffix("." + kind) for kind in ("csv", "png", "html")},
+            "scores_csv": scores.with_suffix(".csv"), "scores_png": scores.with_suffix(".png")}
+
+
+# Per criterion: pass rate and failure groups (the report's CSV and its figure).
 
 
 @dataclass
@@ -65,16 +84,6 @@ class CriterionStats:
         return found
 
 
-def report_paths(out_csv: Path) -> dict[str, Path]:
-    """The class report's files for ``out_csv``, next to it (``<stem>_class_report``): ``csv``, ``png`` and
-    ``html``, and the score distributions ``scores_csv`` and ``scores_png``."""
-    out_csv = Path(out_csv)
-    base = out_csv.with_name(out_csv.stem + "_class_report")
-    scores = out_csv.with_name(out_csv.stem + "_class_report_scores")
-    return {**{kind: base.with_suffix("." + kind) for kind in ("csv", "png", "html")},
-            "scores_csv": scores.with_suffix(".csv"), "scores_png": scores.with_suffix(".png")}
-
-
 def _split_message(output: str) -> tuple[str, str]:
     """(the first line of a failure message, its likely cause lines joined), each cut to 300 characters."""
     lines = [line.strip() for line in str(output).splitlines() if line.strip()]
@@ -111,6 +120,7 @@ def criterion_stats(results: dict[str, dict]) -> list[CriterionStats]:
 
 
 def _problem_key(problem: str) -> list[tuple[int, int | str]]:
+    """Sort key of a (sub-)problem id: numeric parts numerically ("2.10" after "2.9"), any other part after them."""
     return [(0, int(x)) if x.isdigit() else (1, x) for x in problem.split(".")]
 
 
@@ -174,6 +184,198 @@ def _figure(stats: list[CriterionStats], path: Path) -> str:
     return ""
 
 
+# Per chosen problem: the score distribution, public and hidden subtotals (a CSV and histograms).
+
+
+@dataclass
+class ProblemScores:
+    """One problem's subtotals, one entry per graded submission that holds it (``names`` in the same order)."""
+
+    problem: str
+    sub_problems: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    public: list[float] = field(default_factory=list)
+    hidden: list[float] = field(default_factory=list)
+    public_max: float = 0.0
+    hidden_max: float = 0.0
+    not_attempted: int = 0
+    attempted: list[bool] = field(default_factory=list)
+
+    @property
+    def totals(self) -> list[float]:
+        return [p + h for p, h in zip(self.public, self.hidden)]
+
+    def of_attempted(self, values: list[float]) -> list[float]:
+        """``values`` (one per entry) of the submissions that attempted the problem."""
+        return [v for v, tried in zip(values, self.attempted) if tried]
+
+
+def problem_scores(results: dict[str, dict], problems: tuple[str, ...] | None = None) -> list[ProblemScores]:
+    """Per chosen problem ("1", "2", ...; default ``course.chosen_problems()``), in that order: the public and
+    hidden subtotal of every submission of ``results`` (name -> results.json data) that holds the problem.
+
+    A submission did not attempt a problem when every sub-problem of it it holds is unattempted
+    (``result_tests.not_attempted``).
+    """
+    spread = {p: ProblemScores(p) for p in (problems or chosen_problems())}
+    for name in sorted(results):
+        skipped = not_attempted(results[name])
+        sums: dict[str, list[float]] = {}
+        numbers: dict[str, set[str]] = {}
+        for test in scored_tests(results[name]):
+            number = str(test.get("number", ""))
+            top = number.split(".")[0]
+            if top not in spread:
+                continue
+            tally = sums.setdefault(top, [0.0, 0.0, 0.0, 0.0])      # public, hidden, public max, hidden max
+            k = 1 if is_hidden(test) else 0
+            tally[k] += float(test.get("score", 0) or 0)
+            tally[k + 2] += float(test.get("max_score", 0) or 0)
+            numbers.setdefault(top, set()).add(number)
+        for top, (public, hidden, public_max, hidden_max) in sums.items():
+            entry = spread[top]
+            entry.names.append(name)
+            entry.public.append(public)
+            entry.hidden.append(hidden)
+            entry.public_max, entry.hidden_max = max(entry.public_max, public_max), max(entry.hidden_max, hidden_max)
+            entry.sub_problems = sorted(set(entry.sub_problems) | numbers[top], key=_problem_key)
+            entry.not_attempted += numbers[top] <= skipped
+            entry.attempted.append(not numbers[top] <= skipped)
+    return list(spread.values())
+
+
+def _mean(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.2f}" if values else ""
+
+
+def summary_rows(spread: list[ProblemScores]) -> list[dict]:
+    """One row per problem (columns ``SCORE_COLUMNS``): graded, not attempted, attempted, public and hidden max and
+    mean, the total's max, mean and median, and how many submissions earned every point. Means, median and full
+    marks count only the submissions that attempted the problem; means are empty when none did."""
+    rows = []
+    for s in spread:
+        totals, top = s.of_attempted(s.totals), s.public_max + s.hidden_max
+        rows.append({"problem": s.problem, "sub_problems": " ".join(s.sub_problems), "graded": len(s.totals),
+                     "not_attempted": s.not_attempted, "attempted": len(totals), "public_max": f"{s.public_max:g}",
+                     "public_mean": _mean(s.of_attempted(s.public)), "hidden_max": f"{s.hidden_max:g}",
+                     "hidden_mean": _mean(s.of_attempted(s.hidden)),
+                     "max_score": f"{top:g}", "mean": _mean(totals),
+                     "median": f"{statistics.median(totals):g}" if totals else "",
+                     "full_marks": sum(t >= top for t in totals) if totals else 0})
+    return rows
+
+
+def _bins(top: float, values: list[float]) -> list[float]:
+    """Histogram edges over 0..``top``: one bin per point when every value is a whole number and ``top`` is at most
+    20 (each bar then reads as "k points"), else ten equal bins."""
+    if top <= 20 and all(float(v).is_integer() for v in values):
+        return [k - 0.5 for k in range(int(top) + 2)]
+    return [top * k / 10 for k in range(11)]
+
+
+def draw(spread: list[ProblemScores], path: Path) -> str:
+    """Write the histograms of every problem that has graded submissions to ``path``; returns "" or why no figure
+    was drawn. Per problem, a column: on top the total and the public subtotal on the same bins, below the hidden
+    subtotal on an axis of its own (its points are few: on the totals' axis it would be a spike at zero)."""
+    shown = [s for s in spread if s.of_attempted(s.totals)]
+    if not shown:
+        Path(path).unlink(missing_ok=True)
+        return "no score distributions: no graded submission attempted a chosen problem"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no figure: matplotlib is not available ({exc})"
+    fig, axes = plt.subplots(2, len(shown), figsize=(4.2 * len(shown), 5.4), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for column, s in enumerate(shown):
+        ax, below = axes[0][column], axes[1][column]
+        top = max(s.public_max + s.hidden_max, 1.0)
+        totals, public, hidden = s.of_attempted(s.totals), s.of_attempted(s.public), s.of_attempted(s.hidden)
+        bins = _bins(top, totals + public)
+        ax.hist(totals, bins=bins, color="tab:blue", alpha=0.6, label=f"total (of {top:g})")
+        ax.hist(public, bins=bins, histtype="step", linewidth=1.5, color="tab:green",
+                label=f"public (of {s.public_max:g})")
+        ax.set_title(f"Problem {s.problem} ({len(totals)} attempted of {len(s.totals)})", fontsize=9)
+        ax.set_xlabel("points (total and public)", fontsize=8)
+        ax.set_ylabel("submissions")
+        ax.set_xlim(bins[0], bins[-1])
+        ax.legend(fontsize=7, loc="upper left")
+        if s.hidden_max > 0:
+            hidden_bins = _bins(s.hidden_max, hidden)
+            below.hist(hidden, bins=hidden_bins, color="tab:red", alpha=0.6, rwidth=0.9,
+                       label=f"hidden (of {s.hidden_max:g})")
+            below.set_xlim(hidden_bins[0], hidden_bins[-1])
+            below.set_xlabel(f"hidden points (of {s.hidden_max:g})", fontsize=8)
+            below.set_ylabel("submissions")
+            below.legend(fontsize=7, loc="upper left")
+        else:
+            below.set_axis_off()
+            below.text(0.5, 0.5, "no hidden points in these results", ha="center", va="center", fontsize=8,
+                       transform=below.transAxes)
+        for a in (ax, below):
+            a.yaxis.get_major_locator().set_params(integer=True)
+            a.xaxis.get_major_locator().set_params(integer=True)
+    fig.tight_layout()
+    with atomic_path(path) as scratch:
+        fig.savefig(scratch, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return ""
+
+
+# The page (grades_class_report.html).
+
+
+def _groups(row: dict) -> list[dict]:
+    """The criterion's failure groups: example message, how many share it, likely cause ("" when none)."""
+    groups = []
+    k = 1
+    while row.get(f"failure_{k}") is not None:
+        groups.append({"failure": row[f"failure_{k}"], "sharing": row[f"sharing_{k}"],
+                       "cause": row.get(f"likely_cause_{k}", "")})
+        k += 1
+    return groups
+
+
+def _students(students: list[dict]) -> tuple[list[str], list[dict]]:
+    """The students table's header and rows (by submission name), each row linking to its grade's files."""
+    problems = [c for c in dict.fromkeys(k for s in students for k in s) if c.startswith("problem_")]
+    rows = []
+    for s in sorted(students, key=lambda s: str(s.get("submission", ""))):
+        target = str(s.get("results", ""))
+        rows.append({"submission": s.get("submission", ""), "results": target,
+                     "report": str(Path(target).with_name("report.txt")) if target else "",
+                     "cells": [s.get(c, "") for c in (*_STUDENT_COLUMNS, *problems, "notes")]})
+    return ["submission", *_STUDENT_COLUMNS, *problems, "notes"], rows
+
+
+def render(paths: dict[str, Path], rows: list[dict], score_rows: list[dict], submissions: int,
+           not_graded: dict[str, str], students: list[dict], notes: dict[str, str]) -> str:
+    """The class report as one static page (``grades_class_report.html``): what to act on, first.
+
+    Sections, top to bottom: who was not counted and why; the score distribution per problem (public and hidden
+    subtotals, and the histogram); per criterion the pass rate among the submissions that attempted it and its
+    largest failure groups with their likely causes; the pass-rate figure; one row per student, linking to that
+    student's ``results.json`` and ``report.txt`` (relative links, so the folder can be copied or zipped).
+    Rendered from ``templates/class_report.html``: every piece of student-controlled text (names, messages) is
+    HTML-escaped.
+
+    ``paths``: ``report_paths``; ``rows``: the criterion rows of the report's CSV; ``score_rows``:
+    ``summary_rows``; ``submissions``: how many were counted; ``not_graded``: name -> status of those that were
+    not; ``students``: grades.csv rows (with their ``results`` link); ``notes``: figure kind (``png``,
+    ``scores_png``) -> why it is missing, or ""."""
+    student_header, student_rows = _students(students)
+    return render_template("class_report.html", submissions=submissions, not_graded=sorted(not_graded.items()),
+                           score_rows=score_rows, criteria=[{**r, "groups": _groups(r)} for r in rows],
+                           csv=paths["csv"].name, png=paths["png"].name, scores_csv=paths["scores_csv"].name,
+                           scores_png=paths["scores_png"].name, notes=notes, student_header=student_header,
+                           students=student_rows)
+
+
+# Writing it all.
+
+
 def write_class_report(out_csv: Path, results: dict[str, dict], not_graded: dict[str, str] | None = None,
                        students: list[dict] | None = None, problems: tuple[str, ...] | None = None
                        ) -> dict[str, Path]:
@@ -191,10 +393,10 @@ def write_class_report(out_csv: Path, results: dict[str, dict], not_graded: dict
     stats = criterion_stats(results)
     rows = rows_of(stats)
     write_csv(paths["csv"], COLUMNS, rows)
-    spread = score_distribution.problem_scores(results, problems)
-    write_csv(paths["scores_csv"], score_distribution.COLUMNS, score_distribution.summary_rows(spread))
-    notes = {"png": _figure(stats, paths["png"]), "scores_png": score_distribution.draw(spread, paths["scores_png"])}
-    page = class_report_page.render(paths, rows, score_distribution.summary_rows(spread), len(results),
-                                    dict(not_graded or {}), list(students or []), notes)
+    spread = problem_scores(results, problems)
+    write_csv(paths["scores_csv"], SCORE_COLUMNS, summary_rows(spread))
+    notes = {"png": _figure(stats, paths["png"]), "scores_png": draw(spread, paths["scores_png"])}
+    page = render(paths, rows, summary_rows(spread), len(results), dict(not_graded or {}), list(students or []),
+                  notes)
     atomic_write(paths["html"], page)
     return paths

@@ -138,7 +138,7 @@ def _batch_task(args: argparse.Namespace) -> int:
 
 
 def _batch_collect(args: argparse.Namespace) -> int:
-    from grading.commands.slurm_collect import collect
+    from grading.commands.slurm import collect
     if not args.out:
         print("error: --collect needs --out grades.csv", file=sys.stderr)
         return report.EXIT_USAGE
@@ -184,8 +184,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 def cmd_mutants(args: argparse.Namespace) -> int:
     if (refused := _staff_only("mutants")) is not None:
         return refused
-    from grading.commands.mutants import run_mutants, selection
-    from grading.commands.mutants_report import HTML_NAME, table
+    from grading.commands.mutants import HTML_NAME, run_mutants, selection, table
     try:
         result = run_mutants(Path(args.out), selection(args.problem) if args.problem else None, args.sample,
                              args.seed, args.jobs, args.timeout, args.fresh, None if args.quiet else print)

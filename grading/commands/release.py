@@ -27,7 +27,7 @@ RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grad
                    "submit_figures/*.png", "submit_figures/*.json", "results.json", "submission.zip",
                    COURSE_RECORD, "grading/commands/release.py", "grading/commands/gradescope.py",
                    "docs", "scripts/bench_grading.py", "scripts/measure_footprint.py",   # staff guides and tools
-                   "requirements-staff.txt", "grading/commands/mutants.py", "grading/commands/mutants_report.py",
+                   "requirements-staff.txt", "grading/commands/mutants.py",
                    "grading/commands/templates/mutants.html", "grading/kit/mutations.py",
                    "grading/commands/variants.py", "grading/problems/*/variants.py",   # buggy variants
                    "grading/commands/settings_page.py",

@@ -1,8 +1,11 @@
-"""Grade a class as a Slurm array job: ``python -m grading batch SUBMISSIONS --slurm OUT_DIR [...]``.
+"""Grade a class as a Slurm array job: ``python -m grading batch SUBMISSIONS --slurm OUT_DIR [...]``, then merge
+its results: ``python -m grading batch --collect OUT_DIR --out grades.csv``.
 
 ``write_array`` writes the task list, the array script and its submit step into OUT_DIR, ``submit`` checks the
-course secret before ``sbatch``, and ``run_task`` grades one task, on any machine. The kit, its Python
-environment, the submissions and OUT_DIR must sit on a filesystem every node sees.
+course secret before ``sbatch``, ``run_task`` grades one task, on any machine, and ``collect`` writes
+``grades.csv`` and the class report for the finished tasks, exactly as ``batch`` would, and sorts out the tasks
+that need another run. The kit, its Python environment, the submissions and OUT_DIR must sit on a filesystem every
+node sees.
 """
 from __future__ import annotations
 
@@ -17,24 +20,28 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading import KIT_ROOT
-from grading.commands.batch import NOTE_SEPARATOR, UNSCORED, default_limit_s, grade_one, submissions_in
+from grading.commands.batch import (NOTE_SEPARATOR, UNSCORED, class_report_inputs, default_limit_s, grade_one,
+                                    submissions_in, write_grades)
+from grading.commands.class_report import write_class_report
 from grading.commands.grades_csv import RowStatus, criterion_cells
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM
 from grading.commands.report import EXIT_GRADER_ERROR
 from common.files import atomic_write
 from common.settings import PROBLEMS_ENV, SECRET_ENV, settings
+from grading.kit.course import parse_problems
 from grading.kit.secret import course_secret
 
 TASKS, SCRIPT, RESULTS, LOGS, ROW = "tasks.json", "grade.sbatch", "results", "logs", "row.json"
-SUBMIT = "submit.sh"
+SUBMIT, RESUBMIT = "submit.sh", "resubmit.sh"
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")     # each node has its own: never shared across nodes
 ATTEMPT_PREFIX = ".attempt-"
 BENCH_LIMIT_S = 3600.0
 START_SLACK_S = 120.0
+RERUN_STATUSES = UNSCORED          # a task whose row has one of these needs another run
 _TIME = re.compile(r"(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})")
 _PARTITION = re.compile(r"[A-Za-z0-9_.,-]+")
 _MEMORY = re.compile(r"[1-9]\d*[KMGT]?")
@@ -43,6 +50,9 @@ DIRECTIVES = {"job-name": re.compile(r"[A-Za-z0-9_.-]+"), "array": re.compile(r"
               "ntasks": re.compile(r"[1-9]\d*"), "time": _TIME, "output": re.compile(r"/\S+"),
               "error": re.compile(r"/\S+"), "partition": _PARTITION, "gpus-per-task": re.compile(r"[1-9]\d*"),
               "cpus-per-task": re.compile(r"[1-9]\d*"), "mem": _MEMORY, "account": _PARTITION}
+
+
+# Making the array: its task list, its script and the step that submits it.
 
 
 @dataclass
@@ -256,6 +266,9 @@ def _script_body(count: int, out_dir: Path, python: str) -> list[str]:
             f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
 
 
+# Submitting the array, and checking its script as sbatch would.
+
+
 def submit(out_dir: Path, sbatch_args: list[str] | None = None) -> int:
     """The submit step: ``sbatch [sbatch_args] OUT_DIR/grade.sbatch`` and its exit code, or 2 (nothing submitted)
     with the reason and its fix in one line on stderr when ``tasks.json`` is unreadable, this process's course
@@ -315,6 +328,9 @@ def check_script(path: Path, count: int) -> list[str]:
     if ids != set(range(count)):
         problems.append(f"#SBATCH --array={spec} does not cover tasks 0-{count - 1} exactly")
     return problems + [f"#SBATCH --{n} missing" for n in ("array", "time", "output", "error") if n not in names]
+
+
+# Running one task, on any machine.
 
 
 def _run_benchmarks(path: str, out: Path, limit_s: float) -> tuple[dict, str]:
@@ -388,6 +404,99 @@ def run_task(out_dir: Path, task_id: int) -> int:
         return EXIT_GRADER_ERROR
     print(f"task {task_id} {name}: {row['score']}/{row['max_score']} ({row['status']}) -> {final}")
     return 0
+
+
+# Merging the array's results: grades.csv, the class report, and the tasks to run again.
+
+
+@dataclass
+class Collected:
+    """What ``collect`` found: the merged rows and which tasks need another run (``(id, name, why)``)."""
+
+    rows: list[dict]
+    submissions_dir: Path | None = None
+    failed: list[tuple[int, str, str]] = field(default_factory=list)
+    missing: list[tuple[int, str, str]] = field(default_factory=list)
+    resubmit: str = ""                 # the submit command for failed + missing tasks, "" when none
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.missing
+
+
+def _row_of(out_dir: Path, batch: str, name: str) -> dict | None:
+    try:
+        kept = json.loads((out_dir / RESULTS / name / ROW).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("batch") != batch or not isinstance(kept.get("row"), dict):
+        return None
+    return kept["row"] if kept["row"].get("submission") == name else None
+
+
+def _attempt_note(out_dir: Path, task_id: int) -> str:
+    """"started on HOST at T" for the latest unfinished attempt of the task, else ""."""
+    notes = []
+    for attempt in sorted((out_dir / RESULTS).glob(f"{ATTEMPT_PREFIX}{task_id}-*")):
+        try:
+            info = json.loads((attempt / "attempt.json").read_text())
+            notes.append(f"an attempt started on {info.get('host', '?')} at {info.get('started', '?')} "
+                         "has no result (killed midway, or still running)")
+        except (OSError, ValueError):
+            continue
+    return notes[-1] if notes else "not run yet (or no result kept)"
+
+
+def collect(out_dir: Path, out_csv: Path) -> Collected:
+    """Merge the finished tasks of the array in ``out_dir`` into ``out_csv`` and its class report.
+
+    Only the ``results/<name>/row.json`` that ``slurm.run_task`` kept for this array count (a row of an earlier
+    array in the same folder does not); ``out_csv`` gets the columns and cells ``batch`` would write, with the
+    problem columns the array was made for. A task is *failed* when its grader did not finish
+    (``batch.UNSCORED``: its score is what it judged, blank when nothing, and its notes say why) and *missing*
+    when it kept no result (not run yet, still running, or killed midway). For failed and missing tasks it
+    writes ``out_dir/resubmit.sh``, the ``submit.sh --array=<ids>`` that re-runs just those, and removes it when
+    none are left. Raises ValueError when ``out_dir`` holds no task list.
+    """
+    out_dir = Path(out_dir).resolve()
+    try:
+        tasks = json.loads((out_dir / TASKS).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{out_dir}: no readable {TASKS} (write one with `batch SUBMISSIONS --slurm OUT_DIR`): "
+                         f"{exc}") from None
+    result = Collected(rows=[], submissions_dir=Path(tasks["submissions_dir"]))
+    for task in tasks["tasks"]:
+        task_id, name = int(task["id"]), task["submission"]
+        row = _row_of(out_dir, tasks["batch"], name)
+        if row is None:
+            result.missing.append((task_id, name, _attempt_note(out_dir, task_id)))
+            continue
+        result.rows.append(row)
+        if row.get("status") in RERUN_STATUSES:
+            result.failed.append((task_id, name, f"{row['status']}: {row.get('notes', '')}"))
+    chosen = tasks.get("env", {}).get(PROBLEMS_ENV)
+    problems = parse_problems(chosen) if chosen else None
+    linked = write_grades(Path(out_csv), result.rows, out_dir / RESULTS, problems)
+    results, not_graded = class_report_inputs(result.rows, out_dir / RESULTS)
+    for name, data in results.items():          # the benchmark thresholds are criteria of the report too
+        bench = out_dir / RESULTS / name / "benchmarks.json"
+        try:
+            data["tests"] = data["tests"] + list(json.loads(bench.read_text()).get("tests", []))
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+    write_class_report(Path(out_csv), results, not_graded, students=linked, problems=problems)
+    redo = sorted(t for t, _, _ in result.failed + result.missing)
+    resubmit = out_dir / RESUBMIT
+    if redo:
+        throttle = tasks.get("max_parallel")
+        result.resubmit = (f"bash {shlex.quote(str(out_dir / SUBMIT))} "     # the submit step checks the secret
+                           f"--array={array_spec(redo, min(throttle, len(redo)) if throttle else None)}")
+        atomic_write(resubmit, f"#!/bin/bash\n# re-runs the failed and missing tasks of {out_dir}\n"
+                               f"{result.resubmit}\n")
+        os.chmod(resubmit, 0o755)
+    else:
+        resubmit.unlink(missing_ok=True)
+    return result
 
 
 if __name__ == "__main__":         # what submit.sh runs: python -m grading.commands.slurm submit OUT_DIR [sbatch args]

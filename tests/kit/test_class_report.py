@@ -1,15 +1,14 @@
-"""The class report (grading/commands/class_report.py, score_distribution.py, class_report_page.py) and
-formula-safe CSV cells (csv_cells.py), on results.json data made by hand (test_slurm.py and test_batch.py check
-both on real grades)."""
+"""The class report (grading/commands/class_report.py: criteria, score distributions, page) and formula-safe
+CSV cells (csv_cells.py), on results.json data made by hand (test_slurm.py and test_batch.py check both on real
+grades)."""
 from __future__ import annotations
 
 import csv
 
 import pytest
 
-from grading.commands.class_report import report_paths, write_class_report
+from grading.commands.class_report import problem_scores, report_paths, summary_rows, write_class_report
 from grading.commands.result_tests import not_attempted
-from grading.commands.score_distribution import problem_scores, summary_rows
 from grading.commands.csv_cells import safe_cell, write_csv
 
 pytestmark = pytest.mark.kit

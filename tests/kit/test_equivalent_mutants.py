@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from grading import KIT_ROOT
-from grading.commands.mutants_report import listed_equivalents
+from grading.commands.mutants import listed_equivalents
 from grading.kit.mutations import mutants_of
 from grading.kit.splice import kit_text
 from grading.problems import titles

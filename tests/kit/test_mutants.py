@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
-from grading.commands import mutants_report
+from grading.commands import mutants
 from grading.commands.mutants import run_mutants, selection, verdict
 from grading.kit import mutations
 from grading.kit.mutations import Equivalent, Mutant, mutants_of, sample, stale
@@ -95,21 +95,21 @@ def test_the_score_leaves_out_listed_equivalents_and_flags_what_needs_a_look(mon
     every = [Mutant(f"1.2/f/Op/{k}", "1.2", "x.py", k + 1, "Op", k, f"line {k}") for k in range(5)]
     listed = [Equivalent("1.2/f/Op/3", "line 3", "same result"), Equivalent("1.2/f/Op/4", "line 4", "same"),
               Equivalent("1.2/f/Op/9", "line 9", "gone")]
-    monkeypatch.setattr(mutants_report, "listed_equivalents", lambda problem: listed)
+    monkeypatch.setattr(mutants, "listed_equivalents", lambda problem: listed)
     records = [{"verdict": v, "seconds": 1.0, "passed": ["1.2.a"], "failed": ["1.2.b"] if v == "killed" else [],
                 "status": "failed" if v == "killed" else "passed", "diff": f"diff {k}"}
                for k, v in enumerate(["killed", "survived", "killed", "survived", "killed"])]
-    report = mutants_report.summary(every, every, records, {"seconds": 9.0, "jobs": 1, "sample": None, "seed": None})
+    report = mutants.summary(every, every, records, {"seconds": 9.0, "jobs": 1, "sample": None, "seed": None})
     assert report["problems"]["1.2"] == {"mutants": 5, "killed": 3, "survived": 1, "equivalent": 1, "errors": 0,
                                          "score": 0.75}
     assert [s["id"] for s in report["survivors"]] == ["1.2/f/Op/1"] and report["survivors"][0]["diff"] == "diff 1"
     assert [e["id"] for e in report["equivalent"]] == ["1.2/f/Op/3"]
     assert [e["id"] for e in report["equivalent_killed"]] == ["1.2/f/Op/4"]
     assert [e["mutant"] for e in report["stale"]] == ["1.2/f/Op/9"] and not report["complete"]
-    lines = mutants_report.table(report)
+    lines = mutants.table(report)
     assert any(line.startswith("1.2") and line.endswith("75.0 %") for line in lines)
     assert any("survived: 1.2/f/Op/1" in line and "1.2.a" in line for line in lines)
-    assert "<pre>diff 1</pre>" in mutants_report.page(report) and "same result" in mutants_report.page(report)
+    assert "<pre>diff 1</pre>" in mutants.page(report) and "same result" in mutants.page(report)
 
 
 def test_the_ci_sample_loses_points_on_every_sub_problem(tmp_path):
@@ -118,8 +118,8 @@ def test_the_ci_sample_loses_points_on_every_sub_problem(tmp_path):
     report = run_mutants(tmp_path, DEFAULT_PROBLEMS, per_problem=1, seed=0)
     default = {sub for sub in titles() if sub.split(".")[0] in DEFAULT_PROBLEMS}
     assert set(report["problems"]) == default
-    assert report["complete"], "\n".join(mutants_report.table(report))
-    assert json.loads((tmp_path / mutants_report.JSON_NAME).read_text())["mutants"] == len(default)
+    assert report["complete"], "\n".join(mutants.table(report))
+    assert json.loads((tmp_path / mutants.JSON_NAME).read_text())["mutants"] == len(default)
     ledger = (tmp_path / "mutants.jsonl").read_text()
     again = run_mutants(tmp_path, DEFAULT_PROBLEMS, per_problem=1, seed=0)     # resumed: nothing graded again
     assert (tmp_path / "mutants.jsonl").read_text() == ledger and again["problems"] == report["problems"]
@@ -128,7 +128,7 @@ def test_the_ci_sample_loses_points_on_every_sub_problem(tmp_path):
 def test_every_listed_equivalent_of_the_kit_still_applies():
     every = mutants_of(KIT_ROOT)
     for problem in titles():
-        listed = mutants_report.listed_equivalents(problem)
+        listed = mutants.listed_equivalents(problem)
         assert not stale(listed, [m for m in every if m.problem == problem]), textwrap.shorten(str(listed), 300)
 
 

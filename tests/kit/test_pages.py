@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from grading.commands import class_report_page, mutants_report, similarity, similarity_page
-from grading.commands.class_report import write_class_report
+from grading.commands import mutants, similarity
+from grading.commands.class_report import render as render_class_report, write_class_report
 from grading.kit.mutations import Equivalent, Mutant
 from tests.kit.similarity_samples.make import planted_copy, reference_bodies, sample_bodies, write_submission
 
@@ -82,26 +82,26 @@ def _similarity(out: Path, scratch: Path, class_report: Path) -> Path:
 
 def _mutants(out: Path, monkeypatch) -> Path:
     """A survivor, a listed equivalent, one listed but killed, a stale one: every section filled, each graded
-    mutant's grade kept in its folder (``mutants_report.grade_folder``)."""
+    mutant's grade kept in its folder (``mutants.grade_folder``)."""
     path = "data_parallel/comm.py"
     every = [Mutant(f"1.2/average_gradients/ReplaceBinaryOperator_Div_Mul/{k}", "1.2", path, 40 + k,
                     "ReplaceBinaryOperator_Div_Mul", k, f"line {k}") for k in range(4)]
     listed = [Equivalent(every[2].id, "line 2", "same result"), Equivalent(every[3].id, "line 3", "same"),
               Equivalent("1.2/f/Op/9", "line 9", "gone")]
-    monkeypatch.setattr(mutants_report, "listed_equivalents", lambda problem: listed)
+    monkeypatch.setattr(mutants, "listed_equivalents", lambda problem: listed)
     long_line = "        parameter.grad /= world_size  # " + "a long comment " * 20 + "\n"
     diff = f"--- a/{path}\n+++ b/{path}\n@@ -40,1 +40,1 @@\n-{long_line}+{long_line.replace('/=', '*=')}"
     records = [{"verdict": verdict, "seconds": 1.0, "passed": ["1.2.grads"], "diff": diff, "notes": "",
                 "failed": ["1.2.b"] if verdict == "killed" else [], "status": "passed"}
                for verdict in ("killed", "survived", "survived", "killed")]
     for mutant in every:
-        folder = mutants_report.grade_folder(out, mutant.id)
+        folder = mutants.grade_folder(out, mutant.id)
         folder.mkdir(parents=True)
         (folder / "report.txt").write_text("table\n")
         (folder / "results.json").write_text("{}\n")
-    report = mutants_report.summary(every, every, records, {"seconds": 4.0, "jobs": 1, "sample": None, "seed": None})
-    mutants_report.write_report(out, report)
-    return out / mutants_report.HTML_NAME
+    report = mutants.summary(every, every, records, {"seconds": 4.0, "jobs": 1, "sample": None, "seed": None})
+    mutants.write_report(out, report)
+    return out / mutants.HTML_NAME
 
 
 @pytest.fixture(scope="module")
@@ -173,19 +173,19 @@ def _hostile_page(name: str, monkeypatch) -> str:
                "sharing_1": 1, "likely_cause_1": HOSTILE}
         student = {"submission": HOSTILE, "score": "", "max_score": "1", "status": "failed", "notes": HOSTILE,
                    "results": f"grades_results/{HOSTILE}/results.json"}
-        return class_report_page.render(paths, [row], [], 1, {HOSTILE: "rejected"}, [student], {})
+        return render_class_report(paths, [row], [], 1, {HOSTILE: "rejected"}, [student], {})
     if name == "similarity":
-        entry = similarity_page.Entry(HOSTILE, "1.1", [similarity_page.Piece(HOSTILE, "f", HOSTILE)])
-        other = similarity_page.Entry("b", "1.1", [similarity_page.Piece("x.py", HOSTILE, "y = 1")])
-        report = similarity_page.Report([("1.1", HOSTILE, "b", 0.5)], {"1.1": {HOSTILE: entry, "b": other}},
+        entry = similarity.Entry(HOSTILE, "1.1", [similarity.Piece(HOSTILE, "f", HOSTILE)])
+        other = similarity.Entry("b", "1.1", [similarity.Piece("x.py", HOSTILE, "y = 1")])
+        report = similarity.Report([("1.1", HOSTILE, "b", 0.5)], {"1.1": {HOSTILE: entry, "b": other}},
                                         [(HOSTILE, HOSTILE)], [HOSTILE], 2, {"1.1": frozenset()})
-        return similarity_page.render_html(report, class_report=HOSTILE)
+        return similarity.render_html(report, class_report=HOSTILE)
     every = [Mutant(f"1.2/f/Op/{k}", "1.2", "x.py", k + 1, "Op", k, "") for k in range(3)]
-    monkeypatch.setattr(mutants_report, "listed_equivalents",
+    monkeypatch.setattr(mutants, "listed_equivalents",
                         lambda problem: [Equivalent(every[2].id, "", HOSTILE)])
     records = [{"verdict": verdict, "seconds": 1.0, "passed": [HOSTILE], "failed": [], "status": HOSTILE,
                 "diff": HOSTILE, "notes": HOSTILE} for verdict in ("survived", "error", "survived")]
-    return mutants_report.page(mutants_report.summary(every, every, records, {"seconds": 1.0, "jobs": 1,
+    return mutants.page(mutants.summary(every, every, records, {"seconds": 1.0, "jobs": 1,
                                                                               "sample": None, "seed": None}))
 
 

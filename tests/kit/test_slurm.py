@@ -1,4 +1,4 @@
-"""``batch --slurm`` / ``--run-task`` / ``--collect`` (grading/commands/slurm.py, slurm_collect.py), run locally.
+"""``batch --slurm`` / ``--run-task`` / ``--collect`` (grading/commands/slurm.py), run locally.
 
 No Slurm here: the array tasks run as ``SLURM_ARRAY_TASK_ID=k bash OUT/grade.sbatch`` in any order, one twice, one
 stopped midway, and the script's ``#SBATCH`` directives are checked by parsing (``sbatch --test-only`` style).
@@ -24,7 +24,6 @@ from grading.__main__ import main as grading_main
 from grading.commands import slurm
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM, add_slurm_resource_options, slurm_resources
 from grading.commands.report import EXIT_GRADER_ERROR
-from grading.commands.slurm_collect import collect
 from grading.kit.secret import SECRET_ENV
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies, stub_body
@@ -323,7 +322,7 @@ def test_collect_sorts_failed_missing_and_stale_results(tmp_path, monkeypatch, c
     wrong = _task(out, 3)
     printed = wrong.communicate()[0].decode(errors="replace")
     assert wrong.returncode == EXIT_GRADER_ERROR and "course secret differs" in printed, printed
-    found = collect(out, tmp_path / "grades.csv")
+    found = slurm.collect(out, tmp_path / "grades.csv")
     assert [t[:2] for t in found.failed] == [(1, "b"), (3, "d")] and "secret" in found.failed[1][2]
     assert [t[:2] for t in found.missing] == [(2, "c")]
     assert found.resubmit == f"bash {out / slurm.SUBMIT} --array=1-3%3"
