@@ -46,7 +46,7 @@ class LaunchResult:
     ranks: list[RankOutcome] = field(default_factory=list)
     timed_out: bool = False
     wall_s: float = 0.0
-    limit_s: float = 0.0            # the case's limit, in load-discounted seconds (``launch.LoadClock``)
+    limit_s: float = 0.0            # the case's limit, in load-discounted seconds (``cpus.LoadClock``)
     key: bytes = b""                # the run's signing key (parts.log and done HMACs)
     server_gone: str = ""                  # why no result of this run counts (a rank killed its fork server)
     still_s: float = 0.0            # ended early: how long every rank had been waiting then (0: not ended so)

@@ -1,12 +1,13 @@
 """The CPUs this process may use: its affinity, and the CPU quota of its cgroups (v2 ``cpu.max``, v1 CFS files).
 
 A container of half a vCPU has an affinity of every host core but a quota of
-0.5; ``available_cpus`` is the smaller, for ``launch.LoadClock``.
+0.5; ``available_cpus`` is the smaller, for ``LoadClock`` below.
 """
 from __future__ import annotations
 
 import functools
 import os
+import time
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -84,3 +85,35 @@ def available_cpus() -> float:
         affinity = 1
     quota = cpu_quota()
     return min(affinity, quota) if quota else affinity
+
+
+class LoadClock:
+    """Seconds since creation as an idle machine would count them: wall time divided by how busy the machine is.
+
+    From ``/proc/loadavg`` (runnable tasks, this process excluded) against the CPUs this process may use
+    (``available_cpus``: affinity and cgroup quota): with 8 runnable tasks on 2 cores, 4 wall seconds count as 1;
+    on half a vCPU one busy rank counts 2 wall seconds as 1. A limit on this clock cuts a hang (sleeping ranks
+    accrue time as on an idle machine) but not a correct submission that a busy machine slows down: no verdict
+    depends on load. In a container ``/proc/loadavg`` counts the whole host's tasks, so a busy host stretches
+    limits further than the container's own load would.
+    """
+
+    def __init__(self):
+        self._last, self._elapsed = time.monotonic(), 0.0
+
+    @staticmethod
+    def slowdown(recent: bool = False) -> float:
+        """How many times slower than on an idle machine a runnable process runs now (>= 1); with ``recent``, the
+        worse of that and the last minute's average load (to scale a limit set once)."""
+        try:
+            fields, cpus = Path("/proc/loadavg").read_text().split(), available_cpus()
+            return max(1.0, (int(fields[3].split("/")[0]) - 1) / cpus, float(fields[0]) / cpus if recent else 1.0)
+        except (OSError, ValueError, IndexError):
+            return 1.0
+
+    def elapsed(self) -> float:
+        """Load-discounted seconds so far (call it often: each call weighs the time since the last one)."""
+        now = time.monotonic()
+        self._elapsed += (now - self._last) / self.slowdown()
+        self._last = now
+        return self._elapsed

@@ -1,5 +1,5 @@
 """Time limits: the CPU a case's clock counts with, a grade's total shared among its cases, and what a grade that
-reaches its limit keeps (``cpus``, ``launch.LoadClock``, ``runner.TotalTime``, ``results_json.PartialReport``,
+reaches its limit keeps (``cpus``, ``cpus.LoadClock``, ``runner.TotalTime``, ``results_json.PartialReport``,
 ``batch``)."""
 import csv
 import dataclasses
