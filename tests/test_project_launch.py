@@ -286,7 +286,7 @@ def test_the_supervision_core_ends_a_watch_at_each_of_its_limits(tmp_path):
         began = time.monotonic()
         out = supervise(ranks, Limits(grace=peer_grace, poll_s=0.05))
         assert out.failures == {0: "ValueError: rank 0 gives up"} and out.waiting == [1], out
-        assert OWN_GRACE_S <= time.monotonic() - began < OWN_GRACE_S + 2
+        assert not out.timed_out and not out.stuck and time.monotonic() - began >= OWN_GRACE_S, out   # the grace
         ranks[0].news = ranks[1].news = ("ok", 7)
         out = supervise(ranks, Limits(linger_s=0.2, poll_s=0.05))
         assert [(end.code, end.finished, end.said) for end in out.ends] == [(-signal.SIGKILL, True, 7)] * 2, out

@@ -29,7 +29,8 @@ RELEASE_EXCLUDE = (".git", ".ci", "workdir", "tests/kit", "grading/staff", "grad
                    "docs", "scripts/bench_grading.py", "scripts/measure_footprint.py",   # staff guides and tools
                    "requirements-staff.txt", "grading/commands/mutants.py",
                    "grading/commands/templates/mutants.html", "grading/kit/mutations.py",
-                   "grading/commands/variants.py", "grading/problems/*/variants.py",   # buggy variants
+                   "grading/kit/variants.py", "grading/commands/variants.py",   # buggy variants
+                   "grading/problems/*/variants.py",
                    "grading/commands/settings_page.py",
                    "grading/problems/*/equivalent_mutants.json")     # mutation analysis
 # The tests a starter keeps: the thin wrappers over the checks (the kit's other tests test the kit itself).

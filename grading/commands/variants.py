@@ -22,17 +22,6 @@ from grading.problems import all_cases, folders
 from grading.engine.runner import CriterionResult, run_cases
 
 
-def grade_variant(variant: Variant, problem: str, work: Path, servers=None) -> dict[str, CriterionResult]:
-    """Grade ``problem`` (usually ``variant.problem``) on a copy of the kit carrying ``variant`` (ranks forked by
-    ``servers``, the session's ``fork_servers``, when given); verdicts by criterion id."""
-    kit = make_variant_kit(work / "kit", variant.edits)
-    with _course_problems(problem.split(".")[0]):    # splice the graded problem's regions even when it is optional
-        splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
-    return {v.id: replace(v, message=splice.student_lines(v.message))
-            for v in run_cases(all_cases((problem,)), work / "graded", work / "runs", problem=problem,
-                               refused=splice.refused, hints=splice.hints, servers=servers)}
-
-
 @contextmanager
 def _course_problems(problems: str):
     """The course's problem choice (``PROBLEMS_ENV``) set to ``problems`` inside the block, restored after it."""

@@ -66,6 +66,8 @@ def test_no_function_in_the_starter_is_shaped_like_a_reference_region(starter):
 def test_the_starter_leaves_out_the_staff_answers_and_keeps_data(starter):
     assert not (starter / "grading" / "staff").exists()
     assert not list((starter / "grading" / "problems").rglob("staff.py"))
+    shipped = {p.relative_to(starter).as_posix() for p in starter.rglob("*.py")}
+    assert not {p for p in shipped if p.endswith("variants.py") or "settings_page" in p}, "variants, staff pages"
     for rel in expected_files.rendered(ALL):              # the data of every problem it was released with
         assert json.loads((starter / rel).read_text())
     text = "\n".join(p.read_text() for p in (starter / "grading").rglob("*.py") if "pristine" not in p.parts)

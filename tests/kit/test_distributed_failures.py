@@ -16,7 +16,7 @@ import pytest
 
 from grading.commands.report import summary
 from grading.kit.variants import Variant, edited
-from grading.commands.variants import grade_variant
+from grading.commands.variants import grade_group
 
 COMM, DDP, ZERO1, LAYERS, CHECKPOINT = ("data_parallel/comm.py", "data_parallel/ddp.py", "data_parallel/zero1.py",
                                         "tensor_parallel/layers.py", "data_parallel/checkpoint.py")
@@ -120,7 +120,7 @@ MODES = [
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.variant.name for m in MODES])
 def test_the_rank_at_fault_comes_first(mode: Mode, tmp_path, fork_servers):
-    verdicts = grade_variant(mode.variant, mode.variant.problem, tmp_path, servers=fork_servers)
+    verdicts = grade_group((mode.variant,), tmp_path, fork_servers)
     failed = {cid: v for cid, v in verdicts.items() if not v.passed}
     assert mode.criterion in failed, f"{mode.variant.name} passed {mode.criterion}"
     shown = summary(failed[mode.criterion].message, width=10_000)

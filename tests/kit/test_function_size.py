@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grading import KIT_ROOT
+from tests.kit.test_layout import _modules
 
 pytestmark = pytest.mark.kit
 
@@ -42,14 +43,12 @@ def function_lengths(source: str) -> dict[str, int]:
 
 
 def all_lengths(root: Path = KIT_ROOT) -> dict[str, int]:
-    """``{"path.py:qualified.name": lines}`` for every function of ``PACKAGES`` under ``root``."""
+    """``{"path.py:qualified.name": lines}`` for every function of ``PACKAGES`` under ``root`` (the modules
+    ``test_layout`` walks)."""
     lengths = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = path.relative_to(root)
-            if "pristine" in rel.parts or "__pycache__" in rel.parts:
-                continue
-            lengths |= {f"{rel.as_posix()}:{name}": n for name, n in function_lengths(path.read_text()).items()}
+    for path in _modules(root, PACKAGES).values():
+        rel = path.relative_to(root).as_posix()
+        lengths |= {f"{rel}:{name}": n for name, n in function_lengths(path.read_text()).items()}
     return lengths
 
 

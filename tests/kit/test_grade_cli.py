@@ -131,9 +131,9 @@ def test_zip_slip_is_rejected(tmp_path):
 
 def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path, fork_servers):
     from grading.commands import report
-    from grading.commands.variants import declared, grade_variant
+    from grading.commands.variants import declared, grade_group
     variant = next(v for v in declared("1.2") if v.name == "sum_without_dividing")
-    table = report.table(list(grade_variant(variant, "1.2", tmp_path, fork_servers).values()))
+    table = report.table(list(grade_group((variant,), tmp_path, fork_servers).values()))
     assert "likely cause: a sum without the division by the world size (every gradient is 2 x the expected one)" \
         in " ".join(line.strip() for line in table.splitlines()), table
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 160, table
