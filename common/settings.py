@@ -75,8 +75,8 @@ class Settings:
         "venv) and `setup.sh` (`python3`, which makes the venv).")
     rank_start: str = _setting(
         "KIT_RANK_START", "auto",
-        "How `project/`'s entry points start ranks: `auto` forks them from `multiprocessing`'s fork server where no "
-        "GPU is visible, else spawns fresh interpreters; `spawn` or `forkserver` forces one.",
+        "How `project/`'s entry points start ranks: `auto` forks them from a fork server (`common/forkserver.py`) on "
+        "Linux where no GPU is visible, else starts fresh interpreters; `spawn` or `forkserver` forces one.",
         choices=("auto", "spawn", "forkserver"))
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """How a warm rank starts, the same for the grader's ranks and the entry points' ranks.
 
-Both fork their ranks from a process that imported the heavy libraries once (``grading.engine.forkserver``,
+Both fork their ranks from a process that imported the heavy libraries once (``common.forkserver``,
 ``multiprocessing``'s fork server in ``project.rank_start``). Here: the library modules worth importing there
 (each tuple importable without starting a thread under ``OMP_NUM_THREADS=1``, so not ``datasets``: pyarrow
 starts one), and ``adopt_environment``, by which a forked rank takes its launcher's environment of now.

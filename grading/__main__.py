@@ -58,7 +58,7 @@ def main_warm(argv: list[str]) -> int:
     streams; this process waits for it, passes on SIGINT, SIGTERM and SIGHUP, and ends as it ends (when this
     process is killed, the server kills the grade and everything under it). Any other command, no pool, or a
     pool that does not answer: ``main`` here."""
-    from grading.engine.forkserver import ServerSession
+    from common.forkserver import ServerSession
     from grading.engine.run_servers import pool_addresses
     pool = pool_addresses(os.environ.get(POOL_ENV, ""))
     try:

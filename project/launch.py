@@ -1,19 +1,22 @@
 """Starting rank processes and joining their group: the one launcher of the runners and the benchmarks.
 
-Every rank process of the kit is started by ``spawn_ranks``, with a pipe back to the parent for its reply;
+Every rank process of the kit is started by ``spawn_ranks``, with a socket back to the parent for its reply;
 ``launch`` is the entry points' front end (a torchrun rank, one rank in this process, or spawned ranks that meet
-over a file store). A rank joins its group with ``project.devices.join_group``; how it starts is
-``project.rank_start``'s; how its ranks are watched until they end (limits, the still watchdog, a failure's grace)
-is ``common.rank_launch``'s, the core the grader's launcher shares.
+over a file store). A rank joins its group with ``project.devices.join_group``; how it starts (forked by the fork
+server the grader forks its ranks from, or a fresh interpreter) is ``project.rank_start``'s, and what it runs is
+``main`` here; how its ranks are watched until they end (limits, the still watchdog, a failure's grace) is
+``common.rank_launch``'s, the core the grader's launcher shares.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import faulthandler
+import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -32,7 +35,9 @@ from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import RankEnv, resolve_backend
 from project.output import write_json
-from project.rank_start import RankStart, freeze_what_is_loaded, rank_context, rank_start_method
+from project.rank_start import (RankProcess, RankStart, freeze_what_is_loaded, rank_session, rank_start_method,
+                                start_rank)
+from project.rank_start import start_rank_server as _start_server
 
 
 def _death(exitcode: int | None) -> str:
@@ -73,15 +78,30 @@ def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart, wa
     _reply(env.conn, ("ok", value))
 
 
+def main(argv: list[str]) -> int:
+    """A rank (``project.rank_start.start_rank``): ``argv`` is ``[FD, RANK]``, FD the rank's end of its socket to
+    the parent, which sends the parent's ``sys.path``, then what to run: ``(target, world_size, init_method, args,
+    RankStart, watch_dir)``. Runs ``_rank_main``; returns the exit code (1 when the target failed)."""
+    conn = Connection(int(argv[0]))
+    sys.path[:] = conn.recv()                   # before unpickling the target: its module imports from there
+    target, world_size, init_method, args, start, watch_dir = conn.recv()
+    rank = int(argv[1])
+    try:
+        _rank_main(target, RankEnv(rank, world_size, rank, world_size, init_method, conn), args, start, watch_dir)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
 class _Member:
     """Spawned rank ``rank`` as ``common.rank_launch.supervise`` sees it: its process and the parent's end of its
-    pipe, on which it replies ``("ok", value)`` or ``("error", traceback)``; ending without a reply is its error."""
+    socket, on which it replies ``("ok", value)`` or ``("error", traceback)``; ending without a reply is its error."""
 
-    def __init__(self, rank: int, proc, conn: Connection):
+    def __init__(self, rank: int, proc: RankProcess, conn: Connection):
         self.rank, self.pid, self.proc, self.conn = rank, proc.pid, proc, conn
 
     def poll(self) -> int | None:
-        return self.proc.exitcode
+        return self.proc.poll()
 
     def said(self) -> tuple[str, Any] | None:
         if self.conn.poll():
@@ -89,25 +109,25 @@ class _Member:
                 return self.conn.recv()
             except (EOFError, OSError):
                 pass
-        elif self.proc.exitcode is None:
+        elif self.proc.poll() is None:
             return None
         self.proc.join(1)
-        return "died", _death(self.proc.exitcode)
+        return "died", _death(self.proc.poll())
 
     def wakers(self) -> list:
-        return [self.conn, self.proc.sentinel]
+        return [self.conn, *self.proc.wakers()]
 
     def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
+        self.proc.signal(sig)
 
 
 class Ranks:
-    """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's pipe ``conns[r]``; with a
+    """Handles of spawned rank processes: ``procs[r]`` and the parent's end of rank r's socket ``conns[r]``; with a
     ``watch_dir``, the folder where each rank leaves its stack dumps and its collective calls (``_rank_main``)."""
 
-    def __init__(self, name: str, procs: list, conns: list[Connection], watch_dir: Path | None = None):
-        self.name, self.procs, self.conns, self.watch_dir = name, procs, conns, watch_dir
+    def __init__(self, name: str, procs: list[RankProcess], conns: list[Connection], watch_dir: Path | None = None,
+                 session=None):
+        self.name, self.procs, self.conns, self.watch_dir, self.session = name, procs, conns, watch_dir, session
         self.still_limit_s: float | None = None        # see ``replies``
 
     def send(self, message: Any) -> None:
@@ -201,28 +221,31 @@ class Ranks:
         return values
 
     def close(self, grace_s: float = 10.0, stop: bool = False) -> None:
-        """Join every rank for up to ``grace_s`` seconds (``stop``: terminate them first); kill the rest."""
+        """Join every rank for up to ``grace_s`` seconds (``stop``: terminate them first); kill the rest, and what
+        they left running (their fork server session sweeps it as it ends)."""
         for proc in self.procs:
-            if stop and proc.is_alive():
-                proc.terminate()
+            if stop and proc.poll() is None:
+                proc.signal(signal.SIGTERM)
         for proc in self.procs:
             proc.join(grace_s)
-            if proc.is_alive():
-                proc.kill()
+            if proc.poll() is None:
+                proc.signal(signal.SIGKILL)
                 proc.join(5)
         for conn in self.conns:
             conn.close()
+        if self.session is not None:
+            self.session.close()
 
 
 def start_rank_server(world_size: int, preload: tuple[str, ...] = ()) -> None:
     """Start, now, the fork server that a coming ``spawn_ranks`` of ``world_size`` ranks forks them from, so
     that its imports (torch, ``preload``) overlap the caller's own preparation (checks, reading data).
 
-    Returns at once. Does nothing for one rank, under torchrun, or where ranks are spawned
+    Returns at once. Does nothing for one rank, under torchrun, or where ranks start fresh
     (``project.rank_start``). Raises ConfigError for a bad ``KIT_RANK_START``.
     """
     if world_size > 1 and torchrun_env() is None and rank_start_method() == "forkserver":
-        rank_context(preload)
+        _start_server(preload)
 
 
 def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args: tuple = (), name: str = "rank",
@@ -231,27 +254,44 @@ def spawn_ranks(target: Callable, world_size: int, init_method: str | None, args
     init_method, conn), *args)`` and its return value (or traceback) goes back over its pipe.
 
     Returns at once with the handles (``Ranks``). ``target`` and ``args`` must
-    be picklable. Each rank starts as ``rank_start_method`` says, with this
-    process's current environment; ``preload`` names library modules worth
-    importing once for all ranks (``common.startup``). Each rank ends as
-    ``multiprocessing`` ends its processes, after its reply: ``("ok", value)``
+    be picklable. Each rank starts as ``rank_start_method`` says (``project.rank_start.start_rank``), with this
+    process's current environment, working folder and ``sys.path``; ``preload`` names library modules worth
+    importing once for all ranks (``common.startup``). Each rank ends after its reply: ``("ok", value)``
     or ``("error", traceback)``. A rank that serves commands (the benchmark's
     workers) replies over ``env.conn`` in the same format. With ``watch_dir`` (an existing folder) every rank
     registers a stack dump on ``rank_watch.DUMP_SIGNAL`` and logs its collective calls there (``Ranks``).
     """
-    context = rank_context(preload)
+    target, session = _importable(target), rank_session(preload)
     procs, conns = [], []
     for rank in range(world_size):
-        parent, child = context.Pipe()
-        env = RankEnv(rank, world_size, rank, world_size, init_method, child)
-        proc = context.Process(target=_rank_main, name=f"{name}{rank}", daemon=True,
-                               args=(target, env, args, RankStart.here(),
-                                     None if watch_dir is None else str(watch_dir)))
-        proc.start()
-        child.close()
-        procs.append(proc)
-        conns.append(parent)
-    return Ranks(name, procs, conns, watch_dir)
+        parent, child = socket.socketpair()
+        with child:
+            try:
+                procs.append(start_rank(rank, child.fileno(), session))
+            except (OSError, RuntimeError):         # a server gone meanwhile: this rank starts fresh
+                procs.append(start_rank(rank, child.fileno(), None))
+        conn = Connection(parent.detach())
+        _reply(conn, list(sys.path))                # a rank that died at once: its end tells why
+        _reply(conn, (target, world_size, init_method, args, RankStart.here(),
+                      None if watch_dir is None else str(watch_dir)))
+        conns.append(conn)
+    return Ranks(name, procs, conns, watch_dir, session)
+
+
+def _importable(target: Callable) -> Callable:
+    """``target``; one defined in the script run as ``__main__`` (``python project/run_data_parallel.py``) as the
+    same function imported under the script's module name, which a rank can import (as ``multiprocessing`` re-imports
+    the main module in the processes it spawns)."""
+    if getattr(target, "__module__", None) != "__main__":
+        return target
+    main_module = sys.modules["__main__"]
+    spec = getattr(main_module, "__spec__", None)
+    if spec is not None:
+        name = spec.name
+    else:
+        script = Path(main_module.__file__).resolve().relative_to(Path(__file__).resolve().parent.parent)
+        name = ".".join(script.with_suffix("").parts)
+    return getattr(importlib.import_module(name), target.__qualname__)
 
 
 def file_rendezvous(folder: Path, name: str) -> str:

@@ -1,31 +1,44 @@
-"""How a rank process starts: forked from a fork server on a CPU-only machine, a fresh interpreter elsewhere.
+"""How a rank process starts: forked by a fork server on a CPU-only Linux machine, a fresh interpreter elsewhere.
 
-Where no GPU is visible ``project.launch`` forks ranks from ``multiprocessing``'s fork server, which imported torch
-and the caller's ``preload`` modules (``common.startup``) once; a forked rank is still a new process, sharing no
-state with its parent or the other ranks. ``KIT_RANK_START`` overrides the choice (``rank_start_method``).
+Every rank of the entry points runs ``project.launch.main`` (``RANK_MAIN``). Where no GPU is visible it is forked
+by this process's fork server (``common.forkserver``, the server the grader forks its ranks from), which imported
+torch and the callers' ``preload`` modules (``common.startup``) once; a forked rank is still a new process (its own
+session, seeds and environment), sharing no state with its parent or the other ranks. Where a GPU is visible (CUDA
+must not be initialised before a fork) or outside Linux it is a fresh interpreter. ``KIT_RANK_START`` overrides the
+choice (``rank_start_method``).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
-import multiprocessing
 import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import torch
 
+from common.forkserver import ServerSession, start_server
+from common.process_tree import signal_group
 from common.settings import RANK_START_ENV as RANK_START_ENV     # re-exported: tests name rank_start.RANK_START_ENV
 from common.settings import settings
-from common.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
+ROOT = Path(__file__).resolve().parent.parent
+RANK_MAIN = "project.launch"        # the module whose ``main(["FD", "RANK"])`` every rank runs
+SERVER_MODULE = "common.forkserver"
 _FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)
 
 
 def rank_start_method() -> str:
-    """How ranks start in this process: ``forkserver`` where no GPU is visible, else ``spawn``.
+    """How ranks start in this process: ``forkserver`` on Linux where no GPU is visible, else ``spawn``.
 
     ``KIT_RANK_START`` (``auto``, ``spawn`` or ``forkserver``) overrides
     ``auto``; another value raises ConfigError naming the choices.
@@ -35,64 +48,135 @@ def rank_start_method() -> str:
     except ValueError as exc:                   # entry points print a ConfigError without a traceback
         raise ConfigError(str(exc)) from None
     if choice == "auto":
-        return "spawn" if gpu_count() else "forkserver"
+        return "spawn" if gpu_count() or not sys.platform.startswith("linux") else "forkserver"
     return choice
 
 
-def rank_context(preload: tuple[str, ...] = ()):
-    """The ``multiprocessing`` context to start ranks from (``rank_start_method``).
+class _Server:
+    """This process's fork server: started when first needed (in the kit's folder, one OpenMP thread, no output),
+    stopped as this process exits (it dies with it in any case), and a session opened ahead of the coming ranks."""
 
-    For ``forkserver`` the server is started here if it is not running, and
-    imports ``preload`` then; a running server keeps what it imported (the
-    list decides speed, never results).
-    """
-    method = rank_start_method()
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        _ensure_server(context, preload)
-    return context
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.address = ""
+        self.ahead: tuple[ServerSession, frozenset[str]] | None = None
+
+    def running_address(self) -> str:
+        if self.proc is None or self.proc.poll() is not None:
+            env = {**os.environ, "OMP_NUM_THREADS": "1",      # importing torch starts no OpenMP thread
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+            self.proc, self.address = start_server(ROOT, env)
+            self.ahead = None
+            atexit.unregister(self.stop)
+            atexit.register(self.stop)
+        return self.address
+
+    def open_ahead(self, preload: tuple[str, ...]) -> None:
+        """Ask for a session forked once the server has imported ``preload``; the next ``session`` takes it."""
+        if self.ahead is None or not set(preload) <= self.ahead[1]:
+            if self.ahead is not None:
+                self.ahead[0].close()
+            self.ahead = (ServerSession(self.running_address(), preload), frozenset(preload))
+
+    def session(self, preload: tuple[str, ...]) -> ServerSession:
+        """A session of the server that has imported ``preload``: the one opened ahead where it has, else a new one.
+        RuntimeError when the server cannot give one (the caller starts its ranks fresh)."""
+        self.open_ahead(preload)
+        session, self.ahead = self.ahead[0], None
+        session.ready()
+        return session
+
+    def stop(self) -> None:
+        """Stop the server and what it forked (its sessions end with it)."""
+        if self.ahead is not None:
+            self.ahead[0].close()
+            self.ahead = None
+        if self.proc is not None:
+            signal_group(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            self.proc = None
 
 
-def _ensure_server(context, preload: tuple[str, ...]) -> None:
-    from multiprocessing import forkserver
+_SERVER = _Server()
 
-    context.set_forkserver_preload([*SERVER_IMPORTS, *preload])
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"   # the server's environment: importing torch starts no OpenMP thread
-    try:
-        forkserver.ensure_running()
-    finally:
-        if saved is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
-    atexit.unregister(_stop_server)
-    atexit.register(_stop_server)
+
+def start_rank_server(preload: tuple[str, ...] = ()) -> None:
+    """Start this process's fork server now, if ranks start forked here (``rank_start_method``), and have it import
+    ``preload`` (a running server keeps what it imported: the list decides speed, never results). Returns at once."""
+    if rank_start_method() == "forkserver":
+        _SERVER.open_ahead(preload)
 
 
 def fork_servers() -> list[psutil.Process]:
-    """This process's ``multiprocessing`` fork servers: its children started as ``multiprocessing.forkserver``."""
+    """This process's fork servers: its children running ``common.forkserver``."""
     found = []
     for child in psutil.Process().children():
         try:
-            if any("multiprocessing.forkserver" in part for part in child.cmdline()):
+            if SERVER_MODULE in child.cmdline():
                 found.append(child)
         except psutil.Error:            # ended meanwhile
             continue
     return found
 
 
-def _stop_server() -> None:
-    """Stop this process's fork server as it exits. Left alone, the server would shut its interpreter down on
-    its own (seconds, with torch, transformers and DeepSpeed imported) while holding this process's stdout and
-    stderr open, which a caller reading them to the end would wait for. SIGTERM ends it at once (the server
-    does not handle it); its ranks have ended before."""
-    for server in fork_servers():
-        try:
-            server.terminate()
-            server.wait(10)
-        except psutil.Error:
-            pass
+class RankProcess:
+    """One rank process, forked by a session of this process's fork server or started fresh (``start_rank``)."""
+
+    def __init__(self, pid: int, session: ServerSession | None = None, proc: subprocess.Popen | None = None):
+        self.pid, self.session, self.proc = pid, session, proc
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs."""
+        if self.proc is not None:
+            return self.proc.poll()
+        code = self.session.poll().get(self.pid)
+        if code is None and not self.session.alive():
+            return -signal.SIGKILL                   # its session died, and it with it (PR_SET_PDEATHSIG)
+        return code
+
+    def wakers(self) -> list:
+        """What becomes readable when it may have ended: its session's socket (a fresh rank is polled)."""
+        return [self.session] if self.session is not None else []
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the rank and what it started (it leads its own session)."""
+        signal_group(self.pid, sig)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for it to end."""
+        deadline = time.monotonic() + timeout_s
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def start_rank(rank: int, channel: int, session: ServerSession | None) -> RankProcess:
+    """Start rank ``rank``: ``RANK_MAIN.main([FD, RANK])`` with the open socket ``channel`` as its descriptor FD,
+    this process's stdout and stderr, working folder and environment; forked by ``session``, or, without one, a
+    fresh interpreter."""
+    streams = (1, 2)                    # this process's stdout and stderr, whatever sys.stdout is now
+    if session is not None:
+        pid = session.start(RANK_MAIN, ["3", str(rank)], Path.cwd(), dict(os.environ), (*streams, channel),
+                            path=list(sys.path))
+        return RankProcess(pid, session=session)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; from {RANK_MAIN} import main; sys.exit(main("
+                             "sys.argv[1:]))", str(channel), str(rank)], pass_fds=(channel,), env=env,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return RankProcess(proc.pid, proc=proc)
+
+
+def rank_session(preload: tuple[str, ...]) -> ServerSession | None:
+    """The session that forks the coming ranks (``start_rank``), or None where they start fresh: by
+    ``rank_start_method``, or because the server could not give one (its error goes to stderr)."""
+    if rank_start_method() != "forkserver":
+        return None
+    try:
+        return _SERVER.session(preload)
+    except (OSError, RuntimeError) as exc:
+        print(f"the ranks start as fresh interpreters: the fork server gave none ({exc})", file=sys.stderr)
+        _SERVER.stop()
+        return None
 
 
 @dataclass(frozen=True)
@@ -109,8 +193,8 @@ class RankStart:
 
     def adopt(self) -> None:
         """In the rank: take the parent's environment (``adopt_environment``: ``tempfile``'s folder included) and
-        torch thread count (a forked rank has its fork server's environment and a single thread; a spawned one
-        already has both); then ``freeze_what_is_loaded``."""
+        torch thread count (a forked rank has its fork server's single thread; a fresh one already has both); then
+        ``freeze_what_is_loaded``."""
         adopt_environment(self.environ)
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)

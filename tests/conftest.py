@@ -12,10 +12,9 @@ kit, all of them. Markers (``p1_1`` ... ``p5_2``) come from the folders.
 
 Tests marked ``project`` run the entry points in this process where they can;
 their ranks then fork from this process's rank server (``project.rank_start``),
-which lives as long as the process and keeps what it imported when it started:
-it is started once, before the first such test (or run: ``start_project_rank_server``),
-with every library a project rank preloads, so that a DeepSpeed run after a
-data-parallel run does not import DeepSpeed in each of its ranks.
+which lives as long as the process and keeps what it imported: it is started
+before the first such test (or run: ``start_project_rank_server``) and imports
+every library a project rank preloads while that test prepares its data.
 """
 from __future__ import annotations
 
@@ -95,12 +94,12 @@ def _kit_settings_kept():
 
 
 def start_project_rank_server() -> None:
-    """This process's rank server, with every project preload (see the module docstring), if it is not running
-    yet; nothing where ranks are spawned rather than forked. Call it before the first run that starts ranks."""
-    from project.rank_start import rank_context
+    """This process's rank server, importing every project preload (see the module docstring), if it is not
+    running yet; nothing where ranks start fresh. Call it before the first run that starts ranks."""
+    from project.rank_start import start_rank_server
     from project.run_finetune import RANK_IMPORTS      # GPT-2 and DeepSpeed: every project rank's preloads
 
-    rank_context(RANK_IMPORTS)
+    start_rank_server(RANK_IMPORTS)
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +131,7 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 
 @pytest.fixture(scope="session", autouse=True)
 def fork_servers():
-    """The session's fork servers (``grading.engine.forkserver``: they hold library modules only and fork ranks for
+    """The session's fork servers (``common.forkserver``: they hold library modules only and fork ranks for
     any kit copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
     ``python -m grading`` a test starts (they fork its ``grade`` too), as ``batch`` shares its own with its grades;
     None under ``GRADING_FORKSERVER=0`` (cold ranks)."""

@@ -80,11 +80,13 @@ def _uses(path: Path, names: set[str]) -> set[str]:
 
 
 def test_rank_processes_start_in_one_launcher_and_join_their_group_in_one_place():
-    """The launcher is ``project.launch`` plus how its ranks start (``project.rank_start``, used by it alone); a
-    rank joins its group in ``project.devices`` alone."""
-    starters = {"multiprocessing", "torch.multiprocessing", "start_processes", "Process", "get_context"}
+    """The launcher is ``project.launch`` plus how its ranks start (``project.rank_start``, used by it alone: a
+    session of the fork server the grader's ranks start from, or a fresh interpreter); a rank joins its group in
+    ``project.devices`` alone."""
+    starters = {"multiprocessing", "torch.multiprocessing", "start_processes", "Process", "get_context", "Popen",
+                "ServerSession", "start_server"}
     joiners = {"init_process_group", "setup_process_group"}
-    assert {name for name, p in MODULES.items() if _uses(p, starters)} == {"project.launch", "project.rank_start"}
+    assert {name for name, p in MODULES.items() if _uses(p, starters)} == {"project.rank_start"}
     assert {name for name, p in MODULES.items() if "project.rank_start" in _imports(name, p)} == {"project.launch"}
     assert {name for name, p in MODULES.items() if _uses(p, joiners)} == {"project.devices"}
 

@@ -1,6 +1,6 @@
 """Start the rank processes of one check, bounded in time, and say how each ended (``case_run.LaunchResult``).
 
-Each rank is a fresh process in its own session, forked by a fork server (``grading.engine.forkserver``) or a
+Each rank is a fresh process in its own session, forked by a fork server (``common.forkserver``) or a
 cold ``python -m grading.engine.worker`` (the same ``worker.main``), its stdout and stderr in files, meeting the
 others over a file store in the run folder (no port), in the sandbox (``grading.engine.sandbox``), signing its
 results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from common.process_tree import freeze_and_kill, signal_group
 from common.rank_launch import Limits, supervise
 from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
 from grading.engine import isolation, sandbox
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import LoadClock
-from grading.engine.forkserver import ServerSession
+from common.forkserver import ServerSession
 from grading.engine.run_servers import ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished, rank_key
 
@@ -239,7 +240,7 @@ class _Phase:
             session.close()
         if self.ranks:
             sandbox.kill_marked(self.run_id)
-            sandbox.freeze_and_kill(self.namespaces.members)
+            freeze_and_kill(self.namespaces.members)
         self.ranks = []
         return server_gone
 
@@ -282,7 +283,7 @@ class _Rank:
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the rank's process group (it leads its own session)."""
-        sandbox.signal_group(self.pid, sig)
+        signal_group(self.pid, sig)
 
     def wait(self, timeout_s: float) -> None:
         """Wait (bounded) until the rank has exited and been reaped."""

@@ -1,4 +1,4 @@
-"""The fork servers of one grading run (``grading.engine.forkserver`` is one server and its handle).
+"""The fork servers of one grading run (``common.forkserver`` is one server and its handle).
 
 A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``): rank r
 of a case is forked by server r % 2 where two are kept; where one is kept, a
@@ -20,8 +20,8 @@ from pathlib import Path
 from common.settings import SERVERS_ENV as SERVERS_ENV     # re-exported: tests name run_servers.SERVERS_ENV
 from common.settings import POOL_ENV, SERVER_KIT_ENV, settings_from
 from grading.engine.isolation import rank_environment
-from grading.engine.forkserver import ServerSession, start_server
-from grading.engine.sandbox import signal_group
+from common.forkserver import ServerSession, start_server
+from common.process_tree import signal_group
 
 
 def pool_addresses(pool: str) -> list[str]:

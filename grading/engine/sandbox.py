@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 
+from common.process_tree import freeze_and_kill, signal_group
 from common.settings import RUN_MARKER, settings     # RUN_MARKER: every rank (and its children) inherits it
 
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
@@ -207,32 +207,6 @@ def find_marked(run_id: str) -> list[int]:
         except psutil.Error:           # gone meanwhile, or not ours to read
             continue
     return found
-
-
-def signal_group(pid: int, sig: int) -> None:
-    """Send ``sig`` to the process group that ``pid`` leads (nothing when it is gone)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> list[int]:
-    """Stop (SIGSTOP) every pid ``find()`` names, scan after scan until a scan finds no new one (a process that
-    keeps forking cannot outrun the sweep), then SIGKILL them all; return their pids."""
-    stopped: list[int] = []
-    for _ in range(rounds):
-        fresh = [pid for pid in find() if pid not in stopped]
-        if not fresh:
-            break
-        for pid in fresh:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except (ProcessLookupError, PermissionError):
-                continue
-            stopped.append(pid)
-    for pid in stopped:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return stopped
 
 
 def kill_marked(run_id: str, rounds: int = 20) -> list[int]:

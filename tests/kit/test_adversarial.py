@@ -25,7 +25,7 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
-from grading.engine.forkserver import descendants
+from common.process_tree import descendants
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.submission import build_grading_copy
 from tests.kit.launcher_probes import alive_since
@@ -79,7 +79,7 @@ def _tagged(value: str) -> list[int]:
 
 def _below_this_process() -> set[int]:
     """Every live (non-zombie) process below this test process but the session's fork servers and their sessions
-    (``grading.engine.forkserver``: they outlive a test): the ranks and whatever they left behind (a session adopts
+    (``common.forkserver``: they outlive a test): the ranks and whatever they left behind (a session adopts
     it)."""
     servers = {child.pid for child in psutil.Process().children() if _is_fork_server(child)}
     return {pid for pid in descendants(os.getpid()) if _alive(pid) and pid not in servers
@@ -88,7 +88,7 @@ def _below_this_process() -> set[int]:
 
 def _is_fork_server(process: psutil.Process) -> bool:
     try:
-        return "grading.engine.forkserver" in process.cmdline()
+        return "common.forkserver" in process.cmdline()
     except psutil.Error:
         return False
 

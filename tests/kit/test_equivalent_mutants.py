@@ -29,17 +29,12 @@ RANKS_LIMIT_S = 120.0
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """The two ranks of the distributed witnesses, started first: they import torch and join their group while
-    this process makes the mutants (``jobs``), and run while it runs the other witnesses. They fork from this
-    process's rank server where one runs (conftest's, with every project preload); else they start fresh, since a
-    server started here would keep fewer preloads than the project tests after this file want."""
+    this process makes the mutants (``jobs``), and run while it runs the other witnesses (forked by this process's
+    rank server, ``project.rank_start``)."""
     from project.launch import file_rendezvous, spawn_ranks
-    from project.rank_start import RANK_START_ENV, fork_servers
     folder = tmp_path_factory.mktemp("witness_ranks")
-    with pytest.MonkeyPatch.context() as patch:
-        if not fork_servers():
-            patch.setenv(RANK_START_ENV, "spawn")
-        handle = spawn_ranks(rank_main, DISTRIBUTED, file_rendezvous(folder, "store"), (str(folder),),
-                             name="witness rank")
+    handle = spawn_ranks(rank_main, DISTRIBUTED, file_rendezvous(folder, "store"), (str(folder),),
+                         name="witness rank")
     yield handle
     handle.close(grace_s=5.0, stop=True)
 

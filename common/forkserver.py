@@ -3,8 +3,10 @@
     launcher ──connect──▶ server ──fork──▶ session ──fork per request──▶ rank (or a whole grade: ``main_warm``)
              ◀──────── pid, later its exit status (one JSON object a line each way) ─┘
 
-``serve`` is the server (``python -m grading.engine.forkserver``), ``ServerSession`` the launcher's end of a
-session, ``run_servers.ForkServers`` a run's servers. Why and how: docs/design.md ("Warm ranks").
+The one way a warm rank starts, for the grader and the entry points alike: ``serve`` is the server (``python -m
+common.forkserver``), ``ServerSession`` the launcher's end of a session. The entry points keep one server per
+launching process (``project.rank_start``); the grader keeps a run's servers, with their hash seeds, preloads and
+pools, in ``grading.engine.run_servers``.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from grading.engine.sandbox import freeze_and_kill
+from common.process_tree import descendants, freeze_and_kill
 from common.settings import SERVER_KIT_ENV     # the folder the server was started in (it leaves a rank's sys.path)
 from common.startup import SERVER_IMPORTS, adopt_environment
 
@@ -37,28 +39,25 @@ _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
 # ------------------------------------------------------------------------------------------ server side
-def descendants(pid: int) -> list[int]:
-    """Pids of every process below ``pid`` (a live one) in the process tree."""
-    return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-
-
 def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[int]) -> int:
     """In a freshly forked child: become what a cold ``python -m MODULE ARGV`` would be (its own session, the
-    ``streams`` the launcher sent as stdout and stderr, the key on ``stdin``, the launcher's environment, new
-    random seeds, ``KIT_PACKAGES`` imported afresh from the request's folder) and run ``MODULE.main(ARGV)``: a
-    rank's worker, or a grade (``main_warm``)."""
+    ``streams`` the launcher sent as stdout and stderr, and as file descriptor 3 a third one where it sent one, the
+    key on ``stdin``, the launcher's environment, new random seeds, ``KIT_PACKAGES`` imported afresh from the
+    request's folder, or from its ``path`` where it names the launcher's ``sys.path``) and run
+    ``MODULE.main(ARGV)``: a rank's worker, an entry point's rank, or a grade (``main_warm``)."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)    # dies with its session
     os.setsid()
     control.close()
-    for fd, stream in zip((0, 1, 2), (stdin, *streams)):
+    for fd, stream in zip((0, 1, 2, 3), (stdin, *streams)):
         os.dup2(stream, fd)
-    os.closerange(3, 1 << 16)
+    os.closerange(1 + len(streams), 1 << 16)
     os.chdir(request["cwd"])
     server_kit, hash_seed = os.environ.get(SERVER_KIT_ENV, ""), os.environ.get("PYTHONHASHSEED")
     adopt_environment({**request["env"], **({"PYTHONHASHSEED": hash_seed} if hash_seed else {})})  # our hashes' seed
     for name in [name for name in sys.modules if name.partition(".")[0] in KIT_PACKAGES]:
         del sys.modules[name]
-    sys.path[:] = [request["cwd"], *(entry for entry in sys.path if entry not in ("", server_kit, request["cwd"]))]
+    sys.path[:] = request.get("path") or \
+        [request["cwd"], *(entry for entry in sys.path if entry not in ("", server_kit, request["cwd"]))]
     importlib.invalidate_caches()
     random.seed()
     sys.modules["torch"].seed()
@@ -145,7 +144,7 @@ def _session(control: socket.socket) -> None:
                         send({"exit": reaped[0], "code": os.waitstatus_to_exitcode(reaped[1])})
             if not select.select([control], [], [], 0.02)[0]:
                 continue
-            chunk, received, _flags, _address = socket.recv_fds(control, 65536, 2)
+            chunk, received, _flags, _address = socket.recv_fds(control, 65536, 3)
             if not chunk:
                 break
             *lines, buffer = (buffer + chunk).split(b"\n")
@@ -196,13 +195,13 @@ def serve(listener_fd: int) -> None:
 
 # ------------------------------------------------------------------------------------------ launcher side
 def start_server(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """Start a ``python -m grading.engine.forkserver`` in ``cwd`` with ``env``, listening at a new abstract socket
+    """Start a ``python -m common.forkserver`` in ``cwd`` with ``env``, listening at a new abstract socket
     address: (its process, the address). It imports in the background; a connection waits for it."""
-    address = "\0grading-forkserver-" + secrets.token_hex(8)
+    address = "\0kit-forkserver-" + secrets.token_hex(8)
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(address)
         listener.listen(64)
-        proc = subprocess.Popen([sys.executable, "-m", "grading.engine.forkserver", str(listener.fileno())],
+        proc = subprocess.Popen([sys.executable, "-m", "common.forkserver", str(listener.fileno())],
                                 cwd=cwd, env=env, pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     return proc, address
@@ -273,13 +272,15 @@ class ServerSession:
                 self.close()
                 raise
 
-    def start(self, module: str, argv: list[str], cwd: Path, env: dict[str, str], streams: tuple[int, int],
-              key: bytes = b"") -> int:
+    def start(self, module: str, argv: list[str], cwd: Path, env: dict[str, str], streams: tuple[int, ...],
+              key: bytes = b"", path: list[str] | None = None) -> int:
         """Once the session is ready, fork ``MODULE.main(ARGV)`` as ``python -m MODULE ARGV`` runs it, in ``cwd`` with
-        ``env``, on the open files ``streams`` (stdout, stderr) with ``key`` on its stdin; return its pid."""
+        ``env``, on the open files ``streams`` (stdout, stderr, and optionally a third one, its descriptor 3) with
+        ``key`` on its stdin, importing from ``path`` (default: ``cwd`` first, then the server's path); return its
+        pid."""
         self.ready()
-        request = (json.dumps({"module": module, "argv": argv, "cwd": str(cwd), "env": env, "key": key.decode()})
-                   + "\n").encode()
+        request = (json.dumps({"module": module, "argv": argv, "cwd": str(cwd), "env": env, "key": key.decode(),
+                               **({"path": path} if path else {})}) + "\n").encode()
         sent = socket.send_fds(self._socket, [request], list(streams))
         self._socket.sendall(request[sent:])
         return self.reply("spawned")["spawned"]
