@@ -100,7 +100,7 @@ def _start_child(request: dict, control: socket.socket, streams: list[int]) -> i
 
 def _same_pid_namespace(control: socket.socket) -> bool:
     """Whether the process at the other end of ``control`` runs as this server's user in this server's PID
-    namespace (a launcher, a grade), not a rank (``grading.engine.isolation``: another PID namespace, or the
+    namespace (a launcher, a grade), not a rank (``grading.sandbox.isolation``: another PID namespace, or the
     unprivileged user it switched to): a rank that reached the server could otherwise have a process started
     outside its view."""
     try:

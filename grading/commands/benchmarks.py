@@ -223,7 +223,7 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
     ``limit_s`` seconds; only that run's summary is read. Raises SubmissionError for a submission that
     cannot be opened.
     """
-    from grading.engine.isolation import rank_environment
+    from grading.sandbox.isolation import rank_environment
     from grading.kit.intake import open_submission
     from grading.kit.submission import build_grading_copy, scratch_dir
 

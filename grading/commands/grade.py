@@ -17,7 +17,7 @@ from common.settings import PROBLEMS_ENV
 from grading import KIT_ROOT
 from grading.commands import benchmarks, profile, report, results_json
 from grading.commands.options import add_course_options
-from grading.engine import isolation
+from grading.sandbox import isolation
 from grading.engine.rubric import selects
 from grading.commands.result_tests import verdict
 from grading.engine.runner import (MIN_CASE_S, NOT_GRADED, CriterionResult, Status, TotalTime, not_graded,

@@ -20,7 +20,7 @@ from common.regions import STUDENT_PACKAGES
 from grading.engine import peers
 from grading.engine.expect import CheckFailed
 from common.error_words import format_error, plain, traceback_error, traceback_hint
-from grading.engine.isolation import read_rank_bytes
+from grading.sandbox.isolation import read_rank_bytes
 from grading.engine.recording import CALLS_LOG, PARTS_LOG, part_mac, rank_key
 from common.rank_reports import is_symptom
 

@@ -2,7 +2,7 @@
 
 Each rank is a fresh process in its own session, forked by a fork server (``common.forkserver``) or a
 cold ``python -m grading.engine.worker`` (the same ``worker.main``), its stdout and stderr in files, meeting the
-others over a file store in the run folder (no port), in the sandbox (``grading.engine.sandbox``), signing its
+others over a file store in the run folder (no port), in the sandbox (``grading.sandbox.limits``), signing its
 results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
 entry points' launcher (``project.launch``) shares; what the grader adds on top is how they start (its fork servers,
 cold workers), the sandbox, signed records and phases.
@@ -24,7 +24,8 @@ from typing import Callable
 from common.process_tree import freeze_and_kill, signal_group
 from common.rank_launch import Limits, supervise
 from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
-from grading.engine import isolation, sandbox
+from grading.sandbox import isolation
+from grading.sandbox.limits import RUN_MARKER, Namespaces, default_limits, kill_marked
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import LoadClock
 from common.forkserver import ServerSession
@@ -59,7 +60,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
-    kit copy whose code is imported; ``sandbox.default_limits`` bound each rank. With ``servers`` the ranks are
+    kit copy whose code is imported; ``default_limits`` bound each rank. With ``servers`` the ranks are
     forked warm (``preload``: what the servers import first); without, each is a cold worker. ``next_phases``: further
     targets, each run by new rank processes once every rank of the one before has finished and what it left
     running is killed; they sign into the same results and find the case's ``handoff`` folder
@@ -70,7 +71,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
     string hash order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
-    the run survives it. Each rank sees the machine as ``grading.engine.isolation.plan`` allows: ``kit_root``
+    the run survives it. Each rank sees the machine as ``grading.sandbox.isolation.plan`` allows: ``kit_root``
     (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
     signs with a key of its own (``recording.rank_key``). While the case runs longer than ``progress_s``,
     ``progress`` gets a line saying where each rank is, every ``progress_s``; a phase whose ranks all wait for
@@ -78,10 +79,10 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     """
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
-    limits = sandbox.default_limits(timeout_s)
+    limits = default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
     view = isolation.plan(kit_root or isolation.GRADER_ROOT, Path(cwd), out_dir, world_size)
-    namespaces = sandbox.Namespaces(network=limits.network) if view["enabled"] else sandbox.Namespaces.none()
+    namespaces = Namespaces(network=limits.network) if view["enabled"] else Namespaces.none()
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits),
@@ -156,7 +157,7 @@ class _Phase:
     """The ranks of one phase of a case at a time: start them, wait (bounded), kill what is left of them."""
 
     def __init__(self, out_dir: Path, key: bytes, run_id: str, cwd: Path, servers: ForkServers | None,
-                 distinct_hashes: bool, namespaces: sandbox.Namespaces, watching: _Watching):
+                 distinct_hashes: bool, namespaces: Namespaces, watching: _Watching):
         self.out_dir, self.key, self.run_id, self.cwd, self.servers = out_dir, key, run_id, cwd, servers
         self.watching = watching
         self.namespaces = namespaces                # the case's: whatever is left in its PID namespace is killed
@@ -182,7 +183,7 @@ class _Phase:
         handler on, the run marker."""
         child = {"OMP_NUM_THREADS": "1", **isolation.rank_environment(dict(os.environ))}
         return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                sandbox.RUN_MARKER: self.run_id}
+                RUN_MARKER: self.run_id}
 
     def run(self, spec: Path, world_size: int, clock: LoadClock, timeout_s: float, append: bool) -> None:
         """Start the phase's ranks and wait until none runs, or the case's limit on ``clock``; set ``codes``.
@@ -239,7 +240,7 @@ class _Phase:
         for session in sessions:                    # it ends, killing what the ranks left behind
             session.close()
         if self.ranks:
-            sandbox.kill_marked(self.run_id)
+            kill_marked(self.run_id)
             freeze_and_kill(self.namespaces.members)
         self.ranks = []
         return server_gone

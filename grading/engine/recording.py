@@ -66,7 +66,7 @@ def done_mac(key: bytes, rank: int) -> str:
 
 def is_finished(rank_dir: Path, run_key: bytes, rank: int) -> bool:
     """True when ``rank_dir`` holds a genuine ``done`` marker of ``rank`` under the run's key ``run_key``."""
-    from grading.engine.isolation import read_rank_file
+    from grading.sandbox.isolation import read_rank_file
     text = read_rank_file(Path(rank_dir) / DONE_MARKER, 200)
     return bool(text) and hmac.compare_digest(text, done_mac(rank_key(run_key, rank), rank))
 

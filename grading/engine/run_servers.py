@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.settings import SERVERS_ENV as SERVERS_ENV     # re-exported: tests name run_servers.SERVERS_ENV
 from common.settings import POOL_ENV, SERVER_KIT_ENV, settings_from
-from grading.engine.isolation import rank_environment
+from grading.sandbox.isolation import rank_environment
 from common.forkserver import ServerSession, start_server
 from common.process_tree import signal_group
 

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     """Run rank ``argv[1]`` of the case whose spec file is ``argv[0]``; return the process's exit code.
 
     Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
-    (``grading.engine.rank_view.enter``: from there on the process is the rank's child in its case's PID
+    (``grading.sandbox.rank_view.enter``: from there on the process is the rank's child in its case's PID
     namespace), sets up stack dumps, the log of its collective calls (``_log_calls``) and the process group, then
     calls the probe. A cold worker ends the normal way
     (``sys.exit``), a forked one as its fork server ends a child. The ``done`` marker is its last act; the
@@ -103,8 +103,8 @@ def main(argv: list[str]) -> int:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     key = _read_key()
     from common.settings import settings
-    from grading.engine import isolation, rank_view
-    from grading.engine.sandbox import apply_limits
+    from grading.sandbox import isolation, rank_view
+    from grading.sandbox.limits import apply_limits
     limited = apply_limits(spec)
     isolated = rank_view.enter(spec["isolation"], rank, spec["namespaces"])   # from here on: the rank (its docstring)
     rank_view.watch(spec["isolation"], rank)

@@ -168,7 +168,7 @@ def _only_the_bundle() -> tuple[Path, ...]:
     """What to cover so that this machine looks like a Gradescope container, which holds only the bundle: the
     kit checkout, and every folder at / but the system's, the interpreter's and ``/run``, ``/var``, ``/boot``
     (other checkouts of the kit live there); the layout and the grade's temporary folders are in ``/var/tmp``."""
-    from grading.engine.isolation import SYSTEM_DIRS
+    from grading.sandbox.isolation import SYSTEM_DIRS
     kept = SYSTEM_DIRS | {"root", "run", "var", "boot"}
     return (KIT_ROOT, *(p for p in sorted(Path("/").iterdir())
                         if p.is_dir() and not p.is_symlink() and p.name not in kept and p not in KIT_ROOT.parents))
@@ -243,7 +243,7 @@ def test_the_course_secret_leaves_the_command_line():
 def test_a_rank_sees_only_the_systems_folders_and_what_it_needs(tmp_path, monkeypatch):
     """Everything at / but the system's folders is covered, with the copy, the case and the interpreter attached
     again; a ``GRADING_HIDE`` path is covered too, even inside a system folder."""
-    from grading.engine import isolation
+    from grading.sandbox import isolation
     monkeypatch.setenv(isolation.HIDE_ENV, "/usr/share")
     view = isolation.plan(KIT_ROOT, tmp_path / "copy", tmp_path / "case", 2)
     covers = {c["root"]: c["keep"] for c in view["hide"]}

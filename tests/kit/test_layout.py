@@ -34,7 +34,8 @@ NEVER_REACHES = {"project": ("grading",), "grading": ("project",), "common": ("g
                  **{package: ("common", "grading", "project") for package in STUDENT_PACKAGES}}
 # grading's layers, then common below them: a module of a layer may import its own layer and those to its right.
 # ``grading.check``: the one surface through which the problem folders import kit and engine (SURFACE_EXEMPT).
-LAYERS = ("grading.commands", "grading.problems", "grading.check", "grading.kit", "grading.engine", "common")
+LAYERS = ("grading.commands", "grading.problems", "grading.check", "grading.kit", "grading.engine", "grading.sandbox",
+          "common")
 
 
 def _modules(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -184,7 +185,7 @@ def test_the_dependency_check_finds_a_planted_violation(tmp_path, case):
 
 
 def test_grading_layers_import_downwards_only():
-    """commands -> problems -> check -> kit -> engine -> common: each knows nothing of the layers above it."""
+    """commands -> problems -> check -> kit -> engine -> sandbox -> common: each knows nothing of the layers above it."""
     wrong = []
     for name, targets in _graph().items():
         mine = _layer(name)
@@ -211,7 +212,7 @@ def test_no_two_modules_named_apart_by_a_plural():
 SURFACE_EXEMPT = {"grading.problems": "discovery: finds the folders and loads their cases for the commands",
                   "grading.problems.probe_helpers": "the folders' shared helpers, built on the layers",
                   "*.variants": "buggy variants, staff tooling over grading.commands.variants"}
-BEHIND_THE_SURFACE = ("grading.kit", "grading.engine", "grading.commands")
+BEHIND_THE_SURFACE = ("grading.kit", "grading.engine", "grading.sandbox", "grading.commands")
 
 
 def surface_violations(root: Path = KIT_ROOT) -> list[str]:

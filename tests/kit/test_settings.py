@@ -18,7 +18,8 @@ from common.settings import (FORKSERVER_ENV, HAND_OVER, PROBLEMS_ENV, SECRET_ENV
 from grading import KIT_ROOT
 from grading.commands.settings_page import HAND_OVER_DOCS, settings_markdown
 from grading.__main__ import main
-from grading.engine import isolation, sandbox
+from grading.sandbox import isolation
+from grading.sandbox.limits import default_limits
 from grading.engine.runner import warm_servers
 from grading.kit.course import chosen_problems
 
@@ -85,10 +86,10 @@ def test_the_limits_follow_the_sandbox_settings(monkeypatch):
     monkeypatch.setenv("GRADING_FILE_MB", "8")
     monkeypatch.setenv("GRADING_MEMORY_MB", "0")
     monkeypatch.setenv("GRADING_NETWORK", "1")
-    limits = sandbox.default_limits(10.0)
+    limits = default_limits(10.0)
     assert (limits.file_mb, limits.memory_mb, limits.open_files, limits.network) == (8, None, 4096, True)
     monkeypatch.setenv("GRADING_SANDBOX", "0")
-    off = sandbox.default_limits(10.0)
+    off = default_limits(10.0)
     assert (off.memory_mb, off.cpu_s, off.open_files, off.file_mb) == (None, None, None, None)
 
 

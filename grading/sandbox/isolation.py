@@ -3,7 +3,7 @@
 ``plan`` says what a case's ranks may not read (the grader's own tree: the course secret, every ``staff.py``, the
 hidden checks; the ``GRADING_HIDE`` paths), what each may write (its own record folder, the case's hand-off and
 store folders) and which user they run as; ``rank_environment`` is all of the parent's environment a rank gets.
-The rank's half, ``grading.engine.rank_view``, makes that view and notes each attempt to reach past it;
+The rank's half, ``grading.sandbox.rank_view``, makes that view and notes each attempt to reach past it;
 ``run_report`` turns a grade's ranks' reports into its protection line and staff flags, and ``read_rank_file``
 reads what a rank wrote without following its links.
 

@@ -1,7 +1,7 @@
 """What student code may see and touch, the rank's half: the worker enters the view ``isolation.plan`` made.
 
 ``enter`` (after ``sandbox.apply_limits``, before any student module is imported) moves the rank into namespaces
-of its own and mounts its view (``grading.engine.isolation`` says what it is); ``watch`` notes for the staff each
+of its own and mounts its view (``grading.sandbox.isolation`` says what it is); ``watch`` notes for the staff each
 attempt to reach past it (``isolation.attempts`` reads them).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from grading.engine.isolation import ACCESS_LOG, MAX_ATTEMPTS
+from grading.sandbox.isolation import ACCESS_LOG, MAX_ATTEMPTS
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18

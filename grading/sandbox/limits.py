@@ -2,7 +2,7 @@
 
 Child side, ``apply_limits`` (the worker calls it before any student module is imported); parent side,
 ``Namespaces`` (the PID and loopback-only network namespaces a case's ranks share) and ``kill_marked`` (every
-process that carries the run's marker). What student code may read and write is ``grading.engine.isolation``'s;
+process that carries the run's marker). What student code may read and write is ``grading.sandbox.isolation``'s;
 ``docs/sandbox.md`` has both.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ def apply_limits(spec: dict) -> dict:
     ``setrlimit`` limits on memory (``RLIMIT_DATA``), CPU seconds, open files
     and the size of any file it writes (``SIGXFSZ`` is ignored, so an
     over-long write raises ``OSError``). The case's namespaces are
-    ``grading.engine.rank_view.enter``'s.
+    ``grading.sandbox.rank_view.enter``'s.
     ``spec["limits"]`` is a ``Limits`` as a dict. Never raises:
     a step that fails is listed under "skipped" with its reason.
     """
@@ -128,7 +128,7 @@ class Namespaces:
     ``network``, and, where the grader is not root, the user namespace of its own user that owns them.
 
     ``paths`` maps "pid", "net" and "user" to the ``/proc/<pid>/ns/...`` files ranks join
-    (``grading.engine.rank_view.enter``); it is empty (and ``reason`` says why) when none can be made (not
+    (``grading.sandbox.rank_view.enter``); it is empty (and ``reason`` says why) when none can be made (not
     Linux, or unshare refused). ``close()`` kills the holder and the PID namespace's first process: every
     process left in the namespace dies with it.
     """
