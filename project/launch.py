@@ -79,13 +79,13 @@ def _rank_main(target: Callable, env: RankEnv, args: tuple, start: RankStart, wa
 
 
 def main(argv: list[str]) -> int:
-    """A rank (``project.rank_start.start_rank``): ``argv`` is ``[FD, RANK]``, FD the rank's end of its socket to
+    """A rank (``project.rank_start.start_rank``): ``argv`` is ``[RANK, FD]``, FD the rank's end of its socket to
     the parent, which sends the parent's ``sys.path``, then what to run: ``(target, world_size, init_method, args,
     RankStart, watch_dir)``. Runs ``_rank_main``; returns the exit code (1 when the target failed)."""
-    conn = Connection(int(argv[0]))
+    conn = Connection(int(argv[1]))
     sys.path[:] = conn.recv()                   # before unpickling the target: its module imports from there
     target, world_size, init_method, args, start, watch_dir = conn.recv()
-    rank = int(argv[1])
+    rank = int(argv[0])
     try:
         _rank_main(target, RankEnv(rank, world_size, rank, world_size, init_method, conn), args, start, watch_dir)
     except SystemExit as exc:
@@ -111,14 +111,14 @@ class _Member:
                 pass
         elif self.proc.poll() is None:
             return None
-        self.proc.join(1)
+        self.proc.wait(1)
         return "died", _death(self.proc.poll())
 
     def wakers(self) -> list:
         return [self.conn, *self.proc.wakers()]
 
     def signal_group(self, sig: int) -> None:
-        self.proc.signal(sig)
+        self.proc.signal_group(sig)
 
 
 class Ranks:
@@ -225,12 +225,12 @@ class Ranks:
         they left running (their fork server session sweeps it as it ends)."""
         for proc in self.procs:
             if stop and proc.poll() is None:
-                proc.signal(signal.SIGTERM)
+                proc.signal_group(signal.SIGTERM)
         for proc in self.procs:
-            proc.join(grace_s)
+            proc.wait(grace_s)
             if proc.poll() is None:
-                proc.signal(signal.SIGKILL)
-                proc.join(5)
+                proc.signal_group(signal.SIGKILL)
+                proc.wait(5)
         for conn in self.conns:
             conn.close()
         if self.session is not None:

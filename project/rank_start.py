@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 
 from common.forkserver import ServerSession, start_server
 from common.process_tree import signal_group
+from common.rank_process import RankProcess
 from common.settings import RANK_START_ENV as RANK_START_ENV     # re-exported: tests name rank_start.RANK_START_ENV
 from common.settings import settings
 from common.startup import adopt_environment
@@ -32,7 +32,7 @@ from project.cli import ConfigError
 from project.devices import gpu_count
 
 ROOT = Path(__file__).resolve().parent.parent
-RANK_MAIN = "project.launch"        # the module whose ``main(["FD", "RANK"])`` every rank runs
+RANK_MAIN = "project.launch"        # the module whose ``main(["RANK", "FD"])`` every rank runs
 SERVER_MODULE = "common.forkserver"
 _FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)
 
@@ -120,50 +120,14 @@ def fork_servers() -> list[psutil.Process]:
     return found
 
 
-class RankProcess:
-    """One rank process, forked by a session of this process's fork server or started fresh (``start_rank``)."""
-
-    def __init__(self, pid: int, session: ServerSession | None = None, proc: subprocess.Popen | None = None):
-        self.pid, self.session, self.proc = pid, session, proc
-
-    def poll(self) -> int | None:
-        """The exit code (negative: killed by that signal), or None while it runs."""
-        if self.proc is not None:
-            return self.proc.poll()
-        code = self.session.poll().get(self.pid)
-        if code is None and not self.session.alive():
-            return -signal.SIGKILL                   # its session died, and it with it (PR_SET_PDEATHSIG)
-        return code
-
-    def wakers(self) -> list:
-        """What becomes readable when it may have ended: its session's socket (a fresh rank is polled)."""
-        return [self.session] if self.session is not None else []
-
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to the rank and what it started (it leads its own session)."""
-        signal_group(self.pid, sig)
-
-    def join(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for it to end."""
-        deadline = time.monotonic() + timeout_s
-        while self.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
 def start_rank(rank: int, channel: int, session: ServerSession | None) -> RankProcess:
-    """Start rank ``rank``: ``RANK_MAIN.main([FD, RANK])`` with the open socket ``channel`` as its descriptor FD,
-    this process's stdout and stderr, working folder and environment; forked by ``session``, or, without one, a
-    fresh interpreter."""
-    streams = (1, 2)                    # this process's stdout and stderr, whatever sys.stdout is now
-    if session is not None:
-        pid = session.start(RANK_MAIN, ["3", str(rank)], Path.cwd(), dict(os.environ), (*streams, channel),
-                            path=list(sys.path))
-        return RankProcess(pid, session=session)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-c", f"import sys; from {RANK_MAIN} import main; sys.exit(main("
-                             "sys.argv[1:]))", str(channel), str(rank)], pass_fds=(channel,), env=env,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    return RankProcess(proc.pid, proc=proc)
+    """Start rank ``rank``: ``RANK_MAIN.main([RANK, FD])`` with the open socket ``channel`` as its descriptor FD,
+    this process's stdout and stderr (whatever ``sys.stdout`` is now), working folder, environment and
+    ``sys.path``; forked by ``session``, or, without one, a fresh interpreter."""
+    env = dict(os.environ) if session is not None else \
+        {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return RankProcess.start(rank, RANK_MAIN, [str(rank)], cwd=Path.cwd(), env=env, streams=(1, 2), session=session,
+                             channel=channel, path=list(sys.path))
 
 
 def rank_session(preload: tuple[str, ...]) -> ServerSession | None:

@@ -1,38 +1,36 @@
 """Start the rank processes of one check, bounded in time, and say how each ended (``case_run.LaunchResult``).
 
-Each rank is a fresh process in its own session, forked by a fork server (``common.forkserver``) or a
-cold ``python -m grading.engine.worker`` (the same ``worker.main``), its stdout and stderr in files, meeting the
-others over a file store in the run folder (no port), in the sandbox (``grading.sandbox.limits``), signing its
-results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
+Each rank is a fresh process in its own session, forked by a fork server (``common.forkserver``) or a cold
+interpreter running the same ``grading.engine.worker.main`` (``common.rank_process``), its stdout and stderr in
+files, meeting the others over a file store in the run folder (no port), in the sandbox (``grading.sandbox``),
+signing its results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
 entry points' launcher (``project.launch``) shares; what the grader adds on top is how they start (its fork servers,
 cold workers), the sandbox, signed records and phases.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.process_tree import freeze_and_kill, signal_group
+from common.process_tree import freeze_and_kill
 from common.rank_launch import Limits, supervise
+from common.rank_process import RankProcess
 from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
 from grading.sandbox import isolation
 from grading.sandbox.limits import RUN_MARKER, Namespaces, default_limits, kill_marked
 from grading.engine.case_run import LaunchResult, RankOutcome
 from grading.engine.cpus import LoadClock
-from common.forkserver import ServerSession
 from grading.engine.run_servers import ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished, rank_key
 
-WORKER = "grading.engine.worker"      # the module every rank runs, cold (``python -m``) or forked
+WORKER = "grading.engine.worker"      # the module whose ``main`` every rank runs, cold or forked
 STDERR_TAIL_CHARS = 2000
 POLL_S = 0.05                 # the longest a finished case waits to be noticed when nothing wakes the launcher
 LINGER_S = 2.0                # how long a finished rank may take to exit by itself (_Phase.run)
@@ -199,16 +197,17 @@ class _Phase:
             done = self.out_dir / f"rank{rank}" / DONE_MARKER
             with open(self.out_dir / f"rank{rank}.stdout", "ab" if append else "wb") as stdout, \
                     open(self.out_dir / f"rank{rank}.stderr", "ab" if append else "wb") as stderr:
+                how = dict(cwd=self.cwd, env=self.environment(), streams=(stdout.fileno(), stderr.fileno()),
+                           key=rank_key(self.key, rank))
                 if self.servers is not None:
                     try:
-                        session = self.servers.session(rank, self.distinct_hashes)
-                        pid = session.start(WORKER, argv, self.cwd, self.environment(),
-                                            (stdout.fileno(), stderr.fileno()), rank_key(self.key, rank))
-                        started = _Rank(rank, pid, done, session=session)
+                        started = _Rank.start(rank, WORKER, argv, session=self.servers.session(
+                            rank, self.distinct_hashes), **how)
                     except (OSError, RuntimeError) as exc:     # a server that cannot fork: this rank starts cold
                         self.cold_reasons.append(f"rank {rank}: {exc}")
-                self.ranks.append(started or _Rank.cold(argv, rank_key(self.key, rank), (stdout, stderr), self.cwd,
-                                                        self.environment(), done))
+                started = started or _Rank.start(rank, WORKER, argv, **how)
+                started.done = done
+                self.ranks.append(started)
         out = supervise(self.ranks, Limits(
             limit_s=timeout_s, clock=clock.elapsed, still_limit_s=self.watching.still_limit_s,
             stacks={r.rank: self.out_dir / f"rank{r.rank}.stack" for r in self.ranks}, progress=self._say,
@@ -246,53 +245,14 @@ class _Phase:
         return server_gone
 
 
-class _Rank:
-    """One rank process, cold (a child of ours) or forked by a fork server (a child of the server), whose worker
-    writes ``done`` as its last act: a ``common.rank_launch.RankProcess``."""
+class _Rank(RankProcess):
+    """One rank process whose worker writes ``done`` as its last act: a ``common.rank_launch.RankProcess``."""
 
-    def __init__(self, rank: int, pid: int, done: Path, proc: subprocess.Popen | None = None,
-                 session: ServerSession | None = None):
-        self.rank, self.pid, self.done, self.proc, self.session = rank, pid, done, proc, session
-
-    @classmethod
-    def cold(cls, argv: list[str], key: bytes, streams: tuple, cwd: Path, env: dict[str, str], done: Path) -> _Rank:
-        """A fresh ``python -m grading.engine.worker SPEC RANK`` (``argv``) writing to the open files ``streams``;
-        the key goes over its stdin."""
-        proc = subprocess.Popen([sys.executable, "-m", WORKER, *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
-                                stdout=streams[0], stderr=streams[1], start_new_session=True)
-        for send in (lambda: proc.stdin.write(key + b"\n"), proc.stdin.close):
-            with contextlib.suppress(OSError):       # a rank that died at once: its exit tells why
-                send()
-        return cls(int(argv[1]), proc.pid, done, proc=proc)
-
-    def poll(self) -> int | None:
-        """The exit code (negative: killed by that signal), or None while it runs."""
-        if self.proc is not None:
-            return self.proc.poll()
-        code = self.session.poll().get(self.pid)
-        if code is None and not self.session.alive():
-            return -signal.SIGKILL                   # its session died, and it with it (PR_SET_PDEATHSIG)
-        return code
+    done: Path
 
     def said(self) -> tuple[str, None] | None:
         """("ok", None) once the rank wrote its ``done`` marker (whether it is genuine, the parent judges later)."""
         return ("ok", None) if self.done.exists() else None
-
-    def wakers(self) -> list:
-        """Its session's socket (readable when the server reports an exit); a cold rank is polled."""
-        return [self.session] if self.session is not None else []
-
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the rank's process group (it leads its own session)."""
-        signal_group(self.pid, sig)
-
-    def wait(self, timeout_s: float) -> None:
-        """Wait (bounded) until the rank has exited and been reaped."""
-        deadline = time.monotonic() + timeout_s
-        while self.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
 
 
 def _size(path: Path) -> int:

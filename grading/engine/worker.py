@@ -1,8 +1,8 @@
 """The child side of ``grading.engine.launch``: one rank of one check.
 
-``python -m grading.engine.worker SPEC.json RANK`` (or ``main`` in a rank a fork server forked) runs the probe
-with a ``RankContext`` (``grading.engine.recording``: what it records, signed). The parent never trusts a
-verdict from here: it loads the raw values and judges.
+``main([SPEC.json, RANK])``, in a rank a fork server forked or a cold interpreter (``common.rank_process``), runs
+the probe with a ``RankContext`` (``grading.engine.recording``: what it records, signed). The parent never trusts
+a verdict from here: it loads the raw values and judges.
 """
 from __future__ import annotations
 
@@ -138,7 +138,3 @@ def main(argv: list[str]) -> int:
     _flush()
     ctx.finish()                  # last: the launcher may stop a finished rank from here on
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

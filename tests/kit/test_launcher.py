@@ -1,7 +1,7 @@
 """The rank launcher: hangs, crashes and exceptions become reports, never a hung test run.
 
 Tests of what the two ways a rank starts do differently (``run``) run twice: ranks forked warm by the run's fork
-servers (how grading runs them) and cold ``python -m grading.engine.worker`` processes (``GRADING_FORKSERVER=0``);
+servers (how grading runs them) and cold interpreters running the same worker (``GRADING_FORKSERVER=0``);
 both must behave the same. The others (``warm_run``) run warm only.
 """
 import json
