@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,6 +70,41 @@ def test_a_failing_rank_is_reported_at_once_with_its_traceback(tmp_path):
     assert "ValueError: rank 1 gives up" in str(raised.value) and "Traceback" in str(raised.value)
     assert all(proc.poll() is not None for proc in ranks.procs)
     assert ranks.procs[0].poll() == -signal.SIGTERM     # the sleeping rank 0 was stopped, not waited for
+
+
+def _leaves_a_process_running(env: RankEnv, pid_file: str) -> None:
+    """Start a process in a session of its own that outlives this rank, and say its pid."""
+    import subprocess
+
+    Path(pid_file).write_text(str(subprocess.Popen(["sleep", "600"], start_new_session=True).pid))
+
+
+def test_what_a_forked_rank_leaves_running_ends_with_its_run(tmp_path, monkeypatch):
+    """The fork server session that forked the ranks adopts what they leave behind and ends it as the run ends."""
+    import psutil
+
+    from project.rank_start import RANK_START_ENV
+
+    monkeypatch.setenv(RANK_START_ENV, "forkserver")
+    spawn_ranks(_leaves_a_process_running, 1, None, (str(tmp_path / "pid"),)).wait(timeout_s=240)
+    left = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(left) and psutil.Process(left).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the process a rank left running still runs"
+        time.sleep(0.05)
+
+
+def test_ranks_start_fresh_where_the_fork_server_cannot_fork_them(tmp_path, monkeypatch, capfd):
+    """A preload that leaves the fork server with a second thread ends the server (it must not fork then): the
+    ranks start as fresh interpreters, with the same results, and one line says why."""
+    from project.rank_start import RANK_START_ENV
+
+    monkeypatch.setenv(RANK_START_ENV, "forkserver")
+    values = spawn_ranks(_sum_of_ranks, 2, file_rendezvous(tmp_path, "store"), (10,),
+                         preload=("tests.kit.thread_on_import",)).wait(timeout_s=240)
+    assert [v["sum"] for v in values] == [21.0, 21.0]
+    assert "the ranks start as fresh interpreters: the fork server gave none (the fork server has 2 threads" in \
+        capfd.readouterr().err
 
 
 def test_the_rank_at_fault_comes_first_though_its_peers_error_arrives_first(tmp_path):
