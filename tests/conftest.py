@@ -122,7 +122,7 @@ def criterion_params(problem: str | None = None) -> list:
 
 @pytest.fixture(scope="session")
 def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
-    """(kit copy with this folder's region bodies spliced in, what the splice found: notes, refused problems, hints)."""
+    """(grading copy with this folder's region bodies spliced in, what the splice found: notes, refused problems, hints)."""
     dest = tmp_path_factory.mktemp("graded") / "kit"
     splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     _NOTES.extend(splice.notes())
@@ -132,7 +132,7 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 @pytest.fixture(scope="session", autouse=True)
 def fork_servers():
     """The session's fork servers (``common.forkserver``: they hold library modules only and fork ranks for
-    any kit copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
+    any grading copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
     ``python -m grading`` a test starts (they fork its ``grade`` too), as ``batch`` shares its own with its grades;
     None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
     servers = warm_servers(KIT_ROOT)

@@ -22,7 +22,7 @@ def student_frame(tb: traceback.StackSummary | list, root: Path | str | None = N
     in a student package (provided code such as a helper the region called), or "" when there is none.
 
     ``tb`` is ``traceback.extract_tb(exc.__traceback__)`` (innermost frame last); paths are shown
-    relative to ``root`` (default: the current directory, the kit copy).
+    relative to ``root`` (default: the current directory, the grading copy).
     """
     root = Path(root or Path.cwd()).resolve()
     found = []

@@ -52,13 +52,13 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
            preload: tuple[str, ...] = (), next_phases: tuple[str, ...] = (), collective_checks: bool = True,
-           kit_root: Path | None = None, progress=_to_stderr, progress_s: float = PROGRESS_S,
+           grader_root: Path | None = None, progress=_to_stderr, progress_s: float = PROGRESS_S,
            still_limit_s: float = STILL_LIMIT_S) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``next_phases``.
 
     Each rank calls ``function(ctx)`` (a ``recording.RankContext``), after joining the default process group
     with ``init_group`` (``backend``, collective timeout ``pg_timeout_s``, default half the limit). ``cwd`` is the
-    kit copy whose code is imported; ``default_limits`` bound each rank. With ``servers`` the ranks are
+    grading copy whose code is imported; ``default_limits`` bound each rank. With ``servers`` the ranks are
     forked warm (``preload``: what the servers import first); without, each is a cold worker. ``next_phases``: further
     targets, each run by new rank processes once every rank of the one before has finished and what it left
     running is killed; they sign into the same results and find the case's ``handoff`` folder
@@ -69,7 +69,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
     string hash order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). ``out_dir`` must not
     exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
-    the run survives it. Each rank sees the machine as ``grading.sandbox.isolation.plan`` allows: ``kit_root``
+    the run survives it. Each rank sees the machine as ``grading.sandbox.isolation.plan`` allows: ``grader_root``
     (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
     signs with a key of its own (``recording.rank_key``). While the case runs longer than ``progress_s``,
     ``progress`` gets a line saying where each rank is, every ``progress_s``; a phase whose ranks all wait for
@@ -79,7 +79,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     (out_dir / "handoff").mkdir(parents=True)
     limits = default_limits(timeout_s)
     key, run_id = secrets.token_hex(32).encode(), secrets.token_hex(8)
-    view = isolation.plan(kit_root or isolation.GRADER_ROOT, Path(cwd), out_dir, world_size)
+    view = isolation.plan(grader_root or isolation.GRADER_ROOT, Path(cwd), out_dir, world_size)
     namespaces = Namespaces(network=limits.network) if view["enabled"] else Namespaces.none()
     spec = {"world_size": world_size, "args": args or {}, "init_group": init_group, "backend": backend,
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
@@ -177,7 +177,7 @@ class _Phase:
 
     def environment(self) -> dict[str, str]:
         """A rank's environment, cold or forked: what ``isolation.rank_environment`` keeps of this process's as it
-        is now, the kit copy on ``PYTHONPATH``, one OpenMP thread unless set, no bytecode written, the fault
+        is now, the grading copy on ``PYTHONPATH``, one OpenMP thread unless set, no bytecode written, the fault
         handler on, the run marker."""
         child = {"OMP_NUM_THREADS": "1", **isolation.rank_environment(dict(os.environ))}
         return {**child, "PYTHONPATH": str(self.cwd), "PYTHONFAULTHANDLER": "1", "PYTHONDONTWRITEBYTECODE": "1",

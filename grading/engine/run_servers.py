@@ -39,9 +39,9 @@ def server_count(env: dict[str, str] | None = None) -> int:
 
 
 class ForkServers:
-    """The fork servers of a grading run, for any kit copy (module docstring): rank r is forked by a session of
+    """The fork servers of a grading run, for any grading copy (module docstring): rank r is forked by a session of
     server r % ``holders(distinct_hashes)``. The servers are this run's own, started when first needed in ``cwd``
-    (a kit copy
+    (a grading copy
     whose ``grading`` runs them; ``env``: the environment they start from, default this process's, of which they
     keep what a rank may see (``isolation.rank_environment``: a forked rank's ``/proc/self/environ`` is its
     server's); ``server_count`` of them),

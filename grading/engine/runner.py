@@ -89,13 +89,13 @@ class CriterionResult:
         return self.message
 
 
-def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
+def run_case(case: Case, code_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,
              backend: str = "auto", refused: dict[str, str] | None = None,
              hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None) -> list[CriterionResult]:
-    """Spawn ``case`` with ``kit_root`` as the code under test and judge each criterion.
+    """Spawn ``case`` with ``code_root`` as the code under test and judge each criterion.
 
     ``work_dir`` receives the run folder (a fresh temporary one when None).
-    ``servers`` are the run's fork servers for ``kit_root`` (``warm_servers``); without, every rank starts cold.
+    ``servers`` are the run's fork servers for ``code_root`` (``warm_servers``); without, every rank starts cold.
     ``refused`` maps a problem ("1.2") to the reason it scores zero (its region
     code reaches into the grader): its criteria fail with that reason, and a
     case whose criteria are all refused is not run. ``hints`` maps a problem to
@@ -107,15 +107,15 @@ def run_case(case: Case, kit_root: Path, work_dir: Path | None = None, timeout_s
         return judge_case(case, None, refused)
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_case(case, kit_root, Path(scratch), timeout_scale, backend, refused, hints, servers)
-    return judge_case(case, _launch(case, kit_root, work_dir, timeout_scale, backend, servers), refused, hints)
+            return run_case(case, code_root, Path(scratch), timeout_scale, backend, refused, hints, servers)
+    return judge_case(case, _launch(case, code_root, work_dir, timeout_scale, backend, servers), refused, hints)
 
 
-def _launch(case: Case, kit_root: Path, work_dir: Path, timeout_scale: float, backend: str,
+def _launch(case: Case, code_root: Path, work_dir: Path, timeout_scale: float, backend: str,
             servers: ForkServers | None) -> LaunchResult:
-    """Run ``case``'s ranks on ``kit_root`` into ``work_dir/<case name>``."""
+    """Run ``case``'s ranks on ``code_root`` into ``work_dir/<case name>``."""
     first, *next_phases = case.phases
-    return launch(first, case.world_size, cwd=Path(kit_root), out_dir=Path(work_dir) / case.name,
+    return launch(first, case.world_size, cwd=Path(code_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                   backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload,
                   next_phases=tuple(next_phases), collective_checks=case.collective_checks)
@@ -152,13 +152,13 @@ def judge_case(case: Case, result: LaunchResult | None, refused: dict[str, str] 
     return verdicts
 
 
-def warm_servers(kit_root: Path) -> ForkServers | None:
-    """Fork servers for a grading run on ``kit_root`` (close them after the run): those ``GRADING_FORKSERVER_POOL``
+def warm_servers(code_root: Path) -> ForkServers | None:
+    """Fork servers for a grading run on ``code_root`` (close them after the run): those ``GRADING_FORKSERVER_POOL``
     names (a ``batch``'s) while they answer, else the run's own; None when ``GRADING_FORKSERVER=0`` asks for cold
     rank processes."""
     if not settings().fork_server:
         return None
-    return ForkServers(kit_root, pool=os.environ.get(POOL_ENV, ""))
+    return ForkServers(code_root, pool=os.environ.get(POOL_ENV, ""))
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def not_graded(case: Case, reason: str) -> list[CriterionResult]:
                             c.hidden, c.source.hidden_kind if c.source else "") for c in case.criteria]
 
 
-def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, problem: str | None = None,
+def run_cases(cases: list[Case], code_root: Path, work_dir: Path | None = None, problem: str | None = None,
               timeout_scale: float = 1.0, progress=None, refused: dict[str, str] | None = None,
               hints: dict[str, list[str]] | None = None, servers: ForkServers | None = None,
               total: TotalTime | None = None,
@@ -217,7 +217,7 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     """Run every case that has a criterion of ``problem`` (all when None); return the verdicts in rubric order.
 
     While one case's criteria are judged (in a helper thread of this process), the next case's ranks already
-    run. ``servers``: fork servers already started for ``kit_root`` (the caller closes them); by default the
+    run. ``servers``: fork servers already started for ``code_root`` (the caller closes them); by default the
     run starts its own (``warm_servers``) and closes them at the end. With ``total`` each case's limit is cut
     to its share of the time left (``TotalTime.share_s``, converted to the load clock with
     ``LoadClock.slowdown``), and a case whose share is under ``MIN_CASE_S`` is not started: its criteria are
@@ -228,14 +228,14 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
     """
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="grading-") as scratch:
-            return run_cases(cases, kit_root, Path(scratch), problem, timeout_scale, progress, refused, hints, servers,
+            return run_cases(cases, code_root, Path(scratch), problem, timeout_scale, progress, refused, hints, servers,
                              total, judged)
     refused = refused or {}
     chosen = [case for case in cases if any(selects(problem, c.problem) for c in case.criteria)]
     to_run = {id(case) for case in chosen if not all(c.problem in refused for c in case.criteria)}
     pending_s = sum(case.timeout_s * timeout_scale for case in chosen if id(case) in to_run)
     owned = servers is None
-    servers = warm_servers(kit_root) if owned else servers
+    servers = warm_servers(code_root) if owned else servers
     pending, started = [], set()
     done = _reporting_to(judged)
     try:
@@ -254,7 +254,7 @@ def run_cases(cases: list[Case], kit_root: Path, work_dir: Path | None = None, p
                 started.add(case.criteria[0].problem)
                 if progress:
                     progress(case)
-                result = _launch(replace(case, timeout_s=limit_s), kit_root, work_dir, 1.0, "auto", servers)
+                result = _launch(replace(case, timeout_s=limit_s), code_root, work_dir, 1.0, "auto", servers)
                 cut = _cut_note(full_s, limit_s, total)
                 pending.append(judges.submit(_judged, case, result, refused, hints, cut, done))
     finally:

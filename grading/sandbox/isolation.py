@@ -81,10 +81,10 @@ def rank_user() -> tuple[dict | None, str]:
     return {"name": name, "uid": entry.pw_uid, "gid": entry.pw_gid}, ""
 
 
-def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> dict:
+def plan(grader_root: Path, code_root: Path, case_dir: Path, world_size: int) -> dict:
     """What the ranks of the case in ``case_dir`` (run on the grading copy ``code_root``) may read and write.
 
-    ``hide``: the grader's tree ``kit_root``, the ``GRADING_HIDE`` paths and everything at ``/`` but the system's
+    ``hide``: the grader's tree ``grader_root``, the ``GRADING_HIDE`` paths and everything at ``/`` but the system's
     folders (``_private_top_level``), each ``{"root", "keep"}``: the rank sees the root empty but for what it
     needs inside it (the interpreter, its libraries, ``code_root``, ``case_dir``), also what is made there later.
     ``writable``: each rank's own folder (``rank<R>``), made here, and the case's ``handoff``, ``shared`` (stores)
@@ -92,7 +92,7 @@ def plan(kit_root: Path, code_root: Path, case_dir: Path, world_size: int) -> di
     the case). In a root grader the folders a rank writes belong to the ``user`` it switches to."""
     case_dir, code_root = Path(case_dir).resolve(), Path(code_root).resolve()
     keep = [*_interpreter_paths(), code_root, case_dir]
-    hide_roots = [Path(kit_root).resolve(), *(Path(p).resolve() for p in settings().hide), *_private_top_level()]
+    hide_roots = [Path(grader_root).resolve(), *(Path(p).resolve() for p in settings().hide), *_private_top_level()]
     hide = _covers(hide_roots, keep)
     user, why = rank_user()
     if user is not None:

@@ -102,7 +102,7 @@ def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     assert [c for c in header if c.startswith("problem_")] == grades_csv.problem_columns(chosen_problems())
     assert all(c.split("_")[1][0] in chosen_problems() for c in header if c.startswith("problem_"))
     assert rows["alice"]["results"] == "grades_results/alice/results.json" and rows["eve"]["results"]
-    # eve's grader had a temporary folder of its own (the grader's kit copy and runs went there), and it is gone
+    # eve's grader had a temporary folder of its own (the grading copy and runs went there), and it is gone
     # although the grader was killed before it could clean up
     assert len(eve_tmp) == 1 and all(p.name.startswith(batch.SCRATCH_PREFIX) and not p.exists() for p in eve_tmp), \
         eve_tmp

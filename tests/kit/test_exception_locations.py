@@ -66,7 +66,7 @@ def graded_problems(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
 
 
 def _graded(problem: str, cache: dict, tmp_path_factory, servers) -> tuple[Path, dict]:
-    """Problem ``problem`` graded once on a kit copy with a raise planted in every region of its files (ranks
+    """Problem ``problem`` graded once on a grading copy with a raise planted in every region of its files (ranks
     forked by ``servers``, the session's fork servers)."""
     if problem not in cache:
         work = tmp_path_factory.mktemp(f"exception_locations_{problem}")

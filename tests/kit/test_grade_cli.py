@@ -194,7 +194,7 @@ def test_a_forked_grade_stopped_through_its_process_cleans_up_as_a_new_interpret
         proc.kill()
     assert proc.returncode == 143, (out, err)
     assert not list(scratch.iterdir()), list(scratch.iterdir())
-    left = []                                  # its ranks ran in its kit copy there
+    left = []                                  # its ranks ran in its grading copy there
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             if process.cwd().startswith(str(scratch)):

@@ -124,7 +124,7 @@ def _student_module(root, rel: str, source: str) -> dict:
 
 def test_every_caught_exception_is_described_one_way(tmp_path, monkeypatch):
     """record (describe_error), call_outcome and labelled all give "Type: message (at path:line (in fn))"."""
-    monkeypatch.chdir(tmp_path)                      # student_frame's paths are relative to the kit copy
+    monkeypatch.chdir(tmp_path)                      # student_frame's paths are relative to the grading copy
     student = _student_module(tmp_path, "pipeline/schedule.py", "def clock_cycles(m, n):\n    return [m][n]\n\n"
                               "def refuse():\n    raise ValueError('no')\n")
     try:

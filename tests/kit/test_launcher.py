@@ -286,7 +286,7 @@ def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
 
 
 def test_a_fork_server_forks_ranks_that_import_only_their_own_kit_copy(tmp_path, servers):
-    """Servers hold library modules only: a rank forked for another kit copy imports ``grading``, ``common`` (which
+    """Servers hold library modules only: a rank forked for another grading copy imports ``grading``, ``common`` (which
     the server imported itself), the probe and its subprocesses' modules from that copy, never from the server's."""
     copy = tmp_path / "copy"
     for folder in ("common", "grading", "tests"):
