@@ -67,7 +67,7 @@ class Limits:
     limit_s: float | None = None
     """Seconds on ``clock`` after which the watch ends (``Supervised.timed_out``)."""
     clock: Callable[[], float] | None = None
-    """Seconds elapsed so far (``grading.engine.cpus.LoadClock.elapsed``); default: wall time of this watch."""
+    """Seconds elapsed so far (``common.cpus.LoadClock.elapsed``); default: wall time of this watch."""
     still_limit_s: float | None = None
     """Seconds for which every waiting rank may use no CPU (``RankWatch.still_s``) before the watch ends."""
     stacks: dict[int, Path] | None = None

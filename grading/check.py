@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from grading.engine.expect import CheckFailed, expect
 from grading.engine.hints import describe_exception, student_frame
-from grading.engine.cpus import LoadClock
+from common.cpus import LoadClock
 from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
 from grading.kit.compare import assert_ranks_close, assert_state_close, assert_tensor_close, describe, describe_kind
 from grading.kit.problem import Spawn, SubProblem

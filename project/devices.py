@@ -14,10 +14,12 @@ from multiprocessing.connection import Connection
 
 import torch
 
+from common.cpus import available_cpus
 from project.cli import ConfigError
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
-THREAD_POLICY = "cpu: cpu_count // max(devices, 2) torch threads per rank or stage (at least 1); gpu: torch default"
+THREAD_POLICY = ("cpu: usable CPUs (affinity, cgroup quota) // max(devices, 2) torch threads per rank or stage "
+                 "(at least 1); gpu: torch default")
 
 
 def gpu_count() -> int:
@@ -26,8 +28,9 @@ def gpu_count() -> int:
 
 
 def cpu_threads_per_rank(local_ranks: int) -> int:
-    """Torch CPU threads for each of ``local_ranks`` ranks (or stages) on this machine: ``THREAD_POLICY``."""
-    return max(1, (os.cpu_count() or 1) // max(local_ranks, 2))
+    """Torch CPU threads for each of ``local_ranks`` ranks (or stages) on this machine: ``THREAD_POLICY``, where the
+    usable CPUs are ``common.cpus.available_cpus`` rounded down (a container's quota counts, not the host's cores)."""
+    return max(1, int(available_cpus()) // max(local_ranks, 2))
 
 
 def thread_facts() -> dict:

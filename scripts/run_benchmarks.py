@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pp_threshold", type=float, default=1.1, help="grader: least PP speedup on 2 GPUs "
                                                                    "(default: 1.1)")
     p.add_argument("--threads", type=int, help="torch threads per worker process; default on CPU the runners' "
-                                               "policy, cpu_count // 2 (one worker = one device); torch's own on GPU")
+                                               "policy, usable CPUs // 2 (one worker = one device); torch's own on GPU")
     p.add_argument("--workdir", default="workdir", help="data cache and each run's own folder <workdir>/perf/<time>/ "
                                                         "(default: workdir)")
     p.add_argument("--figures_dir", default="submit_figures", help="where the PNGs and the summary are copied "

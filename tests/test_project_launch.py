@@ -330,3 +330,14 @@ def test_the_supervision_core_ends_a_watch_at_each_of_its_limits(tmp_path):
         for r in ranks:
             r.proc.kill()
             r.proc.wait()
+
+
+@pytest.mark.parametrize(("usable", "ranks", "threads"), [(0.5, 1, 1), (2.0, 2, 1), (8.0, 1, 4), (8.0, 4, 2),
+                                                          (7.5, 2, 3)])
+def test_cpu_threads_per_rank_count_the_cpus_a_container_may_use(monkeypatch, usable, ranks, threads):
+    """The runners' thread policy divides the CPUs this process may use (affinity and cgroup quota,
+    ``common.cpus.available_cpus``), not the host's cores: half a vCPU gives one thread, not cores // 2."""
+    import project.devices
+
+    monkeypatch.setattr(project.devices, "available_cpus", lambda: usable)
+    assert project.devices.cpu_threads_per_rank(ranks) == threads

@@ -26,7 +26,7 @@ from common.rank_watch import PROGRESS_S, STILL_LIMIT_S, RankWatch, read_from
 from grading.sandbox import isolation
 from grading.sandbox.limits import RUN_MARKER, Namespaces, default_limits, kill_marked
 from grading.engine.case_run import LaunchResult, RankOutcome
-from grading.engine.cpus import LoadClock
+from common.cpus import LoadClock
 from grading.engine.run_servers import ForkServers
 from grading.engine.recording import DONE_MARKER, is_finished, rank_key
 

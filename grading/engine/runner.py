@@ -19,7 +19,7 @@ from grading.engine.expect import CheckFailed
 from grading.engine.case_run import CaseRun
 from grading.engine.run_servers import ForkServers
 from grading.engine.hidden_view import student_view
-from grading.engine.cpus import LoadClock
+from common.cpus import LoadClock
 from grading.engine.launch import LaunchResult, launch, pick_backend
 from grading.engine.rubric import Case, selects
 

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from common.cpus import available_cpus
 from project import readiness
 from project.bench import SUMMARY_NAME, report
 from project.bench.options import Options
@@ -165,7 +166,7 @@ def _hardware(pool: Pool) -> dict:
                  platform.processor())
     gpus = gpu_count()
     return {"cpu": model, "cpu_count": os.cpu_count(),
-            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cpus_usable": available_cpus(),
             "gpus": [torch.cuda.get_device_name(k) for k in range(gpus)], "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "workers": {role: info for role, info in pool.info.items()}}

@@ -13,7 +13,7 @@ import pytest
 from grading.commands import batch, grades_csv, grade, report, results_json
 from grading.commands.class_report import write_class_report
 from grading.commands.result_tests import is_not_graded, verdict
-from grading.engine import cpus
+from common import cpus
 from grading.engine.runner import NOT_GRADED, CriterionResult, TotalTime, out_of_time, run_cases
 from grading.problems import all_cases
 from grading.kit.variants import make_variant_kit
