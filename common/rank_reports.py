@@ -1,14 +1,15 @@
 """What a failed rank reported, read the same way by the grader and by the entry points: one source.
 
 ``is_symptom`` tells a report of another rank's failure from a rank's own fault, ``rank_at_fault`` picks the rank
-whose failure explains the others', and ``traceback_line`` / ``dump_place`` say where in the student's code a
-rank was; ``headline``, ``located`` and ``library_of`` are the one way an error's first line, its place and the
+whose failure explains the others', ``ending`` says how a rank that did not finish ended, and ``traceback_line`` /
+``dump_place`` say where in the student's code a rank was; ``headline``, ``located`` and ``library_of`` are the one way an error's first line, its place and the
 library that raised it are written. The grader's engine builds its messages on these (``grading.engine.peers``),
 the entry points their ``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 
 import re
+import signal
 
 # What a rank reports when the fault lies with another rank (gloo and NCCL wording, torch's collective checks,
 # a rank the communication library stopped).
@@ -35,6 +36,34 @@ def rank_at_fault(failures: dict[int, str]) -> int:
     explains the others: the lowest rank whose report is not a symptom (``is_symptom``), else the lowest."""
     own = [rank for rank, text in failures.items() if not is_symptom(text)]
     return min(own or failures)
+
+
+_SIGNAL_HINTS = {"SIGXCPU": " (CPU time limit reached)", "SIGKILL": " (killed; out of memory?)",
+                 "SIGXFSZ": " (file size limit reached)"}
+_GLOO_DATA_SIZE = "Received data size doesn't match expected size"
+
+
+def ending(code: int | None, stack: str = "", stderr_tail: str = "", packages: tuple[str, ...] = ()) -> str:
+    """How a rank that did not finish ended, in plain words, from its exit ``code`` (None: still running at the
+    time limit; negative: the signal that ended it), its last faulthandler ``stack`` (where in ``packages`` it
+    was, ``dump_place``) and the end of its stderr: "was stopped by the communication library (SIGABRT) in
+    all_reduce at data_parallel/comm.py:69 (in average_gradients)", "died from signal SIGKILL (killed; out of
+    memory?)", "exited with code 1 before finishing"."""
+    op, where = dump_place(stack, packages) if stack else ("", "")
+    place = (f" in {op}" if op else "") + (f" at {where}" if where else "")
+    if code is None:
+        return f"was still running at the time limit{' (stuck' + place + ')' if place else ''}"
+    if code == -signal.SIGABRT:
+        why = (": the data it received did not match the size its call expected (the ranks called collectives "
+               "with different shapes or in a different order)" if _GLOO_DATA_SIZE in stderr_tail else "")
+        return f"was stopped by the communication library (SIGABRT){place}{why}"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"died from signal {name}{_SIGNAL_HINTS.get(name, '')}{place}"
+    return f"exited with code {code} before finishing{place}"
 
 
 def dump_place(stack: str, packages: tuple[str, ...]) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from common import call_log
 from common.error_words import traceback_error, traceback_hint
 from common.rank_launch import Limits, peer_grace, supervise
-from common.rank_reports import is_symptom, rank_at_fault
+from common.rank_reports import ending, is_symptom, rank_at_fault
 from common.rank_watch import DUMP_SIGNAL, STILL_LIMIT_S, RankWatch
 from common.regions import STUDENT_PACKAGES
 from project.cli import RankError, torchrun_rank
@@ -38,14 +38,6 @@ from project.output import write_json
 from project.rank_start import (RankProcess, RankStart, freeze_what_is_loaded, rank_session, rank_start_method,
                                 start_rank)
 from project.rank_start import start_rank_server as _start_server
-
-
-def _death(exitcode: int | None) -> str:
-    """How a rank process that sent no reply ended, as ``RankError`` words it (SIGABRT: the communication
-    library stopped it, a symptom of another rank's failure)."""
-    if exitcode == -signal.SIGABRT:
-        return "was stopped by the communication library (SIGABRT)"
-    return f"died (exit code {exitcode})"
 
 
 def _one_line(report: str, hint: bool = False) -> str:
@@ -112,7 +104,7 @@ class _Member:
         elif self.proc.poll() is None:
             return None
         self.proc.wait(1)
-        return "died", _death(self.proc.poll())
+        return "died", ending(self.proc.poll())
 
     def wakers(self) -> list:
         return [self.conn, *self.proc.wakers()]

@@ -107,6 +107,23 @@ def test_ranks_start_fresh_where_the_fork_server_cannot_fork_them(tmp_path, monk
         capfd.readouterr().err
 
 
+def _rank_1_is_killed(env: RankEnv) -> None:
+    import signal
+
+    if env.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_the_words_the_grader_uses(tmp_path):
+    """How a rank that sent no reply ended is worded once (``common.rank_reports.ending``), for the grader and the
+    entry points."""
+    ranks = spawn_ranks(_rank_1_is_killed, 2, None, name="demo")
+    with pytest.raises(RankError) as raised:
+        ranks.wait(timeout_s=240)
+    assert str(raised.value).splitlines()[0] == "demo rank 1 died from signal SIGKILL (killed; out of memory?)"
+
+
 def test_the_rank_at_fault_comes_first_though_its_peers_error_arrives_first(tmp_path):
     ranks = spawn_ranks(_rank_1_fails_late, 2, None, (file_rendezvous(tmp_path, "store"),), name="demo")
     with pytest.raises(RankError) as raised:

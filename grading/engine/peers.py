@@ -7,11 +7,11 @@ in the student's own file and line.
 from __future__ import annotations
 
 import re
-import signal
 from typing import Protocol, Sequence
 
 from common import call_log
 from common.rank_reports import dump_place, is_symptom
+from common.rank_reports import ending as rank_ending
 from common.regions import STUDENT_PACKAGES
 from common.error_words import format_error, likely_cause, plain, traceback_error
 
@@ -61,9 +61,6 @@ _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16
 # A frame of torch.distributed's Python API in a traceback ("File ..., line N, in all_reduce") or a
 # faulthandler dump ("File ..., line N in all_reduce"): the collective a rank was in.
 _C10D_FRAME = re.compile(r'File "[^"]*torch/distributed/distributed_c10d\.py", line \d+,? in (\w+)')
-_SIGNAL_HINTS = {"SIGXCPU": " (CPU time limit reached)", "SIGKILL": " (killed; out of memory?)",
-                 "SIGXFSZ": " (file size limit reached)"}
-_GLOO_DATA_SIZE = "Received data size doesn't match expected size"
 
 
 def collective(info: dict) -> str:
@@ -100,24 +97,8 @@ def _fingerprint_call(match: re.Match, name: str) -> str:
 
 
 def ending(outcome: Outcome) -> str:
-    """How a rank that did not finish ended, in plain words ("was stopped by the communication library
-    (SIGABRT) in all_reduce at data_parallel/comm.py:69 (in average_gradients)")."""
-    op, where = dump_place(outcome.stack, STUDENT_PACKAGES)
-    place = (f" in {op}" if op else "") + (f" at {where}" if where else "")
-    code = outcome.returncode
-    if code is None:
-        return f"was still running at the time limit{' (stuck' + place + ')' if place else ''}"
-    if code == -signal.SIGABRT:
-        why = (": the data it received did not match the size its call expected (the ranks called collectives "
-               "with different shapes or in a different order)" if _GLOO_DATA_SIZE in outcome.stderr_tail else "")
-        return f"was stopped by the communication library (SIGABRT){place}{why}"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"died from signal {name}{_SIGNAL_HINTS.get(name, '')}{place}"
-    return f"exited with code {code} before finishing{place}"
+    """How a rank that did not finish ended, in plain words (``common.rank_reports.ending``)."""
+    return rank_ending(outcome.returncode, outcome.stack, outcome.stderr_tail, STUDENT_PACKAGES)
 
 
 def explain(run: Run, name: str, rank: int, info: dict | None) -> str | None:
