@@ -76,7 +76,8 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
     gives exit code 1. A ``RunFailed`` prints ``FAILED: <message>``; exit code 1. Any other exception (raised in
     this process: a one-rank run, a pipeline) prints its traceback, then ``error:`` with the exception and the
     innermost frame in the student's code, and its likely cause where one is known (``common.error_words``);
-    exit code 1.
+    exit code 1. Ctrl-C (KeyboardInterrupt, after ``project.launch`` ended the spawned ranks) prints one line
+    ``interrupted (Ctrl-C)``; exit code 130, as a shell reports a command that SIGINT ended.
     """
     try:
         main(argv)
@@ -95,6 +96,9 @@ def run_cli(main: Callable[[list[str] | None], object], argv: list[str] | None =
     except RunFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except Exception:   # noqa: BLE001 - the student's code failed in this process: explained, exit code 1
         from common.error_words import explained_traceback
 

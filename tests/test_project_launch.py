@@ -160,6 +160,16 @@ def test_a_serving_rank_answers_commands_then_returns(tmp_path):
         ranks.close()
 
 
+def test_run_cli_reports_ctrl_c_in_one_line(capsys):
+    from project.cli import run_cli
+
+    def main(argv):
+        raise KeyboardInterrupt
+
+    assert run_cli(main, []) == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+
+
 def _environment_and_modules(env: RankEnv, names: list[str]) -> dict:
     """What a rank sees at its start: a test variable, torch's threads, which of ``names`` were imported before,
     how many objects no garbage collection will walk (``gc.freeze``), ``tempfile``'s folder."""
