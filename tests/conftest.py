@@ -19,6 +19,7 @@ every library a project rank preloads while that test prepares its data.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -130,7 +131,20 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def fork_servers():
+def session_tmpdir(tmp_path_factory) -> Path:
+    """Where every temporary file of this process, and of what it starts, goes (``TMPDIR``): a folder of pytest's
+    for the session, which pytest removes a few sessions later, instead of /tmp (the scratch folder of a grade a
+    test kills, torchrun's error files)."""
+    folder = tmp_path_factory.mktemp("tmp", numbered=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        tempfile.tempdir = None         # the standard library reads TMPDIR once: have it read it again
+        yield folder
+    tempfile.tempdir = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_servers(session_tmpdir):
     """The session's fork servers (``common.forkserver``: they hold library modules only and fork ranks for
     any grading copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
     ``python -m grading`` a test starts (they fork its ``grade`` too), as ``batch`` shares its own with its grades;

@@ -51,9 +51,9 @@ def _grader_digest() -> str:
     return digest.hexdigest()
 
 
-def _open_folder(parent: str | None = None) -> Path:
-    """A fresh folder (in ``parent``, default the temporary one) every user may enter and write (the unprivileged
-    grader writes its report there)."""
+def _open_folder(parent: str = "/tmp") -> Path:
+    """A fresh folder in ``parent`` (not the session's ``TMPDIR``, which is root's alone) that every user may enter
+    and write (the unprivileged grader writes its report and its temporary files there)."""
     folder = Path(tempfile.mkdtemp(prefix="hostile-", dir=parent))
     folder.chmod(0o777)
     return folder
@@ -131,7 +131,7 @@ def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_su
     try:
         submission = _write_submission(folder / "sub")
         out = folder / "results.json"
-        command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"GRADING_COURSE_SECRET={SECRET}",
+        command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"TMPDIR={folder}", f"GRADING_COURSE_SECRET={SECRET}",
                    sys.executable, "-m", "grading",
                    "grade", str(submission), "--problem", "1.1", "--json", str(out), "--quiet"]
         done = subprocess.run(_in_namespace(command, user=NOBODY), cwd=KIT_ROOT, capture_output=True, text=True,
