@@ -52,6 +52,12 @@ def rank_start_method() -> str:
     return choice
 
 
+def _with_the_kit_importable() -> dict[str, str]:
+    """This process's environment with the kit's folder first on ``PYTHONPATH``, for a fresh interpreter that
+    must import ``common`` and ``project`` wherever it starts."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
 class _Server:
     """This process's fork server: started when first needed (in the kit's folder, one OpenMP thread, no output),
     stopped as this process exits (it dies with it in any case), and a session opened ahead of the coming ranks."""
@@ -63,8 +69,7 @@ class _Server:
 
     def running_address(self) -> str:
         if self.proc is None or self.proc.poll() is not None:
-            env = {**os.environ, "OMP_NUM_THREADS": "1",      # importing torch starts no OpenMP thread
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+            env = {**_with_the_kit_importable(), "OMP_NUM_THREADS": "1"}   # importing torch starts no OpenMP thread
             self.proc, self.address = start_server(ROOT, env)
             self.ahead = None
             atexit.unregister(self.stop)
@@ -124,8 +129,7 @@ def start_rank(rank: int, channel: int, session: ServerSession | None) -> RankPr
     """Start rank ``rank``: ``RANK_MAIN.main([RANK, FD])`` with the open socket ``channel`` as its descriptor FD,
     this process's stdout and stderr (whatever ``sys.stdout`` is now), working folder, environment and
     ``sys.path``; forked by ``session``, or, without one, a fresh interpreter."""
-    env = dict(os.environ) if session is not None else \
-        {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = dict(os.environ) if session is not None else _with_the_kit_importable()
     return RankProcess.start(rank, RANK_MAIN, [str(rank)], cwd=Path.cwd(), env=env, streams=(1, 2), session=session,
                              channel=channel, path=list(sys.path))
 

@@ -221,7 +221,7 @@ VARIANTS = [
             Clause("444e", "load_sharded", "a model loaded before the checks is caught on every damaged copy "
                    "(each is loaded from the same state, one no checkpoint holds)", "4.3.refuse_optimizer"),
         )),
-    # issue 39: the earlier reference; an optimizer state that does not fit fails after the model was loaded
+    # the model loaded before the optimizer state is checked: an optimizer state that does not fit fails too late
     Variant("optimizer_loaded_after_model", CKPT, "load_sharded", edited(CKPT, "load_sharded", (
         _LOADS, '    model.load_state_dict(state)\n    optimizer.load_state_dict(shard["optimizer"])\n')),
         frozenset({"4.3.refuse_optimizer"}), hint="raised ValueError",
