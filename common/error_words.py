@@ -1,13 +1,15 @@
 """An error in plain words: at the student's file and line, without the libraries' source paths, with the likely
-cause of well-known mistakes. The grader (``grading.engine.hints``, ``peers``, ``case_run``) and the entry points
-(``project.cli.run_cli``, ``project.launch``) tell an error the same way through ``format_error`` and
-``traceback_error``; ``EXCEPTION_HINTS`` is the one table of likely causes (the handout's FAQ lists it too).
+cause of well-known mistakes. The grader (its ranks' ``describe_exception``, ``grading.engine.peers``,
+``case_run``) and the entry points (``project.cli.run_cli``, ``project.launch``) tell an error the same way through
+``format_error`` and ``traceback_error``; ``EXCEPTION_HINTS`` is the one table of likely causes (the handout's FAQ
+lists it too).
 """
 from __future__ import annotations
 
 import re
+import traceback
 
-from common.rank_reports import library_of, located, split_headline, traceback_parts
+from common.rank_reports import library_of, located, split_headline, student_place, traceback_parts
 from common.regions import STUDENT_PACKAGES
 
 # (file prefix or "", regex on "Type: message", hint)
@@ -118,6 +120,28 @@ def _plain_library_check(message: str) -> tuple[str, str]:
         return message, ""
     return (f"the communication library refused the call: two of its tensors differ in size ({match['a']} vs. "
             f"{match['b']} elements)"), message
+
+
+def student_frame(tb: traceback.StackSummary | list) -> str:
+    """``"path:line (in function)"`` where the student's code failed (``common.rank_reports.student_place``) in
+    ``tb`` (``traceback.extract_tb(exc.__traceback__)``, innermost frame last), or "" when no frame is the
+    student's."""
+    return student_place([(frame.filename, frame.lineno or 0, frame.name) for frame in tb], STUDENT_PACKAGES)
+
+
+def library_frame(tb: traceback.StackSummary | list) -> str:
+    """The library that raised an exception, named by module (``torch.distributed``, ``transformers``), when its
+    innermost frame ``tb`` (``traceback.extract_tb``) is a library's; else ""."""
+    frames = list(tb)
+    return library_of(frames[-1].filename) if frames else ""
+
+
+def describe_exception(exc: BaseException, limit: int | None = None) -> str:
+    """``format_error`` of a caught exception: its type, message (cut to ``limit`` characters), the student file and
+    line it came from (``student_frame``) and the likely cause."""
+    message, tb = str(exc), traceback.extract_tb(exc.__traceback__)
+    return format_error(type(exc).__name__, message[:limit] if limit else message, student_frame(tb),
+                        library_frame(tb))
 
 
 def traceback_error(text: str) -> str:

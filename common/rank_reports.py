@@ -1,15 +1,20 @@
 """What a failed rank reported, read the same way by the grader and by the entry points: one source.
 
 ``is_symptom`` tells a report of another rank's failure from a rank's own fault, ``rank_at_fault`` picks the rank
-whose failure explains the others', ``ending`` says how a rank that did not finish ended, and ``traceback_line`` /
-``dump_place`` say where in the student's code a rank was; ``headline``, ``located`` and ``library_of`` are the one way an error's first line, its place and the
-library that raised it are written. The grader's engine builds its messages on these (``grading.engine.peers``),
+whose failure explains the others', ``ending`` says how a rank that did not finish ended, and ``student_place``
+(``traceback_line`` and ``dump_place`` on a rank's text) says where in the student's code a rank was; ``headline``,
+``located`` and ``library_of`` are the one way an error's first line, its place and the library that raised it are
+written. The grader's engine builds its messages on these (``grading.engine.peers``),
 the entry points their ``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 
+import functools
 import re
 import signal
+from pathlib import Path
+
+from common.regions import parse_regions
 
 # What a rank reports when the fault lies with another rank (gloo and NCCL wording, torch's collective checks,
 # a rank the communication library stopped).
@@ -67,22 +72,62 @@ def ending(code: int | None, stack: str = "", stderr_tail: str = "", packages: t
 
 
 def dump_place(stack: str, packages: tuple[str, ...]) -> tuple[str, str]:
-    """(collective, ``"path:line (in fn)"``) of the innermost frame in one of the student's ``packages`` in a
-    faulthandler dump (innermost frame first), and the torch.distributed function called from it ("" when none);
-    ("", "") when no thread shows such a frame. The path starts at the package ("data_parallel/comm.py")."""
+    """(collective, ``"path:line (in fn)"``) of the frame ``student_place`` picks in a faulthandler dump (innermost
+    frame first), and the torch.distributed function called from it ("" when none); ("", "") when no thread shows
+    a frame in one of the student's ``packages``."""
     for block in re.split(r"\n\s*\n", stack):
         frames = _FRAME.findall(block)
-        for depth, (path, line, function) in enumerate(frames):
-            rel = package_path(path, packages)
-            if rel:
-                inner = [f for p, _, f in frames[:depth] if p.endswith(_C10D)]
-                return (inner[-1] if inner else ""), f"{rel}:{line} (in {function})"
+        depth = _student_depth(frames, packages)
+        if depth is not None:
+            path, line, function = frames[depth]
+            inner = [f for p, _, f in frames[:depth] if p.endswith(_C10D)]
+            return (inner[-1] if inner else ""), f"{package_path(path, packages)}:{line} (in {function})"
     return "", ""
 
 
+def student_place(frames: list[tuple[str, int | str, str]], packages: tuple[str, ...]) -> str:
+    """``"path:line (in fn)"`` of the frame where the student's code failed, the one rule of the grader and the
+    entry points: of ``frames`` (``(path, line, function)``, innermost last, as a traceback lists them), the
+    innermost inside a student region (a ``# BEGIN_STUDENT`` body of the file at ``path``), else the innermost in
+    one of the student's ``packages`` (provided code, such as a helper the region called); "" when none. The path
+    starts at the package ("data_parallel/comm.py")."""
+    inner_first = list(frames)[::-1]
+    depth = _student_depth(inner_first, packages)
+    if depth is None:
+        return ""
+    path, line, function = inner_first[depth]
+    return f"{package_path(path, packages)}:{line} (in {function})"
+
+
+def _student_depth(frames: list[tuple[str, int | str, str]], packages: tuple[str, ...]) -> int | None:
+    """The index in ``frames`` (innermost first) of the first frame inside a student region, else of the first in
+    one of ``packages``; None when no frame is in one."""
+    in_package = [k for k, (path, _, _) in enumerate(frames) if package_path(path, packages)]
+    in_region = (k for k in in_package if _in_region(Path(frames[k][0]), int(frames[k][1])))
+    return next(in_region, in_package[0] if in_package else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _region_lines(path: Path, mtime_ns: int) -> tuple[tuple[int, int], ...]:
+    """(first, last) body line of every student region of the file ``path`` (as it was at ``mtime_ns``)."""
+    try:
+        regions = parse_regions(path.read_text(), path.name)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return ()
+    return tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
+
+
+def _in_region(path: Path, line: int) -> bool:
+    try:
+        spans = _region_lines(path, path.stat().st_mtime_ns)
+    except OSError:
+        return False
+    return any(first <= line <= last for first, last in spans)
+
+
 def traceback_line(text: str, packages: tuple[str, ...]) -> str:
-    """A formatted traceback as one line: its exception's ``headline`` (``Type: message``) and, where it has one, its
-    innermost frame in the student's ``packages``, plus the library's frame when the exception was raised inside a
+    """A formatted traceback as one line: its exception's ``headline`` (``Type: message``) and, where it has one, the
+    frame of the student's ``packages`` it failed in (``student_place``), plus the library's frame when the exception was raised inside a
     library (``library_of``): ``KeyError: 'w' (at data_parallel/comm.py:66 (in average_gradients))``,
     ``ValueError: not enough values to unpack (at tensor_parallel/gpt2.py:40 (in f); raised inside transformers)``."""
     exception, where, library = traceback_parts(text, packages)
@@ -90,19 +135,19 @@ def traceback_line(text: str, packages: tuple[str, ...]) -> str:
 
 
 def traceback_parts(text: str, packages: tuple[str, ...]) -> tuple[str, str, str]:
-    """(the exception's text, ``Type: message`` with every line of the message; its innermost frame in the
-    student's ``packages``, "" when none; the library that raised it, "" when its innermost frame is not a
-    library's, with that frame (``transformers at transformers/models/gpt2/modeling_gpt2.py:336 (in forward)``) when
-    no frame of the student's is on the stack) of a formatted traceback (its last exception, when exceptions are
-    chained)."""
+    """(the exception's text, ``Type: message`` with every line of the message; where the student's code failed
+    (``student_place``), "" when no frame is in the student's ``packages``; the library that raised it, "" when
+    its innermost frame is not a library's, with that frame when no frame of the student's is on the stack
+    (``transformers at transformers/models/gpt2/modeling_gpt2.py:336 (in forward)``)) of a formatted traceback (its
+    last exception, when exceptions are chained)."""
     lines = text.strip().splitlines()
     frames = [k for k, line in enumerate(lines) if _FRAME.search(line) and line.startswith(" ")]
     start = frames[-1] + 1 if frames else 0
     while start < len(lines) and (lines[start].startswith(" ") or not lines[start].strip()):
         start += 1                               # the last frame's source line and its ^^^ markers
     exception = "\n".join(lines[start:]) if start < len(lines) else text.strip()[:300]
+    where = student_place(_FRAME.findall(text), packages)
     found = _FRAME.findall(text)[::-1]           # a traceback lists its outermost frame first
-    _, where = dump_place("\n".join(f'File "{p}", line {n} in {f}' for p, n, f in found), packages)
     library = library_of(found[0][0]) if found and not package_path(found[0][0], packages) else ""
     if library and not where:                   # no frame of the student's: the library's own frame says where
         path, line, function = found[0]

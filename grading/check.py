@@ -22,7 +22,7 @@ nothing, it re-exports. The groups of ``__all__``:
 from __future__ import annotations
 
 from grading.engine.expect import CheckFailed, expect
-from grading.engine.hints import describe_exception, student_frame
+from common.error_words import describe_exception, student_frame
 from common.cpus import LoadClock
 from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
 from grading.kit.compare import assert_ranks_close, assert_state_close, assert_tensor_close, describe, describe_kind

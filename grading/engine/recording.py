@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from grading.engine.hints import library_frame, student_frame
+from common.error_words import library_frame, student_frame
 
 PARTS_LOG = "parts.log"
 CALLS_LOG = "calls.txt"          # the rank's log of its collective calls (``common.call_log``; data, not signed)

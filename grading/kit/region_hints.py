@@ -1,6 +1,6 @@
 """Likely causes read from a region's code before it runs (the splice adds them to its problem's failed criteria).
 
-The runtime half, what an exception a rank raised says, is ``grading.engine.hints``.
+The runtime half, what an exception a rank raised says, is ``common.error_words.describe_exception``.
 """
 from __future__ import annotations
 

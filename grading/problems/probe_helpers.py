@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 import torch
 
 from grading.engine.expect import expect
-from grading.engine.hints import describe_exception
+from grading.check import describe_exception
 # What a case's ranks import from the libraries, for ``Case.preload`` (the run's fork servers import it once,
 # not every rank of every case; ``grade --profile`` lists what a case's ranks still import themselves).
 from common.startup import DEEPSPEED_IMPORTS, GPT2_IMPORTS, OPTIMIZER_IMPORTS

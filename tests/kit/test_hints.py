@@ -6,7 +6,9 @@ import traceback
 import pytest
 
 from common.error_words import format_error, likely_cause, self_contained
-from grading.engine.hints import describe_exception, student_frame
+from common.rank_reports import dump_place, traceback_line
+from common.regions import STUDENT_PACKAGES
+from grading.check import describe_exception, student_frame
 from grading.kit.region_hints import static_hints
 from grading.engine.case_run import describe_error
 from grading.problems.probe_helpers import call_outcome, labelled
@@ -86,10 +88,46 @@ def test_the_innermost_student_frame_is_named(tmp_path):
     try:
         namespace["pick"]([1, 2], 1)
     except IndexError as exc:
-        where = student_frame(traceback.extract_tb(exc.__traceback__), root=tmp_path)
+        where = student_frame(traceback.extract_tb(exc.__traceback__))
     assert where == "data_parallel/dataset.py:2 (in pick)"
     info = {"type": "IndexError", "message": "list index out of range", "where": where}
     assert describe_error(info) == "IndexError: list index out of range (at data_parallel/dataset.py:2 (in pick))"
+
+
+REGION_CALLS_HELPER = """\
+def helper(items, i):
+    return items[i + 1]
+
+
+def pick(items, i):
+    # BEGIN_STUDENT pick
+    return helper(items, i)
+    # END_STUDENT pick
+"""
+
+
+def test_the_region_line_is_named_before_a_provided_helper_it_called_the_same_way_everywhere(tmp_path):
+    """One rule for a caught exception's frames, a rank's formatted traceback and its stack dump: the student's
+    region line, not the provided helper below it (whose innermost frame is named only when no region is on the
+    stack)."""
+    student = tmp_path / "data_parallel" / "dataset.py"
+    student.parent.mkdir()
+    student.write_text(REGION_CALLS_HELPER)
+    namespace: dict = {}
+    exec(compile(student.read_text(), str(student), "exec"), namespace)
+    try:
+        namespace["pick"]([1, 2], 1)
+    except IndexError as exc:
+        frames, text = traceback.extract_tb(exc.__traceback__), traceback.format_exc()
+        try:
+            namespace["helper"]([1, 2], 1)
+        except IndexError as bare:
+            helper_only = traceback.extract_tb(bare.__traceback__)
+    region, helper = "data_parallel/dataset.py:7 (in pick)", "data_parallel/dataset.py:2 (in helper)"
+    assert student_frame(frames) == region and student_frame(helper_only) == helper
+    assert traceback_line(text, STUDENT_PACKAGES) == f"IndexError: list index out of range (at {region})"
+    dump = "\n".join(f'  File "{f.filename}", line {f.lineno} in {f.name}' for f in reversed(frames))
+    assert dump_place(dump, STUDENT_PACKAGES) == ("", region)
 
 
 def test_known_failure_shapes_get_a_likely_cause():
