@@ -58,9 +58,10 @@ def all_variants() -> list[Variant]:
 
 
 def variant_groups(variants: list[Variant]) -> list[tuple[Variant, ...]]:
-    """The variants graded together, one rule for all: within one problem (its sub-problems' cases import
-    different files), a variant joins the first group none of whose variants edits a function it edits or names
-    a criterion it names; an ``alone`` variant gets a group of its own. In declaration order."""
+    """The variants graded together, one rule for all: a variant joins the first group none of whose variants
+    edits a function it edits or names a criterion it names (the group's cases are those of its variants'
+    sub-problems: each runs once for all of them); an ``alone`` variant gets a group of its own. In declaration
+    order."""
     groups: list[list[Variant]] = []
     for variant in variants:
         home = None if variant.alone else next((g for g in groups if _fits(variant, g)), None)
@@ -73,8 +74,7 @@ def variant_groups(variants: list[Variant]) -> list[tuple[Variant, ...]]:
 
 def _fits(variant: Variant, group: list[Variant]) -> bool:
     edited_here = {(path, function) for v in group for path, function, _ in v.edits}
-    return (not group[0].alone and group[0].problem.split(".")[0] == variant.problem.split(".")[0]
-            and not edited_here & {(path, function) for path, function, _ in variant.edits}
+    return (not group[0].alone and not edited_here & {(path, function) for path, function, _ in variant.edits}
             and not set().union(*(v.fails for v in group)) & variant.fails)
 
 
