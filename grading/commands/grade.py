@@ -101,36 +101,33 @@ def cmd_grade(args: argparse.Namespace) -> int:
                   f"{', '.join(chosen_problems())})", file=sys.stderr)
             return report.EXIT_USAGE
         os.environ[PROBLEMS_ENV] = ",".join((*chosen_problems(), top))
-    if args.json:           # a placeholder until the real report replaces it: a killed grader still leaves one
-        results_json.write_placeholder(Path(args.json))
+    out = results_json.GradeFile(Path(args.json) if args.json else None)
     try:
-        return _grade(args, problem, _deadline(args.total_timeout, started))
+        return _grade(args, problem, _deadline(args.total_timeout, started), out)
     except Exception:  # noqa: BLE001 - a bug of the grader: still write a report that says so
         message = "grader error (not your fault; please tell the course staff):\n" + traceback.format_exc()[-3000:]
         print(message, file=sys.stderr)
         # what was judged before keeps its verdict; the rest is not graded, for this reason
-        if args.json and results_json.finish(Path(args.json), GRADER_FAILED, message) is None:
-            results_json.write_json(Path(args.json),
-                                    _all_failed(Status.NOT_GRADED, NOT_GRADED + GRADER_FAILED, problem), [message])
+        out.grader_failed(GRADER_FAILED, message, _all_failed(Status.NOT_GRADED, NOT_GRADED + GRADER_FAILED, problem))
         return report.EXIT_GRADER_ERROR
 
 
 GRADER_FAILED = "the grader failed (not your fault; please tell the course staff)"
 
 
-def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | None) -> int:
+def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | None, out: results_json.GradeFile) -> int:
     """Splice the submission (default: this folder) into a fresh copy of the kit and grade it, as the course does.
 
-    With ``--json`` the file is a ``results_json.PartialReport`` while the cases run, so a grade stopped midway keeps
+    ``out`` (``--json``) is a ``results_json.PartialReport`` while the cases run, so a grade stopped midway keeps
     what it judged; ``total``: the cases' share of ``--total-timeout`` (``runner.run_cases``).
     """
     scratch = scratch_dir()
     notes = _self_check_notes(KIT_ROOT)
     try:
-        submission_root = _open_or_reject(args, problem, scratch)
+        submission_root = _open_or_reject(args.submission, problem, scratch, out)
         if submission_root is None:
             return report.EXIT_USAGE
-        results = _grade_copy(args, problem, total, submission_root, scratch, notes)
+        results = _grade_copy(args, problem, total, submission_root, scratch, notes, out)
         if args.profile:
             print("\nwhere the time went (seconds; per case, the rank that finished last):")
             print(profile.table(scratch / "runs"))
@@ -142,21 +139,21 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
             print(f"(kept the grading folder {scratch})", file=sys.stderr)
 
 
-def _open_or_reject(args: argparse.Namespace, problem: str | None, scratch: Path) -> Path | None:
-    """The submission's root (this kit without one), or None once its rejection is said on stderr (and, with
-    ``--json``, written as every criterion failed)."""
+def _open_or_reject(submission: str | None, problem: str | None, scratch: Path,
+                    out: results_json.GradeFile) -> Path | None:
+    """The root of ``submission`` (this kit for None), or None once its rejection is said on stderr and written
+    to ``out`` as every criterion failed."""
     try:
-        return KIT_ROOT if args.submission is None else open_submission(Path(args.submission), KIT_ROOT, scratch)
+        return KIT_ROOT if submission is None else open_submission(Path(submission), KIT_ROOT, scratch)
     except SubmissionError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if args.json:
-            reason = f"submission rejected: {exc}"
-            results_json.write_json(Path(args.json), _all_failed(Status.FAILED, reason, problem), [reason])
+        reason = f"submission rejected: {exc}"
+        out.final(_all_failed(Status.FAILED, reason, problem), [reason])
         return None
 
 
 def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime | None, submission_root: Path,
-                scratch: Path, notes: list[str]) -> list[CriterionResult]:
+                scratch: Path, notes: list[str], out: results_json.GradeFile) -> list[CriterionResult]:
     """Splice ``submission_root`` into ``scratch/kit``, run its cases on warm fork servers (closed at the end) and
     report the verdicts (``_report``); ``notes`` gains the splice's and the isolation's notes."""
     code_root = scratch / "kit"
@@ -171,14 +168,14 @@ def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime 
         cases = all_cases()
         if args.timeout is not None:
             cases = [replace(case, timeout_s=args.timeout) for case in cases]
-        live = _LiveReport(args, problem, cases, notes, splice.student_lines)
+        live = _LiveReport(args, problem, cases, notes, splice.student_lines, out)
         if servers is not None and cases:
             servers.warm_up(max(case.world_size for case in cases))
         results = run_cases(cases, code_root, scratch / "runs", problem=problem, progress=live.progress,
                             refused=splice.refused, hints=splice.hints, servers=servers, total=total,
                             judged=live.judged)
         results = [replace(r, message=splice.student_lines(r.message)) for r in results]   # the student's lines
-        _report(args, results, notes, live, *isolation.run_report(scratch / "runs", cases))
+        _report(out, results, notes, live, *isolation.run_report(scratch / "runs", cases))
         return results
     finally:
         if servers is not None:
@@ -187,15 +184,14 @@ def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime 
 
 class _LiveReport:
     """What a grade shows while its cases run: a progress line per case (unless ``--quiet``), the staff table's
-    rows as each case ends (``report.LiveTable``), with ``--json`` a ``results_json.PartialReport``; it keeps the
-    cases that hit their limit (``hit_limit``)."""
+    rows as each case ends (``report.LiveTable``), ``out``'s ``results_json.PartialReport``; it keeps the cases
+    that hit their limit (``hit_limit``)."""
 
     def __init__(self, args: argparse.Namespace, problem: str | None, cases: list, notes: list[str],
-                 student_lines: Callable[[str], str]) -> None:
+                 student_lines: Callable[[str], str], out: results_json.GradeFile) -> None:
         listed = [v for case in cases for v in not_graded(case, results_json.PENDING) if selects(problem, v.problem)]
         self.quiet = args.quiet
-        self.partial = (results_json.PartialReport(Path(args.json), listed, notes, student_lines)
-                        if args.json else None)
+        self.partial = out.partial(listed, notes, student_lines)
         self.table = report.LiveTable(listed, notes, verbose=args.verbose, public=args.public_table,
                                       transform=student_lines)
         self.hit_limit: list[str] = []
@@ -217,17 +213,17 @@ class _LiveReport:
         self.table.judged(verdicts)           # the staff table's rows, as each case ends
 
 
-def _report(args: argparse.Namespace, results: list[CriterionResult], notes: list[str], live: _LiveReport,
+def _report(out: results_json.GradeFile, results: list[CriterionResult], notes: list[str], live: _LiveReport,
             protection: str, flags: list[str]) -> None:
-    """Write the final report: ``--json`` first, then the table's end; ``notes`` gains the isolation's ``flags``
+    """Write the final report: ``out`` first, then the table's end; ``notes`` gains the isolation's ``flags``
     and a warning when the protection (``isolation.run_report``) was not applied."""
     notes += flags
     if "NOT applied" in protection or "no isolation" in protection:
         notes.append(f"warning: {protection}")
-    if args.json:              # first, while the margin of the total time lasts (``_deadline``)
-        extra = {**({results_json.HIT_LIMIT: live.hit_limit} if live.hit_limit else {}),
-                 **({results_json.PROTECTION: protection} if protection else {})}
-        results_json.write_json(Path(args.json), results, [*notes, *_not_graded_notes(results)], extra or None)
+    extra = {**({results_json.HIT_LIMIT: live.hit_limit} if live.hit_limit else {}),
+             **({results_json.PROTECTION: protection} if protection else {})}
+    # first, while the margin of the total time lasts (``_deadline``)
+    out.final(results, [*notes, *_not_graded_notes(results)], extra or None)
     live.table.close(results, notes, [f"protection: {protection}"] if protection else [])
 
 

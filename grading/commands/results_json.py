@@ -148,6 +148,34 @@ def write_placeholder(path: Path) -> None:
     write_json(path, [], [PLACEHOLDER])
 
 
+class GradeFile:
+    """The ``--json`` file of one ``grade`` (None: the grade writes none, and every method does nothing): a
+    placeholder from the start (``write_placeholder``: a killed grader still leaves one), a ``PartialReport`` while
+    the cases run, then the final report; a rejected submission or a grader failure is written over whatever it
+    holds."""
+
+    def __init__(self, path: Path | None):
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            write_placeholder(self.path)
+
+    def partial(self, pending: list[CriterionResult], notes: list[str],
+                transform: Callable[[str], str] = str) -> PartialReport | None:
+        """The ``PartialReport`` the file is while the cases run (``pending``, ``notes``, ``transform``: its own)."""
+        return None if self.path is None else PartialReport(self.path, pending, notes, transform)
+
+    def final(self, results: list[CriterionResult], notes: list[str] = (), extra: dict | None = None) -> None:
+        """The grade's report (``write_json``): its verdicts, notes and ``extra_data``."""
+        if self.path is not None:
+            write_json(self.path, results, notes, extra)
+
+    def grader_failed(self, why: str, message: str, unjudged: list[CriterionResult]) -> None:
+        """The grader itself failed (``message``: its traceback): a partial report keeps what it judged, the rest
+        saying ``why`` (``finish``); without one, every criterion is ``unjudged``."""
+        if self.path is not None and finish(self.path, why, message) is None:
+            write_json(self.path, unjudged, [message])
+
+
 def finalize(results: Path, exit_code: int, reached_s: float) -> bool:
     """Keep the grade's results.json when the grade finished; otherwise make it say why the grade stopped.
 
