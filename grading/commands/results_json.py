@@ -14,6 +14,7 @@ from typing import Callable
 from common.files import atomic_write, read_json
 from grading.commands.result_tests import GRADESCOPE_FAILED, GRADESCOPE_PASSED, criterion_id, verdict
 from grading.engine.runner import NOT_GRADED, CriterionResult, cut_reason, out_of_time, skipped_reason
+from grading.kit.hidden_view import student_message
 
 UNFINISHED = "unfinished"        # extra_data key of a results.json written while its grade still ran
 HIT_LIMIT = "hit_limit"          # extra_data key: the cases that reached their limit (staff notes; may be hidden)
@@ -34,7 +35,7 @@ def gradescope_json(results: list[CriterionResult], notes: list[str] = (), extra
         "score": r.score,
         "max_score": r.max_score,
         "status": GRADESCOPE_PASSED if r.passed else GRADESCOPE_FAILED,
-        "output": r.student_message or "passed",
+        "output": student_message(r) or "passed",
         "visibility": "after_published" if r.hidden else "visible",
     } for r in results]
     return _with_verdict({

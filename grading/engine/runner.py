@@ -18,7 +18,6 @@ from common.settings import POOL_ENV, settings
 from grading.engine.expect import CheckFailed
 from grading.engine.case_run import CaseRun
 from grading.engine.run_servers import ForkServers
-from grading.engine.hidden_view import student_view
 from common.cpus import LoadClock
 from grading.engine.launch import LaunchResult, launch, pick_backend
 from grading.engine.rubric import Case, selects
@@ -27,8 +26,6 @@ from grading.engine.rubric import Case, selects
 # by torch (e.g. copying out of a meta tensor) is a failure, not unfinished work.
 NOT_IMPLEMENTED = re.compile(r"NotImplementedError: Problem \d+\.\d+")
 NOT_GRADED = "not graded: "      # how the message of a criterion whose case never ran starts (``Status.NOT_GRADED``)
-GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
-                       "their report has the details)")
 MIN_CASE_S = 1.0                 # a case whose share of a grade's total time is shorter is not started (its
                                  # criteria are ``skipped`` or ``cut``, the reason in words)
 
@@ -77,16 +74,6 @@ class CriterionResult:
     @property
     def passed(self) -> bool:
         return self.status == Status.PASSED
-
-    @property
-    def student_message(self) -> str:
-        """What a student may read of the verdict: the message, or of a failed hidden criterion its
-        ``hidden_view.student_view`` (the kind of input and the likely cause, no secret value)."""
-        if self.hidden and self.status == Status.FAILED:
-            return student_view(self.message, self.hidden_kind)
-        if self.hidden and self.status == Status.GRADER_ERROR:      # its traceback may name a hidden input
-            return GRADER_ERROR_HIDDEN
-        return self.message
 
 
 def run_case(case: Case, code_root: Path, work_dir: Path | None = None, timeout_scale: float = 1.0,

@@ -100,7 +100,7 @@ class SubProblem:
     @property
     def hidden_kind(self) -> str:
         """``staff.HIDDEN_KIND``: what kind of input the hidden criteria run on, in words a student may read
-        (``grading.engine.hidden_view``); '' without a staff part or where it is unsaid."""
+        (``grading.kit.hidden_view``); '' without a staff part or where it is unsaid."""
         staff = self.staff()
         return str(getattr(staff, "HIDDEN_KIND", "")) if staff else ""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from grading.commands.results_json import gradescope_json
-from grading.engine.hidden_view import student_view
-from grading.engine.runner import GRADER_ERROR_HIDDEN, CriterionResult
+from grading.kit.hidden_view import GRADER_ERROR_HIDDEN, student_view
+from grading.engine.runner import CriterionResult
 from grading.problems import folders, sub_problem
 
 MESSAGE = """clock_cycles(14, 8) yielded 20 cycle(s), expected 21 (at pipeline/schedule.py:41 (in clock_cycles))

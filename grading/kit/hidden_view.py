@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from grading.engine.runner import CriterionResult, Status
+
 MASK = "…"
 KEPT_LINES = ("likely cause:", "pattern:")
 _LOCATION = re.compile(r"(\.py:\d+)")                          # a student's file:line is no secret: kept
@@ -77,3 +79,18 @@ def student_view(message: str, kind: str) -> str:
     head = f"failed on the hidden inputs ({kind})" if kind else "failed on the hidden inputs"
     return "\n".join([head + (f": {kept[0]}" if kept else ""), *kept[1:],
                       "(values masked: the exact inputs and values are in the course staff's report)"])
+
+
+GRADER_ERROR_HIDDEN = ("the grader failed on the hidden inputs (not your fault; please tell the course staff: "
+                       "their report has the details)")
+
+
+def student_message(result: CriterionResult) -> str:
+    """What a student may read of a verdict: its message, or of a failed hidden criterion its ``student_view``
+    (the kind of input and the likely cause, no secret value); a hidden criterion's grader error says only that
+    (its traceback may name a hidden input)."""
+    if result.hidden and result.status == Status.FAILED:
+        return student_view(result.message, result.hidden_kind)
+    if result.hidden and result.status == Status.GRADER_ERROR:
+        return GRADER_ERROR_HIDDEN
+    return result.message
