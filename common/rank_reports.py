@@ -9,10 +9,10 @@ the entry points their ``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 
-import functools
+import os
 import re
 import signal
-from pathlib import Path
+import stat
 
 from common.regions import parse_regions
 
@@ -103,26 +103,41 @@ def _student_depth(frames: list[tuple[str, int | str, str]], packages: tuple[str
     """The index in ``frames`` (innermost first) of the first frame inside a student region, else of the first in
     one of ``packages``; None when no frame is in one."""
     in_package = [k for k, (path, _, _) in enumerate(frames) if package_path(path, packages)]
-    in_region = (k for k in in_package if _in_region(Path(frames[k][0]), int(frames[k][1])))
+    in_region = (k for k in in_package if _in_region(frames[k][0], int(frames[k][1]), packages))
     return next(in_region, in_package[0] if in_package else None)
 
 
-@functools.lru_cache(maxsize=64)
-def _region_lines(path: Path, mtime_ns: int) -> tuple[tuple[int, int], ...]:
-    """(first, last) body line of every student region of the file ``path`` (as it was at ``mtime_ns``)."""
-    try:
-        regions = parse_regions(path.read_text(), path.name)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return ()
-    return tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
+# The student files whose regions ``student_place`` reads: regular files of at most this size, found by a path from
+# a rank's report (a hostile rank may name a pipe, a device, a link or a huge file there instead)
+REGION_FILE_BYTES = 1 << 20
+_spans: dict[tuple[str, int, int], tuple[tuple[int, int], ...]] = {}
 
 
-def _in_region(path: Path, line: int) -> bool:
+def _in_region(path: str, line: int, packages: tuple[str, ...]) -> bool:
+    """Whether ``line`` of the file at ``path`` lies in the body of a student region. Only a regular file of at most
+    ``REGION_FILE_BYTES`` whose real path lies in one of the student's ``packages`` is read (opened without
+    following a last link and without waiting, checked on the open file); anything else is no region."""
+    real = os.path.realpath(path)
+    if not package_path(real, packages):
+        return False
     try:
-        spans = _region_lines(path, path.stat().st_mtime_ns)
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
-    return any(first <= line <= last for first, last in spans)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > REGION_FILE_BYTES:
+            return False
+        key = (real, info.st_mtime_ns, info.st_size)
+        if key not in _spans:
+            try:
+                regions = parse_regions(file.read(REGION_FILE_BYTES).decode(), os.path.basename(real))
+            except (OSError, ValueError):            # UnicodeDecodeError too
+                regions = []
+            if len(_spans) >= 64:
+                _spans.clear()
+            _spans[key] = tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
+    return any(first <= line <= last for first, last in _spans[key])
 
 
 def traceback_line(text: str, packages: tuple[str, ...]) -> str:

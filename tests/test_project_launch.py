@@ -341,7 +341,8 @@ def test_the_supervision_core_ends_a_watch_at_each_of_its_limits(tmp_path):
         out = supervise(ranks, Limits(still_limit_s=2.5, stacks={r.rank: tmp_path / f"{r.rank}.stack" for r in ranks},
                                       progress=lambda watch, waiting, s: seen.append((waiting, s)), progress_s=1))
         assert out.stuck and out.still_s >= 2.5 and out.waiting == [0, 1] and not out.timed_out, out
-        assert [waiting for waiting, _ in seen] == [[0, 1], [0, 1]] and seen[0][1] >= 1, seen
+        # a line each second of still time before the limit: two on an idle machine, one where a wake-up comes late
+        assert 1 <= len(seen) <= 2 and all(waiting == [0, 1] and s >= 1 for waiting, s in seen), seen
         assert out.watch.places([0]) == {0: "no stack dump"}       # ``sleep`` catches no dump signal: not asked
         out = supervise(ranks, Limits(limit_s=0.3, poll_s=0.05))
         assert out.timed_out and out.waiting == [0, 1] and [end.code for end in out.ends] == [None, None], out

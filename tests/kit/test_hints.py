@@ -130,6 +130,31 @@ def test_the_region_line_is_named_before_a_provided_helper_it_called_the_same_wa
     assert dump_place(dump, STUDENT_PACKAGES) == ("", region)
 
 
+def test_a_report_naming_a_pipe_a_link_or_a_huge_file_is_placed_without_reading_it(tmp_path):
+    """A rank's report is the rank's to write: where it names a pipe (opening one to read would wait for a writer),
+    a link to a file outside the student's code or a file past ``REGION_FILE_BYTES`` in a student folder, the
+    reader places the error at the innermost package frame and returns at once."""
+    import os
+    import threading
+
+    from common.rank_reports import REGION_FILE_BYTES
+
+    folder = tmp_path / "data_parallel"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.py")
+    (folder / "huge.py").write_text(REGION_CALLS_HELPER + "#" * REGION_FILE_BYTES)
+    (tmp_path / "outside.py").write_text(REGION_CALLS_HELPER)
+    (folder / "link.py").symlink_to(tmp_path / "outside.py")
+    for name in ("pipe.py", "huge.py", "link.py"):
+        text = (f'Traceback (most recent call last):\n  File "{folder / name}", line 7, in pick\n'
+                f'  File "{folder / name}", line 2, in helper\nIndexError: list index out of range\n')
+        found: list[str] = []
+        reader = threading.Thread(target=lambda: found.append(traceback_line(text, STUDENT_PACKAGES)), daemon=True)
+        reader.start()
+        reader.join(30)
+        assert found == [f"IndexError: list index out of range (at data_parallel/{name}:2 (in helper))"], name
+
+
 def test_known_failure_shapes_get_a_likely_cause():
     assert "torch.distributed is used before" in likely_cause(
         "ValueError", "Default process group has not been initialized, please make sure to call init_process_group.")
