@@ -9,11 +9,12 @@ the entry points their ``RankError`` (``project.launch``).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
-import stat
 
+from common.files import read_regular
 from common.regions import parse_regions
 
 # What a rank reports when the fault lies with another rank (gloo and NCCL wording, torch's collective checks,
@@ -107,37 +108,34 @@ def _student_depth(frames: list[tuple[str, int | str, str]], packages: tuple[str
     return next(in_region, in_package[0] if in_package else None)
 
 
-# The student files whose regions ``student_place`` reads: regular files of at most this size, found by a path from
-# a rank's report (a hostile rank may name a pipe, a device, a link or a huge file there instead)
+# The student files whose regions ``student_place`` reads are at most this size (a path from a rank's report, which a
+# hostile rank may point at a pipe, a device, a link or a huge file instead)
 REGION_FILE_BYTES = 1 << 20
-_spans: dict[tuple[str, int, int], tuple[tuple[int, int], ...]] = {}
 
 
 def _in_region(path: str, line: int, packages: tuple[str, ...]) -> bool:
     """Whether ``line`` of the file at ``path`` lies in the body of a student region. Only a regular file of at most
-    ``REGION_FILE_BYTES`` whose real path lies in one of the student's ``packages`` is read (opened without
-    following a last link and without waiting, checked on the open file); anything else is no region."""
+    ``REGION_FILE_BYTES`` whose real path lies in one of the student's ``packages`` is read
+    (``common.files.read_regular``: never through a link, never waiting); anything else is no region."""
     real = os.path.realpath(path)
     if not package_path(real, packages):
         return False
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_regular(real, limit=REGION_FILE_BYTES + 1)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > REGION_FILE_BYTES:
-            return False
-        key = (real, info.st_mtime_ns, info.st_size)
-        if key not in _spans:
-            try:
-                regions = parse_regions(file.read(REGION_FILE_BYTES).decode(), os.path.basename(real))
-            except (OSError, ValueError):            # UnicodeDecodeError too
-                regions = []
-            if len(_spans) >= 64:
-                _spans.clear()
-            _spans[key] = tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
-    return any(first <= line <= last for first, last in _spans[key])
+    spans = _region_spans(data, os.path.basename(real)) if len(data) <= REGION_FILE_BYTES else ()
+    return any(first <= line <= last for first, last in spans)
+
+
+@functools.lru_cache(maxsize=64)
+def _region_spans(data: bytes, name: str) -> tuple[tuple[int, int], ...]:
+    """(first, last) body line of every student region of a file's text ``data``; () when it parses as none."""
+    try:
+        regions = parse_regions(data.decode(), name)
+    except ValueError:                    # UnicodeDecodeError too
+        return ()
+    return tuple((r.begin_line + 1, r.end_line - 1) for r in regions)
 
 
 def traceback_line(text: str, packages: tuple[str, ...]) -> str:
