@@ -140,8 +140,9 @@ def _region_spans(data: bytes, name: str) -> tuple[tuple[int, int], ...]:
 
 def traceback_line(text: str, packages: tuple[str, ...]) -> str:
     """A formatted traceback as one line: its exception's ``headline`` (``Type: message``) and, where it has one, the
-    frame of the student's ``packages`` it failed in (``student_place``), plus the library's frame when the exception was raised inside a
-    library (``library_of``): ``KeyError: 'w' (at data_parallel/comm.py:66 (in average_gradients))``,
+    frame of the student's ``packages`` it failed in (``student_place``), plus the library's frame when the
+    exception was raised inside a library (``library_of``):
+    ``KeyError: 'w' (at data_parallel/comm.py:66 (in average_gradients))``,
     ``ValueError: not enough values to unpack (at tensor_parallel/gpt2.py:40 (in f); raised inside transformers)``."""
     exception, where, library = traceback_parts(text, packages)
     return headline(exception) + located(where, library)

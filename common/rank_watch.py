@@ -59,7 +59,8 @@ class RankWatch:
     def places(self, ranks: list[int] | None = None) -> dict[int, str]:
         """Where each of ``ranks`` (default all) is now: ``"barrier (data_parallel/checkpoint.py:104)"``, the
         torch.distributed function it waits in (else its function) and its frame in the student's code
-        (``common.rank_reports.student_place``); ``"outside your code"`` when its stack shows none, ``"no stack dump"`` when it wrote none."""
+        (``common.rank_reports.student_place``); ``"outside your code"`` when its stack shows none, ``"no stack
+        dump"`` when it wrote none."""
         ranks = list(self.pids) if ranks is None else ranks
         sizes = {rank: _size(self.stacks.get(rank)) for rank in ranks}
         for rank in ranks:

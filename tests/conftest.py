@@ -123,7 +123,8 @@ def criterion_params(problem: str | None = None) -> list:
 
 @pytest.fixture(scope="session")
 def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
-    """(grading copy with this folder's region bodies spliced in, what the splice found: notes, refused problems, hints)."""
+    """(grading copy with this folder's region bodies spliced in, what the splice found: notes, refused problems,
+    hints)."""
     dest = tmp_path_factory.mktemp("graded") / "kit"
     splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     _NOTES.extend(splice.notes())

@@ -3,9 +3,9 @@
 Each rank is a fresh process in its own session, forked by a fork server (``common.forkserver``) or a cold
 interpreter running the same ``grading.engine.worker.main`` (``common.rank_process``), its stdout and stderr in
 files, meeting the others over a file store in the run folder (no port), in the sandbox (``grading.sandbox``),
-signing its results with the run's key. The ranks are watched until they end by ``common.rank_launch.supervise``, the core the
-entry points' launcher (``project.launch``) shares; what the grader adds on top is how they start (its fork servers,
-cold workers), the sandbox, signed records and phases.
+signing its results with the run's key. The ranks are watched until they end by
+``common.rank_launch.supervise``, the core the entry points' launcher (``project.launch``) shares; what the
+grader adds on top is how they start (its fork servers, cold workers), the sandbox, signed records and phases.
 """
 from __future__ import annotations
 

@@ -185,7 +185,8 @@ def test_the_dependency_check_finds_a_planted_violation(tmp_path, case):
 
 
 def test_grading_layers_import_downwards_only():
-    """commands -> problems -> check -> kit -> engine -> sandbox -> common: each knows nothing of the layers above it."""
+    """commands -> problems -> check -> kit -> engine -> sandbox -> common: each knows nothing of the layers above
+    it."""
     wrong = []
     for name, targets in _graph().items():
         mine = _layer(name)

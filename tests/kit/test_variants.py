@@ -1,7 +1,7 @@
 """Every sub-problem's buggy variants (its folder's ``variants.py``): each loses exactly its criteria.
 
-Variants are graded in groups (``grading.commands.variants.variant_groups``: no function edited twice, no criterion named
-twice), so one kit copy and one run serve several bugs; the union of their criteria must fail,
+Variants are graded in groups (``grading.commands.variants.variant_groups``: no function edited twice, no
+criterion named twice), so one kit copy and one run serve several bugs; the union of their criteria must fail,
 nothing else, and each variant's hint must show. The starter loses every criterion as not implemented.
 """
 from __future__ import annotations
