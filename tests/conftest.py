@@ -125,7 +125,7 @@ def criterion_params(problem: str | None = None) -> list:
 def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
     """(grading copy with this folder's region bodies spliced in, what the splice found: notes, refused problems,
     hints)."""
-    dest = tmp_path_factory.mktemp("graded") / "kit"
+    dest = tmp_path_factory.mktemp("grading") / "graded"
     splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
     _NOTES.extend(splice.notes())
     return dest, splice

@@ -233,15 +233,16 @@ def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = 
         gpus = gpu_count() if gpus is None else gpus
         if gpus < 2:
             return not_applicable(gpus)
-        build_grading_copy(kit_root, root, scratch / "kit")
+        copy = scratch / "graded"
+        build_grading_copy(kit_root, root, copy)
         figures = scratch / "grader_figures"
         command = [sys.executable, "scripts/run_benchmarks.py", "--mode", "grader", "--figures_dir", str(figures),
                    "--workdir", str(scratch / "workdir"), *extra_args]
         start = time.monotonic()
         with open(scratch / "benchmark.log", "wb") as log:
-            proc = subprocess.Popen(command, cwd=scratch / "kit", stdin=subprocess.DEVNULL, stdout=log,
+            proc = subprocess.Popen(command, cwd=copy, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**rank_environment(dict(os.environ)), "PYTHONPATH": str(scratch / "kit")})
+                                    env={**rank_environment(dict(os.environ)), "PYTHONPATH": str(copy)})
             try:
                 code = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:

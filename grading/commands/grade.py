@@ -154,9 +154,10 @@ def _open_or_reject(submission: str | None, problem: str | None, scratch: Path,
 
 def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime | None, submission_root: Path,
                 scratch: Path, notes: list[str], out: results_json.GradeFile) -> list[CriterionResult]:
-    """Splice ``submission_root`` into ``scratch/kit``, run its cases on warm fork servers (closed at the end) and
-    report the verdicts (``_report``); ``notes`` gains the splice's and the isolation's notes."""
-    code_root = scratch / "kit"
+    """Splice ``submission_root`` into the grading copy ``scratch/graded``, run its cases on warm fork servers
+    (closed at the end) and report the verdicts (``_report``); ``notes`` gains the splice's and the isolation's
+    notes."""
+    code_root = scratch / "graded"
     splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
     servers = warm_servers(code_root)           # they import torch while this process loads the checks
     if servers is not None:
