@@ -2,7 +2,8 @@
 
 ``tests/kit/test_variants.py`` grades every folder's variants (``declared``) in groups (``variant_groups``, one
 rule for all) on a copy of the kit with their regions rewritten, and proves each costs exactly the criteria it
-names; ``python -m grading docs`` writes ``docs/clauses.md`` from the clauses they break (``clause_map``).
+names (``check_group``); ``python -m grading docs`` writes ``docs/clauses.md`` from the clauses they break
+(``clause_map``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from grading import KIT_ROOT
 from grading.kit.course import PROBLEMS_ENV
 from grading.kit.submission import build_grading_copy
-from grading.kit.variants import Variant, make_variant_kit
+from grading.kit.variants import Variant, assert_verdicts, make_variant_kit
 from grading.problems import all_cases, folders
 from grading.engine.runner import CriterionResult, run_cases
 
@@ -94,6 +95,16 @@ def grade_group(group: tuple[Variant, ...], work: Path, servers=None) -> dict[st
             for v in run_cases(cases, work / "graded", work / "runs", refused=splice.refused, hints=splice.hints,
                                servers=servers)}
 
+
+def check_group(group: tuple[Variant, ...], work: Path, servers=None) -> None:
+    """Grade ``group`` in ``work`` (``grade_group``) and assert what a group must show: exactly its variants'
+    criteria fail and each variant's hint shows (``assert_verdicts``), and no rank JIT-builds a library op (the
+    kit's ``init_engine`` keeps DeepSpeed from building its CPU shared-memory all-reduce op; DeepSpeed prints
+    "... built successfully" after building or loading one)."""
+    assert_verdicts(grade_group(group, work, servers), list(group))
+    logs = sorted(work.glob("runs/*/rank*.stdout"))
+    assert logs, "no rank logs"
+    assert not [log for log in logs if "built successfully" in log.read_text(errors="replace")], logs
 
 def _row_order(clause_id: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.findall(r"\d+|[a-z]+", clause_id)]

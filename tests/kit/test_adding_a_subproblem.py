@@ -12,11 +12,11 @@ with the same kinds of block into its student file and its folder only, and a ne
 (``NEW``: the next free number, e.g. Problem 6, with one sub-problem in a new student file, its handout
 section, README row, written-analysis questions and optional files), so the guide's list of files is all a
 sub-problem or a problem needs: with all three present and the clause map written, the kit's tests that
-enumerate problems (the variant groups holding the toys' variants and the variants' checks over every folder,
+enumerate problems (the toys' variants, graded in groups of their own, and the variants' checks over every folder,
 the clause map, the handout's sections, points, plurals, markers, plan, FAQ and analysis, the starter's data,
 the Gradescope bundle, exception locations, hidden inputs, partial submissions, README) pass in the copy, so a
 fact a test holds by hand fails here first. The tests that grade a whole problem (the starter's ``grade
---problem 1`` in test_handout.py, the bundle's run on Problem 1 in test_gradescope.py, the kit's other variant
+--problem 1`` in test_handout.py, the bundle's run on Problem 1 in test_gradescope.py, the kit's variant
 groups) derive their markers and totals from the same rubric and run in the kit only: too slow to repeat here.
 The reserved ids (``grading.kit.course.is_example``) are refused as a course's choice.
 """
@@ -62,8 +62,9 @@ NEW_FOLDER = f"grading/problems/{marker(NEW_SUB)}_commcost"
 NEW = ((Path(__file__).parent / "new_problem.md").read_text().replace("@PKG@", marker(NEW_SUB))
        .replace("@ID@", NEW_SUB).replace("@N@", NEW_PROBLEM))
 # The kit's tests that enumerate problems, run in the toy copy in one pytest process (cheap ones: five releases,
-# one Gradescope bundle, one `list`, the toys' grades). Of tests/kit/test_variants.py only what ``VARIANTS_K``
-# selects: the variant groups that hold a toy's variant and the tests that grade nothing.
+# one Gradescope bundle, one `list`, the toys' grades). Of tests/kit/test_variants.py only the tests that grade
+# nothing (``variants_k``): its groups mix every sub-problem's variants, so the toys' variants are graded in groups
+# of their own (``TOY_VARIANTS``), by the function the kit's groups are graded with.
 _HANDOUT = "tests/kit/test_handout.py::test_"
 VARIANTS_TEST = "tests/kit/test_variants.py"
 GRADING_TESTS = ("test_variant_loses_only_its_criteria", "test_starter_loses_every_criterion_as_not_implemented")
@@ -94,6 +95,18 @@ ENUMERATING = [
     f"[{SECOND_TOY}]",
     f"tests/kit/test_exception_locations.py::test_the_failure_names_the_file_and_line_inside_the_region[{NEW_SUB}]",
 ]
+# The toys' variants (argv), in groups of their own, graded in the toy copy as tests/kit/test_variants.py grades a
+# group; it prints each group it graded.
+TOY_VARIANTS = """
+import sys, tempfile
+from pathlib import Path
+from grading.commands.variants import all_variants, check_group, variant_groups
+toys = set(sys.argv[1:])
+with tempfile.TemporaryDirectory() as work:
+    for k, group in enumerate(variant_groups([v for v in all_variants() if v.name in toys])):
+        check_group(group, Path(work) / str(k))
+        print("graded", "+".join(v.name for v in group))
+"""
 # What the partial-submission test derives, checked in the toy copy without its benchmark run.
 PARTIAL = """
 from tests.test_partial_submission import DONE_PROBLEM, ROOT, done_subs
@@ -125,9 +138,9 @@ def toy_variants() -> list[str]:
 
 
 def variants_k() -> str:
-    """The ``-k`` of the nested run: every test of ``ENUMERATING`` but, of ``VARIANTS_TEST``, only the variant
-    groups that hold a toy's variant (a group's id joins its variants' names) and the tests that grade nothing."""
-    return f"not ({' or '.join(GRADING_TESTS)}) or " + " or ".join(toy_variants())
+    """The ``-k`` of the nested run: every test of ``ENUMERATING`` but, of ``VARIANTS_TEST``, only the tests that
+    grade nothing."""
+    return f"not ({' or '.join(GRADING_TESTS)})"
 
 
 def _add_row(text: str, row: str) -> str:
@@ -361,8 +374,8 @@ def test_a_starter_with_the_new_problem_states_its_one_point_and_one_hour_in_the
 
 
 def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_kit, fork_servers):
-    """The variants (each toy's variants graded in their groups, the second toy's with Problem 1's although its
-    file holds 1.2's regions, and the checks over every folder's variants), the clause map, the handout's
+    """The variants (the toys' variants graded in groups of their own, as a kit group is graded, the second toy's
+    although its file holds 1.2's regions, and the checks over every folder's variants), the clause map, the handout's
     sections, points, totals, plurals, markers, plan, FAQ and written analysis (the new optional problem's among
     them), the starters' data and files and the Gradescope bundle's (the new problem's left out unless chosen),
     the exception locations (the toys' own regions), the hidden inputs and their kind, the README table, points
@@ -378,16 +391,17 @@ def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_
     passed = re.findall(r"^PASSED (\S+)", done.stdout, flags=re.MULTILINE)
     for node in (n for n in ENUMERATING if n != VARIANTS_TEST):       # each passed (a parametrised id: each case)
         assert [p for p in passed if p == node or p.startswith(node + "[")], f"{node} did not pass:\n{tail}"
-    group_test = f"{VARIANTS_TEST}::{GRADING_TESTS[0]}["
-    groups = [p[len(group_test):-1].split("+") for p in passed if p.startswith(group_test)]
-    assert sorted(n for g in groups for n in g if n in toy_variants()) == sorted(toy_variants()), (groups, tail)
-    assert all(set(g) & set(toy_variants()) for g in groups), f"a group without a toy's variant ran: {groups}"
     tree = ast.parse((KIT_ROOT / VARIANTS_TEST).read_text())
     grading_nothing = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
                        and n.name not in GRADING_TESTS]
     for name in grading_nothing:
         assert f"{VARIANTS_TEST}::{name}" in passed, f"{VARIANTS_TEST}::{name} did not pass:\n{tail}"
-    assert not [p for p in passed if GRADING_TESTS[1] in p], "the nested run graded a starter"
+    assert not [p for p in passed if any(name in p for name in GRADING_TESTS)], "the nested run graded a group"
+    graded = subprocess.run([sys.executable, "-c", TOY_VARIANTS, *toy_variants()], cwd=toy_kit, env=env,
+                            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert graded.returncode == 0, graded.stdout[-2000:] + graded.stderr[-4000:]
+    groups = [line.split()[1].split("+") for line in graded.stdout.splitlines() if line.startswith("graded ")]
+    assert sorted(n for g in groups for n in g) == sorted(toy_variants()), graded.stdout
     partial = subprocess.run([sys.executable, "-c", PARTIAL], cwd=toy_kit, env=env, capture_output=True, text=True,
                              timeout=300, stdin=subprocess.DEVNULL)
     assert partial.returncode == 0 and "partial ok" in partial.stdout, partial.stdout + partial.stderr[-2000:]
