@@ -32,13 +32,8 @@ from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit import points
 from grading.kit.course import present_problems
 from grading.kit.submission import SpliceReport, build_grading_copy
-from grading.engine.run_servers import SERVERS_ENV
 from grading.problems import all_cases, titles
 
-# The session's grading runs (its own, and each `python -m grading` a test starts: ``fork_servers``) share one fork
-# server: the suite already runs test files side by side (-n 3), so a second server would only import the
-# libraries twice. The kit's launcher tests run two servers; a value set outside is kept.
-os.environ.setdefault(SERVERS_ENV, "1")
 _NOTES: list[str] = []
 
 
@@ -149,7 +144,9 @@ def fork_servers(session_tmpdir):
     """The session's fork servers (``common.forkserver``: they hold library modules only and fork ranks for
     any grading copy), shared by the grading runs of the tests and, through ``GRADING_FORKSERVER_POOL``, by every
     ``python -m grading`` a test starts (they fork its ``grade`` too), as ``batch`` shares its own with its grades;
-    None under ``GRADING_FORKSERVER=0`` (cold ranks)."""
+    None under ``GRADING_FORKSERVER=0`` (cold ranks). Two of them, the default ``GRADING_FORKSERVERS``: a grade
+    that shares a pool of one starts a second server of its own for each case whose ranks must differ in hash
+    seed (``ForkServers.holders``)."""
     servers = warm_servers(KIT_ROOT)
     with pytest.MonkeyPatch.context() as patch:
         for key, value in (servers.pool_env() if servers is not None else {}).items():
