@@ -28,7 +28,8 @@ PROBES = "tests.kit.launcher_probes"
 
 @pytest.fixture(scope="module")
 def servers():
-    """Two fork servers, the default of a grade (the suite's other runs keep one: tests/conftest.py)."""
+    """Two fork servers of this module's own, the default of a grade (started here also where the suite's runs
+    are cold: ``GRADING_FORKSERVER=0``)."""
     with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "2"}) as warm:
         assert warm.servers == 2
         yield warm
