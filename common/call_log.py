@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +73,9 @@ class Call:
 
 def install(log_path: Path, packages: tuple[str, ...], dist: ModuleType | None = None) -> None:
     """From now on, log each call this process makes to a ``TRACED`` function of ``dist`` (``torch.distributed``)
-    to ``log_path`` (created; one line per call, written before the call runs), its place read in ``packages``.
+    to ``log_path`` (one line per call, written before the call runs), its place read in ``packages``. A log that
+    exists already is added to, its numbers going on from its last: the rank processes of a case's later phase
+    continue their rank's log, so the calls where the ranks first parted stay in it.
 
     ``dist`` defaults to ``torch.distributed`` as this process has imported it (``common`` imports the standard
     library only: the caller hands the module in, or imports it first); when it is not imported, nothing is
@@ -82,13 +86,24 @@ def install(log_path: Path, packages: tuple[str, ...], dist: ModuleType | None =
     dist = dist if dist is not None else sys.modules.get("torch.distributed")
     if dist is None or getattr(dist, "_kit_call_log", None) is not None:
         return
-    stream = open(log_path, "w", buffering=1, encoding="utf-8")   # noqa: SIM115 - open for the process's life
-    counter = iter(range(1, MAX_CALLS + 2))
+    logged = max((call.number for call in read(log_path)), default=0)
+    stream = _append_to_regular(Path(log_path))
+    counter = iter(range(logged + 1, MAX_CALLS + 2))
     for name in TRACED:
         original = getattr(dist, name, None)
         if callable(original):
             setattr(dist, name, _traced(name, original, stream, counter, packages))
     dist._kit_call_log = log_path
+
+
+def _append_to_regular(path: Path):
+    """A line-buffered text stream appending to ``path`` (created); OSError where ``path`` is a link or is not a
+    regular file (an earlier phase's rank may leave a pipe there: opening it would wait for a reader)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file")
+    return open(fd, "a", buffering=1, encoding="utf-8")   # noqa: SIM115 - open for the process's life
 
 
 def _traced(name: str, original, stream, counter, packages: tuple[str, ...]):

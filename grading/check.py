@@ -5,9 +5,10 @@ A folder's modules (checks, probes, reference, hints, staff) import the grader f
 nothing, it re-exports. The groups of ``__all__``:
 
 - Declaring a sub-problem: ``PROBLEM = SubProblem(ID, TITLE, __package__, inputs=..., expected_type=...)`` in
-  ``checks.py``, its cases (``PROBLEM.case``) and criteria (``@CASE.criterion``); ``PUBLIC`` and ``HIDDEN`` name
-  the splits (``expected_in_ranks=``); ``staff.py`` adds ``HIDDEN_SPAWN = Spawn(...)`` when the hidden inputs
-  need another world size. ``grading/kit/problem.py`` says what a folder holds.
+  ``checks.py``, its cases (``PROBLEM.case``; ``next_phases=`` of ``Phase``: probes that new ranks run next) and
+  criteria (``@CASE.criterion``); ``PUBLIC`` and ``HIDDEN`` name the splits (``expected_in_ranks=``);
+  ``staff.py`` adds ``HIDDEN_SPAWN = Spawn(...)`` when the hidden inputs need another world size.
+  ``grading/kit/problem.py`` says what a folder holds.
 - Judging, in the parent: a criterion reads one split's results from its ``SplitRun`` (``run.part(name, rank)``,
   ``run.inputs``, ``run.expected``) and says no with ``expect(condition, message)`` or ``raise CheckFailed``.
 - Comparing tensors: ``assert_tensor_close`` / ``assert_state_close`` / ``assert_ranks_close`` fail with the
@@ -24,14 +25,14 @@ from __future__ import annotations
 from grading.engine.expect import CheckFailed, expect
 from common.error_words import describe_exception, student_frame
 from common.cpus import LoadClock
-from grading.engine.rubric import HIDDEN, PUBLIC, SplitRun
+from grading.engine.rubric import HIDDEN, PUBLIC, Phase, SplitRun
 from grading.kit.compare import assert_ranks_close, assert_state_close, assert_tensor_close, describe, describe_kind
 from grading.kit.problem import Spawn, SubProblem
 from grading.kit.seams import Recorded, Swap, apply
 
 __all__ = [
     # declaring a sub-problem (checks.py, staff.py)
-    "SubProblem", "Spawn", "PUBLIC", "HIDDEN",
+    "SubProblem", "Phase", "Spawn", "PUBLIC", "HIDDEN",
     # what a criterion judges with, and how it says no
     "SplitRun", "CheckFailed", "expect",
     # comparing tensors, naming values in messages

@@ -51,7 +51,8 @@ def pick_backend(world_size: int, requested: str = "auto") -> str:
 def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict | None = None,
            timeout_s: float = 60.0, init_group: bool = True, backend: str = "gloo",
            pg_timeout_s: float | None = None, servers: ForkServers | None = None,
-           preload: tuple[str, ...] = (), next_phases: tuple[str, ...] = (), collective_checks: bool = True,
+           preload: tuple[str, ...] = (), next_phases: tuple[str, ...] = (),
+           collective_checks: bool | tuple[bool, ...] = True,
            grader_root: Path | None = None, progress=_to_stderr, progress_s: float = PROGRESS_S,
            still_limit_s: float = STILL_LIMIT_S) -> LaunchResult:
     """Run ``target`` ("package.module:function") in ``world_size`` rank processes, then each of ``next_phases``.
@@ -63,18 +64,23 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     targets, each run by new rank processes once every rank of the one before has finished and what it left
     running is killed; they sign into the same results and find the case's ``handoff`` folder
     (``RankContext.handoff_dir``). ``timeout_s`` bounds every phase together, on an idle machine's clock
-    (``LoadClock``). With
-    ``collective_checks`` every process group of a rank checks each collective call against the other ranks'
-    (torch's ``DebugLevel.DETAIL``): calls that differ fail at once on every rank, naming each rank's call
-    (``grading.engine.peers`` reads them), instead of hanging or crashing in the library, and warm ranks differ in
-    string hash order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). ``out_dir`` must not
-    exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are reported; no process of
-    the run survives it. Each rank sees the machine as ``grading.sandbox.isolation.plan`` allows: ``grader_root``
-    (the grader's own tree, default the one this module runs from) hidden, only its own folders writable; each
-    signs with a key of its own (``recording.rank_key``). While the case runs longer than ``progress_s``,
-    ``progress`` gets a line saying where each rank is, every ``progress_s``; a phase whose ranks all wait for
-    ``still_limit_s`` (``rank_watch.RankWatch.still_s``) ends then, before its limit (``LaunchResult.still_s``).
+    (``LoadClock``). With ``collective_checks`` (one flag for every phase, or a tuple of one per phase) every
+    process group of a rank checks each collective call against the other ranks' (torch's ``DebugLevel.DETAIL``):
+    calls that differ fail at once on every rank, naming each rank's call (``grading.engine.peers`` reads them),
+    instead of hanging or crashing in the library; with the first phase's flag, warm ranks differ in string hash
+    order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). Raises ValueError for a tuple of another
+    length, before anything starts. ``out_dir`` must not exist yet. Never raises for anything a rank does:
+    crashes, hangs and exceptions are reported; no process of the run survives it. Each rank sees the machine as
+    ``grading.sandbox.isolation.plan`` allows: ``grader_root`` (the grader's own tree, default the one this module
+    runs from) hidden, only its own folders writable; each signs with a key of its own (``recording.rank_key``).
+    While the case runs longer than ``progress_s``, ``progress`` gets a line saying where each rank is, every
+    ``progress_s``; a phase whose ranks all wait for ``still_limit_s`` (``rank_watch.RankWatch.still_s``) ends
+    then, before its limit (``LaunchResult.still_s``).
     """
+    targets = (target, *next_phases)
+    checks = (collective_checks,) * len(targets) if isinstance(collective_checks, bool) else tuple(collective_checks)
+    if len(checks) != len(targets):
+        raise ValueError(f"collective_checks: {len(checks)} flags for {len(targets)} phases")
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
     limits = default_limits(timeout_s)
@@ -85,9 +91,8 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else max(30.0, timeout_s / 2),
             "run_id": run_id, "limits": asdict(limits),
             "namespaces": namespaces.paths or {"refused": namespaces.reason},
-            "collective_checks": collective_checks, "isolation": view,
-            "handoff": str(out_dir / "handoff")}
-    distinct_hashes = collective_checks and world_size > 1
+            "isolation": view, "handoff": str(out_dir / "handoff")}
+    distinct_hashes = checks[0] and world_size > 1
     phase = _Phase(out_dir, key, run_id, Path(cwd).resolve(), servers, distinct_hashes, namespaces,
                    _Watching(progress, progress_s, still_limit_s))
     start = time.monotonic()
@@ -97,7 +102,7 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
             servers.stop_unneeded_server(distinct_hashes, preload)
             servers.preload(world_size, preload, distinct_hashes)
         preload_s = time.monotonic() - start
-        server_gone = _run_phases(phase, spec, (target, *next_phases), world_size, timeout_s)
+        server_gone = _run_phases(phase, spec, tuple(zip(targets, checks)), world_size, timeout_s)
     finally:
         phase.clean_up()
         namespaces.close()
@@ -110,14 +115,16 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     return result
 
 
-def _run_phases(phase: _Phase, spec: dict, targets: tuple[str, ...], world_size: int, timeout_s: float) -> str:
-    """Run each of ``targets`` in turn by new ranks until one does not finish cleanly; why a fork server was lost
-    ("" when none was)."""
+def _run_phases(phase: _Phase, spec: dict, targets: tuple[tuple[str, bool], ...], world_size: int,
+                timeout_s: float) -> str:
+    """Run each of ``targets`` (target, collective checks) in turn by new ranks until one does not finish cleanly;
+    why a fork server was lost ("" when none was)."""
     out_dir, server_gone, clock = phase.out_dir, "", LoadClock()
-    for number, phase_target in enumerate(targets):
+    for number, (phase_target, checks) in enumerate(targets):
         suffix = str(number or "")
         store = str(out_dir / "shared" / f"store{suffix}")
-        (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store}))
+        (out_dir / f"spec{suffix}.json").write_text(json.dumps({**spec, "target": phase_target, "store": store,
+                                                                "collective_checks": checks}))
         for rank in range(world_size):            # a rank of this phase has finished once it says so again
             (out_dir / f"rank{rank}" / DONE_MARKER).unlink(missing_ok=True)
         phase.run(out_dir / f"spec{suffix}.json", world_size, clock, timeout_s, append=number > 0)

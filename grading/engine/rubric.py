@@ -134,6 +134,15 @@ class Criterion:
             judge(view)
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A probe that new rank processes run after the ranks before them finished (``Case.next_phases``)."""
+
+    probe: Callable
+    collective_checks: bool = True     # off: this phase's ranks run without torch's per-call checks
+    public_only: bool = False          # it records only parts of the public split: a hidden spawn leaves it out
+
+
 @dataclass
 class Case:
     """One spawn: ``probe(ctx)`` (a module-level function of a ``checks.py``) runs on ``world_size`` ranks."""
@@ -148,15 +157,21 @@ class Case:
     preload: tuple[str, ...] = ()      # library modules the probe's ranks import (``ForkServers.preload``)
     split_parts: frozenset[str] = frozenset()   # parts recorded once per split (``SubProblem.each_split``)
     source: InputSource | None = None           # the sub-problem whose public and hidden inputs this case runs
-    next_phases: tuple[Callable, ...] = ()    # probes run next, each by new rank processes (``grading.engine.launch``)
+    next_phases: tuple[Phase, ...] = ()   # run next, each by new rank processes (``grading.engine.launch``)
     # torch compares every collective call across ranks before running it (``launch``'s ``collective_checks``);
-    # off where the student makes no collective call of their own
+    # off where the student makes no collective call of their own, and in a phase that turns it off
     collective_checks: bool = True
 
     @property
     def phases(self) -> tuple[str, ...]:
         """``"module:function"`` of the probe, then of each of ``next_phases``: what each phase's ranks run."""
-        return tuple(f"{probe.__module__}:{probe.__name__}" for probe in (self.probe, *self.next_phases))
+        probes = (self.probe, *(phase.probe for phase in self.next_phases))
+        return tuple(f"{probe.__module__}:{probe.__name__}" for probe in probes)
+
+    @property
+    def phase_checks(self) -> tuple[bool, ...]:
+        """Whether each phase's ranks run with torch's per-call checks (``collective_checks``), in ``phases`` order."""
+        return (self.collective_checks, *(self.collective_checks and p.collective_checks for p in self.next_phases))
 
     def criterion(self, id: str, title: str, points: float, *, reads: tuple[str, ...],
                   public_only: tuple[Judge, ...] = (), hidden_only: tuple[Judge, ...] = ()) -> Callable[[Judge], Judge]:

@@ -105,7 +105,7 @@ def _launch(case: Case, code_root: Path, work_dir: Path, timeout_scale: float, b
     return launch(first, case.world_size, cwd=Path(code_root), out_dir=Path(work_dir) / case.name,
                   args=case.args, timeout_s=case.timeout_s * timeout_scale, init_group=case.init_group,
                   backend=pick_backend(case.world_size, backend), servers=servers, preload=case.preload,
-                  next_phases=tuple(next_phases), collective_checks=case.collective_checks)
+                  next_phases=tuple(next_phases), collective_checks=case.phase_checks)
 
 
 def judge_case(case: Case, result: LaunchResult | None, refused: dict[str, str] | None = None,

@@ -118,7 +118,8 @@ class SubProblem:
         return _hidden_expected(self, course_secret())
 
     def graded_cases(self) -> list[Case]:
-        """The cases to run: each public case with its inputs, plus the hidden criteria on the staff side."""
+        """The cases to run: each public case with its inputs, plus the hidden criteria on the staff side (in the
+        public case's spawn, or in a spawn of their own without the case's ``public_only`` phases)."""
         staff = self.staff()
         hidden_points: dict = getattr(staff, "HIDDEN_POINTS", {}) if staff else {}
         spawn: Spawn | None = getattr(staff, "HIDDEN_SPAWN", None) if staff else None
@@ -136,6 +137,7 @@ class SubProblem:
                 out.append(dataclasses.replace(
                     case, name=case.name + "_hidden", world_size=spawn.size_for(self.inputs_for(HIDDEN)),
                     timeout_s=spawn.timeout_s or case.timeout_s, criteria=hidden,
+                    next_phases=tuple(phase for phase in case.next_phases if not phase.public_only),
                     args={**case.args, **self._split_args(case, [HIDDEN])}))
         return out
 

@@ -7,8 +7,10 @@ message ``CaseRun.part`` raises, as a criterion would. The helpers below it (the
 """
 from __future__ import annotations
 
+import os
 import re
 import traceback
+import types
 
 import pytest
 
@@ -165,3 +167,21 @@ def test_the_call_log_is_bounded_and_read_as_data(tmp_path, monkeypatch):
     (tmp_path / "link.txt").symlink_to(log)
     assert call_log.read(tmp_path / "link.txt") == []
     assert call_log.parse("junk\n1\tall_reduce\tx\n" + "2\tbarrier\t\t\t" + "p" * 5000 + "\n")[0].site == "p" * 300
+
+
+def test_a_later_phase_continues_its_ranks_call_log(tmp_path):
+    """A case's second phase (new rank processes) adds to the rank's log, numbering on, so the calls where the
+    ranks parted in the first phase stay in it; a pipe or a link left in its place is refused at once, never
+    waited on."""
+    log = tmp_path / "calls.txt"
+    for phase, calls in ((1, 2), (2, 1)):
+        dist = types.ModuleType(f"phase{phase}_dist")
+        dist.barrier = lambda *a: "ran"
+        call_log.install(log, STUDENT_PACKAGES, dist)
+        assert [dist.barrier() for _ in range(calls)] == ["ran"] * calls
+    assert [(c.number, c.op) for c in call_log.read(log)] == [(1, "barrier"), (2, "barrier"), (3, "barrier")]
+    os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "link.txt").symlink_to(log)
+    for odd in ("pipe.txt", "link.txt"):
+        with pytest.raises(OSError):
+            call_log.install(tmp_path / odd, STUDENT_PACKAGES, types.ModuleType("odd_dist"))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grading.check import CheckFailed, SplitRun, SubProblem, assert_state_close, assert_tensor_close, describe, expect
+from grading.check import (CheckFailed, Phase, SplitRun, SubProblem, assert_state_close, assert_tensor_close, describe,
+                           expect)
 from grading.problems.p4_1_ddp import ID, TITLE
 from grading.problems.p4_1_ddp import reference as ref
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS, factor_hint
@@ -56,6 +57,7 @@ UNUSED = "gate.scale"         # ShuffledNet's parameter that skip_gate leaves wi
 P_UNUSED = "unused"           # ShuffledNet without its gate in forward: what finish raised
 P_AFTER_ERROR = "after_error" # then a full backward on the same wrapper: the gradients
 P_MANY = "many_scalars"       # ManyScalarsNet's gradients (stacked, in registration order) per MANY_BUCKETS label
+GRADS_RECORDED = "grads_recorded_rank"   # a handoff file per rank: its first phase recorded every gradient part
 
 
 def grads_part(label: str) -> str:
@@ -180,10 +182,10 @@ def _many_scalar_grads(ctx, BucketedDDP) -> dict:
 
 
 def _record_public_parts(ctx, BucketedDDP, events: list, wrappers: dict) -> None:
-    """The parts only public criteria read: many scalars, reset (when its wrapper was built), launch order, the
-    unused parameter's error and the backward after it (when its wrapper was built), training."""
+    """The parts only public criteria read (but many scalars, ``probe_many_scalars``): reset (when its wrapper was
+    built), launch order, the unused parameter's error and the backward after it (when its wrapper was built),
+    training."""
     unused_state: dict = {}
-    ctx.record(P_MANY, lambda: _many_scalar_grads(ctx, BucketedDDP))
     if OVERLAP_BUCKET in wrappers:
         ctx.record(P_RESET, lambda: _reset_grads(ctx, wrappers))
     ctx.record(P_ORDER, lambda: _launch_order(ctx, BucketedDDP, events))
@@ -194,7 +196,8 @@ def _record_public_parts(ctx, BucketedDDP, events: list, wrappers: dict) -> None
 
 
 def probe_ddp(ctx) -> None:
-    """Record broadcast, buckets, gradients (with the hook/launch event order, never times), reset and training.
+    """Record broadcast, buckets, gradients (with the hook/launch event order, never times), reset and training
+    (the gradients of ManyScalarsNet: ``probe_many_scalars``, the case's second phase).
 
     Broadcast, reset, launch order, the unused parameter and training are read
     by public criteria only: they are recorded inside ``PROBLEM.on_public_spawn``, which
@@ -207,14 +210,36 @@ def probe_ddp(ctx) -> None:
     PROBLEM.on_public_spawn(ctx, lambda: ctx.record(P_BROADCAST, lambda: _broadcast_state(ctx, BucketedDDP)))
     PROBLEM.each_split(ctx, lambda inputs: ctx.record(P_BUCKETS, lambda: _split_buckets(BucketedDDP, inputs)))
     wrappers: dict = {}          # label -> (model, wrapper) of each gradient part that got that far
-    for label, mb in GRAD_BUCKETS.items():
-        ctx.record(grads_part(label), lambda label=label, mb=mb: _bucket_grads(ctx, BucketedDDP, events, wrappers,
-                                                                               label, mb))
+    recorded = [ctx.record(grads_part(label), lambda label=label, mb=mb: _bucket_grads(ctx, BucketedDDP, events,
+                                                                                       wrappers, label, mb))
+                for label, mb in GRAD_BUCKETS.items()]
+    if None not in recorded:
+        (ctx.handoff_dir / f"{GRADS_RECORDED}{ctx.rank}").touch()
     PROBLEM.on_public_spawn(ctx, lambda: _record_public_parts(ctx, BucketedDDP, events, wrappers))
 
 
+def probe_many_scalars(ctx) -> None:
+    """The second phase, in new processes: ManyScalarsNet's gradients (a public part), where every rank recorded
+    its gradient parts in the first phase. Its ranks make about 800 collective calls, 257 broadcasts per wrapper and
+    an all-reduce per bucket; torch's per-call checks would cost about a millisecond of CPU each, most of the case's
+    time, so this phase runs without them: a submission whose ranks call differently fails those checks in the
+    first phase's gradient parts, on the same code, and this phase then records why it did not run (a mismatch
+    would hang here, unexplained)."""
+    missing = [r for r in range(ctx.world_size) if not (ctx.handoff_dir / f"{GRADS_RECORDED}{r}").exists()]
+    if missing:
+        def not_run():
+            raise RuntimeError(f"not run: the gradient parts failed on rank(s) {', '.join(map(str, missing))}")
+        ctx.record(P_MANY, not_run)
+        return
+    DeferredAllReduce([]).install()             # before the student module binds any name
+    from data_parallel.ddp import BucketedDDP
+
+    ctx.record(P_MANY, lambda: _many_scalar_grads(ctx, BucketedDDP))
+
+
 CASE = PROBLEM.case("p4_ddp", probe_ddp, world_size=2, init_group=True, timeout_s=90, preload=OPTIMIZER_IMPORTS,
-                    split_parts=(P_BUCKETS,))
+                    split_parts=(P_BUCKETS,),
+                    next_phases=(Phase(probe_many_scalars, collective_checks=False, public_only=True),))
 
 
 # ---------------------------------------------------------------- criteria (grader side)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grading.check import SplitRun, SubProblem, assert_state_close, describe, expect
+from grading.check import Phase, SplitRun, SubProblem, assert_state_close, describe, expect
 from common.error_words import self_contained
 from grading.problems.probe_helpers import OPTIMIZER_IMPORTS
 from grading.problems.p4_3_checkpoint import ID, TITLE, probe
@@ -25,13 +25,9 @@ from grading.problems.p4_3_checkpoint.reference import same
 PROBLEM = SubProblem(ID, TITLE, __package__)
 
 
-def probe_resumed(ctx) -> None:
-    """The second phase, in new processes: the exact resume and a crashing save (not in a hidden-only spawn)."""
-    PROBLEM.on_public_spawn(ctx, lambda: probe.probe_resumed(ctx))
-
-
+# The second phase, in new processes: the exact resume and a crashing save (not in a hidden-only spawn).
 CASE = PROBLEM.case("p4_checkpoint", probe.probe_checkpoint, world_size=2, timeout_s=120,
-                    preload=OPTIMIZER_IMPORTS, next_phases=(probe_resumed,))
+                    preload=OPTIMIZER_IMPORTS, next_phases=(Phase(probe.probe_resumed, public_only=True),))
 
 
 # ---------------------------------------------------------------- criteria (grader side)
