@@ -64,23 +64,19 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
     targets, each run by new rank processes once every rank of the one before has finished and what it left
     running is killed; they sign into the same results and find the case's ``handoff`` folder
     (``RankContext.handoff_dir``). ``timeout_s`` bounds every phase together, on an idle machine's clock
-    (``LoadClock``). With ``collective_checks`` (one flag for every phase, or a tuple of one per phase) every
-    process group of a rank checks each collective call against the other ranks' (torch's ``DebugLevel.DETAIL``):
-    calls that differ fail at once on every rank, naming each rank's call (``grading.engine.peers`` reads them),
-    instead of hanging or crashing in the library; with the first phase's flag, warm ranks differ in string hash
-    order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``). Raises ValueError for a tuple of another
-    length, before anything starts. ``out_dir`` must not exist yet. Never raises for anything a rank does:
-    crashes, hangs and exceptions are reported; no process of the run survives it. Each rank sees the machine as
-    ``grading.sandbox.isolation.plan`` allows: ``grader_root`` (the grader's own tree, default the one this module
-    runs from) hidden, only its own folders writable; each signs with a key of its own (``recording.rank_key``).
-    While the case runs longer than ``progress_s``, ``progress`` gets a line saying where each rank is, every
-    ``progress_s``; a phase whose ranks all wait for ``still_limit_s`` (``rank_watch.RankWatch.still_s``) ends
-    then, before its limit (``LaunchResult.still_s``).
+    (``LoadClock``). With ``collective_checks`` (a flag, or one per phase: ValueError for another count) every
+    process group checks each collective call against the other ranks' (torch's ``DebugLevel.DETAIL``): calls that
+    differ fail at once on every rank, naming each rank's call (``grading.engine.peers`` reads them); with the first
+    phase's, warm ranks differ in hash order as ``torchrun``'s do (``ForkServers``' ``distinct_hashes``).
+    ``out_dir`` must not exist yet. Never raises for anything a rank does: crashes, hangs and exceptions are
+    reported; no process of the run survives it. Each rank sees the machine as ``grading.sandbox.isolation.plan``
+    allows: ``grader_root`` (the grader's own tree, default this module's) hidden, only its own folders writable;
+    each signs with a key of its own (``recording.rank_key``). While the case runs longer than ``progress_s``,
+    ``progress`` gets a line saying where each rank is, every ``progress_s``; a phase whose ranks all wait for
+    ``still_limit_s`` (``rank_watch.RankWatch.still_s``) ends then, before its limit (``LaunchResult.still_s``).
     """
     targets = (target, *next_phases)
-    checks = (collective_checks,) * len(targets) if isinstance(collective_checks, bool) else tuple(collective_checks)
-    if len(checks) != len(targets):
-        raise ValueError(f"collective_checks: {len(checks)} flags for {len(targets)} phases")
+    checks = _per_phase(collective_checks, len(targets))
     out_dir = Path(out_dir)
     (out_dir / "handoff").mkdir(parents=True)
     limits = default_limits(timeout_s)
@@ -108,11 +104,23 @@ def launch(target: str, world_size: int, *, cwd: Path, out_dir: Path, args: dict
         namespaces.close()
     result = LaunchResult(out_dir, world_size, timed_out=phase.timed_out, wall_s=time.monotonic() - start,
                           limit_s=timeout_s, key=key, server_gone=server_gone, still_s=phase.still_s)
-    (out_dir / "launch.json").write_text(json.dumps({"spawned": phase.spawned, "wall_s": result.wall_s,
-                                                     "preload_s": preload_s, "warm": servers is not None,
-                                                     "started_cold": phase.cold_reasons}))
+    _write_summary(out_dir / "launch.json", phase, result.wall_s, preload_s, warm=servers is not None)
     result.ranks.extend(_outcomes(phase, out_dir, key))
     return result
+
+
+def _per_phase(collective_checks: bool | tuple[bool, ...], phases: int) -> tuple[bool, ...]:
+    """``launch``'s ``collective_checks`` as one flag per phase; ValueError for a tuple of another length."""
+    checks = (collective_checks,) * phases if isinstance(collective_checks, bool) else tuple(collective_checks)
+    if len(checks) != phases:
+        raise ValueError(f"collective_checks: {len(checks)} flags for {phases} phases")
+    return checks
+
+
+def _write_summary(path: Path, phase: _Phase, wall_s: float, preload_s: float, warm: bool) -> None:
+    """``launch.json``: the ranks spawned, the wall and preload seconds, whether warm, why any rank started cold."""
+    path.write_text(json.dumps({"spawned": phase.spawned, "wall_s": wall_s, "preload_s": preload_s, "warm": warm,
+                                "started_cold": phase.cold_reasons}))
 
 
 def _run_phases(phase: _Phase, spec: dict, targets: tuple[tuple[str, bool], ...], world_size: int,

@@ -145,6 +145,16 @@ def takes_the_file(ctx):
     ctx.record("second", lambda: {"pid": _process_identity(), "left": left.read_text()})
 
 
+def records_debug_level(ctx):
+    """Records torch's collective check level in this phase's ranks: "level1" in the first phase, "level2" in the
+    next (the file a rank's first phase leaves in the handoff folder tells them apart)."""
+    import torch.distributed as dist
+    seen = ctx.handoff_dir / f"rank{ctx.rank}.seen"
+    name = "level2" if seen.exists() else "level1"
+    seen.touch()
+    ctx.record(name, lambda: str(dist.get_debug_level()))
+
+
 def rank1_polls_rank0_waits(ctx):
     """Rank 0 waits in a barrier, rank 1 in a poll loop for a file nobody writes: every rank waits, none uses CPU."""
     if ctx.rank == 1:

@@ -180,6 +180,29 @@ def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_p
     assert not list((tmp_path / "b" / "run" / "rank0").glob("second.*"))         # no second phase ran
 
 
+def test_each_phase_runs_with_its_own_collective_checks(tmp_path, warm_run):
+    """A later phase may run without torch's per-call checks (``collective_checks``, one flag per phase); a count
+    of flags other than the phases' is refused before anything starts."""
+    import torch.distributed as dist
+    result = warm_run(tmp_path / "a", "records_debug_level", timeout_s=60, collective_checks=(True, False),
+                      next_phases=(f"{PROBES}:records_debug_level",))
+    assert result.ok, result.failure()
+    view = CaseRun(2, result)
+    assert [(view.part("level1", r), view.part("level2", r)) for r in range(2)] == \
+        [(str(dist.DebugLevel.DETAIL), str(dist.DebugLevel.OFF))] * 2
+    with pytest.raises(ValueError, match="2 flags for 1 phases"):
+        warm_run(tmp_path / "b", "all_reduce_rank", collective_checks=(True, False))
+    assert not (tmp_path / "b" / "run").exists()
+
+
+def test_a_hidden_spawn_leaves_out_the_public_only_phases():
+    """A ``Phase(public_only=True)`` records public parts only: a spawn of the hidden split alone does not start
+    its ranks (4.3's resume, 4.1's unchecked ManyScalarsNet phase); the public spawn does."""
+    cases = {case.name: case for case in all_cases(("4",))}
+    assert [len(cases[name].phases) for name in ("p4_checkpoint", "p4_checkpoint_hidden")] == [2, 1]
+    assert cases["p4_ddp"].phase_checks == (True, False) and cases["p4_ddp_hidden"].phase_checks == (True,)
+
+
 def test_spawned_grandchild_is_killed(tmp_path, warm_run):
     """Warm only: a daemon that leaves the rank's session, the harder case, is killed both ways (next test)."""
     result = warm_run(tmp_path, "spawns_sleeper", world_size=1, timeout_s=30, init_group=False)
