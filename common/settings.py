@@ -62,8 +62,9 @@ class Settings:
         "interpreter (the same verdicts, slower), e.g. to compare.")
     fork_servers: int = _setting(
         "GRADING_FORKSERVERS", 2,
-        "How many fork servers a grading run keeps: 2 imports two ranks' libraries side by side, 1 holds them once "
-        "(the least memory; Gradescope's `run_autograder` sets 1).", choices=(1, 2))
+        "How many fork servers a grading run keeps: 2 keeps the second one, which the cases whose ranks must differ "
+        "in hash seed need, between them; 1 starts it for such a case and stops it after (the least memory; "
+        "Gradescope's `run_autograder` sets 1).", choices=(1, 2))
     problems: str = _setting(
         "GRADING_PROBLEMS", "",
         "The course's problems, e.g. `1,2,3,4` (`--problems` sets it for one command); empty: those "

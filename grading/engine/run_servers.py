@@ -1,10 +1,10 @@
 """The fork servers of one grading run (``common.forkserver`` is one server and its handle).
 
-A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``): rank r
-of a case is forked by server r % 2 where two are kept; where one is kept, a
-second one is started for a case whose ranks' string hash orders must differ
-(``distinct_hashes``), and stopped before a case without that need has the
-first server import more libraries (``ForkServers.stop_unneeded_server``).
+A grading run keeps ``server_count`` servers (``GRADING_FORKSERVERS``). Rank r of a case whose ranks' string
+hash orders must differ (``distinct_hashes``) is forked by server r % 2; the ranks of any other case by the first
+server alone (only it imports the case's libraries). Where one is kept, the second is started for a case that
+needs it and stopped before a case without that need has the first import more
+(``ForkServers.stop_unneeded_server``).
 ``batch`` shares its servers with its grades through ``POOL_ENV``
 (``ForkServers.pool_env``).
 """
@@ -31,9 +31,9 @@ def pool_addresses(pool: str) -> list[str]:
 
 def server_count(env: dict[str, str] | None = None) -> int:
     """How many fork servers a grading run keeps, from ``GRADING_FORKSERVERS`` in ``env`` (default
-    ``os.environ``): ``2`` (the default: two ranks' preloads import side by side) or ``1`` (the libraries held
-    once, for Gradescope's small containers; ``run_autograder`` sets it: a second server is added for the cases
-    whose ranks must differ in hash seed, ``ForkServers.stop_unneeded_server``; ``common.settings``). Raises
+    ``os.environ``): ``2`` (the default: the second server, which the cases whose ranks must differ in hash seed
+    need, is kept between them) or ``1`` (for Gradescope's small containers; ``run_autograder`` sets it: the
+    second is started for such a case, ``ForkServers.stop_unneeded_server``; ``common.settings``). Raises
     ValueError for any other value (an empty one means the default)."""
     return settings_from(os.environ if env is None else env).fork_servers
 
@@ -65,8 +65,8 @@ class ForkServers:
         self.refused = ""                          # why preloading stopped for this run ("" while it works)
 
     def holders(self, distinct_hashes: bool = False) -> int:
-        """How many servers fork the ranks of a case: all that are kept, and at least two with ``distinct_hashes``."""
-        return max(self.servers, 2 if distinct_hashes else 1)
+        """How many servers fork the ranks of a case: two with ``distinct_hashes``, else the first alone."""
+        return 2 if distinct_hashes else 1
 
     @property
     def running(self) -> int:
