@@ -83,8 +83,8 @@ def fingerprint(mutant: Mutant, root: Path = KIT_ROOT) -> str:
 def verdict(status: str, tests: list[dict]) -> str:
     """``killed`` (a criterion lost points, or the grade ran out of time), ``survived`` (full marks) or
     ``error`` (the grader refused the mutant or failed itself: no verdict on the checks)."""
-    lost = any(float(t["score"]) < float(t["max_score"]) for t in tests)
-    if status in (RowStatus.FAILED, RowStatus.TIMEOUT, RowStatus.INCOMPLETE) or lost:
+    lost_points = any(float(t["score"]) < float(t["max_score"]) for t in tests)
+    if status in (RowStatus.FAILED, RowStatus.TIMEOUT, RowStatus.INCOMPLETE) or lost_points:
         return "killed"
     return "survived" if status == RowStatus.PASSED and tests else "error"
 

@@ -165,7 +165,7 @@ def test_a_finished_rank_that_a_stray_thread_keeps_alive_ends_the_run_at_once(tm
 
 
 def test_a_case_goes_on_in_new_processes_that_record_into_the_same_results(tmp_path, warm_run):
-    """``then``: each rank of the second phase is a new process, finds what its predecessor left in the handoff
+    """``next_phases``: each rank of the second phase is a new process, finds what its predecessor left in the handoff
     folder, and records into the same signed results; a first phase that does not finish ends the case there."""
     result = warm_run(tmp_path / "a", "hands_a_file_over", world_size=2, timeout_s=60, init_group=False,
                  next_phases=(f"{PROBES}:takes_the_file",))

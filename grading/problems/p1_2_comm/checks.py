@@ -55,10 +55,10 @@ class _SerialGradients:
         self.shard: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _gradients(self, model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> list:
-        twin = copy.deepcopy(model)
-        twin.zero_grad(set_to_none=True)
-        ref.loss_fn(twin(inputs), targets).backward()
-        return [p.grad for p in twin.parameters()]
+        scratch = copy.deepcopy(model)            # the student's model keeps its own gradients
+        scratch.zero_grad(set_to_none=True)
+        ref.loss_fn(scratch(inputs), targets).backward()
+        return [p.grad for p in scratch.parameters()]
 
     def __call__(self, model: torch.nn.Module) -> None:
         local, serial = self._gradients(model, *self.shard), self._gradients(model, *self.batch)
