@@ -42,6 +42,13 @@ def pytest_configure(config) -> None:
         config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """The files marked ``long_file`` first, each file's tests and the other files in their order: under the
+    README's ``-n 3 --dist loadfile --no-loadscope-reorder`` workers take files in this order, so no long file
+    starts last."""
+    items.sort(key=lambda item: item.get_closest_marker("long_file") is None)
+
+
 POINTS_PROPERTY = "criterion_points"     # a test's user property: what its criterion earned (record_points)
 _POINTS: list[SimpleNamespace] = []      # in the process that prints the summary (with -n, the controller)
 

@@ -11,7 +11,7 @@ import torch
 from project.devices import RankEnv, join_group
 from project.launch import RankError, file_rendezvous, spawn_ranks
 
-pytestmark = pytest.mark.project
+pytestmark = [pytest.mark.project, pytest.mark.long_file]
 
 
 def _sum_of_ranks(env: RankEnv, offset: int) -> dict:

@@ -43,7 +43,7 @@ from grading.staff.handout.rubric import marker
 from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.commands import run_kit_command
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 GUIDE = KIT_ROOT / "docs" / "adding-a-subproblem.md"
 TOY = "90.1"
 TOY_FOLDER = "grading/problems/p90_1_chunks"

@@ -41,7 +41,7 @@ from grading.staff.handout import analysis, faq, figures, plan, usual_assignment
 from grading.staff.handout.rubric import marker
 from tests.commands import run_kit_command
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 
 ALL = tuple(p for p in present_problems() if not is_example(p))      # every problem a course may hand out
 OPTIONAL = tuple(p for p in ALL if p not in DEFAULT_PROBLEMS)         # those beyond the default assignment

@@ -37,9 +37,10 @@ NOBODY = 65534
 STUDENT_UID = 61234
 STAFF_TEXT = "def hidden_inputs"          # in every staff.py with hidden inputs
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("unshare") is None
-                                or shutil.which("setpriv") is None or os.geteuid() != 0,
-                                reason="needs Linux, root and util-linux's unshare and setpriv to set the modes up")
+pytestmark = [pytest.mark.long_file,
+              pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("unshare") is None
+                                 or shutil.which("setpriv") is None or os.geteuid() != 0,
+                                 reason="needs Linux, root and util-linux's unshare and setpriv to set the modes up")]
 
 
 def _grader_digest() -> str:

@@ -22,7 +22,7 @@ from grading.problems import all_cases, folders
 from tests.kit.launcher_probes import alive_since
 from grading import KIT_ROOT
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 PROBES = "tests.kit.launcher_probes"
 
 

@@ -23,7 +23,7 @@ from common.regions import parse_regions
 from grading.kit.splice import replace_bodies
 from grading import KIT_ROOT
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
 
 

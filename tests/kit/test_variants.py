@@ -17,7 +17,7 @@ from grading.commands.variants import all_variants, check_group, clause_map, dec
 from grading.problems import all_cases, folders
 from grading.engine.runner import run_cases
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 VARIANTS = all_variants()
 GROUPS = variant_groups(VARIANTS)
 TOPS = sorted({problem.split(".")[0] for problem in folders()}, key=int)
