@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from common.files import read_regular
+from common.files import append_regular, read_regular
 from common.rank_reports import package_path
 
 # The functions of torch.distributed whose calls are logged: every collective and blocking point-to-point call a student
@@ -87,23 +85,13 @@ def install(log_path: Path, packages: tuple[str, ...], dist: ModuleType | None =
     if dist is None or getattr(dist, "_kit_call_log", None) is not None:
         return
     logged = max((call.number for call in read(log_path)), default=0)
-    stream = _append_to_regular(Path(log_path))
+    stream = append_regular(log_path)       # noqa: SIM115 - open for the process's life
     counter = iter(range(logged + 1, MAX_CALLS + 2))
     for name in TRACED:
         original = getattr(dist, name, None)
         if callable(original):
             setattr(dist, name, _traced(name, original, stream, counter, packages))
     dist._kit_call_log = log_path
-
-
-def _append_to_regular(path: Path):
-    """A line-buffered text stream appending to ``path`` (created); OSError where ``path`` is a link or is not a
-    regular file (an earlier phase's rank may leave a pipe there: opening it would wait for a reader)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path}: not a regular file")
-    return open(fd, "a", buffering=1, encoding="utf-8")   # noqa: SIM115 - open for the process's life
 
 
 def _traced(name: str, original, stream, counter, packages: tuple[str, ...]):

@@ -100,11 +100,24 @@ def read_regular(path: str | os.PathLike, offset: int = 0, limit: int | None = N
     ``offset`` on, at most ``limit`` of them, or only its last ``tail`` bytes. OSError when it is missing, a
     symbolic link (a rank could point one at a file only the reader may read) or not a regular file (a pipe that
     would block the reader)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with open(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
+    with open(_open_regular(path, os.O_RDONLY), "rb") as stream:
         if tail is not None:
             offset = max(offset, stream.seek(0, os.SEEK_END) - tail)
         stream.seek(offset)
         return stream.read() if limit is None else stream.read(limit)
+
+
+def append_regular(path: str | os.PathLike):
+    """A line-buffered text stream appending to ``path`` (created if missing), never through a link; OSError where
+    ``path`` is a symbolic link or not a regular file (a pipe a rank left there would block the writer)."""
+    return open(_open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", buffering=1, encoding="utf-8")
+
+
+def _open_regular(path: str | os.PathLike, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags``, never following a link nor waiting on a pipe; OSError (the
+    descriptor closed) where ``path`` is not a regular file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd

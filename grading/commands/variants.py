@@ -106,6 +106,7 @@ def check_group(group: tuple[Variant, ...], work: Path, servers=None) -> None:
     assert logs, "no rank logs"
     assert not [log for log in logs if "built successfully" in log.read_text(errors="replace")], logs
 
+
 def _row_order(clause_id: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.findall(r"\d+|[a-z]+", clause_id)]
 

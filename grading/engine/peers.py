@@ -140,7 +140,7 @@ def _explain(run: Run, name: str, rank: int, info: dict | None) -> tuple[str, st
         if first:
             lines = [line for line in first[0].splitlines() if not line.startswith(("symptom:", f"rank {rank}'s own"))]
             since = (": its collective calls were out of step with the other ranks' since that call"
-                    if first[1] == "calls" else ", after the failure above (its peers had stopped taking part)")
+                     if first[1] == "calls" else ", after the failure above (its peers had stopped taking part)")
             return "\n".join([*lines, f"symptom: rank {rank} {doing}{since}", raw]), first[1]
     fault = _fault(run, name, rank, own_op, own_where, info)
     if fault is None:
