@@ -26,10 +26,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
-from common.process_tree import descendants, freeze_and_kill
+from common.process_tree import descendants, freeze_and_kill, signal_group
 from common.settings import SERVER_KIT_ENV     # the folder the server was started in (it leaves a rank's sys.path)
 from common.startup import SERVER_IMPORTS, adopt_environment
 
@@ -205,6 +206,35 @@ def start_server(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]
                                 cwd=cwd, env=env, pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     return proc, address
+
+
+class Server:
+    """One fork server of a launcher: started in ``cwd`` when first asked for (``address``), with the environment
+    ``env()`` returns then, started again when it has ended, and stopped with everything under it (``stop``)."""
+
+    def __init__(self, cwd: Path, env: Callable[[], dict[str, str]]):
+        self.cwd, self.env = cwd, env
+        self.proc: subprocess.Popen | None = None
+        self._address = ""
+
+    def address(self) -> str:
+        """Where the server listens: a running one's, else a new one's (``start_server``)."""
+        if not self.running:
+            self.proc, self._address = start_server(self.cwd, self.env())
+        return self._address
+
+    @property
+    def running(self) -> bool:
+        """Whether the server's process runs now."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Kill the server's process group (its sessions and their ranks end with it) and reap it; idempotent."""
+        if self.proc is not None:
+            signal_group(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            self.proc = None
 
 
 class ServerSession:

@@ -5,7 +5,8 @@ Every rank process of the kit is started by ``spawn_ranks``, with a socket back 
 over a file store). A rank joins its group with ``project.devices.join_group``; how it starts (forked by the fork
 server the grader forks its ranks from, or a fresh interpreter) is ``project.rank_start``'s, and what it runs is
 ``main`` here; how its ranks are watched until they end (limits, the still watchdog, a failure's grace) is
-``common.rank_launch``'s, the core the grader's launcher shares.
+``common.rank_launch``'s, the core the grader's launcher shares, and how a failed or stuck run is reported, the rank
+at fault first, is ``common.run_faults``'.
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common import call_log
-from common.error_words import traceback_error, traceback_hint
 from common.rank_launch import Limits, peer_grace, supervise
-from common.rank_reports import ending, is_symptom, rank_at_fault
+from common.rank_reports import ending
 from common.rank_watch import DUMP_SIGNAL, STILL_LIMIT_S, RankWatch
 from common.regions import STUDENT_PACKAGES
+from common.run_faults import failed_run, stuck_run
 from project.cli import RankError, torchrun_rank
 from project.config import RunConfig
 from project.devices import RankEnv, resolve_backend
@@ -38,15 +39,6 @@ from project.output import write_json
 from project.rank_start import (RankProcess, RankStart, freeze_what_is_loaded, rank_session, rank_start_method,
                                 start_rank)
 from project.rank_start import start_rank_server as _start_server
-
-
-def _one_line(report: str, hint: bool = False) -> str:
-    """A rank's report on one line: ``failed: <exception> (at <student file:line>)`` for a traceback (in plain
-    words: ``common.error_words.traceback_error``); with ``hint``, its likely cause on a next line where known."""
-    if "Traceback (most recent call last)" not in report:
-        return report
-    cause = traceback_hint(report) if hint else ""
-    return f"failed: {traceback_error(report)}" + (f"\n{cause}" if cause else "")
 
 
 def _reply(conn: Connection, message: tuple) -> None:
@@ -158,45 +150,26 @@ class Ranks:
         print(watch.progress_line(f"{self.name}s waiting", still_s, waiting), file=sys.stderr, flush=True)
 
     def _failure(self, what: str, failures: dict[int, str]) -> RankError:
-        """The RankError for ``failures`` (rank -> its traceback, or how it died): a first line naming the rank at
-        fault and what it did, a ``symptom:`` line for each other failed rank, then the faulty rank's report.
-
-        When every failure is a symptom (no rank failed in its own code), the ranks' collective calls
-        (``common.call_log.parting``) name the call on which they parted, where they show one.
-        """
-        fault = rank_at_fault(failures)
-        who = "rank" if self.name == "rank" else f"{self.name} rank"
-        prefix = "" if what == self.name else f"{what}: "
-        parted = self._parting() if all(is_symptom(text) for text in failures.values()) else None
-        if parted:
-            lines = [prefix + parted.splitlines()[0], *parted.splitlines()[1:]]
-            lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items())]
-            return RankError("\n".join([*lines, failures[fault].rstrip()]))
-        lines = [prefix + f"{who} {fault} {_one_line(failures[fault], hint=True)}"]
-        lines += [f"symptom: {who} {r} then {_one_line(text)}" for r, text in sorted(failures.items()) if r != fault]
-        return RankError("\n".join([*lines, failures[fault].rstrip()]))
-
-    def _parting(self, waiting: dict[int, str] | None = None) -> str | None:
-        """What the ranks' logged collective calls show (``call_log.parting``), or None."""
-        if self.watch_dir is None:
-            return None
-        logs = {r: call_log.read(self.watch_dir / f"calls{r}.txt") for r in range(len(self.procs))}
-        return call_log.parting(logs, waiting)
+        """The RankError for ``failures`` (rank -> its traceback, or how it died): ``common.run_faults.failed_run``,
+        after ``what`` failed."""
+        return RankError(self._prefix(what) + failed_run(failures, self._logs(),
+                                                          "rank" if self.name == "rank" else f"{self.name} rank"))
 
     def _stuck(self, what: str, watch: RankWatch, pending: list[int], still_s: float) -> RankError:
         """The RankError for ranks ``pending`` that all waited ``still_s`` seconds: where each waits, and the call
-        on which their collective calls part (when the logs show one)."""
-        places = watch.places(pending)
-        parted = self._parting({r: place.split(" (")[0] for r, place in places.items()})
-        waited = (f"every one of the {'' if self.name == 'rank' else self.name + ' '}ranks still running waited "
-                  f"{still_s:.0f} s without using the CPU, so none could go on: "
-                  + ", ".join(f"rank {r} in {place}" for r, place in sorted(places.items()))
-                  + f" (the limit: --timeout {self.still_limit_s:g})")
-        first, *rest = (parted or f"{waited}\nlikely cause: the ranks wait for each other: a collective or receive "
-                        "that another rank never reaches, or a loop that waits for a file or value another rank never "
-                        "provides").splitlines()
-        prefix = "" if what == self.name else f"{what}: "
-        return RankError("\n".join([prefix + first, *([f"waiting: {waited}"] if parted else []), *rest]))
+        on which their collective calls part (``common.run_faults.stuck_run``)."""
+        return RankError(self._prefix(what) + stuck_run(watch.places(pending), still_s, self._logs(),
+                                                         f"--timeout {self.still_limit_s:g}",
+                                                         "" if self.name == "rank" else f"{self.name} "))
+
+    def _prefix(self, what: str) -> str:
+        return "" if what == self.name else f"{what}: "
+
+    def _logs(self) -> dict[int, list[call_log.Call]]:
+        """Every rank's logged collective calls ({} without a ``watch_dir``)."""
+        if self.watch_dir is None:
+            return {}
+        return {r: call_log.read(self.watch_dir / f"calls{r}.txt") for r in range(len(self.procs))}
 
     def wait(self, timeout_s: float | None = None) -> list:
         """Every rank's return value, in rank order, once all have finished; the processes are joined.

@@ -10,11 +10,8 @@ choice (``rank_start_method``).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import os
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +19,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from common.forkserver import ServerSession, start_server
-from common.process_tree import signal_group
+from common.forkserver import Server, ServerSession
 from common.rank_process import RankProcess
 from common.settings import RANK_START_ENV as RANK_START_ENV     # re-exported: tests name rank_start.RANK_START_ENV
 from common.settings import settings
@@ -59,29 +55,23 @@ def _with_the_kit_importable() -> dict[str, str]:
 
 
 class _Server:
-    """This process's fork server: started when first needed (in the kit's folder, one OpenMP thread, no output),
-    stopped as this process exits (it dies with it in any case), and a session opened ahead of the coming ranks."""
+    """This process's fork server (``common.forkserver.Server``): started when first needed (in the kit's folder, one
+    OpenMP thread, no output), stopped as this process exits (it dies with it in any case), and a session opened
+    ahead of the coming ranks."""
 
     def __init__(self):
-        self.proc: subprocess.Popen | None = None
-        self.address = ""
+        # importing torch starts no OpenMP thread
+        self.server = Server(ROOT, lambda: {**_with_the_kit_importable(), "OMP_NUM_THREADS": "1"})
         self.ahead: tuple[ServerSession, frozenset[str]] | None = None
-
-    def running_address(self) -> str:
-        if self.proc is None or self.proc.poll() is not None:
-            env = {**_with_the_kit_importable(), "OMP_NUM_THREADS": "1"}   # importing torch starts no OpenMP thread
-            self.proc, self.address = start_server(ROOT, env)
-            self.ahead = None
-            atexit.unregister(self.stop)
-            atexit.register(self.stop)
-        return self.address
 
     def open_ahead(self, preload: tuple[str, ...]) -> None:
         """Ask for a session forked once the server has imported ``preload``; the next ``session`` takes it."""
         if self.ahead is None or not set(preload) <= self.ahead[1]:
             if self.ahead is not None:
                 self.ahead[0].close()
-            self.ahead = (ServerSession(self.running_address(), preload), frozenset(preload))
+            atexit.unregister(self.stop)
+            atexit.register(self.stop)
+            self.ahead = (ServerSession(self.server.address(), preload), frozenset(preload))
 
     def session(self, preload: tuple[str, ...]) -> ServerSession:
         """A session of the server that has imported ``preload``: the one opened ahead where it has, else a new one.
@@ -96,11 +86,8 @@ class _Server:
         if self.ahead is not None:
             self.ahead[0].close()
             self.ahead = None
-        if self.proc is not None:
-            signal_group(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(10)
-            self.proc = None
+        atexit.unregister(self.stop)
+        self.server.stop()
 
 
 _SERVER = _Server()

@@ -10,18 +10,14 @@ needs it and stopped before a case without that need has the first import more
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import signal
-import subprocess
 from pathlib import Path
 
 from common.settings import SERVERS_ENV as SERVERS_ENV     # re-exported: tests name run_servers.SERVERS_ENV
 from common.settings import POOL_ENV, SERVER_KIT_ENV, settings_from
 from grading.sandbox.isolation import rank_environment
-from common.forkserver import ServerSession, start_server
-from common.process_tree import signal_group
+from common.forkserver import Server, ServerSession
 
 
 def pool_addresses(pool: str) -> list[str]:
@@ -58,7 +54,7 @@ class ForkServers:
         self.servers = len(self.pool) or server_count(base)
         self.env = {**rank_environment(base), "PYTHONPATH": str(self.cwd), SERVER_KIT_ENV: str(self.cwd),
                     "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS") or "1"}   # importing torch starts no thread
-        self._started: dict[int, tuple[subprocess.Popen, str]] = {}     # this run's own servers
+        self._started: dict[int, Server] = {}      # this run's own servers
         self._sessions: dict[int, ServerSession] = {}
         self._preloaded: set[str] = set()          # what the first server was asked to import so far
         self.preloads_allowed: bool | None = None   # decided at the first preload: not where CUDA is visible
@@ -71,17 +67,19 @@ class ForkServers:
     @property
     def running(self) -> int:
         """How many of this run's own servers run now (a pool's are not counted)."""
-        return sum(proc.poll() is None for proc, _ in self._started.values())
+        return sum(server.running for server in self._started.values())
 
     def address(self, index: int) -> str:
         """Where server ``index`` listens: the pool's, else this run's own (started, or restarted, here)."""
         if index < len(self.pool):
             return self.pool[index]
-        started = self._started.get(index)
-        if started is None or started[0].poll() is not None:
-            seed = str(secrets.randbelow(2**32))     # each server its own hash seed, as fresh interpreters
-            self._started[index] = start_server(self.cwd, {**self.env, "PYTHONHASHSEED": seed})
-        return self._started[index][1]
+        if index not in self._started:
+            self._started[index] = Server(self.cwd, self._seeded_env)
+        return self._started[index].address()
+
+    def _seeded_env(self) -> dict[str, str]:
+        """A server's environment at its (re)start: its own hash seed, as each fresh interpreter has."""
+        return {**self.env, "PYTHONHASHSEED": str(secrets.randbelow(2**32))}
 
     def session(self, rank: int, distinct_hashes: bool = False) -> ServerSession:
         """The session that forks rank ``rank`` (one that ended is replaced); its server may still be importing."""
@@ -111,10 +109,7 @@ class ForkServers:
     def _stop(self, index: int) -> None:
         """Stop this run's own server ``index`` and everything under it, if it runs."""
         if index in self._started:
-            proc = self._started.pop(index)[0]
-            signal_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            self._started.pop(index).stop()
 
     def stop_unneeded_server(self, distinct_hashes: bool, preload: tuple[str, ...] = ()) -> None:
         """Before a case: with one server kept, a case that needs no ``distinct_hashes`` and that has the first
