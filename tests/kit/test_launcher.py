@@ -70,8 +70,8 @@ def test_one_fork_server_keeps_hash_orders_apart_only_where_ranks_must_agree(tmp
         assert result.ok, result.failure()
         return [torch.load(tmp_path / name / f"rank{r}" / "state.pt", weights_only=True)["hash"] for r in range(3)]
     with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
-        apart = hashes("apart", checks=True)
-        assert apart[0] == apart[2] != apart[1] and one.running == 2
+        checked = hashes("checked", checks=True)
+        assert checked[0] == checked[2] != checked[1] and one.running == 2
         together = hashes("together", checks=False)
         assert len(set(together)) == 1 and one.running == 2
         assert len(set(hashes("more_libraries", checks=False, preload=("colorsys",)))) == 1 and one.running == 1
