@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -32,7 +33,7 @@ import psutil
 
 from common.process_tree import descendants, freeze_and_kill, signal_group
 from common.settings import SERVER_KIT_ENV     # the folder the server was started in (it leaves a rank's sys.path)
-from common.startup import SERVER_IMPORTS, adopt_environment
+from common.startup import SERVER_IMPORTS, adopt_environment, collect_as_python_does, collect_less
 
 KIT_PACKAGES = ("grading", "common")           # imported afresh by every child from the folder it names
 START_TIMEOUT_S = 120.0
@@ -65,6 +66,7 @@ def _in_child(request: dict, control: socket.socket, stdin: int, streams: list[i
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    collect_as_python_does()
     module = importlib.import_module(request["module"])
     sys.argv = [module.__file__, *request["argv"]]                   # as a cold process sees it
     try:
@@ -121,6 +123,7 @@ def _preload(modules: list[str]) -> str:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the rank imports it again and reports what goes wrong there
             sys.modules.pop(name, None)
+    gc.freeze()           # what is imported now is never walked again, here or in a child (no page copied for it)
     threads = psutil.Process().num_threads()
     return "" if threads == 1 else f"the fork server has {threads} threads after preloading {modules}"
 
@@ -163,6 +166,7 @@ def serve(listener_fd: int) -> None:
     what its request's ``preload`` names and fork a ``_session`` for it. A preload that leaves it with a second
     thread ends it, with that error as the answer (it must not fork again); it is killed when its starter dies."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    collect_less()                          # it imports the libraries; its sessions fork, hold and sweep
     listener = socket.socket(fileno=listener_fd)
     if _preload(list(SERVER_IMPORTS)):
         return

@@ -24,12 +24,14 @@ import threading
 from pathlib import Path
 
 from common.settings import POOL_ENV, settings
+from common.startup import collect_less
 from grading.commands import benchmarks, grade, manage, report, similarity
 from grading.commands.options import apply_course_options
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the process exit code."""
+    collect_less()
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)

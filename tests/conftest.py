@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.startup import collect_less
 from grading import KIT_ROOT
 from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_case, warm_servers
@@ -38,6 +39,7 @@ _NOTES: list[str] = []
 
 
 def pytest_configure(config) -> None:
+    collect_less()      # a test process imports torch, transformers and DeepSpeed, as the grader's do
     for problem, title in titles().items():
         config.addinivalue_line("markers", f"p{problem.replace('.', '_')}: Problem {problem} {title}")
 

@@ -72,9 +72,11 @@ def forks_a_setsid_daemon(ctx):
 
 
 def reports_fresh_state(ctx):
-    """What a fresh interpreter draws anew: the str hash seed, the random module, the run marker, the threads."""
+    """What a fresh interpreter draws anew: the str hash seed, the random module, the run marker, the threads;
+    and what it starts with: the garbage collector's thresholds."""
+    import gc
     import random
-    ctx.record("state", lambda: {"hash": hash("grading"), "random": random.random(),
+    ctx.record("state", lambda: {"hash": hash("grading"), "random": random.random(), "gc": gc.get_threshold(),
                                  "marker": os.environ.get("GRADING_RUN_ID", ""),
                                  "variable": os.environ.get("TORCH_LAUNCHER_TEST_VARIABLE"),
                                  "secret": os.environ.get("GRADING_COURSE_SECRET"),

@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 
+from common import startup
 from grading.engine.case_run import CaseRun
 from grading.engine.run_servers import POOL_ENV, SERVERS_ENV, ForkServers, server_count
 from grading.engine.launch import launch
@@ -242,7 +243,8 @@ def test_ranks_get_the_launchers_environment_as_it_is_at_their_start(tmp_path, r
 
 def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
     """Hash seed, random state and torch's default seed differ between ranks and between runs; the marker is
-    the run's own; no student module is loaded before the probe."""
+    the run's own; no student module is loaded before the probe; the garbage collector runs as in a fresh
+    interpreter (not as in the fork server, ``common.startup.collect_less``)."""
     first = run(tmp_path / "a", "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
     second = run(tmp_path / "b", "reports_fresh_state", world_size=2, timeout_s=60, init_group=False)
     assert first.ok and second.ok, first.failure() + second.failure()
@@ -252,6 +254,7 @@ def test_every_rank_starts_as_fresh_as_a_new_interpreter(tmp_path, run):
     assert states[0]["hash"] != states[1]["hash"] and states[2]["hash"] != states[3]["hash"]
     assert states[0]["marker"] == states[1]["marker"] != states[2]["marker"] and states[0]["marker"]
     assert all(s["modules"] == [] for s in states)
+    assert all(tuple(s["gc"]) == startup.PYTHON_GC_THRESHOLDS != startup.FEWER_COLLECTIONS for s in states), states
 
 
 def test_preloads_are_imported_by_the_fork_servers_before_the_ranks_start(tmp_path, warm_run):
@@ -295,11 +298,11 @@ def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
 def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
     """Every module a case of the kit or a runner's ranks preload (``common.startup``) imports in a fork server
     without starting a thread."""
-    from common import startup
-
     names = sorted({name for case in all_cases(tuple(folders())) for name in case.preload})
     assert names, "no case preloads anything"
-    names = sorted({*names, *(name for value in vars(startup).values() if isinstance(value, tuple) for name in value)})
+    lists = [value for value in vars(startup).values() if isinstance(value, tuple) and value and
+             all(isinstance(name, str) for name in value)]       # the module lists (not the collector's numbers)
+    names = sorted({*names, *(name for value in lists for name in value)})
     with ForkServers(KIT_ROOT) as servers:
         result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
                         init_group=False, args={"names": names}, servers=servers, preload=tuple(names))
