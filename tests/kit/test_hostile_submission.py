@@ -167,16 +167,18 @@ def _autograder(folder: Path) -> Path:
 
 def _only_the_bundle() -> tuple[Path, ...]:
     """What to cover so that this machine looks like a Gradescope container, which holds only the bundle: the
-    kit checkout, every folder at / but the system's, the interpreter's and ``/run``, ``/var``, ``/boot`` (the
-    layout and the grade's temporary folders are in ``/var/tmp``), and in the folders on the way down to the
-    checkout every folder beside that way (another checkout of the kit may lie there: ``/tmp/a`` beside
-    ``/tmp/kit``)."""
+    kit checkout, every folder at / but the system's and ``/root``, ``/run``, ``/var``, ``/boot`` (the layout and
+    the grade's temporary folders are in ``/var/tmp``), and in the folders on the way down to the checkout every
+    folder beside that way (another checkout of the kit may lie there: ``/tmp/a`` beside ``/tmp/kit``); never
+    the interpreter's folder or one above it."""
     from grading.sandbox.isolation import SYSTEM_DIRS
     kept = SYSTEM_DIRS | {"root", "run", "var", "boot"}
     way = {KIT_ROOT, *KIT_ROOT.parents}
+    python = {p for place in (sys.executable, sys.prefix, sys.base_prefix)
+              for p in (Path(place).resolve(), *Path(place).resolve().parents)}
     above = [Path("/"), *(p for p in reversed(KIT_ROOT.parents) if p != Path("/") and p.parts[1] not in kept)]
     return (KIT_ROOT, *(p for folder in above for p in sorted(folder.iterdir())
-                        if p.is_dir() and not p.is_symlink() and p not in way
+                        if p.is_dir() and not p.is_symlink() and p not in way and p not in python
                         and not (folder == Path("/") and p.name in kept)))
 
 
