@@ -27,13 +27,11 @@ FEWER_COLLECTIONS = (50_000, 20, 10)           # a young collection per 50,000 n
 
 
 def collect_less() -> None:
-    """Have this process collect cyclic garbage less often (``FEWER_COLLECTIONS``; ``gc.set_threshold``).
-
-    Importing torch, transformers and DeepSpeed creates some 400,000 objects; under Python's default thresholds
-    the collector re-walks the growing heap each time it grows by a quarter, about a fifth of the import's CPU
-    time. For processes that hold no large data in reference cycles: the fork servers, the grader's own
-    processes, the test suite's workers; never a rank (``collect_as_python_does``) or a training entry point,
-    whose cycles may hold tensors.
+    """Have this process collect cyclic garbage less often (``FEWER_COLLECTIONS``; ``gc.set_threshold``), so that
+    importing the heavy libraries does not re-walk the growing heap each time it grows by a quarter (Python's
+    rule for a full collection under its default thresholds). For processes that hold no large data in
+    reference cycles: the fork servers, the grader's own processes, the test suite's workers; never a rank
+    (``collect_as_python_does``) or a training entry point, whose cycles may hold tensors.
     """
     gc.set_threshold(*FEWER_COLLECTIONS)
 

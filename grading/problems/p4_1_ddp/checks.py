@@ -222,11 +222,10 @@ def probe_ddp(ctx) -> None:
 
 def probe_many_scalars(ctx) -> None:
     """The second phase, in new processes: ManyScalarsNet's gradients (a public part), where every rank recorded
-    its gradient parts in the first phase. Its ranks make about 800 collective calls, 257 broadcasts per wrapper and
-    an all-reduce per bucket; torch's per-call checks, which cost more than such calls themselves, would take most
-    of the case's time, so this phase runs without them: a submission whose ranks call differently fails those
-    checks in the first phase's gradient parts, on the same code, and this phase then records why it did not run
-    (a mismatch would hang here, unexplained)."""
+    its gradient parts in the first phase. It makes a broadcast per parameter and an all-reduce per bucket, so it
+    runs without torch's per-call checks, which cost a rank more than such calls themselves: a submission whose
+    ranks call differently fails those checks in the first phase's gradient parts, on the same code, and this
+    phase then records why it did not run (a mismatch would hang here, unexplained)."""
     missing = [r for r in range(ctx.world_size) if not (ctx.handoff_dir / f"{GRADS_RECORDED}{r}").exists()]
     if missing:
         def not_run():
