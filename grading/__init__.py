@@ -6,6 +6,3 @@
     problems/    one folder per sub-problem (pX_Y_name: probes, criteria, reference, expected.json, staff.py)
     staff/       staff only, never released: fixture writer, the handout's sources
 """
-from pathlib import Path
-
-KIT_ROOT = Path(__file__).resolve().parent.parent     # the kit (or starter, or bundle) this grader belongs to

@@ -6,6 +6,3 @@ An entry point parses (``cli``, ``options``), checks ``readiness``, freezes its 
 ``manifest``; ``resume``) and ``output`` (what a run prints and writes). No torch is imported before the checks pass:
 ``cli``, ``options``, ``readiness``, ``output``, ``manifest`` and ``bench.options`` import none at module level.
 """
-from pathlib import Path
-
-KIT_ROOT = Path(__file__).resolve().parent.parent   # the kit (or student starter) this package belongs to

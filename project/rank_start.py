@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from common import ROOT
 from common.forkserver import Server, ServerSession
 from common.rank_process import RankProcess
 from common.settings import RANK_START_ENV as RANK_START_ENV     # re-exported: tests name rank_start.RANK_START_ENV
@@ -27,7 +28,6 @@ from common.startup import adopt_environment
 from project.cli import ConfigError
 from project.devices import gpu_count
 
-ROOT = Path(__file__).resolve().parent.parent
 RANK_MAIN = "project.launch"        # the module whose ``main(["RANK", "FD"])`` every rank runs
 SERVER_MODULE = "common.forkserver"
 _FRESH_THREADS = torch.get_num_threads()   # a fresh interpreter's intra-op threads (read before anyone sets them)

@@ -11,8 +11,8 @@ import ast
 import re
 from pathlib import Path
 
+from common import ROOT
 from common.regions import STUDENT_PACKAGES, RegionError, parse_regions
-from project import KIT_ROOT
 from project.cli import UniformError
 
 # problem id -> the functions (region hosts) an entry point calls, or None for every region of the problem
@@ -62,7 +62,7 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def problems_not_ready(needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = True) -> list[str]:
+def problems_not_ready(needs: Needs, root: Path = ROOT, stubs_too: bool = True) -> list[str]:
     """Sentences about the needed problems that cannot run yet (empty when all are written and parse).
 
     A file holding a needed problem that does not parse gives ``Problem 2.2
@@ -101,7 +101,7 @@ def problems_not_ready(needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = Tr
     return broken
 
 
-def ensure_ready(command: str, needs: Needs, root: Path = KIT_ROOT, stubs_too: bool = True) -> None:
+def ensure_ready(command: str, needs: Needs, root: Path = ROOT, stubs_too: bool = True) -> None:
     """Raise UniformError (one line) when a problem ``command`` needs is unwritten or does not parse::
 
         project/run_data_parallel.py needs Problems 1.1 and 1.2: Problem 1.2 is not implemented yet
@@ -120,7 +120,7 @@ def problem_ids(needs: Needs) -> str:
     return _join(_order(needs))
 
 
-def parts_not_ready(parts: dict[str, Needs], root: Path = KIT_ROOT) -> dict[str, str]:
+def parts_not_ready(parts: dict[str, Needs], root: Path = ROOT) -> dict[str, str]:
     """``{part: why}`` for each part of ``parts`` that cannot run yet (its problems unwritten or not parsing).
 
     ``why`` reads ``needs Problems 2.1, 2.2 and 2.3: Problem 2.2 is not implemented yet``.
@@ -153,14 +153,14 @@ def _problems_handed_out(root: Path) -> set[str]:
     return found
 
 
-def not_handed_out(needs: Needs, root: Path = KIT_ROOT) -> list[str]:
+def not_handed_out(needs: Needs, root: Path = ROOT) -> list[str]:
     """The problems (``4``, ``5``) of ``needs`` whose regions ``root``'s student files lack: the course did not
     choose them. Empty when all are there."""
     found = _problems_handed_out(root)
     return sorted({p.split(".")[0] for p in needs if p not in found}, key=int)
 
 
-def ensure_bench_ready(flags: list[str], root: Path = KIT_ROOT) -> dict[str, str]:
+def ensure_bench_ready(flags: list[str], root: Path = ROOT) -> dict[str, str]:
     """What ``scripts/run_benchmarks.py FLAGS`` may run: UniformError (one line) when it cannot run, else
     ``{part: why}`` for the parts its ``flags`` add (``BENCH_FLAGS``) that it will skip.
 

@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 
 
-def run_kit_command(args: list[str], cwd: Path = KIT_ROOT, env: dict[str, str] | None = None,
+def run_kit_command(args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None,
                     timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m grading ARGS`` in ``cwd`` (environment: ``env``, default this process's); its exit code and text
     output as ``subprocess.run(..., capture_output=True, text=True)`` gives them. Raises

@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from common import ROOT
 from common.startup import collect_less
-from grading import KIT_ROOT
 from grading.engine.rubric import selects
 from grading.engine.runner import CriterionResult, run_case, warm_servers
 from grading.kit import points
@@ -130,7 +130,7 @@ def graded_copy(tmp_path_factory) -> tuple[Path, SpliceReport]:
     """(grading copy with this folder's region bodies spliced in, what the splice found: notes, refused problems,
     hints)."""
     dest = tmp_path_factory.mktemp("grading") / "graded"
-    splice = build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
+    splice = build_grading_copy(ROOT, ROOT, dest)
     _NOTES.extend(splice.notes())
     return dest, splice
 
@@ -156,7 +156,7 @@ def fork_servers(session_tmpdir):
     None under ``GRADING_FORKSERVER=0`` (cold ranks). Two of them, the default ``GRADING_FORKSERVERS``: a grade
     that shares a pool of one starts a second server of its own for each case whose ranks must differ in hash
     seed (``ForkServers.holders``)."""
-    servers = warm_servers(KIT_ROOT)
+    servers = warm_servers(ROOT)
     with pytest.MonkeyPatch.context() as patch:
         for key, value in (servers.pool_env() if servers is not None else {}).items():
             patch.setenv(key, value)

@@ -24,10 +24,10 @@ import torch
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME, ddp_peers, report, stats
 from project.devices import THREAD_POLICY
 from tests.conftest import start_project_rank_server
+from common import ROOT
 
 pytestmark = pytest.mark.kit
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # -- the arithmetic, on hand-made numbers ---------------------------------------------------------------

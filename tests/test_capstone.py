@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from project.run_capstone import cli
+from common import ROOT
 
 pytestmark = pytest.mark.project
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--world_size", "2", "--steps", "6", "--save_step", "3", "--batch_size", "8", "--max_len", "32"]
 RUN = "ws2-steps6-save3-batch8-len32"   # the run folder of SMALL (project.options.run_name)
 

@@ -24,10 +24,10 @@ import pytest
 from project import run_data_parallel, run_finetune, run_pipeline
 from project.cli import run_cli
 from project.output import read_steps
+from common import ROOT
 
 pytestmark = [pytest.mark.project, pytest.mark.long_file]
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--n_train", "32", "--n_valid", "8", "--batch_size", "4", "--n_epochs", "1", "--quiet"]
 
 

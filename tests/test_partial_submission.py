@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from grading.commands.release import release
+from common import ROOT
 from common.regions import parse_regions, student_files
 from grading.kit.splice import replace_bodies
 from grading.problems import titles
@@ -23,7 +24,6 @@ from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
-ROOT = Path(__file__).resolve().parent.parent
 DONE_PROBLEM = "1"
 
 

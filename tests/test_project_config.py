@@ -11,10 +11,10 @@ import pytest
 
 from project import run_data_parallel
 from project.config import RunConfig
+from common import ROOT
 
 pytestmark = pytest.mark.project
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _config(**resolved) -> RunConfig:

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from project import run_data_parallel, run_finetune, run_pipeline
+from common import ROOT
 
 pytestmark = pytest.mark.kit
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 PARSERS = {"project/run_pipeline.py": run_pipeline, "project/run_data_parallel.py": run_data_parallel,
            "project/run_finetune.py": run_finetune}

@@ -6,10 +6,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from common import ROOT
 
 pytestmark = pytest.mark.kit
 
-ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "project"
 MODULES = {(".".join(p.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__"): p
            for p in sorted(PROJECT.rglob("*.py"))}

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from project import plot, run_capstone, run_data_parallel, run_finetune, run_pipeline, run_tensor_parallel
 from project.options import out_dir, run_name
+from common import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINTS = [run_data_parallel, run_pipeline, run_finetune, run_tensor_parallel, run_capstone, plot]
 
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from project import output
+from common import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Stream:

@@ -20,10 +20,10 @@ from pipeline.schedule import clock_cycles
 from project import microbatch, readiness
 from project.cli import UniformError, refusal_code
 from tests.commands import run_kit_command
+from common import ROOT
 
 pytestmark = pytest.mark.project
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ import torch
 
 from project.cli import ConfigError
 from project.corpus import generate_pairs
+from common import ROOT
 
 pytestmark = pytest.mark.project
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 300
 RUNS = {"model_parallel": "model_parallel", "pipeline_parallel": "pipeline-chunk4"}   # run folders, per mode
 N_TRAIN, GLOBAL_BATCH = 32, 8

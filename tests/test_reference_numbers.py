@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from tests.independent_solutions import IMPLEMENTATIONS
 
 pytestmark = pytest.mark.project
@@ -45,7 +45,7 @@ SHORT_RANGES = {
 def _kit(name: str, tmp: Path) -> Path:
     """The kit with ``name``'s region bodies spliced in (the reference: the kit itself)."""
     if name == "reference":
-        return KIT_ROOT
+        return ROOT
     from grading.kit.variants import make_variant_kit
 
     return make_variant_kit(tmp / name, IMPLEMENTATIONS[name])

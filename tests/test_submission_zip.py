@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from common import ROOT
 from common.handin import ANALYSIS_NAME, ANSWER_PLACEHOLDER
 from common.regions import student_files
 from grading.kit.course import DEFAULT_PROBLEMS, PROBLEMS_ENV
@@ -19,7 +20,6 @@ from tests.commands import run_kit_command
 
 pytestmark = pytest.mark.kit
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _figures(folder: Path) -> Path:

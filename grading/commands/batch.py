@@ -34,7 +34,7 @@ from grading.commands import report, results_json
 from grading.commands.report import EXIT_FAIL, EXIT_GRADER_ERROR, EXIT_INCOMPLETE, EXIT_PASS, EXIT_USAGE
 from grading.engine.rubric import selects
 from grading.engine.runner import out_of_time
-from grading import KIT_ROOT
+from common import ROOT
 from common.startup import GRADE_IMPORTS
 from grading.problems import all_cases
 from grading.problems import titles
@@ -71,7 +71,7 @@ def grading_servers() -> Iterator[dict[str, str]]:
     """Fork servers that many ``grade_one`` calls share, preloaded with what a grade's own judging imports, so no
     grade imports the libraries again; yields the ``env`` to pass to each (empty where fork servers are off) and
     closes the servers when the block ends."""
-    servers = warm_servers(KIT_ROOT)
+    servers = warm_servers(ROOT)
     if servers is None:
         yield {}
         return
@@ -105,7 +105,7 @@ def grade_one(entry: Path, out: Path, grade_args: list[str], limit_s: float, env
     try:
         with open(out / "report.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
             try:
-                proc = subprocess.Popen([sys.executable, "-m", "grading", *command], cwd=KIT_ROOT,
+                proc = subprocess.Popen([sys.executable, "-m", "grading", *command], cwd=ROOT,
                                         env={**os.environ, **(env or {}), "TMPDIR": str(scratch)},
                                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
                 try:

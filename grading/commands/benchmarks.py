@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grading import KIT_ROOT
+from common import ROOT
 from common.handin import FIGURES_DIR, REQUIRED_FIGURES, SUMMARY_NAME
 
 if TYPE_CHECKING:       # imported where used: the zip script's warnings need none of the engine
@@ -211,7 +211,7 @@ def score_thresholds(summary: dict | None, points: float, seconds: float = 0.0, 
 
 def run_benchmark_check(submission: Path, points: float = 1.0, limit_s: float = BENCH_LIMIT_S,
                         gpus: int | None = None, extra_args: tuple[str, ...] = (),
-                        kit_root: Path = KIT_ROOT) -> list:
+                        kit_root: Path = ROOT) -> list:
     """Score the course thresholds for ``submission`` by re-running the benchmark here; returns the criteria.
 
     With fewer than 2 GPUs (``gpus`` overrides the count) nothing runs after

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from common import ROOT
 from common.settings import STARTED_ENV as STARTED_ENV     # re-exported: ``__main__`` and tests name grade.STARTED_ENV
 from common.settings import PROBLEMS_ENV
-from grading import KIT_ROOT
 from grading.commands import benchmarks, profile, report, results_json
 from grading.commands.options import add_course_options
 from grading.sandbox import isolation
@@ -122,7 +122,7 @@ def _grade(args: argparse.Namespace, problem: str | None, total: TotalTime | Non
     what it judged; ``total``: the cases' share of ``--total-timeout`` (``runner.run_cases``).
     """
     scratch = scratch_dir()
-    notes = _self_check_notes(KIT_ROOT)
+    notes = _self_check_notes(ROOT)
     try:
         submission_root = _open_or_reject(args.submission, problem, scratch, out)
         if submission_root is None:
@@ -144,7 +144,7 @@ def _open_or_reject(submission: str | None, problem: str | None, scratch: Path,
     """The root of ``submission`` (this kit for None), or None once its rejection is said on stderr and written
     to ``out`` as every criterion failed."""
     try:
-        return KIT_ROOT if submission is None else open_submission(Path(submission), KIT_ROOT, scratch)
+        return ROOT if submission is None else open_submission(Path(submission), ROOT, scratch)
     except SubmissionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         reason = f"submission rejected: {exc}"
@@ -158,7 +158,7 @@ def _grade_copy(args: argparse.Namespace, problem: str | None, total: TotalTime 
     (closed at the end) and report the verdicts (``_report``); ``notes`` gains the splice's and the isolation's
     notes."""
     code_root = scratch / "graded"
-    splice = build_grading_copy(KIT_ROOT, submission_root, code_root)
+    splice = build_grading_copy(ROOT, submission_root, code_root)
     servers = warm_servers(code_root)           # they import torch while this process loads the checks
     if servers is not None:
         servers.warm_up()

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.commands import report, similarity
 from grading.commands.options import add_course_options, add_slurm_resource_options, slurm_resources
 from grading.kit.course import parse_problems
@@ -33,7 +33,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         return refused
     from grading.commands.release import release
     try:
-        record = release(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems), preface=args.preface,
+        record = release(ROOT, Path(args.out_dir), parse_problems(args.problems), preface=args.preface,
                          analysis_points=args.analysis_points)
     except (RegionError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -69,7 +69,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
         return refused
     from grading.commands.gradescope import build_bundle
     try:
-        archive = build_bundle(KIT_ROOT, Path(args.out_dir), parse_problems(args.problems),
+        archive = build_bundle(ROOT, Path(args.out_dir), parse_problems(args.problems),
                                args.course_secret or os.environ.get(SECRET_ENV, ""), args.total_timeout)
     except (RegionError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -163,7 +163,7 @@ def generated_pages() -> dict[Path, str]:
     """The staff pages written from the kit's own declarations: path -> text."""
     from grading.commands.settings_page import settings_markdown
     from grading.commands.variants import clause_map
-    return {KIT_ROOT / "docs" / "clauses.md": clause_map(), KIT_ROOT / "docs" / "settings.md": settings_markdown()}
+    return {ROOT / "docs" / "clauses.md": clause_map(), ROOT / "docs" / "settings.md": settings_markdown()}
 
 
 def cmd_docs(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.commands.batch import default_limit_s, grade_one, grading_servers
 from grading.commands.grades_csv import RowStatus
 from grading.commands.result_tests import criterion_id, scored_tests
@@ -68,7 +68,7 @@ def selection(text: str) -> tuple[str, ...]:
     return chosen
 
 
-def fingerprint(mutant: Mutant, root: Path = KIT_ROOT) -> str:
+def fingerprint(mutant: Mutant, root: Path = ROOT) -> str:
     """What a recorded grade of ``mutant`` depends on: its id and place, the text of its student file, and every
     file of its sub-problem's grader folder (checks, hidden checks, references, data, equivalents)."""
     digest = hashlib.sha256(f"{mutant.id}:{mutant.occurrence}\n".encode())
@@ -89,7 +89,7 @@ def verdict(status: str, tests: list[dict]) -> str:
     return "survived" if status == RowStatus.PASSED and tests else "error"
 
 
-def grade_mutant(mutant: Mutant, out: Path, limit_s: float, env: dict[str, str], root: Path = KIT_ROOT) -> dict:
+def grade_mutant(mutant: Mutant, out: Path, limit_s: float, env: dict[str, str], root: Path = ROOT) -> dict:
     """Grade ``mutant`` on its sub-problem as a submission that holds every student file of the kit, the mutated
     one changed; return its record: id, verdict, status, seconds, the criteria it ``passed`` and ``failed``
     (criterion ids), its ``fingerprint`` and, for a survivor, its ``diff``."""
@@ -137,7 +137,7 @@ def run_mutants(out: Path, problems: tuple[str, ...] | None = None, per_problem:
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    every = mutants_of(KIT_ROOT, problems)
+    every = mutants_of(ROOT, problems)
     chosen = sample(every, per_problem, seed) if per_problem is not None else every
     if fresh:
         (out / LEDGER).unlink(missing_ok=True)

@@ -18,7 +18,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from common.files import atomic_write
 from grading.kit.intake import SubmissionError, extract_zip, find_root
 from common.regions import RegionError, parse_regions, student_files
@@ -209,7 +209,7 @@ def rank_pairs(entries: dict[str, dict[str, Entry]]) -> list[tuple[str, str, str
     return rows
 
 
-def build_report(submissions_dir: Path, kit_root: Path = KIT_ROOT) -> Report:
+def build_report(submissions_dir: Path, kit_root: Path = ROOT) -> Report:
     """Read ``submissions_dir`` and rank every pair of submissions per problem."""
     kit_root = Path(kit_root)
     kept = kept_names(kit_root)
@@ -291,7 +291,7 @@ def render_html(report: Report, top: int = TOP_PAIRS, class_report: str | None =
 # Writing the report, and the command.
 
 
-def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = KIT_ROOT, top: int = TOP_PAIRS,
+def write_report(submissions_dir: Path, out_dir: Path, kit_root: Path = ROOT, top: int = TOP_PAIRS,
                  class_report: Path | None = None) -> Report:
     """Build the report of ``submissions_dir`` and write ``pairs.csv`` and ``index.html`` into ``out_dir``.
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.commands.batch import (NOTE_SEPARATOR, UNSCORED, class_report_inputs, default_limit_s, grade_one,
                                     submissions_in, write_grades)
 from grading.commands.class_report import write_class_report
@@ -114,7 +114,7 @@ def secret_mismatch(tasks: dict) -> str | None:
 def shared_paths(python: str, submissions_dir: Path | str, out_dir: Path | str) -> dict[str, Path | str]:
     """What every node must see at the same path (what -> path): the kit, its Python environment, the submissions
     and OUT_DIR."""
-    return {"the kit": KIT_ROOT, "the Python environment": python, "SUBMISSIONS_DIR": submissions_dir,
+    return {"the kit": ROOT, "the Python environment": python, "SUBMISSIONS_DIR": submissions_dir,
             "OUT_DIR": out_dir}
 
 
@@ -222,7 +222,7 @@ def _write_submit_step(out_dir: Path, python: str) -> Path:
     submit = atomic_write(out_dir / SUBMIT, "\n".join([
         "#!/bin/bash",
         f"# Submits {SCRIPT} (extra arguments go to sbatch) once this shell's course secret is the array's.",
-        "set -euo pipefail", f"cd {shlex.quote(str(KIT_ROOT))}",
+        "set -euo pipefail", f"cd {shlex.quote(str(ROOT))}",
         f'exec "${{GRADING_PYTHON:-{shlex.quote(python)}}}" -m grading.commands.slurm submit '
         f'{shlex.quote(str(out_dir))} "$@"']) + "\n")
     os.chmod(submit, 0o755)
@@ -239,7 +239,7 @@ def _script_header(count: int, submissions_dir: Path, out_dir: Path, python: str
         f"# One task on any machine: SLURM_ARRAY_TASK_ID=3 bash {out_dir / SCRIPT}",
         "# The course secret is not stored here: submit from a shell where GRADING_COURSE_SECRET is set.",
         "# Every node must see, at these paths (a shared filesystem): the kit, its Python environment,",
-        f"# the submissions and this folder: {KIT_ROOT}, {python}, {submissions_dir}, {out_dir}",
+        f"# the submissions and this folder: {ROOT}, {python}, {submissions_dir}, {out_dir}",
         *(f"# WARNING: {warning}" for warning in warnings)]
 
 
@@ -262,7 +262,7 @@ def _script_body(count: int, out_dir: Path, python: str) -> list[str]:
             f'  echo "set SLURM_ARRAY_TASK_ID to the task to grade (0-{count - 1})" >&2; exit 2',
             "fi",
             f'PYTHON="${{GRADING_PYTHON:-{shlex.quote(python)}}}"',
-            f"cd {shlex.quote(str(KIT_ROOT))}",
+            f"cd {shlex.quote(str(ROOT))}",
             f'exec "$PYTHON" -m grading batch --run-task {shlex.quote(str(out_dir))} "$SLURM_ARRAY_TASK_ID"']
 
 
@@ -339,7 +339,7 @@ def _run_benchmarks(path: str, out: Path, limit_s: float) -> tuple[dict, str]:
     command = [sys.executable, "-m", "grading", "benchmarks", path, "--json", str(target), "--limit", f"{limit_s:g}"]
     with open(out / "benchmarks.txt", "wb") as log:
         try:
-            code = subprocess.run(command, cwd=KIT_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            code = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=limit_s + START_SLACK_S, start_new_session=True).returncode
         except subprocess.TimeoutExpired:
             code = None

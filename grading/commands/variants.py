@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.kit.course import PROBLEMS_ENV
 from grading.kit.submission import build_grading_copy
 from grading.kit.variants import Variant, assert_verdicts, make_variant_kit
@@ -90,7 +90,7 @@ def grade_group(group: tuple[Variant, ...], work: Path, servers=None) -> dict[st
              if not all(c.hidden for c in case.criteria) or named & {c.id for c in case.criteria}]
     kit = make_variant_kit(work / "kit", [edit for v in group for edit in v.edits])
     with _course_problems(",".join(sorted({p.split(".")[0] for p in problems}))):
-        splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
+        splice = build_grading_copy(ROOT, kit, work / "graded")
     return {v.id: replace(v, message=splice.student_lines(v.message))
             for v in run_cases(cases, work / "graded", work / "runs", refused=splice.refused, hints=splice.hints,
                                servers=servers)}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 
+from common import ROOT
 from common.settings import PROBLEMS_ENV as PROBLEMS_ENV     # re-exported: many callers name course.PROBLEMS_ENV
 from common.settings import settings
-from grading import KIT_ROOT
 
 COURSE_RECORD = "grading/course.json"      # relative to the kit root
-COURSE_FILE = KIT_ROOT / COURSE_RECORD
-PROBLEM_FOLDERS = KIT_ROOT / "grading" / "problems"
+COURSE_FILE = ROOT / COURSE_RECORD
+PROBLEM_FOLDERS = ROOT / "grading" / "problems"
 DEFAULT_PROBLEMS = ("1", "2", "3")        # the default assignment (100 points); every other problem is optional
 EXAMPLE_PROBLEMS_FROM = 90                # problems 90, 91, ...: the guide's examples, never a course's
 

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies
 from grading.engine.runner import CriterionResult
@@ -35,7 +35,7 @@ def find_region(text: str, path: str, function: str) -> int:
 
 def reference(path: str, function: str) -> str:
     """The kit's reference body of the region ``function`` names (``find_region``) in ``path``."""
-    text = (KIT_ROOT / path).read_text()
+    text = (ROOT / path).read_text()
     return parse_regions(text, path)[find_region(text, path, function)].body
 
 
@@ -49,7 +49,7 @@ def edited(path: str, function: str, *swaps: tuple[str, str]) -> str:
     return body
 
 
-def region_problem(path: str, function: str, root: Path = KIT_ROOT) -> str:
+def region_problem(path: str, function: str, root: Path = ROOT) -> str:
     """The sub-problem ("1.2") of the region ``function`` names (``find_region``) in ``root/path``: the id of its
     BEGIN_STUDENT marker."""
     text = (root / path).read_text()
@@ -101,7 +101,7 @@ class Variant:
 
 def make_variant_kit(dest: Path, edits: list[tuple[str, str, str]]) -> Path:
     """A gradable kit copy at ``dest`` with each (path, function, body) region replaced; returns ``dest``."""
-    build_grading_copy(KIT_ROOT, KIT_ROOT, dest)
+    build_grading_copy(ROOT, ROOT, dest)
     for path, function, body in edits:
         (dest / path).write_text(with_body((dest / path).read_text(), path, function, body))
     return dest

@@ -33,11 +33,12 @@ import stat
 import sys
 from pathlib import Path
 
+from common import ROOT
 from common.files import read_regular
 from common.settings import HIDE_ENV as HIDE_ENV      # re-exported: tests name isolation.HIDE_ENV
 from common.settings import PROBLEMS_ENV, THREADS_ENV, USER_ENV, settings
 
-GRADER_ROOT = Path(__file__).resolve().parents[2]   # the tree this grader runs from: its secret, staff files, code
+GRADER_ROOT = ROOT   # the tree this grader runs from: its secret, staff files, code
 ACCESS_LOG = "access.log"              # in a rank's folder: the attempts ``watch`` noted, one JSON line each
 MAX_ATTEMPTS = 8                       # the most a rank notes of each kind of attempt
 SANDBOX_FILE = "sandbox.json"          # in a rank's folder: what the worker applied and skipped

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.engine.rubric import selects
 from grading.kit.problem import EXPECTED_FILE, render_expected
 from grading.problems import folders, sub_problem
@@ -24,7 +24,7 @@ def rendered(problems: tuple[str, ...] | None = None) -> dict[str, str]:
         staff = declared.staff()
         if declared.expected_type is None or staff is None:
             continue
-        rel = (declared.folder / EXPECTED_FILE).relative_to(KIT_ROOT).as_posix()
+        rel = (declared.folder / EXPECTED_FILE).relative_to(ROOT).as_posix()
         texts[rel] = render_expected(staff.expected(declared.inputs))
     return texts
 
@@ -34,7 +34,7 @@ def write() -> tuple[list[Path], list[Path]]:
     return the paths written and those left as they were (they already held the answers)."""
     written, unchanged = [], []
     for rel, text in rendered().items():
-        path = KIT_ROOT / rel
+        path = ROOT / rel
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)
             written.append(path)
@@ -46,4 +46,4 @@ def write() -> tuple[list[Path], list[Path]]:
 def stale() -> list[str]:
     """Kit-relative paths of the ``expected.json`` files that are missing or differ from the staff answers."""
     return [rel for rel, text in rendered().items()
-            if not (KIT_ROOT / rel).is_file() or (KIT_ROOT / rel).read_text() != text]
+            if not (ROOT / rel).is_file() or (ROOT / rel).read_text() != text]

@@ -1,5 +1,5 @@
-"""Short versions of the runs behind the handout's numbers, on the kit at ``KIT_ROOT``: ``python short_runs.py
-KIT_ROOT WORKDIR`` prints one JSON object of the figures.
+"""Short versions of the runs behind the handout's numbers, on the kit at ``ROOT``: ``python short_runs.py
+ROOT WORKDIR`` prints one JSON object of the figures.
 
 Run in a process of its own, because each implementation is a copy of the kit with its own ``project`` and
 student packages (``tests/test_reference_numbers.py`` runs it on the reference and on an independent solution).

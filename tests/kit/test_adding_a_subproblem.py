@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.kit.course import (DEFAULT_PROBLEMS, EXAMPLE_PROBLEMS_FROM, is_example, parse_problems,
                                  present_problems, record_text)
 from common.regions import STUDENT_PACKAGES, parse_regions
@@ -44,7 +44,7 @@ from tests.kit.shapes import MIN_NODES, node_count, shape
 from tests.commands import run_kit_command
 
 pytestmark = [pytest.mark.kit, pytest.mark.long_file]
-GUIDE = KIT_ROOT / "docs" / "adding-a-subproblem.md"
+GUIDE = ROOT / "docs" / "adding-a-subproblem.md"
 TOY = "90.1"
 TOY_FOLDER = "grading/problems/p90_1_chunks"
 TOY_FILE, TOY_FUNCTION = "data_parallel/dataset.py", "chunk_sizes"
@@ -109,7 +109,8 @@ with tempfile.TemporaryDirectory() as work:
 """
 # What the partial-submission test derives, checked in the toy copy without its benchmark run.
 PARTIAL = """
-from tests.test_partial_submission import DONE_PROBLEM, ROOT, done_subs
+from common import ROOT
+from tests.test_partial_submission import DONE_PROBLEM, done_subs
 from common.regions import parse_regions, student_files
 marked = {r.id for rel in student_files(ROOT) for r in parse_regions((ROOT / rel).read_text(), rel)}
 mine = sorted((s for s in marked if s.split(".")[0] == DONE_PROBLEM), key=lambda s: int(s.split(".")[1]))
@@ -224,7 +225,7 @@ def _clean_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def toy_kit(tmp_path_factory) -> Path:
     kit = tmp_path_factory.mktemp("toy") / "kit"
-    shutil.copytree(KIT_ROOT, kit, ignore=shutil.ignore_patterns(".git", "__pycache__", "workdir", "*.pyc",
+    shutil.copytree(ROOT, kit, ignore=shutil.ignore_patterns(".git", "__pycache__", "workdir", "*.pyc",
                                                                    ".pytest_cache", "submit_figures"))
     (kit / "submit_figures").mkdir()
     _write_blocks(kit, guide_files() + guide_files(SECOND) + guide_files(NEW))
@@ -391,7 +392,7 @@ def test_with_both_toys_the_kit_tests_that_enumerate_problems_pass_unedited(toy_
     passed = re.findall(r"^PASSED (\S+)", done.stdout, flags=re.MULTILINE)
     for node in (n for n in ENUMERATING if n != VARIANTS_TEST):       # each passed (a parametrised id: each case)
         assert [p for p in passed if p == node or p.startswith(node + "[")], f"{node} did not pass:\n{tail}"
-    tree = ast.parse((KIT_ROOT / VARIANTS_TEST).read_text())
+    tree = ast.parse((ROOT / VARIANTS_TEST).read_text())
     grading_nothing = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
                        and n.name not in GRADING_TESTS]
     for name in grading_nothing:

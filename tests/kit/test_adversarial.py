@@ -25,11 +25,11 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.problems import all_cases
 from grading.engine.runner import run_cases
+from common import ROOT
 from common.process_tree import descendants
 from grading.kit.intake import SubmissionError, open_submission
 from grading.kit.submission import build_grading_copy
 from tests.kit.launcher_probes import alive_since
-from grading import KIT_ROOT
 from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
@@ -285,7 +285,7 @@ for param in model.parameters():        # wrong: summed, never divided
     verdicts = grade_kit(tmp_path, [(COMM, "average_gradients", cheat)], {"p1_comm_2rank"}, timeout_s=30)
     assert failed(verdicts) == {"1.2.grads_2rank"}
     assert "differs from the reference" in verdicts["1.2.grads_2rank"].message
-    report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
+    report = build_grading_copy(ROOT, tmp_path / "kit", tmp_path / "copy")
     assert any("average_gradients" in note and "torch.allclose =" in note for note in report.suspicious)
     assert any(note.startswith("flagged for staff review") for note in report.notes())
     assert "reaches into the grader ('grading')" in report.refused["1.2"]     # and the course scores 1.2 zero
@@ -319,7 +319,7 @@ os._exit(0)
     assert "changed or removed after the probe recorded it" in verdicts["1.2.grads_2rank"].message
     assert "not written by the grader's probe" in verdicts["1.2.train_step_updates"].message
     assert "exited with code 0 before finishing" in verdicts["1.2.train_step_updates"].message   # fake 'done'
-    report = build_grading_copy(KIT_ROOT, tmp_path / "kit", tmp_path / "copy")
+    report = build_grading_copy(ROOT, tmp_path / "kit", tmp_path / "copy")
     assert any("train_step" in note and "sys.argv" in note for note in report.suspicious), report.suspicious
 
 
@@ -331,8 +331,8 @@ def test_edits_outside_regions_and_to_the_provided_runtime_are_ignored(tmp_path)
     comm = submission / COMM
     comm.write_text(comm.read_text().replace("def average_gradients(", "def average_gradients_hacked("))
     (submission / "pipeline" / "helper.py").write_text("X = 1\n")
-    report = build_grading_copy(KIT_ROOT, submission, tmp_path / "copy")
-    assert (tmp_path / "copy" / "pipeline" / "runtime.py").read_text() == (KIT_ROOT / "pipeline/runtime.py").read_text()
+    report = build_grading_copy(ROOT, submission, tmp_path / "copy")
+    assert (tmp_path / "copy" / "pipeline" / "runtime.py").read_text() == (ROOT / "pipeline/runtime.py").read_text()
     assert "def average_gradients(" in (tmp_path / "copy" / COMM).read_text()
     assert report.provided_changed == ["pipeline/runtime.py"] and report.tampered == [COMM]
     assert report.extra_files == ["pipeline/helper.py"]
@@ -348,7 +348,7 @@ def test_edits_outside_regions_and_to_the_provided_runtime_are_ignored(tmp_path)
 def test_syntax_error_and_missing_file_cost_only_their_problem(tmp_path, fork_servers):
     kit = make_variant_kit(tmp_path / "kit", [(DATASET, "partition_indices", "return [[0] +\n")])
     (kit / COMM).unlink()
-    report = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
+    report = build_grading_copy(ROOT, kit, tmp_path / "copy")
     assert report.missing_files == [COMM]
     assert len(report.syntax_errors) == 1 and report.syntax_errors[0].startswith(DATASET + ":")
     cases = [dataclasses.replace(c, timeout_s=30, world_size=1) for c in all_cases()
@@ -409,7 +409,7 @@ def test_a_rejected_submission_still_gets_a_full_report(tmp_path):
 def _student_tree(root: Path) -> Path:
     for rel in (DATASET, COMM):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text((KIT_ROOT / rel).read_text())
+        (root / rel).write_text((ROOT / rel).read_text())
     return root
 
 
@@ -441,34 +441,34 @@ def _zip(path: Path, members: dict[str, str], symlink: str | None = None, encryp
 def test_bad_zips_are_rejected_with_a_clear_message(tmp_path, members, kwargs, message):
     archive = _zip(tmp_path / "s.zip", members, **kwargs)
     with pytest.raises(SubmissionError, match=message):
-        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+        open_submission(archive, ROOT, tmp_path / "scratch")
 
 
 def test_absurd_sizes_are_rejected(tmp_path, monkeypatch):
     (tmp_path / "junk.zip").write_bytes(os.urandom(2000))
     with pytest.raises(SubmissionError, match="not a readable zip"):
-        open_submission(tmp_path / "junk.zip", KIT_ROOT, tmp_path / "scratch")
+        open_submission(tmp_path / "junk.zip", ROOT, tmp_path / "scratch")
     monkeypatch.setattr("grading.kit.intake.MAX_ZIP_BYTES", 1000)
     archive = _zip(tmp_path / "big.zip", {"a5/data_parallel/comm.py": "#" * 5000})
     with pytest.raises(SubmissionError, match="uncompressed"):
-        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+        open_submission(archive, ROOT, tmp_path / "scratch")
     monkeypatch.setattr("grading.kit.intake.MAX_ZIP_MEMBERS", 3)
     archive = _zip(tmp_path / "many.zip", {f"a5/f{k}.txt": "x" for k in range(4)})
     with pytest.raises(SubmissionError, match="members"):
-        open_submission(archive, KIT_ROOT, tmp_path / "scratch")
+        open_submission(archive, ROOT, tmp_path / "scratch")
     folder = _student_tree(tmp_path / "tree")
     for k in range(30):
         (folder / f"f{k}.txt").write_text("x")
     monkeypatch.setattr("grading.kit.intake.MAX_TREE_ENTRIES", 20)
     with pytest.raises(SubmissionError, match="more than 20 files"):
-        open_submission(folder, KIT_ROOT, tmp_path / "scratch")
+        open_submission(folder, ROOT, tmp_path / "scratch")
 
 
 def test_oversized_student_file_is_graded_as_not_implemented(tmp_path, monkeypatch):
     folder = _student_tree(tmp_path / "tree")
     (folder / COMM).write_text((folder / COMM).read_text() + "#" * 2000)
     monkeypatch.setattr("grading.kit.submission.MAX_STUDENT_FILE_BYTES", 1000)
-    report = build_grading_copy(KIT_ROOT, open_submission(folder, KIT_ROOT, tmp_path), tmp_path / "copy")
+    report = build_grading_copy(ROOT, open_submission(folder, ROOT, tmp_path), tmp_path / "copy")
     assert any(COMM in m and "larger than 1000 bytes" in m for m in report.malformed), report.malformed
 
 
@@ -479,11 +479,11 @@ def test_symlinks_out_of_a_folder_submission_are_rejected(tmp_path, link):
         (folder / link).unlink()
     else:
         shutil.rmtree(folder / link)
-    os.symlink(KIT_ROOT / link, folder / link)           # e.g. at the reference solution
+    os.symlink(ROOT / link, folder / link)           # e.g. at the reference solution
     (folder / "pipeline").mkdir()
-    (folder / "pipeline" / "pipe.py").write_text((KIT_ROOT / PIPE).read_text())
+    (folder / "pipeline" / "pipe.py").write_text((ROOT / PIPE).read_text())
     with pytest.raises(SubmissionError, match="is a symlink .*outside the submission"):
-        open_submission(folder, KIT_ROOT, tmp_path / "scratch")
+        open_submission(folder, ROOT, tmp_path / "scratch")
 
 
 def test_macos_metadata_and_virtualenvs_are_not_ambiguous(tmp_path):
@@ -492,4 +492,4 @@ def test_macos_metadata_and_virtualenvs_are_not_ambiguous(tmp_path):
     (folder / ".venv" / "bin").mkdir(parents=True)
     os.symlink("/usr/bin/python3", folder / ".venv" / "bin" / "python")
     _student_tree(folder / ".venv" / "lib" / "site-packages" / "old")
-    assert open_submission(tmp_path / "sub", KIT_ROOT, tmp_path / "scratch") == folder
+    assert open_submission(tmp_path / "sub", ROOT, tmp_path / "scratch") == folder

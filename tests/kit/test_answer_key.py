@@ -22,13 +22,13 @@ from grading.kit.course import is_example, present_problems
 from grading.engine.rubric import HIDDEN, PUBLIC
 from grading.engine.runner import run_cases
 from grading.kit.problem import SubProblem
+from common import ROOT
 from common.regions import parse_regions, student_files
 from grading.kit.secret import SECRET_ENV
 from grading.kit.submission import build_grading_copy, grader_access
 from grading.staff import expected as expected_files
 from grading.problems import all_cases, folders, sub_problem
 from tests.kit.shapes import MIN_NODES, node_count, shape
-from grading import KIT_ROOT
 from grading.kit.variants import make_variant_kit
 from tests.commands import run_kit_command
 
@@ -39,14 +39,14 @@ ALL = tuple(p for p in present_problems() if not is_example(p))      # every pro
 @pytest.fixture(scope="module")
 def starter(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("answer_key") / "starter"
-    release(KIT_ROOT, out, ALL)                          # every problem, optional ones included
+    release(ROOT, out, ALL)                          # every problem, optional ones included
     return out
 
 
 def test_no_function_in_the_starter_is_shaped_like_a_reference_region(starter):
     regions = []
-    for rel in student_files(KIT_ROOT):
-        for region in parse_regions((KIT_ROOT / rel).read_text(), rel):
+    for rel in student_files(ROOT):
+        for region in parse_regions((ROOT / rel).read_text(), rel):
             body = ast.parse(textwrap.dedent(region.body)).body
             if node_count(body) >= MIN_NODES:
                 regions.append((f"{rel}:{region.begin_line} ({region.id}, {region.function})", shape(body)))
@@ -101,7 +101,7 @@ def test_a_region_that_delegates_to_the_grader_scores_zero_for_its_problem(tmp_p
     body = ("from grading.problems.p1_1_partition import staff  # the answers, only on the course's grader\n"
             "return staff.partition_indices(size, world_size, seed)")
     kit = make_variant_kit(tmp_path / "sub", [("data_parallel/dataset.py", "partition_indices", body)])
-    splice = build_grading_copy(KIT_ROOT, kit, tmp_path / "copy")
+    splice = build_grading_copy(ROOT, kit, tmp_path / "copy")
     assert set(splice.refused) == {"1.1"}
     assert "data_parallel/dataset.py:" in splice.refused["1.1"] and "reaches into the grader" in splice.refused["1.1"]
     verdicts = run_cases(all_cases(), tmp_path / "copy", tmp_path / "runs", problem="1.1", refused=splice.refused,
@@ -162,7 +162,7 @@ def test_hard_coded_answers_lose_the_hidden_points_under_another_secret(tmp_path
     secret_values = {str(n) for call in p1_1.expected_for(HIDDEN).partitions for n in call if n > 9}
     assert shown.startswith(f"failed on the hidden inputs ({p1_1.hidden_kind})"), shown
     assert not secret_values & set(re.findall(r"\d+", shown)), (secret_values, shown)
-    reference = _grade_1_1(KIT_ROOT, "term-b", tmp_path / "ref.json")
+    reference = _grade_1_1(ROOT, "term-b", tmp_path / "ref.json")
     assert reference["1.1.exact_hidden"] > 0 and all(score > 0 for score in reference.values()), reference
 
 

@@ -18,9 +18,9 @@ from grading.__main__ import main as grading_main
 from grading.commands import batch, grades_csv
 from grading.commands.benchmarks import NOT_SCORED
 from grading.kit.course import chosen_problems
+from common import ROOT
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies, stub_body
-from grading import KIT_ROOT
 from grading.kit.variants import make_variant_kit
 
 pytestmark = pytest.mark.kit
@@ -28,7 +28,7 @@ DATASET = "data_parallel/dataset.py"
 
 
 def _starter_text(rel: str) -> str:
-    text = (KIT_ROOT / rel).read_text()
+    text = (ROOT / rel).read_text()
     return replace_bodies(text, rel, {k: stub_body(r) for k, r in enumerate(parse_regions(text, rel))})
 
 
@@ -39,7 +39,7 @@ def _folder(root, text: str):
 
 def test_batch_grades_everything_and_survives_bad_submissions(tmp_path):
     subs = tmp_path / "submissions"
-    _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())                 # reference: full marks
+    _folder(subs / "alice", (ROOT / DATASET).read_text())                 # reference: full marks
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:                         # starter, wrapped in a folder
         z.writestr(f"a5/{DATASET}", _starter_text(DATASET))
     with zipfile.ZipFile(subs / "carol.zip", "w") as z:                       # zip slip: rejected
@@ -153,13 +153,13 @@ def test_a_grade_killed_midway_leaves_its_table_and_one_verdict(tmp_path, fork_s
     the problem it judged, and its row, results.json and report.txt state one verdict: 1.1's points, 1.2 cut."""
     hang = make_variant_kit(tmp_path / "k", [("data_parallel/comm.py", "average_gradients",
                                               "import time\nwhile True:\n    time.sleep(0.1)\n")])
-    _folder(tmp_path / "grace", (KIT_ROOT / DATASET).read_text())
+    _folder(tmp_path / "grace", (ROOT / DATASET).read_text())
     (tmp_path / "grace" / "data_parallel" / "comm.py").write_text((hang / "data_parallel" / "comm.py").read_text())
     out = tmp_path / "out"
     out.mkdir()
     with open(out / "report.txt", "wb") as stdout:
         proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", str(tmp_path / "grace"), "--problem", "1",
-                                 "--json", str(out / "results.json"), "--quiet", "--timeout", "300"], cwd=KIT_ROOT,
+                                 "--json", str(out / "results.json"), "--quiet", "--timeout", "300"], cwd=ROOT,
                                 env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.kit import bytecode
 from grading.kit.submission import RANK_PACKAGES, build_grading_copy
 
@@ -39,7 +39,7 @@ def _import(root: Path, module: str = "pkg.mod") -> tuple[str, bool]:
 
 def test_a_grading_copy_carries_bytecode_for_what_ranks_import_only(tmp_path):
     copy = tmp_path / "kit"
-    build_grading_copy(KIT_ROOT, KIT_ROOT, copy)
+    build_grading_copy(ROOT, ROOT, copy)
     for package in RANK_PACKAGES:
         for source in (copy / package).rglob("*.py"):
             assert Path(importlib.util.cache_from_source(str(source))).is_file(), source

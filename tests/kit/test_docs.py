@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.__main__ import main
 from grading.commands.release import student_readme
 from grading.engine.rubric import selects
@@ -30,13 +30,13 @@ from common.regions import student_files
 
 pytestmark = pytest.mark.kit
 
-README = KIT_ROOT / "README.md"
+README = ROOT / "README.md"
 GUIDES = ("adding-a-subproblem", "grading-a-class", "gradescope", "sandbox", "design", "distributed-failures",
           "mutation-analysis", "settings", "clauses")
 # Written by ``python -m grading docs`` from the folders' variants (test_variants.py keeps it fresh): a table of
 # contract sentences, which need not link anything and may quote a contract's durations ("a 60 s timeout").
 GENERATED = ("clauses",)
-DOCUMENTS = [README, *(KIT_ROOT / "docs" / f"{name}.md" for name in GUIDES)]
+DOCUMENTS = [README, *(ROOT / "docs" / f"{name}.md" for name in GUIDES)]
 WRITTEN = [doc for doc in DOCUMENTS if doc.stem not in GENERATED]
 README_MAX_LINES = 200
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*(/.*)?$|^/tmp/|^S$")     # SUBMISSIONS_DIR, OUT_DIR/..., /tmp/starter, S
@@ -44,7 +44,7 @@ GRADING, PYTEST = ("python", "-m", "grading"), ("python", "-m", "pytest")
 
 
 def _name(path: Path) -> str:
-    return path.relative_to(KIT_ROOT).as_posix()
+    return path.relative_to(ROOT).as_posix()
 
 
 def _table_ids(text: str) -> list[str]:
@@ -101,7 +101,7 @@ def test_readme_tables_list_the_default_problems(readme):
         rows = list(_problem_rows(README.read_text()))
         assert rows[:len(DEFAULT_PROBLEMS)] == list(DEFAULT_PROBLEMS), f"README.md: the problem table lists {rows}"
         return
-    ids = _table_ids(student_readme(KIT_ROOT, DEFAULT_PROBLEMS))      # a row per sub-problem
+    ids = _table_ids(student_readme(ROOT, DEFAULT_PROBLEMS))      # a row per sub-problem
     default = [p for p in titles() if any(selects(d, p) for d in DEFAULT_PROBLEMS)]
     assert ids[:len(default)] == default, f"{readme}: the problem table lists {ids}, the rubric {default}"
     assert set(ids) <= set(titles())
@@ -120,7 +120,7 @@ def test_readme_problem_rows_name_the_files_of_their_regions():
     sub-problem in a file its problem has already changes nothing), and "(optional)" marks exactly the problems
     beyond the default assignment."""
     for problem, row in _problem_rows(README.read_text()).items():
-        named, regions_in = re.findall(r"`([^`]+)`", row.split(" | ")[0]), student_files(KIT_ROOT, (problem,))
+        named, regions_in = re.findall(r"`([^`]+)`", row.split(" | ")[0]), student_files(ROOT, (problem,))
         assert sorted(named) == regions_in, f"README.md: Problem {problem}'s row names {named}, its regions are in " \
             f"{regions_in}"
         assert ("(optional)" in row) == (problem not in DEFAULT_PROBLEMS), f"README.md: Problem {problem}: {row}"
@@ -132,7 +132,7 @@ def test_every_guide_exists_and_the_readme_links_it():
     for doc in DOCUMENTS[1:]:
         assert doc.is_file(), f"{_name(doc)} is missing"
         assert f"]({_name(doc)})" in text, f"README.md does not link {_name(doc)}"
-    assert sorted(p.name for p in (KIT_ROOT / "docs").glob("*.md")) == sorted(f"{n}.md" for n in GUIDES)
+    assert sorted(p.name for p in (ROOT / "docs").glob("*.md")) == sorted(f"{n}.md" for n in GUIDES)
 
 
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=_name)
@@ -159,7 +159,7 @@ def test_no_dated_timings_in_prose(doc):
 def test_the_documents_give_commands():
     found = _all_commands()
     assert sum(words[:3] == list(GRADING) for _, words in found) >= 15
-    ci = (KIT_ROOT / ".ci" / "run").read_text().strip().splitlines()[-1].split()     # .ci/run's test command
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1].split()     # .ci/run's test command
     assert ci[:3] == ["python3", "-m", "pytest"] and ("README.md", ["python", *ci[1:]]) in found, ci
 
 
@@ -185,13 +185,13 @@ def _script_targets() -> dict[tuple[str, ...], set[str]]:
             continue
         if words[1] == "-m":
             module = words[2]
-            assert (KIT_ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{where}: no module {module}"
+            assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{where}: no module {module}"
             target = (words[0], "-m", module)
         else:
             path = words[1]
             if PLACEHOLDER.match(path):
                 continue
-            assert (KIT_ROOT / path).is_file(), f"{where}: {path} does not exist"
+            assert (ROOT / path).is_file(), f"{where}: {path} does not exist"
             target = (words[0], path)
         targets.setdefault(target, set()).update(_options(words))
     return targets
@@ -202,10 +202,10 @@ def test_scripts_exist_and_accept_the_options_given():
     assert ("python", "project/run_data_parallel.py") in targets
     for target, options in sorted(targets.items()):
         if target[0] == "bash":       # a shell script documents its options in its opening comment
-            accepted = (KIT_ROOT / target[1]).read_text()
+            accepted = (ROOT / target[1]).read_text()
         else:
             argv = [sys.executable, *target[1:], "--help"]
-            done = subprocess.run(argv, cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, f"{' '.join(target)} --help: {done.stderr[-1500:]}"
             accepted = done.stdout
         unknown = [o for o in sorted(options) if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", accepted)]
@@ -223,4 +223,4 @@ def test_pytest_commands_name_real_markers_and_files():
                 named = set(re.findall(r"\w+", value)) - {"or", "and", "not"}
                 assert named <= markers, f"{where}: unknown markers {named - markers}"
         for path in (a for a in args if a.startswith("tests/")):
-            assert (KIT_ROOT / path.split("::")[0]).exists(), f"{where}: {path} does not exist"
+            assert (ROOT / path.split("::")[0]).exists(), f"{where}: {path} does not exist"

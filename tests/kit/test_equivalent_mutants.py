@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.commands.mutants import listed_equivalents
 from grading.kit.mutations import mutants_of
 from grading.kit.splice import kit_text
@@ -44,9 +44,9 @@ def jobs(ranks) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     """``(id, path, mutant text)`` of every listed mutant that has a witness, and the reference text of each file;
     the distributed ones are sent to the ranks."""
     problems = tuple(sorted({mutant.split("/")[0] for mutant in LISTED}))
-    found = [m for m in mutants_of(KIT_ROOT, problems) if m.id in LISTED and m.id in WITNESSES]
-    every = [(m.id, m.path, m.text(KIT_ROOT)) for m in found]
-    references = {m.path: kit_text(KIT_ROOT, m.path) for m in found}
+    found = [m for m in mutants_of(ROOT, problems) if m.id in LISTED and m.id in WITNESSES]
+    every = [(m.id, m.path, m.text(ROOT)) for m in found]
+    references = {m.path: kit_text(ROOT, m.path) for m in found}
     distributed = [job for job in every if WITNESSES[job[0]].world]
     ranks.send((distributed, {path: references[path] for _, path, _ in distributed}))
     return every, references

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.engine.runner import run_cases
 from grading.kit.course import PROBLEMS_ENV
 from common.regions import parse_regions, student_files
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.kit
 HAND_FORMATTED: dict[str, str] = {}
 
 
-def plants(root: Path = KIT_ROOT) -> dict[str, list[str]]:
+def plants(root: Path = ROOT) -> dict[str, list[str]]:
     """Sub-problem -> the student files of ``root`` that hold its regions (every region of it gets a raise), in
     rubric order."""
     found: dict[str, list[str]] = {}
@@ -76,7 +76,7 @@ def _graded(problem: str, cache: dict, tmp_path_factory, servers) -> tuple[Path,
         by_sub: dict[str, list] = {}
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(PROBLEMS_ENV, problem)                     # splice an optional problem's regions too
-            splice = build_grading_copy(KIT_ROOT, kit, work / "graded")
+            splice = build_grading_copy(ROOT, kit, work / "graded")
             for verdict in run_cases(all_cases((problem,)), work / "graded", work / "runs", refused=splice.refused,
                                      hints=splice.hints, servers=servers):
                 by_sub.setdefault(verdict.problem, []).append(verdict)

@@ -13,8 +13,8 @@ import pytest
 from grading.commands import benchmarks
 from project.bench import REQUIRED_FIGURES, SUMMARY_NAME
 from tests.commands import run_kit_command
+from common import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from tests.kit.test_layout import _modules
 
 pytestmark = pytest.mark.kit
@@ -42,7 +42,7 @@ def function_lengths(source: str) -> dict[str, int]:
     return found
 
 
-def all_lengths(root: Path = KIT_ROOT) -> dict[str, int]:
+def all_lengths(root: Path = ROOT) -> dict[str, int]:
     """``{"path.py:qualified.name": lines}`` for every function of ``PACKAGES`` under ``root`` (the modules
     ``test_layout`` walks)."""
     lengths = {}

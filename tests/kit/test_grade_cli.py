@@ -16,16 +16,16 @@ import pytest
 from grading.engine.run_servers import POOL_ENV, ForkServers
 from grading.engine.runner import FORKSERVER_ENV
 from grading.kit.course import DEFAULT_PROBLEMS
+from common import ROOT
 from common.regions import student_files
 from grading.commands.release import release
 from tests.commands import run_kit_command
-from grading import KIT_ROOT
 from grading.kit.variants import with_body
 
 pytestmark = pytest.mark.kit
 
 
-def grade(*args, cwd=KIT_ROOT):
+def grade(*args, cwd=ROOT):
     """``python -m grading grade --quiet ARGS`` in ``cwd``, as ``batch`` starts it (``tests/commands.py``)."""
     return run_kit_command(["grade", "--quiet", *args], cwd=cwd, timeout=900)
 
@@ -33,7 +33,7 @@ def grade(*args, cwd=KIT_ROOT):
 @pytest.fixture(scope="module")
 def starter(tmp_path_factory):
     out = tmp_path_factory.mktemp("starter") / "s"
-    release(KIT_ROOT, out)
+    release(ROOT, out)
     return out
 
 
@@ -41,7 +41,7 @@ def test_reference_scores_full_marks_on_problem_1_1(tmp_path):
     """The command line end to end in a new interpreter (its own fork servers); every criterion's grade on the
     reference is tests/test_problems.py's."""
     done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--problem", "1.1", "--json",
-                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900,
+                           str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={k: v for k, v in os.environ.items() if k != POOL_ENV})
                                                     # a new interpreter, as a student starts it (no pool)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -74,8 +74,8 @@ def test_students_own_grader_in_the_starter_runs(starter):
 
 def _submission_from(starter, tmp_path, fill_from_kit=("data_parallel/dataset.py",)):
     sub = tmp_path / "sub"
-    for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS):
-        source = KIT_ROOT / rel if rel in fill_from_kit else starter / rel
+    for rel in student_files(ROOT, DEFAULT_PROBLEMS):
+        source = ROOT / rel if rel in fill_from_kit else starter / rel
         (sub / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, sub / rel)
     return sub
@@ -145,7 +145,7 @@ def test_the_default_table_wraps_the_likely_cause_instead_of_cutting_it(tmp_path
 def pool_env(fork_servers):
     """This process's environment naming a pool of fork servers (the session's, else new ones), warm ranks on."""
     with contextlib.ExitStack() as stack:
-        servers = fork_servers or stack.enter_context(ForkServers(KIT_ROOT))
+        servers = fork_servers or stack.enter_context(ForkServers(ROOT))
         env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
         yield {**env, **servers.pool_env()}
 
@@ -176,12 +176,12 @@ def test_a_forked_grade_stopped_through_its_process_cleans_up_as_a_new_interpret
     nothing of it is left running."""
     dataset = "data_parallel/dataset.py"
     (tmp_path / "sub" / "data_parallel").mkdir(parents=True)
-    (tmp_path / "sub" / dataset).write_text(with_body((KIT_ROOT / dataset).read_text(), dataset, "partition_indices",
+    (tmp_path / "sub" / dataset).write_text(with_body((ROOT / dataset).read_text(), dataset, "partition_indices",
                                                       "import time\nwhile True:\n    time.sleep(0.1)\n"))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", str(tmp_path / "sub"), "--problem", "1.1",
-                             "--quiet", "--timeout", "300"], cwd=KIT_ROOT, env={**pool_env, "TMPDIR": str(scratch)},
+                             "--quiet", "--timeout", "300"], cwd=ROOT, env={**pool_env, "TMPDIR": str(scratch)},
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300

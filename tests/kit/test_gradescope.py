@@ -12,9 +12,9 @@ import pytest
 
 from grading.kit import points
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
+from common import ROOT
 from common.regions import parse_regions, student_files
 from grading.problems import all_cases
-from grading import KIT_ROOT
 from grading.kit.variants import make_variant_kit
 from tests.commands import run_kit_command
 
@@ -79,14 +79,14 @@ def test_bundle_holds_the_grader_but_no_reference_solution(bundle):
     assert "torch==" in requirements
     for script in ("setup.sh", "run_autograder"):
         assert subprocess.run(["bash", "-n", str(bundle / "source" / script)]).returncode == 0
-    for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS):
-        reference = {r.body for r in parse_regions((KIT_ROOT / rel).read_text(), rel)}
+    for rel in student_files(ROOT, DEFAULT_PROBLEMS):
+        reference = {r.body for r in parse_regions((ROOT / rel).read_text(), rel)}
         shipped = parse_regions((bundle / "source" / rel).read_text(), rel)
         assert shipped and all("NotImplementedError" in r.body and r.body not in reference for r in shipped), rel
 
 
 def test_run_autograder_grades_the_reference_into_results_json(tmp_path, bundle):
-    files = {rel: (KIT_ROOT / rel).read_text() for rel in student_files(KIT_ROOT, DEFAULT_PROBLEMS)}
+    files = {rel: (ROOT / rel).read_text() for rel in student_files(ROOT, DEFAULT_PROBLEMS)}
     done, results = autograder(tmp_path, bundle, files, GRADING_ARGS="--problem 1")
     worth = points.worth(c for case in all_cases(("1",)) for c in case.criteria)      # public + hidden, the rubric's
     assert results["score"] == results["max_score"] == worth.public + worth.hidden, results
@@ -100,12 +100,12 @@ def test_run_autograder_grades_the_reference_into_results_json(tmp_path, bundle)
 def test_a_course_secret_and_the_total_timeout_go_into_the_bundle_only(tmp_path):
     from grading.commands.gradescope import build_bundle
     with pytest.raises(ValueError, match="at least 1 second"):
-        build_bundle(KIT_ROOT, tmp_path / "refused", total_timeout_s=0)
+        build_bundle(ROOT, tmp_path / "refused", total_timeout_s=0)
     assert not (tmp_path / "refused").exists()
-    build_bundle(KIT_ROOT, tmp_path / "b", course_secret="fall-2026", total_timeout_s=777)
+    build_bundle(ROOT, tmp_path / "b", course_secret="fall-2026", total_timeout_s=777)
     assert 'LIMIT="${GRADING_TOTAL_TIMEOUT:-777}"' in (tmp_path / "b" / "source" / "run_autograder").read_text()
     assert (tmp_path / "b" / "source" / "grading" / "staff" / "course_secret.txt").read_text().strip() == "fall-2026"
-    assert not (KIT_ROOT / "grading" / "staff" / "course_secret.txt").exists()
+    assert not (ROOT / "grading" / "staff" / "course_secret.txt").exists()
 
 
 def test_run_autograder_reports_a_rejected_submission(tmp_path, bundle):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.__main__ import main
 from grading.commands.release import OPTIONAL_FILES
 from common import error_words
@@ -185,12 +185,12 @@ def test_a_bad_preface_is_refused_in_one_line_and_nothing_written(kind, tmp_path
 
 
 def test_performance_thresholds_are_the_benchmark_defaults(everything):
-    spec = importlib.util.spec_from_file_location("run_benchmarks_defaults", KIT_ROOT / "scripts/run_benchmarks.py")
+    spec = importlib.util.spec_from_file_location("run_benchmarks_defaults", ROOT / "scripts/run_benchmarks.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     defaults = script.parse_args([])
-    assert handout.thresholds(KIT_ROOT) == {"dp_threshold": defaults.dp_threshold,
-                                            "pp_threshold": defaults.pp_threshold}
+    assert handout.thresholds(ROOT) == {"dp_threshold": defaults.dp_threshold,
+                                        "pp_threshold": defaults.pp_threshold}
     sections = _sections(everything)
     assert f"**{defaults.dp_threshold:g}x**" in sections["1"]
     assert f"**{defaults.pp_threshold:g}x**" in sections["2"]
@@ -299,8 +299,8 @@ def test_the_primer_covers_groups_rendezvous_backends_two_ranks_and_hangs(defaul
 def test_the_primer_example_implements_no_student_function(default_starter):
     tree = ast.parse((default_starter / EXAMPLE).read_text())
     defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    student = {region.function for rel in student_files(KIT_ROOT)
-               for region in parse_regions((KIT_ROOT / rel).read_text(), rel)}
+    student = {region.function for rel in student_files(ROOT)
+               for region in parse_regions((ROOT / rel).read_text(), rel)}
     assert defined and not defined & student, defined & student
     assert "BEGIN_STUDENT" not in (default_starter / EXAMPLE).read_text()
 

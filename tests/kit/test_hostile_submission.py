@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.engine.run_servers import POOL_ENV
 from tests.kit.hostile import hostile_files
 
@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.long_file,
 def _grader_digest() -> str:
     """One hash over every file of the kit's grader (its code, staff parts and data)."""
     digest = hashlib.sha256()
-    for path in sorted((KIT_ROOT / "grading").rglob("*")):
+    for path in sorted((ROOT / "grading").rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path).encode() + path.read_bytes())
     return digest.hexdigest()
@@ -61,7 +61,7 @@ def _open_folder(parent: str = "/tmp") -> Path:
 
 
 def _write_submission(folder: Path) -> Path:
-    for rel, text in hostile_files(KIT_ROOT).items():
+    for rel, text in hostile_files(ROOT).items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)
     for path in [folder, *folder.rglob("*")]:
@@ -116,7 +116,7 @@ def test_batch_as_root_keeps_the_secret_and_the_grader_from_a_hostile_submission
     _write_submission(subs / "mallory")
     done = subprocess.run([sys.executable, "-m", "grading", "batch", str(subs), "--out", str(tmp_path / "g.csv"),
                            "--problem", "1.1", "--course-secret", SECRET, "--quiet"],
-                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=400,
+                          cwd=ROOT, capture_output=True, text=True, timeout=400,
                           env={**os.environ, "GRADING_COURSE_SECRET": SECRET})
     assert done.returncode in (0, 1), done.stdout + done.stderr
     produced = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and "subs" not in p.parts]
@@ -135,7 +135,7 @@ def test_an_unprivileged_grade_keeps_the_secret_and_the_grader_from_a_hostile_su
         command = ["env", "-u", POOL_ENV, f"HOME={folder}", f"TMPDIR={folder}", f"GRADING_COURSE_SECRET={SECRET}",
                    sys.executable, "-m", "grading",
                    "grade", str(submission), "--problem", "1.1", "--json", str(out), "--quiet"]
-        done = subprocess.run(_in_namespace(command, user=NOBODY), cwd=KIT_ROOT, capture_output=True, text=True,
+        done = subprocess.run(_in_namespace(command, user=NOBODY), cwd=ROOT, capture_output=True, text=True,
                               timeout=400)
         assert done.returncode in (0, 1), done.stdout + done.stderr
         results = json.loads(out.read_text())
@@ -152,7 +152,7 @@ def _autograder(folder: Path) -> Path:
     build = Path(tempfile.mkdtemp(prefix="bundle-"))
     try:
         done = subprocess.run([sys.executable, "-m", "grading", "gradescope", str(build / "out"), "--course-secret",
-                               SECRET], cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+                               SECRET], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         root = folder / "autograder"
         with zipfile.ZipFile(build / "out" / "autograder.zip") as archive:
@@ -173,13 +173,13 @@ def _only_the_bundle() -> tuple[Path, ...]:
     the interpreter's folder or one above it."""
     from grading.sandbox.isolation import SYSTEM_DIRS
     kept = SYSTEM_DIRS | {"root", "run", "var", "boot"}
-    way = {KIT_ROOT, *KIT_ROOT.parents}
+    way = {ROOT, *ROOT.parents}
     python = {p for place in (sys.executable, sys.prefix, sys.base_prefix)
               for p in (Path(place).resolve(), *Path(place).resolve().parents)}
-    above = [Path("/"), *(p for p in reversed(KIT_ROOT.parents) if p != Path("/") and p.parts[1] not in kept)]
-    return (KIT_ROOT, *(p for folder in above for p in sorted(folder.iterdir())
-                        if p.is_dir() and not p.is_symlink() and p not in way and p not in python
-                        and not (folder == Path("/") and p.name in kept)))
+    above = [Path("/"), *(p for p in reversed(ROOT.parents) if p != Path("/") and p.parts[1] not in kept)]
+    return (ROOT, *(p for folder in above for p in sorted(folder.iterdir())
+                    if p.is_dir() and not p.is_symlink() and p not in way and p not in python
+                    and not (folder == Path("/") and p.name in kept)))
 
 
 def _run_autograder(root: Path, passwd: str, drop: str = "") -> tuple[subprocess.CompletedProcess, dict]:
@@ -236,7 +236,7 @@ def test_a_container_without_namespaces_still_keeps_the_secret_after_setup_sh():
 def test_the_course_secret_leaves_the_command_line():
     """``--course-secret S`` is moved into the environment at once: every user may read a command line."""
     proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", "--problem", "1.1", "--course-secret", SECRET,
-                             "--quiet"], cwd=KIT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={k: v for k, v in os.environ.items() if k != POOL_ENV})
     try:
         time.sleep(1.5)
@@ -253,11 +253,11 @@ def test_a_rank_sees_only_the_systems_folders_and_what_it_needs(tmp_path, monkey
     again; a ``GRADING_HIDE`` path is covered too, even inside a system folder."""
     from grading.sandbox import isolation
     monkeypatch.setenv(isolation.HIDE_ENV, "/usr/share")
-    view = isolation.plan(KIT_ROOT, tmp_path / "copy", tmp_path / "case", 2)
+    view = isolation.plan(ROOT, tmp_path / "copy", tmp_path / "case", 2)
     covers = {c["root"]: c["keep"] for c in view["hide"]}
     assert "/usr/share" in covers and "/usr" not in covers and "/etc" not in covers
     assert str(tmp_path / "case") in covers["/tmp"] and str(tmp_path / "copy") in covers["/tmp"]
-    kit = KIT_ROOT.resolve()
+    kit = ROOT.resolve()
     holding = [root for root in covers if Path(root) == kit or Path(root) in kit.parents]
     assert holding and not any(Path(k) == kit or Path(k) in kit.parents for k in covers[holding[0]]), covers
     assert [(tmp_path / "case" / f"rank{r}").is_dir() for r in range(2)] == [True, True]
@@ -267,7 +267,7 @@ def test_the_reference_is_never_flagged(tmp_path):
     """Libraries write scratch files of their own (DeepSpeed probes its compiler in the working folder): only an
     attempt on an existing file is flagged, so the reference's grade carries no staff flag."""
     done = subprocess.run([sys.executable, "-m", "grading", "grade", "--problem", "3.3", "--quiet", "--json",
-                           str(tmp_path / "r.json")], cwd=KIT_ROOT, capture_output=True, text=True, timeout=400)
+                           str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     assert "flagged" not in results["output"] and "warning" not in results["output"], results["output"]

@@ -21,7 +21,7 @@ from grading.engine.launch import launch
 from grading.commands.profile import case_profile, table
 from grading.problems import all_cases, folders
 from tests.kit.launcher_probes import alive_since
-from grading import KIT_ROOT
+from common import ROOT
 
 pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 PROBES = "tests.kit.launcher_probes"
@@ -31,7 +31,7 @@ PROBES = "tests.kit.launcher_probes"
 def servers():
     """Two fork servers of this module's own, the default of a grade (started here also where the suite's runs
     are cold: ``GRADING_FORKSERVER=0``)."""
-    with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "2"}) as warm:
+    with ForkServers(ROOT, env={**os.environ, SERVERS_ENV: "2"}) as warm:
         assert warm.servers == 2
         yield warm
 
@@ -41,7 +41,7 @@ def run(request, servers):
     """Ranks forked warm, then the same test with cold ranks (fresh interpreters): for what the two starts do
     differently (process groups, lingering interpreters, environment, stack dumps, a fresh state)."""
     def start(tmp_path, probe, world_size=2, **kw):
-        return launch(f"{PROBES}:{probe}", world_size, cwd=KIT_ROOT, out_dir=tmp_path / "run",
+        return launch(f"{PROBES}:{probe}", world_size, cwd=ROOT, out_dir=tmp_path / "run",
                       servers=servers if request.param == "warm" else None, **kw)
     return start
 
@@ -50,7 +50,7 @@ def run(request, servers):
 def warm_run(servers):
     """Ranks forked warm only: for what does not depend on how a rank starts (recording, reports, phases)."""
     def start(tmp_path, probe, world_size=2, **kw):
-        return launch(f"{PROBES}:{probe}", world_size, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=servers, **kw)
+        return launch(f"{PROBES}:{probe}", world_size, cwd=ROOT, out_dir=tmp_path / "run", servers=servers, **kw)
     return start
 
 
@@ -66,17 +66,17 @@ def test_one_fork_server_keeps_hash_orders_apart_only_where_ranks_must_agree(tmp
     another hash seed (as torchrun's ranks differ); a case without collectives of its own keeps it while it
     imports nothing new, and stops it before the one server imports more; a bad server count is refused."""
     def hashes(name: str, checks: bool, preload: tuple[str, ...] = ()) -> list[int]:
-        result = launch(f"{PROBES}:reports_fresh_state", 3, cwd=KIT_ROOT, out_dir=tmp_path / name, servers=one,
+        result = launch(f"{PROBES}:reports_fresh_state", 3, cwd=ROOT, out_dir=tmp_path / name, servers=one,
                         init_group=False, timeout_s=60, collective_checks=checks, preload=preload)
         assert result.ok, result.failure()
         return [torch.load(tmp_path / name / f"rank{r}" / "state.pt", weights_only=True)["hash"] for r in range(3)]
-    with ForkServers(KIT_ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
+    with ForkServers(ROOT, env={**os.environ, SERVERS_ENV: "1"}) as one:
         checked = hashes("checked", checks=True)
         assert checked[0] == checked[2] != checked[1] and one.running == 2
         together = hashes("together", checks=False)
         assert len(set(together)) == 1 and one.running == 2
         assert len(set(hashes("more_libraries", checks=False, preload=("colorsys",)))) == 1 and one.running == 1
-        result = launch(f"{PROBES}:all_reduce_rank", 3, cwd=KIT_ROOT, out_dir=tmp_path / "run", servers=one)
+        result = launch(f"{PROBES}:all_reduce_rank", 3, cwd=ROOT, out_dir=tmp_path / "run", servers=one)
         assert result.ok, result.failure()
     for rank in range(3):
         assert torch.load(tmp_path / "run" / f"rank{rank}" / "sum.pt", weights_only=True) == 6.0
@@ -90,7 +90,7 @@ def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
     sessions of its own (a module the first run had them preload is already imported in the second's ranks); a pool
     whose server has ended is left for servers of the run's own, still warm."""
     def preloaded(servers, name, preload=()):
-        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / name, timeout_s=60,
+        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=ROOT, out_dir=tmp_path / name, timeout_s=60,
                         init_group=False, args={"names": ["colorsys"]}, servers=servers, preload=preload)
         assert result.ok, result.failure()
         assert json.loads((tmp_path / name / "launch.json").read_text())["started_cold"] == []
@@ -101,16 +101,16 @@ def test_grading_runs_share_a_pool_until_its_server_has_gone(tmp_path):
         session.ready()
         return psutil.Process(session.pid)
 
-    with ForkServers(KIT_ROOT) as owner:
+    with ForkServers(ROOT) as owner:
         pool = owner.pool_env()[POOL_ENV]
         assert preloaded(owner, "owner", preload=("colorsys",))
-        with ForkServers(KIT_ROOT, pool=pool) as guest:
+        with ForkServers(ROOT, pool=pool) as guest:
             assert preloaded(guest, "guest")
             assert session(guest).pid != session(owner).pid and session(guest).ppid() == session(owner).ppid()
         server = session(owner).parent()
         server.kill()
         server.wait(timeout=30)                # gone before the next run looks for it
-        with ForkServers(KIT_ROOT, pool=pool) as late:
+        with ForkServers(ROOT, pool=pool) as late:
             assert not preloaded(late, "late") and late.pool == []
 
 
@@ -123,7 +123,7 @@ def test_hung_rank_is_killed_and_its_stack_reported(tmp_path, run):
 
 
 def test_a_rank_that_the_stack_dump_request_ends_is_still_running_at_the_limit(tmp_path, servers):
-    result = launch(f"{PROBES}:hangs_deaf_to_stack_dumps", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=3,
+    result = launch(f"{PROBES}:hangs_deaf_to_stack_dumps", 1, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=3,
                     init_group=False, servers=servers)
     assert result.timed_out and "with rank(s) 0 still running" in result.failure(), result.failure()
 
@@ -150,7 +150,7 @@ def test_an_exit_read_in_one_go_with_the_spawn_reply_still_ends_the_run(tmp_path
             time.sleep(1.0)
         return real_select(readers, writers, errors, timeout)
     monkeypatch.setattr(select, "select", held_back)
-    result = launch(f"{PROBES}:exits_early", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=20,
+    result = launch(f"{PROBES}:exits_early", 1, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=20,
                     init_group=False, servers=servers)
     assert not result.timed_out, result.failure()
     assert "rank 0 exited with code 0 before finishing" in result.failure()
@@ -270,9 +270,9 @@ def test_preloads_are_imported_by_the_fork_servers_before_the_ranks_start(tmp_pa
 
 def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):
     """A forked copy of a threaded process may deadlock: that server is replaced and the run preloads no more."""
-    with ForkServers(KIT_ROOT) as servers:
+    with ForkServers(ROOT) as servers:
         for attempt in ("first", "second"):
-            result = launch(f"{PROBES}:reports_preloaded", 2, cwd=KIT_ROOT, out_dir=tmp_path / attempt,
+            result = launch(f"{PROBES}:reports_preloaded", 2, cwd=ROOT, out_dir=tmp_path / attempt,
                             timeout_s=60, init_group=False, args={"names": ["tests.kit.thread_on_import"]},
                             servers=servers, preload=("tests.kit.thread_on_import",))
             assert result.ok, result.failure()
@@ -286,8 +286,8 @@ def test_a_preload_that_starts_a_thread_stops_preloading_for_the_run(tmp_path):
 def test_a_fork_server_that_cannot_start_leaves_its_ranks_cold(tmp_path):
     """Grading never depends on the fork servers: a server that dies at start-up means cold ranks, same result."""
     broken = {**os.environ, "PYTHONHOME": str(tmp_path / "none")}
-    with ForkServers(KIT_ROOT, env=broken) as servers:
-        result = launch(f"{PROBES}:all_reduce_rank", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=60,
+    with ForkServers(ROOT, env=broken) as servers:
+        result = launch(f"{PROBES}:all_reduce_rank", 2, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=60,
                         servers=servers)
     assert result.ok, result.failure()
     started_cold = json.loads((tmp_path / "run" / "launch.json").read_text())["started_cold"]
@@ -303,8 +303,8 @@ def test_the_kits_own_preloads_keep_the_fork_servers_forking(tmp_path):
     lists = [value for value in vars(startup).values() if isinstance(value, tuple) and value and
              all(isinstance(name, str) for name in value)]       # the module lists (not the collector's numbers)
     names = sorted({*names, *(name for value in lists for name in value)})
-    with ForkServers(KIT_ROOT) as servers:
-        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+    with ForkServers(ROOT) as servers:
+        result = launch(f"{PROBES}:reports_preloaded", 1, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=120,
                         init_group=False, args={"names": names}, servers=servers, preload=tuple(names))
     assert result.ok, result.failure()
     assert json.loads((tmp_path / "run" / "launch.json").read_text())["started_cold"] == []
@@ -317,7 +317,7 @@ def test_a_fork_server_forks_ranks_that_import_only_their_own_kit_copy(tmp_path,
     the server imported itself), the probe and its subprocesses' modules from that copy, never from the server's."""
     copy = tmp_path / "copy"
     for folder in ("common", "grading", "tests"):
-        shutil.copytree(KIT_ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     result = launch(f"{PROBES}:reports_kit", 1, cwd=copy, out_dir=tmp_path / "run", timeout_s=60, init_group=False,
                     servers=servers)
     assert result.ok, result.failure()
@@ -330,7 +330,7 @@ def test_a_fork_server_forks_ranks_that_import_only_their_own_kit_copy(tmp_path,
 def test_profile_lists_what_the_ranks_imported_themselves(tmp_path, servers):
     """``grade --profile``'s note: a package a probe imports is listed, unless the case preloads it."""
     for name, preload in (("cold", ()), ("preloaded", ("matplotlib",))):
-        result = launch(f"{PROBES}:imports_matplotlib", 2, cwd=KIT_ROOT, out_dir=tmp_path / "runs" / name,
+        result = launch(f"{PROBES}:imports_matplotlib", 2, cwd=ROOT, out_dir=tmp_path / "runs" / name,
                         timeout_s=60, init_group=False, servers=servers, preload=preload)
         assert result.ok, result.failure()
     assert case_profile(tmp_path / "runs" / "cold")["cold_imports"] == ["matplotlib"]
@@ -343,7 +343,7 @@ def test_ranks_that_all_wait_end_early_saying_where_each_waits(tmp_path, servers
     """Every rank waiting (a barrier, a poll loop): the case ends at the waiting limit, not its time limit, with a
     progress line before that naming where each rank is."""
     lines: list[str] = []
-    result = launch(f"{PROBES}:rank1_polls_rank0_waits", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+    result = launch(f"{PROBES}:rank1_polls_rank0_waits", 2, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=120,
                     pg_timeout_s=120, servers=servers, progress=lines.append, progress_s=1.5, still_limit_s=4)
     assert result.timed_out and result.still_s >= 4, (result.wall_s, result.still_s)     # the watchdog ended it
     assert "without using the CPU" in result.failure(), result.failure()
@@ -352,6 +352,6 @@ def test_ranks_that_all_wait_end_early_saying_where_each_waits(tmp_path, servers
 
 
 def test_a_rank_that_computes_while_the_other_waits_is_not_ended(tmp_path, servers):
-    result = launch(f"{PROBES}:rank0_computes_rank1_waits", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=120,
+    result = launch(f"{PROBES}:rank0_computes_rank1_waits", 2, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=120,
                     servers=servers, progress=lambda line: None, still_limit_s=2)
     assert result.ok and result.still_s == 0, result.failure()

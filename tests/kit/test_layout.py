@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from common import ROOT
 from common.regions import STUDENT_PACKAGES
-from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 
@@ -38,7 +38,7 @@ LAYERS = ("grading.commands", "grading.problems", "grading.check", "grading.kit"
           "common")
 
 
-def _modules(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+def _modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
@@ -87,12 +87,12 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {t for t in resolved if t != name and not name.startswith(t + ".")}
 
 
-def _graph(root: Path = KIT_ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+def _graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
     modules = _modules(root, packages)
     return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
 
 
-def dependency_violations(root: Path = KIT_ROOT) -> list[str]:
+def dependency_violations(root: Path = ROOT) -> list[str]:
     """Every import chain (``a -> b -> c``) by which a module reaches a package ``NEVER_REACHES`` forbids it, one
     shortest chain per (module, forbidden package); importing a module imports the packages above it too."""
     graph = _graph(root, IN_REPO)
@@ -216,7 +216,7 @@ SURFACE_EXEMPT = {"grading.problems": "discovery: finds the folders and loads th
 BEHIND_THE_SURFACE = ("grading.kit", "grading.engine", "grading.sandbox", "grading.commands")
 
 
-def surface_violations(root: Path = KIT_ROOT) -> list[str]:
+def surface_violations(root: Path = ROOT) -> list[str]:
     """``module imports target`` for every import (anywhere in its code, by name too) by which a module of
     grading/problems, other than ``SURFACE_EXEMPT``'s, reaches past ``grading.check`` into a layer."""
     modules = _modules(root, ("grading",))

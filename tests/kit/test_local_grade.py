@@ -19,9 +19,9 @@ import pytest
 from grading.__main__ import main as grading_main
 from grading.commands.release import release
 from grading.kit.course import PROBLEMS_ENV
+from common import ROOT
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies
-from grading import KIT_ROOT
 
 pytestmark = [pytest.mark.kit, pytest.mark.long_file]
 DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
@@ -29,7 +29,7 @@ DATASET, COMM = "data_parallel/dataset.py", "data_parallel/comm.py"
 
 def _fill(starter, rel: str, body_of=None) -> None:
     """Put the kit's region bodies of ``rel`` into the starter's working file (``body_of`` overrides some)."""
-    kit_regions = parse_regions((KIT_ROOT / rel).read_text(), rel)
+    kit_regions = parse_regions((ROOT / rel).read_text(), rel)
     text = (starter / rel).read_text()
     bodies = {k: (body_of or {}).get(r.function, r.body) for k, r in enumerate(kit_regions)}
     (starter / rel).write_text(replace_bodies(text, rel, bodies))
@@ -73,7 +73,7 @@ def _course_choice():
 @pytest.fixture(scope="module")
 def edited_starter(tmp_path_factory):
     starter = tmp_path_factory.mktemp("local") / "starter"
-    release(KIT_ROOT, starter)
+    release(ROOT, starter)
     # partition_indices calls a helper the student put at module level (outside the regions)
     helper_body = "        return _split(size, world_size, seed)\n"
     _fill(starter, DATASET, {"partition_indices": helper_body})
@@ -115,10 +115,10 @@ def test_local_and_course_grades_agree_on_every_public_criterion(edited_starter,
 def test_the_reference_regions_score_full_public_marks_in_a_starter(tmp_path, fork_servers):
     """A starter whose regions hold the reference: every public criterion passes, graded where students grade."""
     starter = tmp_path / "starter"
-    release(KIT_ROOT, starter)
+    release(ROOT, starter)
     for rel in (p.relative_to(starter / "grading" / "pristine").as_posix()
                 for p in (starter / "grading" / "pristine").rglob("*.py")):
-        if parse_regions((KIT_ROOT / rel).read_text(), rel):
+        if parse_regions((ROOT / rel).read_text(), rel):
             _fill(starter, rel)
     out = tmp_path / "results.json"
     done = subprocess.run([sys.executable, "-m", "grading", "grade", "--quiet", "--json", str(out)], cwd=starter,
@@ -161,9 +161,9 @@ def test_pytest_markers_equal_the_course_grade_for_problems_4_and_5(tmp_path):
     ``grading grade --problem 4.2`` / ``5.1``, criterion by criterion, for regions that call a module-level helper
     (absent from the graded copy, so both fail the same criteria)."""
     starter = tmp_path / "starter"
-    release(KIT_ROOT, starter, ("1", "2", "3", "4", "5"))
+    release(ROOT, starter, ("1", "2", "3", "4", "5"))
     for rel, (function, body, helper) in PLANTED.items():
-        kit_regions = parse_regions((KIT_ROOT / rel).read_text(), rel)
+        kit_regions = parse_regions((ROOT / rel).read_text(), rel)
         text = (starter / rel).read_text()
         planted = [k for k, r in enumerate(kit_regions) if r.function == function][:1]
         bodies = {k: body if k in planted else r.body for k, r in enumerate(kit_regions)}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.commands import mutants
 from grading.commands.mutants import run_mutants, selection, verdict
 from grading.kit import mutations
@@ -126,7 +126,7 @@ def test_the_ci_sample_loses_points_on_every_sub_problem(tmp_path):
 
 
 def test_every_listed_equivalent_of_the_kit_still_applies():
-    every = mutants_of(KIT_ROOT)
+    every = mutants_of(ROOT)
     for problem in titles():
         listed = mutants.listed_equivalents(problem)
         assert not stale(listed, [m for m in every if m.problem == problem]), textwrap.shorten(str(listed), 300)

@@ -15,6 +15,7 @@ import types
 import pytest
 
 from common import call_log
+from common import ROOT
 from common.rank_reports import library_of, traceback_line
 from common.regions import STUDENT_PACKAGES
 from grading.commands.report import summary
@@ -22,7 +23,6 @@ from grading.engine.case_run import CaseRun
 from grading.engine.expect import CheckFailed
 from common.error_words import format_error, plain
 from grading.engine.launch import launch
-from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 PROBES = "tests.kit.peer_probes"
@@ -30,7 +30,7 @@ PLACE = r"inside tests\.kit\.peer_probes:\d+ \(in {}\)"
 
 
 def _message(tmp_path, servers, probe: str, name: str, rank: int, world_size: int = 2, **options) -> str:
-    result = launch(f"{PROBES}:{probe}", world_size, cwd=KIT_ROOT, out_dir=tmp_path / probe, timeout_s=30,
+    result = launch(f"{PROBES}:{probe}", world_size, cwd=ROOT, out_dir=tmp_path / probe, timeout_s=30,
                     servers=servers, **options)
     with pytest.raises(CheckFailed) as failed:
         CaseRun(world_size, result).part(name, rank)
@@ -49,7 +49,7 @@ def test_a_skipped_call_is_named_by_where_the_calls_come_from(tmp_path, fork_ser
 def test_a_skipped_step_is_named_also_under_a_wrong_number(tmp_path, fork_servers):
     """Rank 1 makes two steps' calls where rank 0 makes three: rank 0's failure names the skipped step, and a
     criterion that finds rank 1's numbers wrong says why on a ``likely cause:`` line."""
-    result = launch(f"{PROBES}:skips_a_step", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=30,
+    result = launch(f"{PROBES}:skips_a_step", 2, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=30,
                     servers=fork_servers)
     run = CaseRun(2, result)
     with pytest.raises(CheckFailed) as failed:
@@ -78,7 +78,7 @@ def test_ranks_that_both_wait_in_recv_read_as_a_deadlock(tmp_path, fork_servers)
 def test_a_peers_own_error_explains_a_rank_cut_off_before_recording(tmp_path, fork_servers):
     """Rank 0 never recorded because rank 1 left (rank 1 recorded its own NotImplementedError): rank 0's criterion
     names rank 1's error, so the starter's criterion reads as not implemented, not as a grader failure."""
-    result = launch(f"{PROBES}:rank1_not_implemented_rank0_cut_off", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run",
+    result = launch(f"{PROBES}:rank1_not_implemented_rank0_cut_off", 2, cwd=ROOT, out_dir=tmp_path / "run",
                     timeout_s=30, init_group=False, servers=fork_servers)
     with pytest.raises(CheckFailed) as failed:
         CaseRun(2, result).part("grads", 0)
@@ -89,7 +89,7 @@ def test_a_peers_own_error_explains_a_rank_cut_off_before_recording(tmp_path, fo
 
 def test_a_crashed_peer_is_no_disagreement(tmp_path, fork_servers):
     """Rank 1 dies while rank 0 waits: rank 0's later part names the crash, not calls "out of step"."""
-    result = launch(f"{PROBES}:rank1_crashes", 2, cwd=KIT_ROOT, out_dir=tmp_path / "run", timeout_s=30,
+    result = launch(f"{PROBES}:rank1_crashes", 2, cwd=ROOT, out_dir=tmp_path / "run", timeout_s=30,
                     servers=fork_servers)
     run = CaseRun(2, result)
     for name in ("first", "second"):

@@ -7,11 +7,11 @@ import textwrap
 import pytest
 
 from grading.kit.course import DEFAULT_PROBLEMS
+from common import ROOT
 from common.regions import RegionError, parse_regions, student_files
 from grading.kit.splice import protected_text
 from grading.commands.release import release
 from grading.kit.submission import build_grading_copy
-from grading import KIT_ROOT
 
 pytestmark = pytest.mark.kit
 
@@ -53,8 +53,8 @@ def test_multiline_signature_counts_as_function():
 
 def test_release_writes_a_starter(tmp_path):
     out = tmp_path / "starter"
-    record = release(KIT_ROOT, out)
-    kit_files = student_files(KIT_ROOT, DEFAULT_PROBLEMS)
+    record = release(ROOT, out)
+    kit_files = student_files(ROOT, DEFAULT_PROBLEMS)
     assert sorted(record["student_files"]) == kit_files
     for rel in kit_files:
         released = (out / rel).read_text()
@@ -62,7 +62,7 @@ def test_release_writes_a_starter(tmp_path):
             assert region.body.strip().startswith(f'raise NotImplementedError("Problem {region.id}: '
                                                   f'{region.function} is not implemented')
         # protected text is unchanged and recorded
-        assert protected_text(released, rel) == protected_text((KIT_ROOT / rel).read_text(), rel)
+        assert protected_text(released, rel) == protected_text((ROOT / rel).read_text(), rel)
     assert not (out / "tests" / "kit").exists(), "kit self-tests (with buggy solutions) must not ship"
     assert not (out / "grading" / "hidden").exists(), "hidden checks must not ship"
     assert not (out / ".git").exists() and not (out / "workdir").exists()
@@ -75,7 +75,7 @@ def test_release_writes_a_starter(tmp_path):
 
 def test_release_refuses_malformed_markers_before_writing(tmp_path):
     kit = tmp_path / "kit"
-    build_grading_copy(KIT_ROOT, KIT_ROOT, kit)
+    build_grading_copy(ROOT, ROOT, kit)
     target = kit / "data_parallel" / "comm.py"
     target.write_text(target.read_text().replace("# END_STUDENT 1.2", "# END_STUDENT 1.3", 1))
     out = tmp_path / "out"
@@ -87,5 +87,5 @@ def test_release_refuses_malformed_markers_before_writing(tmp_path):
 def test_release_refuses_non_empty_target(tmp_path):
     (tmp_path / "x").write_text("keep me")
     with pytest.raises(FileExistsError):
-        release(KIT_ROOT, tmp_path)
+        release(ROOT, tmp_path)
     assert (tmp_path / "x").read_text() == "keep me"

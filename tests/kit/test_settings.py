@@ -13,9 +13,9 @@ from dataclasses import fields
 
 import pytest
 
+from common import ROOT
 from common.settings import (FORKSERVER_ENV, HAND_OVER, PROBLEMS_ENV, SECRET_ENV, THREADS_ENV, USER_ENV, Settings,
                              fresh, settings)
-from grading import KIT_ROOT
 from grading.commands.settings_page import HAND_OVER_DOCS, settings_markdown
 from grading.__main__ import main
 from grading.sandbox import isolation
@@ -30,7 +30,7 @@ SEARCHED = ("project", "grading", "common", "scripts")
 
 
 def test_docs_settings_md_is_generated_from_the_dataclass():
-    assert (KIT_ROOT / "docs" / "settings.md").read_text() == settings_markdown(), \
+    assert (ROOT / "docs" / "settings.md").read_text() == settings_markdown(), \
         "docs/settings.md is out of date: python -m grading docs"
     assert set(HAND_OVER_DOCS) == set(HAND_OVER), "every hand-over name documented once"
 
@@ -48,8 +48,8 @@ def test_no_module_spells_a_kit_variable_outside_common_settings():
     (docstrings and messages that mention one are fine)."""
     found = []
     for package in SEARCHED:
-        for path in sorted((KIT_ROOT / package).rglob("*.py")):
-            rel = path.relative_to(KIT_ROOT).as_posix()
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
             if rel in ("common/settings.py", "grading/commands/settings_page.py") or "pristine" in path.parts:
                 continue
             found += [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(ast.parse(path.read_text()))
@@ -97,7 +97,7 @@ def test_problems_fork_servers_and_rank_user_do_what_they_say(monkeypatch):
     monkeypatch.setenv(PROBLEMS_ENV, "1,4")
     assert chosen_problems() == ("1", "4")
     monkeypatch.setenv(FORKSERVER_ENV, "0")
-    assert warm_servers(KIT_ROOT) is None                    # cold ranks: no fork server is made
+    assert warm_servers(ROOT) is None                    # cold ranks: no fork server is made
     monkeypatch.setenv(USER_ENV, "-")
     if os.geteuid() == 0:
         assert isolation.rank_user() == (None, f"{USER_ENV} asks to stay root")

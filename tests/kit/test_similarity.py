@@ -14,7 +14,7 @@ import pytest
 
 from grading.commands import similarity
 from grading.kit.splice import stub_body
-from tests.kit.similarity_samples.make import (KIT_ROOT, kit_regions, planted_copy, reference_bodies, sample_bodies,
+from tests.kit.similarity_samples.make import (ROOT, kit_regions, planted_copy, reference_bodies, sample_bodies,
                                                write_submission)
 from tests.commands import run_kit_command
 
@@ -110,7 +110,7 @@ def test_bad_inputs_are_listed_never_fatal(batch):
 def test_starter_and_provided_text_create_no_similarity(tmp_path):
     """Each region: its stub, then a copy of a provided helper (code and docstring) of the kit."""
     regions = [r for regions in kit_regions().values() for r in regions]
-    source = (KIT_ROOT / "pipeline" / "partition.py").read_text()
+    source = (ROOT / "pipeline" / "partition.py").read_text()
     helper = next(node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef))
     provided = ast.get_source_segment(source, helper) + "\n"
     for name in ("x", "y"):

@@ -25,9 +25,9 @@ from grading.commands import slurm
 from grading.commands.options import DEFAULT_CPUS, DEFAULT_MEM, add_slurm_resource_options, slurm_resources
 from grading.commands.report import EXIT_GRADER_ERROR
 from grading.kit.secret import SECRET_ENV
+from common import ROOT
 from common.regions import parse_regions
 from grading.kit.splice import replace_bodies, stub_body
-from grading import KIT_ROOT
 from grading.commands.variants import declared
 
 pytestmark = pytest.mark.kit
@@ -38,7 +38,7 @@ DROPS_LAST = next(v for v in declared("1.1") if v.name == "drops_last_short_batc
 
 def _with_body(function: str | None, body: str | None = None) -> str:
     """The kit's dataset.py with ``function``'s region replaced (None: every region stubbed, the starter)."""
-    text = (KIT_ROOT / DATASET).read_text()
+    text = (ROOT / DATASET).read_text()
     regions = parse_regions(text, DATASET)
     if function is None:
         return replace_bodies(text, DATASET, {k: stub_body(r) for k, r in enumerate(regions)})
@@ -58,7 +58,7 @@ def _class(tmp_path: Path) -> Path:
     spreadsheet too)."""
     subs = tmp_path / "submissions"
     seeded = next(v for v in declared("1.1") if v.name == "global_random_seeded")
-    _folder(subs / "alice", (KIT_ROOT / DATASET).read_text())
+    _folder(subs / "alice", (ROOT / DATASET).read_text())
     _folder(subs / FORMULA, _with_body("partition_indices", seeded.body))
     _folder(subs / "-dash", _with_body("partition_dataset", DROPS_LAST.body))
     with zipfile.ZipFile(subs / "bob.zip", "w") as z:
@@ -99,7 +99,7 @@ def test_array_run_locally_matches_batch_and_resubmits_only_what_is_missing(tmp_
     # `batch --jobs 1` as the reference, side by side with the array's tasks (its rows do not depend on timing)
     reference = subprocess.Popen([sys.executable, "-m", "grading", "batch", str(subs), "--out",
                                   str(tmp_path / "batch" / "grades.csv"), "--jobs", "1", "--problem", "1.1",
-                                  "--quiet"], cwd=KIT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                  "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = tmp_path / "array"
     assert grading_main(["batch", str(subs), "--slurm", str(out), "--problem", "1.1", "--max-parallel", "2"]) == 0
     assert f"bash {out / slurm.SUBMIT}" in capsys.readouterr().out
@@ -275,7 +275,7 @@ def test_submit_repeats_every_path_warning_and_without_sbatch_fails_in_one_line(
     monkeypatch.delenv(SECRET_ENV, raising=False)
     monkeypatch.delenv("GRADING_PYTHON", raising=False)
     _folder(tmp_path / "subs" / "a", "")
-    monkeypatch.setattr(slurm, "KIT_ROOT", tmp_path / "kit")
+    monkeypatch.setattr(slurm, "ROOT", tmp_path / "kit")
     capsys.readouterr()
     slurm.write_array(tmp_path / "subs", tmp_path / "out", python=str(tmp_path / "venv" / "bin" / "python"))
     made = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]

@@ -21,7 +21,7 @@ import pytest
 from grading.commands.release import release, released
 from grading.kit.course import DEFAULT_PROBLEMS, is_example, present_problems
 from project import readiness
-from grading import KIT_ROOT
+from common import ROOT
 
 pytestmark = pytest.mark.kit
 
@@ -77,14 +77,14 @@ TORCHRUN = ("project/run_data_parallel.py", "project/run_finetune.py", "project/
 @pytest.fixture(scope="module")
 def everything(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("starter") / "all"
-    release(KIT_ROOT, out, problems=ALL)
+    release(ROOT, out, problems=ALL)
     return out
 
 
 @pytest.fixture(scope="module")
 def default(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("starter") / "default"
-    release(KIT_ROOT, out)
+    release(ROOT, out)
     return out
 
 
@@ -114,7 +114,7 @@ def _refusal(starter: Path, argv: tuple[str, ...], workdir: Path) -> str:
 
 def _flag_runs() -> list[tuple[str, ...]]:
     """Every on/off flag of the benchmark's command line (and grader mode), so that a new one is not left out."""
-    spec = importlib.util.spec_from_file_location("run_benchmarks_cli", KIT_ROOT / "scripts" / "run_benchmarks.py")
+    spec = importlib.util.spec_from_file_location("run_benchmarks_cli", ROOT / "scripts" / "run_benchmarks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     defaults = vars(module.build_parser().parse_args([]))
@@ -218,7 +218,7 @@ def dangling(starter: Path, problems: tuple[str, ...]) -> dict[str, list[str]]:
             continue
         text = file.read_text()
         for ref in PATH.findall(text):
-            optional = (KIT_ROOT / ref).is_file() and released(ref, ALL) and not released(ref, problems)
+            optional = (ROOT / ref).is_file() and released(ref, ALL) and not released(ref, problems)
             staff = rel.startswith(GRADER) and not released(ref, ALL)
             if not (starter / ref).exists() and not optional and not staff:
                 found.setdefault(rel, []).append(ref)

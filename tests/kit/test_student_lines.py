@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import grading.commands.grade as grade_command
-from grading import KIT_ROOT
+from common import ROOT
 from grading.__main__ import main as grading_main
 from grading.kit.student_lines import line_map, outside_note
 from grading.kit.submission import SpliceReport, build_grading_copy
@@ -36,7 +36,7 @@ def _line_of(text: str, needle: str) -> int:
 def _submission(root: Path, rel: str, edits: list[tuple[str, str]], before: str = "", helper: str = "") -> str:
     """Write ``root/rel``: the kit's text with each (function, body) region edit and ``helper`` inserted before
     the line that starts with ``before``; return the text."""
-    text = (KIT_ROOT / rel).read_text()
+    text = (ROOT / rel).read_text()
     for function, body in edits:
         text = with_body(text, rel, function, body)
     if helper:
@@ -126,7 +126,7 @@ def test_notes_and_static_hints_name_the_submitted_lines(tmp_path):
             "return torch.cat(batches)\n")
     pipe = _submission(sub, PIPE, [("forward", late)], "    def forward(", "    def _helper(self):\n        pass\n\n")
     schedule = _submission(sub, SCHEDULE, [("clock_cycles", "return [(\n")], "def clock_cycles(", HELPER)
-    report = build_grading_copy(KIT_ROOT, sub, tmp_path / "copy")
+    report = build_grading_copy(ROOT, sub, tmp_path / "copy")
     copy_comm = (tmp_path / "copy" / COMM).read_text()
     assert _line_of(copy_comm, "import grading") != _line_of(comm, "import grading")       # the lines moved
     notes = "\n".join(report.notes())

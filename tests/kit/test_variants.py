@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from common import ROOT
 from common.regions import parse_regions
-from grading import KIT_ROOT
 from grading.kit.course import DEFAULT_PROBLEMS
 from grading.kit.splice import stub_body
 from grading.kit.variants import make_variant_kit
@@ -58,7 +58,7 @@ def test_every_sub_problem_has_variants():
 
 
 def test_the_clause_map_is_generated_from_the_variants():
-    assert (KIT_ROOT / "docs" / "clauses.md").read_text() == clause_map(), "run: python -m grading docs"
+    assert (ROOT / "docs" / "clauses.md").read_text() == clause_map(), "run: python -m grading docs"
 
 
 @pytest.mark.parametrize("top", [top for top in TOPS if top not in DEFAULT_PROBLEMS])
@@ -68,7 +68,7 @@ def test_starter_loses_every_criterion_as_not_implemented(top, tmp_path, fork_se
     paths = sorted({v.path for v in VARIANTS if v.problem.split(".")[0] == top})
     edits = []
     for path in paths:
-        regions = parse_regions((KIT_ROOT / path).read_text(), path)
+        regions = parse_regions((ROOT / path).read_text(), path)
         edits += [(path, f"{r.function}#{[q.function for q in regions[:k]].count(r.function)}", stub_body(r).strip())
                   for k, r in enumerate(regions)]
     kit = make_variant_kit(tmp_path / "kit", edits)

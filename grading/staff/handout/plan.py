@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading import KIT_ROOT
+from common import ROOT
 from grading.problems import folders, titles
 
 
@@ -57,7 +57,7 @@ def init_file(sub: str) -> str:
     package = folders().get(sub)
     if package is None:
         return f"grading/problems/p{sub.replace('.', '_')}_<name>/__init__.py"
-    return Path(package.__file__).resolve().relative_to(KIT_ROOT.resolve()).as_posix()
+    return Path(package.__file__).resolve().relative_to(ROOT.resolve()).as_posix()
 
 
 def steps() -> dict[str, Step]:

@@ -18,22 +18,22 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+from common import ROOT
 from common.regions import parse_regions, student_files
 from grading.kit.splice import kit_text, replace_bodies, stub_body
 from grading.commands.variants import all_variants
 
-KIT_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = Path(__file__).resolve().parent
 
 Bodies = dict[tuple[str, str], str]      # (problem id, function) -> dedented body
 
 
-def kit_regions(kit_root: Path = KIT_ROOT) -> dict[str, list]:
+def kit_regions(kit_root: Path = ROOT) -> dict[str, list]:
     """The kit's regions per student file."""
     return {rel: parse_regions(kit_text(kit_root, rel), rel) for rel in student_files(kit_root)}
 
 
-def reference_bodies(kit_root: Path = KIT_ROOT) -> Bodies:
+def reference_bodies(kit_root: Path = ROOT) -> Bodies:
     """The kit's own region bodies (the reference solution), dedented."""
     return {(r.id, r.function): textwrap.dedent(r.body) for regions in kit_regions(kit_root).values() for r in regions}
 
@@ -143,7 +143,7 @@ def planted_copy(body: str, rng: random.Random) -> str:
     return comment + "\n" + ast.unparse(tree) + "\n"
 
 
-def write_submission(dest: Path, bodies: Bodies, kit_root: Path = KIT_ROOT, as_zip: bool = False) -> Path:
+def write_submission(dest: Path, bodies: Bodies, kit_root: Path = ROOT, as_zip: bool = False) -> Path:
     """A submission at ``dest`` (a folder, or ``dest`` + ``.zip``): the kit's student files with ``bodies`` spliced in.
 
     Regions whose (problem id, function) is not in ``bodies`` keep the starter stub. Returns the path written.
