@@ -41,11 +41,12 @@ PARTS=(
   "benchmark_gpu_quick|70|gpu|$PY scripts/run_benchmarks.py --quick --workdir $W --figures_dir $OUT/figures"
   # grading on a GPU: 1.2's ranks on CUDA when there are enough GPUs; 3.2's adapters cast to a CUDA model's device
   "grade_problems_1_2_and_3_2|60|gpu|$PY -m grading grade --problem 1.2 && $PY -m grading grade --problem 3.2"
-  # Problem 5.1 on NCCL (CLAUSES.md, Problem 5 prose): the region functions all-reduce contiguous copies (NCCL
-  # refuses non-contiguous tensors, gloo does not), and from_linear keeps a CUDA layer's shards on its device.
+  # Problem 5.1 on NCCL (tensor_parallel/layers.py's contract): the region functions all-reduce contiguous
+  # copies (NCCL refuses non-contiguous tensors, gloo does not), and from_linear keeps a CUDA layer's shards on its
+  # device.
   "tensor_parallel_nccl_contiguous|30|gpu|rm -f $OUT/tp_store && $PY -c \"$TP_NCCL\""
-  # Problem 4 on one CUDA rank (CLAUSES.md, Problem 4 prose): ZeRO-1 master shard on the parameters' device,
-  # model.pt with CPU tensors of a CUDA model, load_sharded back onto CUDA.
+  # Problem 4 on one CUDA rank (data_parallel/zero1.py's and checkpoint.py's contracts): ZeRO-1 master shard on
+  # the parameters' device, model.pt with CPU tensors of a CUDA model, load_sharded back onto CUDA.
   "problem4_cuda|30|gpu|$PY -m grading.problems.p4_3_checkpoint.cuda_check"
 )
 
