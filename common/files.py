@@ -117,7 +117,10 @@ def _open_regular(path: str | os.PathLike, flags: int) -> int:
     """A descriptor of ``path`` opened with ``flags``, never following a link nor waiting on a pipe; OSError (the
     descriptor closed) where ``path`` is not a regular file."""
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+    except OSError:
         os.close(fd)
-        raise OSError(f"{path} is not a regular file")
+        raise
     return fd
