@@ -52,6 +52,8 @@ _LIBRARY_PATH = re.compile(r"/[^\s\"':]*/(?:site|dist)-packages/[^\s\"':]+")
 # gloo's advice after a peer's failure, the same words on every error it raises ("This is typically caused by a
 # remote worker ... GLHF! <emoji>"): the message before it says what happened.
 _LIBRARY_BANNER = re.compile(r"\s*This is typically caused by .*?GLHF!\s*\S*")
+# A loopback address's port in a library's message ("Connection closed by peer [127.0.0.1]:15752"): new every run.
+_LOOPBACK_PORT = re.compile(r"(\[?(?:127\.0\.0\.1|::1|localhost)\]?):\d{1,5}\b")
 
 
 def likely_cause(kind: str, message: str, where: str = "") -> str:
@@ -84,8 +86,9 @@ def plain(message: str) -> str:
     """A rank's message as the default table may show it: no C++ source prefix of the communication library
     (``[/__w/pytorch/.../pair.cc:537] ``, ``[enforce fail at .../context.cc:23] ``) and no installed library's
     source path (a path under ``site-packages`` reads as its module: ``torch.nn``), no banner of gloo's (``This is
-    typically caused by ... GLHF!``)."""
-    message = _LIBRARY_BANNER.sub("", _LIBRARY_PREFIX.sub("", message))
+    typically caused by ... GLHF!``), no port of a loopback address (``[127.0.0.1]:15752`` reads ``[127.0.0.1]``:
+    ports change from run to run, and a message must not)."""
+    message = _LOOPBACK_PORT.sub(r"\1", _LIBRARY_BANNER.sub("", _LIBRARY_PREFIX.sub("", message)))
     return _LIBRARY_PATH.sub(lambda match: library_of(match.group(0)) or "a library file", message)
 
 

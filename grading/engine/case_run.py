@@ -94,15 +94,18 @@ def _last_frames(stack: str, keep: int = 6) -> str:
 CASE_FOLDER = "<the case's folder>"      # how a message shows the path of a case's folder (its out_dir)
 
 
-def describe_error(info: dict, case_dir: Path | None = None) -> str:
+def in_case_folder(message: str, case_dir: Path) -> str:
+    """``message`` with the path of ``case_dir`` (the case's folder: a temporary one, another on every run) shown as
+    ``CASE_FOLDER``, so the same failure reads the same on every run."""
+    for prefix in dict.fromkeys((str(Path(case_dir).resolve()), str(case_dir))):
+        message = message.replace(prefix, CASE_FOLDER)
+    return message
+
+
+def describe_error(info: dict) -> str:
     """``Type: message (at path:line (in fn))`` plus a likely cause when one is known (``error_words.format_error``
-    of an exception ``record`` saved). A path inside ``case_dir`` (the case's folder: a temporary one, another
-    on every run) shows as ``CASE_FOLDER/...``, so the same error reads the same on every run."""
-    message = str(info.get("message", ""))
-    if case_dir is not None:
-        for prefix in dict.fromkeys((str(Path(case_dir).resolve()), str(case_dir))):
-            message = message.replace(prefix, CASE_FOLDER)
-    return format_error(str(info.get("type", "Error")), message, str(info.get("where") or ""),
+    of an exception ``record`` saved)."""
+    return format_error(str(info.get("type", "Error")), str(info.get("message", "")), str(info.get("where") or ""),
                         str(info.get("library") or ""))
 
 
@@ -270,7 +273,7 @@ class CaseRun:
                 for peer in range(self.world_size):     # a peer's own exception in this part (e.g. not implemented)
                     kind_p, info = self.outcome(name, peer) if peer != rank else ("", None)
                     if kind_p == "error" and not is_symptom(f"{info.get('type')}: {info.get('message')}"):
-                        raise CheckFailed(f"rank {peer}: {describe_error(info, self.launch.out_dir)}\n{symptom}\n"
+                        raise CheckFailed(f"rank {peer}: {describe_error(info)}\n{symptom}\n"
                                           f"no result for '{name}' on rank {rank}")
                 ended = [r for r in self.launch.ranks if r.rank != rank and not r.finished and r.returncode is not None]
                 if ended:                               # a peer that crashed or exited
@@ -292,7 +295,7 @@ class CaseRun:
                 raise CheckFailed(explained)
             context = "\nmeanwhile: " + self.launch.failure()[:1500] if self.world_size > 1 and not self.launch.ok \
                 else ""
-            raise CheckFailed(f"{where}{describe_error(info, self.launch.out_dir)}{context}")
+            raise CheckFailed(f"{where}{describe_error(info)}{context}")
         import torch
         try:
             return torch.load(io.BytesIO(data), weights_only=True)

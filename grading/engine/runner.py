@@ -16,7 +16,7 @@ from typing import Callable
 from common.settings import FORKSERVER_ENV as FORKSERVER_ENV     # re-exported: tests name runner.FORKSERVER_ENV
 from common.settings import POOL_ENV, settings
 from grading.engine.expect import CheckFailed
-from grading.engine.case_run import CaseRun
+from grading.engine.case_run import CaseRun, in_case_folder
 from grading.engine.run_servers import ForkServers
 from common.cpus import LoadClock
 from grading.engine.launch import LaunchResult, launch, pick_backend
@@ -130,6 +130,8 @@ def judge_case(case: Case, result: LaunchResult | None, refused: dict[str, str] 
                 message = "\n".join([message, *extra, *filter(None, [run.calls_note(message)])])
             except Exception:  # noqa: BLE001 - a bug in a criterion must not stop the grading run
                 status, message = Status.GRADER_ERROR, "grader error while judging:\n" + traceback.format_exc()[-1500:]
+        if result is not None:
+            message = in_case_folder(message, result.out_dir)
         seconds = result.wall_s if result is not None and criterion.problem not in refused else 0.0
         verdicts.append(CriterionResult(criterion.id, criterion.problem, criterion.title, criterion.points,
                                         criterion.points if status == Status.PASSED else 0.0, status, message, seconds,

@@ -14,7 +14,11 @@ import sys
 
 import pytest
 
-from grading.engine.runner import run_cases
+from common.error_words import plain
+from grading.engine.case_run import CASE_FOLDER, LaunchResult
+from grading.engine.expect import CheckFailed
+from grading.engine.rubric import Case
+from grading.engine.runner import judge_case, run_cases
 from grading.problems import sub_problem
 from grading.kit.variants import make_variant_kit
 from grading.commands.variants import declared
@@ -62,3 +66,26 @@ def test_a_race_gets_the_same_verdicts_on_every_run_busy_or_not(variant, tmp_pat
         messages = "\n".join(v.message for v in verdicts if not v.passed)
         assert variant.hint in messages, f"{variant.name}: no message says {variant.hint!r}:\n{messages[:2000]}"
 
+
+
+def test_a_failure_reads_the_same_whichever_folders_the_run_had(tmp_path):
+    """A case's folder is new on every run: a message quoting a path in it (a check's words, a student's error)
+    shows it as ``CASE_FOLDER``, and a library's error quoting a loopback address loses its port, so the same code
+    gets the same message on every run."""
+    case = Case("toy_paths", probe=lambda ctx: None)
+    run_dir = {}
+
+    @case.criterion("90.1.paths", "quotes paths of its run", points=1, reads=())
+    def check_paths(run) -> None:
+        raise CheckFailed(f"no manifest at {run_dir['now'] / 'handoff' / 'checkpoints' / 'step_10' / 'manifest.json'}"
+                          f"; rank 1 wrote {run_dir['now'] / 'rank1' / 'x.pt'}")
+
+    messages = []
+    for name in ("first", "second"):
+        run_dir["now"] = tmp_path / name / "toy_paths"
+        run_dir["now"].mkdir(parents=True)
+        [verdict] = judge_case(case, LaunchResult(run_dir["now"], 1))
+        messages.append(verdict.message)
+    assert messages == [f"no manifest at {CASE_FOLDER}/handoff/checkpoints/step_10/manifest.json; "
+                        f"rank 1 wrote {CASE_FOLDER}/rank1/x.pt"] * 2, messages
+    assert plain("Connection closed by peer [127.0.0.1]:15752.") == "Connection closed by peer [127.0.0.1]."
