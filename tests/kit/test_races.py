@@ -3,8 +3,8 @@
 The grader makes each race lose on every run instead of by luck: an async all-reduce's result reaches its tensor
 only at ``wait()`` (``p4_1_ddp/async_results.py``), and a save's file accesses between two collectives run in
 rank order (``p4_3_checkpoint/order.py``). Each racy submission is graded five times, two of them with busy
-loops on every core beside the ranks (``_busy_loops``), and must get the same verdicts each time, below full
-marks, with its cause named. Only the public cases run: the races are the same at the hidden world size.
+loops on every core beside the ranks (``_busy_loops``), and must get the same verdicts and messages each time,
+below full marks, with its cause named. Only the public cases run: the races are the same at the hidden world size.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_race_gets_the_same_verdicts_on_every_run_busy_or_not(variant, tmp_pat
                 loop.kill()
                 loop.wait()
         runs.append(verdicts)
-    outcomes = [sorted((v.id, v.passed, v.score) for v in verdicts) for verdicts in runs]
+    outcomes = [sorted((v.id, v.passed, v.score, v.message) for v in verdicts) for verdicts in runs]
     assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
     failed = [v for v in runs[0] if not v.passed]
     assert failed, f"{variant.name} kept full marks"
