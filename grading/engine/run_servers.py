@@ -126,8 +126,7 @@ class ForkServers:
     def preload(self, world_size: int, modules: tuple[str, ...], distinct_hashes: bool = False) -> None:
         """Start the sessions of ranks 0 .. ``world_size``-1 (``distinct_hashes``: as ``session`` spreads them) from
         servers that have imported ``modules`` (side by side), and wait for them. Nothing where CUDA is visible. A
-        server that a preload left unable to fork has ended and is left; the run preloads nothing more
-        (``refused``)."""
+        server that a preload left unable to fork has ended and is left; the run preloads nothing more (``refused``)."""
         if self.preloads_allowed is None:
             import torch
             self.preloads_allowed = not torch.cuda.is_available()

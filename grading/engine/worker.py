@@ -35,6 +35,8 @@ def _device(spec: dict, rank: int) -> str:
         dist.init_process_group(spec["backend"], init_method=f"file://{spec['store']}", rank=rank,
                                 world_size=spec["world_size"],
                                 timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]))
+        dist.barrier(**({"device_ids": [torch.cuda.current_device()]} if device != "cpu" else {}))  # all joined: a
+        # rank that ends at once cannot cut off a peer still connecting (gloo: "Connection closed by peer")
     return device
 
 
@@ -88,10 +90,9 @@ def main(argv: list[str]) -> int:
 
     Reads this rank's key from stdin, applies the sandbox limits and the rank's view of the machine
     (``grading.sandbox.rank_view.enter``: from there on the process is the rank's child in its case's PID
-    namespace), sets up stack dumps, the log of its collective calls (``_log_calls``) and the process group, then
-    calls the probe. A cold worker ends the normal way
-    (``sys.exit``), a forked one as its fork server ends a child. The ``done`` marker is its last act; the
-    launcher bounds what comes after it.
+    namespace), sets up stack dumps, the process group and the log of its collective calls (``_log_calls``), then
+    calls the probe. A cold worker ends the normal way (``sys.exit``), a forked one as its fork server ends a
+    child. The ``done`` marker is its last act; the launcher bounds what comes after it.
     """
     marks = {"main": time.time()}
     spec_path, rank = Path(argv[0]), int(argv[1])
@@ -115,8 +116,8 @@ def main(argv: list[str]) -> int:
         import torch
         torch.set_num_threads(settings().threads)
         marks["torch"] = time.time()
-        _log_calls(rank_dir)
         device = _device(spec, rank)
+        _log_calls(rank_dir)              # after the set-up's barrier: the log holds the probe's calls only
         marks["group"] = time.time()
         loaded = set(sys.modules)
         module_name, function_name = spec["target"].split(":")
