@@ -35,8 +35,8 @@ def _device(spec: dict, rank: int) -> str:
         dist.init_process_group(spec["backend"], init_method=f"file://{spec['store']}", rank=rank,
                                 world_size=spec["world_size"],
                                 timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]))
-        dist.barrier(**({"device_ids": [torch.cuda.current_device()]} if device != "cpu" else {}))  # all joined: a
-        # rank that ends at once cannot cut off a peer still connecting (gloo: "Connection closed by peer")
+        # every rank has joined before any goes on: one that ends at once cannot cut off a peer still connecting
+        dist.barrier(**({"device_ids": [torch.cuda.current_device()]} if device != "cpu" else {}))
     return device
 
 
